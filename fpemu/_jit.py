@@ -1,0 +1,40 @@
+"""The one jit decorator of the package, and bit casts between floats and ints.
+
+Every kernel is compiled with ``cache=True`` and never with fastmath: the
+emulator's results depend on IEEE arithmetic. ``error_model="numpy"`` keeps
+Python's division checks out of the loops so LLVM can vectorise them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numba
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+jit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy")
+pjit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy", parallel=True)
+
+
+def _bitcast(src, dst, llvm_dst):
+    @intrinsic
+    def cast(typingctx, x):
+        if x != src:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], llvm_dst)
+
+        return dst(src), codegen
+
+    return cast
+
+
+#: float64 -> int64 with the same bits
+f64_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
+#: float32 -> int32 with the same bits
+f32_bits = _bitcast(types.float32, types.int32, ir.IntType(32))
+#: int64 -> float64 with the same bits
+f64_from_bits = _bitcast(types.int64, types.float64, ir.DoubleType())

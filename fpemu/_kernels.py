@@ -1,0 +1,244 @@
+"""Numba kernels: rounding on integer bit patterns.
+
+Contract shared by every kernel here: 1-D contiguous arrays and integers in,
+arrays out; no Python objects; no exceptions (the callers in
+:mod:`fpemu.quantize` check the input first). A format reaches a kernel as the
+tuple ``p`` built by :func:`fpemu.quantize._kernel_params`::
+
+    p[0]  M        mantissa bits              p[7]  sign_shift  E + M
+    p[1]  emin     exponent of min normal     p[8]  overflow    0 inf, 1 saturate, 2 nan
+    p[2]  emax     exponent of max            p[9]  flush       1: subnormal results -> 0
+    p[3]  bias                                 p[10] fnuz        1: no -0 (NaN there)
+    p[4]  maxmag   code of max (no sign)      p[11] unsigned    1: no sign bit (e8m0)
+    p[5]  infmag   code of inf, or -1         p[12] subnormals  1: field 0 = zero/subnormals
+    p[6]  nancode  canonical NaN code
+
+Rounding model. A finite input is ``sig * 2**(e - in_m)`` with an integer
+significand ``sig < 2**(in_m + 1)`` read from the float32 (in_m = 23) or
+float64 (in_m = 52) bits. On the target grid the quantum at exponent ``e`` is
+``2**(max(e, emin) - M)``, so the input drops ``shift`` low bits::
+
+    sig:  1 xxxxxxxx xxxx | r ssssssss      kept = sig >> shift
+          \\ kept (M+1) /   \\  rem  /       rem  = the dropped bits
+
+``kept`` is incremented or not according to the mode and ``rem``. The code of
+the result is then ``((max(e, emin) + bias - 1) << M) + kept``: a carry out of
+the significand moves into the exponent field by itself, and a subnormal
+result (``kept < 2**M``) lands in exponent field 0. One rounding, from the
+exact input, in integers: no float arithmetic touches the value.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from ._jit import f32_bits, f64_bits, f64_from_bits, jit, pjit
+
+RNE, RNA, RTZ, RUP, RDN, RTO, SR = range(7)
+OVF_INF, OVF_SATURATE, OVF_NAN = range(3)
+
+# splitmix64 constants (Steele, Lea, Flood 2014): the counter-based generator
+# behind stochastic rounding. Element i of a call gets the bits
+# splitmix64(key + (offset + i + 1) * GOLDEN), whatever thread computes it.
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S1 = np.uint64(1)
+_S27 = np.uint64(27)
+_S30 = np.uint64(30)
+_S31 = np.uint64(31)
+
+
+@jit(inline="always")
+def _random63(key, index):
+    """63 uniform random bits for element ``index`` under ``key``."""
+    z = np.uint64(key) + np.uint64(index + 1) * _GOLDEN
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    z = z ^ (z >> _S31)
+    return np.int64(z >> _S1)
+
+
+# ----------------------------------------------------------------- input split
+#   float64:  s | eeeeeeeeeee | ffff...(52)...ffff
+@jit(inline="always")
+def _split_f64(x):
+    """(negative, e, sig, special, fraction != 0) of a float64."""
+    b = f64_bits(x)
+    ef = (b >> 52) & 0x7FF
+    fr = b & 0xFFFFFFFFFFFFF
+    sig = fr | (np.int64(ef != 0) << 52)
+    return b < 0, max(ef, 1) - 1023, sig, ef == 0x7FF, fr != 0
+
+
+#   float32:  s | eeeeeeee | fffffff(23)ffffff
+@jit(inline="always")
+def _split_f32(x):
+    """(negative, e, sig, special, fraction != 0) of a float32."""
+    b = np.int64(f32_bits(x))
+    ef = (b >> 23) & 0xFF
+    fr = b & 0x7FFFFF
+    sig = fr | (np.int64(ef != 0) << 23)
+    return b < 0, max(ef, 1) - 127, sig, ef == 0xFF, fr != 0
+
+
+# ---------------------------------------------------------------- the rounding
+@jit(inline="always")
+def _round(neg, e, sig, in_m, mode, p, key, index):
+    """Round ``±sig * 2**(e - in_m)`` to the grid of ``p``.
+
+    Returns ``(kept, qexp, mag, ovf, ovf_to_inf)``: the result is
+    ``kept * 2**qexp`` with magnitude code ``mag`` unless ``ovf`` (it exceeds
+    max), in which case IEEE 754 §7.4 sends it to infinity when
+    ``ovf_to_inf`` and to max otherwise.
+    """
+    M = p[0]
+    emin = p[1]
+    emax = p[2]
+    shift = (in_m - M) + max(emin - e, 0)
+    s = min(shift, 62)  # sig < 2**53: any shift >= 54 drops everything
+    one = np.int64(1)
+    kept = sig >> s
+    rem = sig & ((one << s) - 1)
+    half = (one << s) >> 1
+    inexact = rem != 0
+    if mode == RNE:
+        inc = (rem > half) | ((rem == half) & inexact & ((kept & 1) != 0))
+    elif mode == RNA:
+        inc = (rem >= half) & inexact
+    elif mode == RTZ:
+        inc = False
+    elif mode == RUP:
+        inc = inexact & (not neg)
+    elif mode == RDN:
+        inc = inexact & neg
+    elif mode == RTO:
+        inc = inexact & ((kept & 1) == 0)
+    else:
+        # Up with probability rem / 2**shift, read as a 63-bit threshold.
+        up = rem << (63 - min(shift, 63))
+        down = rem >> min(max(shift - 63, 0), 63)
+        threshold = up if shift <= 63 else down
+        inc = _random63(key, index) < threshold
+    kept = kept + np.int64(inc)
+    q = min(max(e, emin), emax)
+    mag = ((q + p[3] - 1) << M) + kept
+    ovf = (e > emax) | (mag > p[4])
+    # IEEE 754 §7.4: the directed modes overflow to infinity only outward.
+    if mode == RTZ or mode == RTO:
+        to_inf = False
+    elif mode == RUP:
+        to_inf = not neg
+    elif mode == RDN:
+        to_inf = neg
+    else:
+        to_inf = True
+    return kept, q - M, mag, ovf, ovf & to_inf
+
+
+@jit(inline="always")
+def _finish(neg, mag, ovf, ovf_to_inf, zero_in, special, nan_in, p):
+    """Apply overflow, the overflow policy, flushing and the sign rules.
+
+    Returns ``(mag, negative, nan)``: the final magnitude code, whether the
+    result carries a minus sign, and whether it is NaN.
+    """
+    maxmag = p[4]
+    policy = p[8]
+    to_policy = ovf_to_inf | (special & (not nan_in))  # overflow to inf, or ±inf input
+    mag = maxmag if ovf else mag
+    mag = (p[5] if policy == OVF_INF else maxmag) if to_policy else mag
+    if p[9] != 0:  # flush subnormal results (after rounding) to zero
+        mag = 0 if mag < (np.int64(1) << p[0]) else mag
+    mag = max(mag, 0)  # no zero (e8m0): below the smallest value gives the smallest
+    nan = (special & nan_in) | (to_policy & (policy == OVF_NAN))
+    if p[11] != 0:  # unsigned: zero and negative numbers are NaN
+        nan = nan | neg | zero_in
+    negative = neg & ((p[10] == 0) | (mag != 0))  # fnuz has no -0
+    return mag, negative, nan
+
+
+@jit(inline="always")
+def _mag_value(mag, negative, nan, p):
+    """The float64 value of magnitude code ``mag`` (and sign, NaN flag)."""
+    M = p[0]
+    field = mag >> M
+    frac = mag & ((np.int64(1) << M) - 1)
+    normal = (field != 0) | (p[12] == 0)
+    sig = frac | (np.int64(normal) << M)
+    ex = max(field, p[12]) - p[3] - M
+    v = np.float64(sig) * f64_from_bits((ex + 1023) << 52)
+    v = np.inf if mag == p[5] else v
+    v = -v if negative else v
+    return np.nan if nan else v
+
+
+@jit(inline="always")
+def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
+    kept, qexp, mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
+    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, (sig == 0) & (not special), special, frac_nz, p)
+    code = mag | (np.int64(negative) << p[7])
+    return p[6] if nan else code
+
+
+@jit(inline="always")
+def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
+    kept, qexp, mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
+    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, (sig == 0) & (not special), special, frac_nz, p)
+    return _mag_value(mag, negative, nan, p)
+
+
+# --------------------------------------------------------------- array kernels
+@pjit
+def quantize_f32(x, out, mode, p, key, offset):
+    """out[i] = value of x[i] (float32) rounded to the format ``p``."""
+    numba.literally(mode)
+    for i in prange(x.size):
+        neg, e, sig, special, frac_nz = _split_f32(x[i])
+        out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 23, mode, p, key, offset + i))
+
+
+@pjit
+def quantize_f64(x, out, mode, p, key, offset):
+    """out[i] = value of x[i] (float64) rounded once to the format ``p``."""
+    numba.literally(mode)
+    for i in prange(x.size):
+        neg, e, sig, special, frac_nz = _split_f64(x[i])
+        out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, key, offset + i))
+
+
+@pjit
+def encode_f32(x, out, mode, p, key, offset):
+    """out[i] = code of x[i] (float32) rounded to the format ``p``."""
+    numba.literally(mode)
+    for i in prange(x.size):
+        neg, e, sig, special, frac_nz = _split_f32(x[i])
+        out[i] = _encode_one(neg, e, sig, special, frac_nz, 23, mode, p, key, offset + i)
+
+
+@pjit
+def encode_f64(x, out, mode, p, key, offset):
+    """out[i] = code of x[i] (float64) rounded once to the format ``p``."""
+    numba.literally(mode)
+    for i in prange(x.size):
+        neg, e, sig, special, frac_nz = _split_f64(x[i])
+        out[i] = _encode_one(neg, e, sig, special, frac_nz, 52, mode, p, key, offset + i)
+
+
+#   code:  [sign] | exponent field | mantissa      (sign only if p[11] == 0)
+@jit(inline="always")
+def _decode_one(code, p):
+    sign_shift = p[7]
+    mag = code & ((np.int64(1) << sign_shift) - 1)
+    negative = (p[11] == 0) & (((code >> sign_shift) & 1) != 0)
+    nan = ((mag > p[4]) & (mag != p[5])) | ((p[10] != 0) & negative & (mag == 0))
+    return _mag_value(mag, negative, nan, p)
+
+
+@pjit
+def decode(codes, out, p):
+    """out[i] = the float32 value of code codes[i] in the format ``p``."""
+    for i in prange(codes.size):
+        out[i] = np.float32(_decode_one(np.int64(codes[i]), p))

@@ -1,0 +1,57 @@
+"""Rounding modes and overflow policies.
+
+Both are small integer enums (the kernels receive the integer), parsed from
+the strings the public functions accept.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Rounding(enum.IntEnum):
+    """How a value between two neighbours of a format picks one of them."""
+
+    RNE = 0  #: to nearest, ties to even (IEEE 754 roundTiesToEven; the default)
+    RNA = 1  #: to nearest, ties away from zero (IEEE 754 roundTiesToAway)
+    RTZ = 2  #: toward zero (truncation)
+    RUP = 3  #: toward +infinity
+    RDN = 4  #: toward -infinity
+    RTO = 5  #: to odd: exact values stay, others take the neighbour with an odd last bit
+    SR = 6  #: stochastic: up with probability equal to the distance from the lower neighbour
+
+
+class Overflow(enum.IntEnum):
+    """What a result that overflows to infinity (IEEE 754 §7.4) becomes."""
+
+    INF = 0  #: keep the infinity (the format must have one)
+    SATURATE = 1  #: the largest finite value of the same sign
+    NAN = 2  #: the format's NaN (the format must have one)
+
+
+ROUNDING_NAMES = tuple(m.name.lower() for m in Rounding)
+OVERFLOW_NAMES = tuple(m.name.lower() for m in Overflow)
+
+
+def parse_rounding(rounding) -> Rounding:
+    """Return the :class:`Rounding` for a name such as ``"rne"`` or a member."""
+    if isinstance(rounding, Rounding):
+        return rounding
+    if isinstance(rounding, str) and rounding.lower() in ROUNDING_NAMES:
+        return Rounding[rounding.upper()]
+    raise ValueError(
+        f"unknown rounding mode {rounding!r}; expected one of "
+        f"{', '.join(ROUNDING_NAMES)}"
+    )
+
+
+def parse_overflow(overflow) -> Overflow:
+    """Return the :class:`Overflow` for ``"inf"``, ``"saturate"`` or ``"nan"``."""
+    if isinstance(overflow, Overflow):
+        return overflow
+    if isinstance(overflow, str) and overflow.lower() in OVERFLOW_NAMES:
+        return Overflow[overflow.upper()]
+    raise ValueError(
+        f"unknown overflow policy {overflow!r}; expected None (the format's "
+        f"default) or one of {', '.join(OVERFLOW_NAMES)}"
+    )
