@@ -33,6 +33,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import prange
+from numba.cpython.unsafe.numbers import leading_zeros
 
 from ._jit import f32_bits, f64_bits, f64_from_bits, jit, pjit
 
@@ -51,7 +52,7 @@ _S30 = np.uint64(30)
 _S31 = np.uint64(31)
 
 
-@jit(inline="always")
+@jit
 def _random63(key, index):
     """63 uniform random bits for element ``index`` under ``key``."""
     z = np.uint64(key) + np.uint64(index + 1) * _GOLDEN
@@ -63,7 +64,7 @@ def _random63(key, index):
 
 # ----------------------------------------------------------------- input split
 #   float64:  s | eeeeeeeeeee | ffff...(52)...ffff
-@jit(inline="always")
+@jit
 def _split_f64(x):
     """(negative, e, sig, special, fraction != 0) of a float64."""
     b = f64_bits(x)
@@ -74,18 +75,23 @@ def _split_f64(x):
 
 
 #   float32:  s | eeeeeeee | fffffff(23)ffffff
-@jit(inline="always")
+@jit
 def _split_f32(x):
-    """(negative, e, sig, special, fraction != 0) of a float32."""
+    """(negative, e, sig, special, fraction != 0) of a float32.
+
+    Subnormal inputs are normalised (``sig`` gets its leading 1 at bit 23),
+    because targets such as e8m0 have binades below float32's normal range.
+    """
     b = np.int64(f32_bits(x))
     ef = (b >> 23) & 0xFF
     fr = b & 0x7FFFFF
     sig = fr | (np.int64(ef != 0) << 23)
-    return b < 0, max(ef, 1) - 127, sig, ef == 0xFF, fr != 0
+    lz = min(np.int64(leading_zeros(sig)) - 40, 23)  # 0 unless subnormal
+    return b < 0, max(ef, 1) - 127 - lz, sig << lz, ef == 0xFF, fr != 0
 
 
 # ---------------------------------------------------------------- the rounding
-@jit(inline="always")
+@jit
 def _round(neg, e, sig, in_m, mode, p, key, index):
     """Round ``±sig * 2**(e - in_m)`` to the grid of ``p``.
 
@@ -138,7 +144,7 @@ def _round(neg, e, sig, in_m, mode, p, key, index):
     return kept, q - M, mag, ovf, ovf & to_inf
 
 
-@jit(inline="always")
+@jit
 def _finish(neg, mag, ovf, ovf_to_inf, zero_in, special, nan_in, p):
     """Apply overflow, the overflow policy, flushing and the sign rules.
 
@@ -160,7 +166,7 @@ def _finish(neg, mag, ovf, ovf_to_inf, zero_in, special, nan_in, p):
     return mag, negative, nan
 
 
-@jit(inline="always")
+@jit
 def _mag_value(mag, negative, nan, p):
     """The float64 value of magnitude code ``mag`` (and sign, NaN flag)."""
     M = p[0]
@@ -175,7 +181,7 @@ def _mag_value(mag, negative, nan, p):
     return np.nan if nan else v
 
 
-@jit(inline="always")
+@jit
 def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
     kept, qexp, mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
     mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, (sig == 0) & (not special), special, frac_nz, p)
@@ -183,7 +189,7 @@ def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
     return p[6] if nan else code
 
 
-@jit(inline="always")
+@jit
 def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
     kept, qexp, mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
     mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, (sig == 0) & (not special), special, frac_nz, p)
@@ -228,7 +234,7 @@ def encode_f64(x, out, mode, p, key, offset):
 
 
 #   code:  [sign] | exponent field | mantissa      (sign only if p[11] == 0)
-@jit(inline="always")
+@jit
 def _decode_one(code, p):
     sign_shift = p[7]
     mag = code & ((np.int64(1) << sign_shift) - 1)

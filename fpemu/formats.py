@@ -59,6 +59,9 @@ class Format:
         ``saturate`` otherwise (PyTorch on CUDA).
     long_name : str, optional
         The ml_dtypes / PyTorch name (``"float8_e4m3fn"``).
+    canonical_nan : int, optional
+        The code NaN inputs produce. By default the positive quiet NaN
+        (IEEE: top mantissa bit set) or the layout's only NaN code.
 
     Examples
     --------
@@ -79,6 +82,7 @@ class Format:
     has_subnormals: bool = True
     default_overflow: str | None = None
     long_name: str | None = dataclasses.field(default=None, compare=False)
+    canonical_nan: int | None = None
 
     def __post_init__(self):
         E, M = self.exponent_bits, self.mantissa_bits
@@ -123,6 +127,15 @@ class Format:
             )
         if self.num_finite_positive < 1:
             raise ValueError(f"{where}: the layout leaves no finite positive value")
+        if self.canonical_nan is not None:
+            c = self.canonical_nan
+            nan_like = (
+                self.nan_encoding == "ieee"
+                and (c & (self.sign_code - 1)) >> M == 2**E - 1
+                and c & (2**M - 1) != 0
+            ) or (self.nan_encoding != "ieee" and c == self._layout_nan_code())
+            if not (isinstance(c, int) and 0 <= c < 2**self.bits and nan_like):
+                raise ValueError(f"{where}: canonical_nan={c!r} is not a NaN code of the layout")
         if self.default_overflow is None:
             if self.has_inf:
                 default = "inf"
@@ -202,12 +215,18 @@ class Format:
     def nan_code(self) -> int | None:
         """The canonical NaN code (positive where there is a choice), or None."""
         E, M = self.exponent_bits, self.mantissa_bits
+        if self.canonical_nan is not None:
+            return self.canonical_nan
         return {
             "ieee": ((2**E - 1) << M) | (1 << (M - 1)) if M else None,
             "fn": 2 ** (E + M) - 1,
             "fnuz": 1 << (E + M),
             "none": None,
         }[self.nan_encoding]
+
+    def _layout_nan_code(self):
+        E, M = self.exponent_bits, self.mantissa_bits
+        return {"fn": 2 ** (E + M) - 1, "fnuz": 1 << (E + M)}.get(self.nan_encoding)
 
     @property
     def num_finite_positive(self) -> int:
@@ -293,7 +312,8 @@ tf32 = Format("tf32", 8, 10, long_name="tensorfloat32")
 fp16 = Format("fp16", 5, 10, long_name="float16")
 bf16 = Format("bf16", 8, 7, long_name="bfloat16")
 e4m3fn = Format("e4m3fn", 4, 3, nan_encoding="fn", long_name="float8_e4m3fn")
-e5m2 = Format("e5m2", 5, 2, long_name="float8_e5m2")
+# PyTorch's e5m2 cast gives NaN as 0x7F (numerics-pytorch.md §1.2).
+e5m2 = Format("e5m2", 5, 2, long_name="float8_e5m2", canonical_nan=0x7F)
 e4m3fnuz = Format("e4m3fnuz", 4, 3, bias=8, nan_encoding="fnuz", long_name="float8_e4m3fnuz")
 e5m2fnuz = Format("e5m2fnuz", 5, 2, bias=16, nan_encoding="fnuz", long_name="float8_e5m2fnuz")
 e4m3 = Format("e4m3", 4, 3, long_name="float8_e4m3")

@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+export MPLBACKEND := Agg
+
+.PHONY: demo test bench clean venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/fpemu demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q --nbmake notebooks tests fpemu
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/bench_quantize.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .hypothesis out
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
