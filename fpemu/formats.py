@@ -290,7 +290,7 @@ class Format:
         30.0
         """
         if name is None:
-            suffix = {"ieee": "", "fn": "fn", "fnuz": "fnuz", "none": "fn"}[nan_encoding]
+            suffix = {"fn": "fn", "fnuz": "fnuz", "none": "fn"}.get(nan_encoding, "")
             name = f"e{exponent_bits}m{mantissa_bits}{suffix}"
             if bias is not None and bias != 2 ** (exponent_bits - 1) - 1:
                 name += f"_b{bias}"

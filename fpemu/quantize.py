@@ -306,7 +306,8 @@ def _neighbour(x, fmt, up):
     arr, shape = _prepare_input(x, fname)
     a = arr.astype(np.float64)
     if fmt.bits > 20:  # fp32 is float32 itself
-        res = np.nextafter(arr.astype(np.float32), np.float32(np.inf if up else -np.inf))
+        with np.errstate(over="ignore"):
+            res = np.nextafter(arr.astype(np.float32), np.float32(np.inf if up else -np.inf))
         return res.reshape(shape)
     vals = _finite_values(fmt)
     with np.errstate(invalid="ignore"):
