@@ -1,0 +1,164 @@
+"""Time fpemu's quantize / encode against its peers, in one run, and print ratios.
+
+Input: 2**24 float32 values spanning all magnitudes (2**-140 .. 2**127, both
+signs) with some zeros, infinities and NaNs. Each figure is the median of at
+least 7 repeats, in million elements per second (M/s). Ratios are fpemu / peer
+at the same thread count (peers without threads: against fpemu at 1 thread).
+The slow pure-Python emulators (gfloat, pychop) run on a 2**16-element slice.
+
+    python bench/bench_quantize.py [--size-log2 24] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numba
+import numpy as np
+
+import fpemu
+
+FORMATS = ("bf16", "fp16", "e4m3fn", "e5m2")
+MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto", "sr")
+
+
+def timed(fn, repeats):
+    fn()  # warm-up (and JIT compile)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        x = (rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-140, 127, n))).astype(np.float32)
+    k = n // 1000
+    x[:k] = 0.0
+    x[k:2 * k] = np.inf
+    x[2 * k:3 * k] = np.nan
+    rng.shuffle(x)
+    return x
+
+
+def peers(x, repeats):
+    """{(peer, fmt, threads): M/s} for every peer that is installed."""
+    n = x.size
+    res, notes = {}, []
+    try:
+        import ml_dtypes
+
+        types = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16,
+                 "e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+        for f, t in types.items():
+            with np.errstate(all="ignore"):
+                res[("ml_dtypes", f, 1)] = n / timed(lambda t=t: x.astype(t), repeats) / 1e6
+    except ImportError as e:
+        notes.append(f"ml_dtypes not installed ({e})")
+    with np.errstate(all="ignore"):
+        res[("numpy", "fp16", 1)] = n / timed(lambda: x.astype(np.float16), repeats) / 1e6
+    out = np.empty_like(x)
+    res[("copyto", "-", 1)] = n / timed(lambda: np.copyto(out, x), repeats) / 1e6
+    try:
+        import torch
+
+        tx = torch.from_numpy(x)
+        tt = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3fn": torch.float8_e4m3fn,
+              "e5m2": torch.float8_e5m2}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for f, t in tt.items():
+                res[("torch", f, threads)] = n / timed(lambda t=t: tx.to(t), repeats) / 1e6
+        notes.append(f"torch {torch.__version__}")
+    except ImportError as e:
+        notes.append(f"torch not installed ({e})")
+    small = x[: 1 << 16].astype(np.float64)
+    try:
+        import gfloat
+        import gfloat.formats as gf
+
+        fis = {"bf16": gf.format_info_bfloat16, "fp16": gf.format_info_binary16,
+               "e4m3fn": gf.format_info_ocp_e4m3, "e5m2": gf.format_info_ocp_e5m2}
+        for f, fi in fis.items():
+            t = timed(lambda fi=fi: gfloat.round_ndarray(fi, small, sat=True), max(3, repeats // 2))
+            res[("gfloat", f, 1)] = small.size / t / 1e6
+    except ImportError as e:
+        notes.append(f"gfloat not installed ({e})")
+    try:
+        import pychop
+
+        bits = {"bf16": (8, 7), "fp16": (5, 10), "e4m3fn": (4, 3), "e5m2": (5, 2)}
+        for f, (e, m) in bits.items():
+            ch = pychop.Chop(exp_bits=e, sig_bits=m, rmode=1)
+            t = timed(lambda ch=ch: ch(small), max(3, repeats // 2))
+            res[("pychop", f, 1)] = small.size / t / 1e6
+    except ImportError as e:
+        notes.append(f"pychop not installed ({e})")
+    return res, notes
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-log2", type=int, default=24)
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args(argv)
+    x = data(1 << args.size_log2)
+    n = x.size
+    print(f"{n} float32 values, median of {args.repeats} repeats, M elements/s; "
+          f"{numba.config.NUMBA_NUM_THREADS} cores")
+    peer, notes = peers(x, args.repeats)
+    for note in notes:
+        print("  peer:", note)
+
+    ours = {}
+    out_f = np.empty_like(x)
+    before = numba.get_num_threads()
+    for threads in (1, 2):
+        if threads > numba.config.NUMBA_NUM_THREADS:
+            continue
+        numba.set_num_threads(threads)
+        for f in FORMATS:
+            out_c = np.empty(n, fpemu.format(f).code_dtype)
+            for mode in MODES:
+                ours[("quantize", f, mode, threads)] = n / timed(
+                    lambda: fpemu.quantize(x, f, rounding=mode, seed=1, out=out_f),
+                    args.repeats) / 1e6
+                ours[("encode", f, mode, threads)] = n / timed(
+                    lambda: fpemu.encode(x, f, rounding=mode, seed=1, out=out_c),
+                    args.repeats) / 1e6
+    numba.set_num_threads(before)
+
+    def ratio(a, b):
+        return f"{a / b:8.2f}" if b else "       -"
+
+    print()
+    print("peers (M/s): " + ", ".join(f"{k[0]} {k[1]} {k[2]}T {v:.1f}" for k, v in
+                                      sorted(peer.items())))
+    copy = peer[("copyto", "-", 1)]
+    head = (f"{'op':8s} {'format':7s} {'mode':4s} {'1T M/s':>8s} {'2T M/s':>8s} "
+            f"{'/torch1T':>8s} {'/torch2T':>8s} {'/mldt':>8s} {'/copyto':>8s} "
+            f"{'/gfloat':>8s} {'/pychop':>8s} {'/rne':>8s}")
+    print(head)
+    print("-" * len(head))
+    for op in ("encode", "quantize"):
+        for f in FORMATS:
+            for mode in MODES:
+                one = ours.get((op, f, mode, 1), 0.0)
+                two = ours.get((op, f, mode, 2), 0.0)
+                print(f"{op:8s} {f:7s} {mode:4s} {one:8.1f} {two:8.1f} "
+                      f"{ratio(one, peer.get(('torch', f, 1), 0))} "
+                      f"{ratio(two, peer.get(('torch', f, 2), 0))} "
+                      f"{ratio(one, peer.get(('ml_dtypes', f, 1), 0))} "
+                      f"{ratio(one, copy)} "
+                      f"{ratio(one, peer.get(('gfloat', f, 1), 0))} "
+                      f"{ratio(one, peer.get(('pychop', f, 1), 0))} "
+                      f"{ratio(one, ours.get((op, f, 'rne', 1), 0))}")
+
+
+if __name__ == "__main__":
+    main()
