@@ -248,3 +248,12 @@ def decode(codes, out, p):
     """out[i] = the float32 value of code codes[i] in the format ``p``."""
     for i in prange(codes.size):
         out[i] = np.float32(_decode_one(np.int64(codes[i]), p))
+
+
+@pjit
+def quantize_lut_f32(x, out, mode, p, key, offset, lut):
+    """As quantize_f32, reading values from ``lut`` (the decoded codes)."""
+    numba.literally(mode)
+    for i in prange(x.size):
+        neg, e, sig, special, frac_nz = _split_f32(x[i])
+        out[i] = lut[_encode_one(neg, e, sig, special, frac_nz, 23, mode, p, key, offset + i)]
