@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 import numba
+from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -38,3 +39,25 @@ f64_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
 f32_bits = _bitcast(types.float32, types.int32, ir.IntType(32))
 #: int64 -> float64 with the same bits
 f64_from_bits = _bitcast(types.int64, types.float64, ir.DoubleType())
+
+
+class inlining:
+    """Let LLVM inline the whole per-element body of a kernel while it compiles.
+
+    Numba leaves LLVM's inliner at its default threshold (225). The rounding
+    helpers of a kernel add up to more than that in some modes; a call then
+    stays in the loop and blocks vectorisation (``quantize`` with ``rne`` ran
+    5x slower). Kernels compile lazily inside their first call, so the callers
+    wrap each kernel call in this context; cached kernels are unaffected.
+    The option is global to LLVM, so it is put back on exit.
+    """
+
+    THRESHOLD = 4000
+    DEFAULT = 225  # LLVM's own default
+
+    def __enter__(self):
+        llvm_binding.set_option("fpemu", f"-inline-threshold={self.THRESHOLD}")
+
+    def __exit__(self, *exc):
+        llvm_binding.set_option("fpemu", f"-inline-threshold={self.DEFAULT}")
+        return False

@@ -191,9 +191,9 @@ def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
 
 @jit
 def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
-    kept, qexp, mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
-    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, (sig == 0) & (not special), special, frac_nz, p)
-    return _mag_value(mag, negative, nan, p)
+    numba.literally(mode)
+    code = _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index)
+    return _decode_one(code, p)
 
 
 # --------------------------------------------------------------- array kernels

@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 
 from . import _kernels
+from ._jit import inlining
 from .formats import Format
 from .formats import format as _lookup
 from .rounding import Overflow, Rounding, parse_overflow, parse_rounding
@@ -182,7 +183,8 @@ def _run(kernels, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fnam
     result = _prepare_out(out, shape, fmt.code_dtype if dtype is None else dtype, fname)
     kernel = kernels[0] if arr.dtype == np.float32 else kernels[1]
     if arr.size:
-        kernel(arr, result.reshape(-1), int(mode), params, key, offset)
+        with inlining():
+            kernel(arr, result.reshape(-1), int(mode), params, key, offset)
     return result
 
 
@@ -286,7 +288,8 @@ def decode(codes, fmt):
     flat = np.ascontiguousarray(arr.astype(fmt.code_dtype, copy=False)).reshape(-1)
     out = np.empty(shape, np.float32)
     if flat.size:
-        _kernels.decode(flat, out.reshape(-1), _kernel_params(fmt, Overflow.SATURATE, True))
+        with inlining():
+            _kernels.decode(flat, out.reshape(-1), _kernel_params(fmt, Overflow.SATURATE, True))
     return out
 
 
