@@ -3,15 +3,21 @@
 Contract shared by every kernel here: 1-D contiguous arrays and integers in,
 arrays out; no Python objects; no exceptions (the callers in
 :mod:`fpemu.quantize` check the input first). A format reaches a kernel as the
-tuple ``p`` built by :func:`fpemu.quantize._kernel_params`::
+tuple ``p`` and the int ``flags`` built by
+:func:`fpemu.quantize._kernel_params`::
 
-    p[0]  M        mantissa bits              p[7]  sign_shift  E + M
-    p[1]  emin     exponent of min normal     p[8]  overflow    0 inf, 1 saturate, 2 nan
-    p[2]  emax     exponent of max            p[9]  flush       1: subnormal results -> 0
-    p[3]  bias                                 p[10] fnuz        1: no -0 (NaN there)
-    p[4]  maxmag   code of max (no sign)      p[11] unsigned    1: no sign bit (e8m0)
-    p[5]  infmag   code of inf, or -1         p[12] subnormals  1: field 0 = zero/subnormals
-    p[6]  nancode  canonical NaN code
+    p[0]  M        mantissa bits              p[4]  maxmag   code of max (no sign)
+    p[1]  emin     exponent of min normal     p[5]  infmag   code of inf, or -1
+    p[2]  emax     exponent of max            p[6]  nancode  canonical NaN code
+    p[3]  bias                                 p[7]  sign_shift  E + M
+
+    flags: bits 0-1 overflow policy (0 inf, 1 saturate, 2 nan), then one bit
+    each for FLUSH (subnormal results -> 0), FNUZ (no -0; NaN there),
+    UNSIGNED (no sign bit), NO_ZERO (field 0 is a normal binade: e8m0) and
+    NORMALIZE (binades below 2**-126: normalise float32 subnormal inputs).
+
+``mode`` and ``flags`` are compile-time literals (``numba.literally``): each
+combination compiles to its own lean loop, which LLVM vectorises.
 
 Rounding model. A finite input is ``sig * 2**(e - in_m)`` with an integer
 significand ``sig < 2**(in_m + 1)`` read from the float32 (in_m = 23) or
@@ -39,6 +45,7 @@ from ._jit import f32_bits, f64_bits, f64_from_bits, jit, pjit
 
 RNE, RNA, RTZ, RUP, RDN, RTO, SR = range(7)
 OVF_INF, OVF_SATURATE, OVF_NAN = range(3)
+POLICY_MASK, FLUSH, FNUZ, UNSIGNED, NO_ZERO, NORMALIZE = 3, 4, 8, 16, 32, 64
 
 # splitmix64 constants (Steele, Lea, Flood 2014): the counter-based generator
 # behind stochastic rounding. Element i of a call gets the bits
@@ -76,18 +83,24 @@ def _split_f64(x):
 
 #   float32:  s | eeeeeeee | fffffff(23)ffffff
 @jit
-def _split_f32(x):
+def _split_f32(x, flags):
     """(negative, e, sig, special, fraction != 0) of a float32.
 
-    Subnormal inputs are normalised (``sig`` gets its leading 1 at bit 23),
-    because targets such as e8m0 have binades below float32's normal range.
+    With NORMALIZE, subnormal inputs are normalised (``sig`` gets its leading
+    1 at bit 23): formats such as e8m0 have binades below float32's normal
+    range, where the quantum depends on the true exponent.
     """
+    numba.literally(flags)
     b = np.int64(f32_bits(x))
     ef = (b >> 23) & 0xFF
     fr = b & 0x7FFFFF
     sig = fr | (np.int64(ef != 0) << 23)
-    lz = min(np.int64(leading_zeros(sig)) - 40, 23)  # 0 unless subnormal
-    return b < 0, max(ef, 1) - 127 - lz, sig << lz, ef == 0xFF, fr != 0
+    e = max(ef, 1) - 127
+    if flags & NORMALIZE:
+        lz = min(np.int64(leading_zeros(sig)) - 40, 23)  # 0 unless subnormal
+        e = e - lz
+        sig = sig << lz
+    return b < 0, e, sig, ef == 0xFF, fr != 0
 
 
 # ---------------------------------------------------------------- the rounding
@@ -100,6 +113,7 @@ def _round(neg, e, sig, in_m, mode, p, key, index):
     max), in which case IEEE 754 §7.4 sends it to infinity when
     ``ovf_to_inf`` and to max otherwise.
     """
+    numba.literally(mode)  # one small function per mode, so LLVM inlines it
     M = p[0]
     emin = p[1]
     emax = p[2]
@@ -145,36 +159,50 @@ def _round(neg, e, sig, in_m, mode, p, key, index):
 
 
 @jit
-def _finish(neg, mag, ovf, ovf_to_inf, zero_in, special, nan_in, p):
+def _finish(neg, mag, ovf, ovf_to_inf, zero_in, special, nan_in, p, flags):
     """Apply overflow, the overflow policy, flushing and the sign rules.
 
     Returns ``(mag, negative, nan)``: the final magnitude code, whether the
     result carries a minus sign, and whether it is NaN.
     """
+    numba.literally(flags)
     maxmag = p[4]
-    policy = p[8]
+    policy = flags & POLICY_MASK
     to_policy = ovf_to_inf | (special & (not nan_in))  # overflow to inf, or ±inf input
     mag = maxmag if ovf else mag
-    mag = (p[5] if policy == OVF_INF else maxmag) if to_policy else mag
-    if p[9] != 0:  # flush subnormal results (after rounding) to zero
+    if policy == OVF_INF:
+        mag = p[5] if to_policy else mag
+    else:
+        mag = maxmag if to_policy else mag
+    if flags & FLUSH:  # flush subnormal results (after rounding) to zero
         mag = 0 if mag < (np.int64(1) << p[0]) else mag
-    mag = max(mag, 0)  # no zero (e8m0): below the smallest value gives the smallest
-    nan = (special & nan_in) | (to_policy & (policy == OVF_NAN))
-    if p[11] != 0:  # unsigned: zero and negative numbers are NaN
+    if flags & NO_ZERO:  # below the smallest value gives the smallest
+        mag = max(mag, 0)
+    nan = special & nan_in
+    if policy == OVF_NAN:
+        nan = nan | to_policy
+    if flags & UNSIGNED:  # zero and negative numbers are NaN
         nan = nan | neg | zero_in
-    negative = neg & ((p[10] == 0) | (mag != 0))  # fnuz has no -0
+    if flags & FNUZ:  # no -0
+        negative = neg & (mag != 0)
+    else:
+        negative = neg
     return mag, negative, nan
 
 
 @jit
-def _mag_value(mag, negative, nan, p):
+def _mag_value(mag, negative, nan, p, flags):
     """The float64 value of magnitude code ``mag`` (and sign, NaN flag)."""
+    numba.literally(flags)
     M = p[0]
     field = mag >> M
     frac = mag & ((np.int64(1) << M) - 1)
-    normal = (field != 0) | (p[12] == 0)
-    sig = frac | (np.int64(normal) << M)
-    ex = max(field, p[12]) - p[3] - M
+    if flags & NO_ZERO:
+        sig = frac | (np.int64(1) << M)
+        ex = field - p[3] - M
+    else:
+        sig = frac | (np.int64(field != 0) << M)
+        ex = max(field, 1) - p[3] - M
     v = np.float64(sig) * f64_from_bits((ex + 1023) << 52)
     v = np.inf if mag == p[5] else v
     v = -v if negative else v
@@ -182,78 +210,84 @@ def _mag_value(mag, negative, nan, p):
 
 
 @jit
-def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
+def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
+    numba.literally(mode)
+    numba.literally(flags)
     kept, qexp, mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
-    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, (sig == 0) & (not special), special, frac_nz, p)
+    zero_in = (sig == 0) & (not special)
+    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, zero_in, special, frac_nz, p, flags)
     code = mag | (np.int64(negative) << p[7])
     return p[6] if nan else code
 
 
 @jit
-def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index):
+def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
     numba.literally(mode)
-    code = _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, key, index)
-    return _decode_one(code, p)
+    numba.literally(flags)
+    code = _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
+    return _decode_one(code, p, flags)
 
 
 # --------------------------------------------------------------- array kernels
 @pjit
-def quantize_f32(x, out, mode, p, key, offset):
+def quantize_f32(x, out, mode, flags, p, key, offset):
     """out[i] = value of x[i] (float32) rounded to the format ``p``."""
     numba.literally(mode)
+    numba.literally(flags)
     for i in prange(x.size):
-        neg, e, sig, special, frac_nz = _split_f32(x[i])
-        out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 23, mode, p, key, offset + i))
+        neg, e, sig, special, frac_nz = _split_f32(x[i], flags)
+        out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 23, mode, p, flags, key, offset + i))
 
 
 @pjit
-def quantize_f64(x, out, mode, p, key, offset):
+def quantize_f64(x, out, mode, flags, p, key, offset):
     """out[i] = value of x[i] (float64) rounded once to the format ``p``."""
     numba.literally(mode)
+    numba.literally(flags)
     for i in prange(x.size):
         neg, e, sig, special, frac_nz = _split_f64(x[i])
-        out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, key, offset + i))
+        out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, flags, key, offset + i))
 
 
 @pjit
-def encode_f32(x, out, mode, p, key, offset):
+def encode_f32(x, out, mode, flags, p, key, offset):
     """out[i] = code of x[i] (float32) rounded to the format ``p``."""
     numba.literally(mode)
+    numba.literally(flags)
     for i in prange(x.size):
-        neg, e, sig, special, frac_nz = _split_f32(x[i])
-        out[i] = _encode_one(neg, e, sig, special, frac_nz, 23, mode, p, key, offset + i)
+        neg, e, sig, special, frac_nz = _split_f32(x[i], flags)
+        out[i] = _encode_one(neg, e, sig, special, frac_nz, 23, mode, p, flags, key, offset + i)
 
 
 @pjit
-def encode_f64(x, out, mode, p, key, offset):
+def encode_f64(x, out, mode, flags, p, key, offset):
     """out[i] = code of x[i] (float64) rounded once to the format ``p``."""
     numba.literally(mode)
+    numba.literally(flags)
     for i in prange(x.size):
         neg, e, sig, special, frac_nz = _split_f64(x[i])
-        out[i] = _encode_one(neg, e, sig, special, frac_nz, 52, mode, p, key, offset + i)
+        out[i] = _encode_one(neg, e, sig, special, frac_nz, 52, mode, p, flags, key, offset + i)
 
 
-#   code:  [sign] | exponent field | mantissa      (sign only if p[11] == 0)
+#   code:  [sign] | exponent field | mantissa      (no sign bit with UNSIGNED)
 @jit
-def _decode_one(code, p):
+def _decode_one(code, p, flags):
+    numba.literally(flags)
     sign_shift = p[7]
     mag = code & ((np.int64(1) << sign_shift) - 1)
-    negative = (p[11] == 0) & (((code >> sign_shift) & 1) != 0)
-    nan = ((mag > p[4]) & (mag != p[5])) | ((p[10] != 0) & negative & (mag == 0))
-    return _mag_value(mag, negative, nan, p)
+    if flags & UNSIGNED:
+        negative = False
+    else:
+        negative = ((code >> sign_shift) & 1) != 0
+    nan = (mag > p[4]) & (mag != p[5])
+    if flags & FNUZ:
+        nan = nan | (negative & (mag == 0))
+    return _mag_value(mag, negative, nan, p, flags)
 
 
 @pjit
-def decode(codes, out, p):
+def decode(codes, out, flags, p):
     """out[i] = the float32 value of code codes[i] in the format ``p``."""
+    numba.literally(flags)
     for i in prange(codes.size):
-        out[i] = np.float32(_decode_one(np.int64(codes[i]), p))
-
-
-@pjit
-def quantize_lut_f32(x, out, mode, p, key, offset, lut):
-    """As quantize_f32, reading values from ``lut`` (the decoded codes)."""
-    numba.literally(mode)
-    for i in prange(x.size):
-        neg, e, sig, special, frac_nz = _split_f32(x[i])
-        out[i] = lut[_encode_one(neg, e, sig, special, frac_nz, 23, mode, p, key, offset + i)]
+        out[i] = np.float32(_decode_one(np.int64(codes[i]), p, flags))

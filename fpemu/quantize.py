@@ -116,10 +116,10 @@ def _resolve_overflow(fmt: Format, overflow) -> Overflow:
 
 
 def _kernel_params(fmt: Format, pol: Overflow, subnormals: bool) -> tuple:
-    """The integer tuple a kernel sees (layout in fpemu._kernels)."""
+    """(p, flags): what a kernel sees of the format (layout in fpemu._kernels)."""
     if not isinstance(subnormals, (bool, np.bool_)):
         raise TypeError(f"subnormals must be True or False, got {subnormals!r}")
-    return (
+    p = (
         fmt.mantissa_bits,
         fmt.emin,
         fmt.emax,
@@ -128,12 +128,19 @@ def _kernel_params(fmt: Format, pol: Overflow, subnormals: bool) -> tuple:
         -1 if fmt.inf_code is None else fmt.inf_code,
         -1 if fmt.nan_code is None else fmt.nan_code,
         fmt.exponent_bits + fmt.mantissa_bits,
-        int(pol),
-        int(fmt.has_subnormals and not subnormals),
-        int(fmt.nan_encoding == "fnuz"),
-        int(not fmt.signed),
-        int(fmt.has_subnormals),
     )
+    flags = int(pol)
+    if fmt.has_subnormals and not subnormals:
+        flags |= _kernels.FLUSH
+    if fmt.nan_encoding == "fnuz":
+        flags |= _kernels.FNUZ
+    if not fmt.signed:
+        flags |= _kernels.UNSIGNED
+    if not fmt.has_zero:
+        flags |= _kernels.NO_ZERO
+    if fmt.emin < -126:
+        flags |= _kernels.NORMALIZE
+    return p, flags
 
 
 def _seed_key(seed, mode: Rounding):
@@ -176,7 +183,7 @@ def _run(kernels, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fnam
     fmt = _as_format(fmt)
     mode = parse_rounding(rounding)
     pol = _resolve_overflow(fmt, overflow)
-    params = _kernel_params(fmt, pol, subnormals)
+    params, flags = _kernel_params(fmt, pol, subnormals)
     key, offset = _seed_key(seed, mode)
     arr, shape = _prepare_input(x, fname)
     _check_nan_input(fmt, arr, fname)
@@ -184,7 +191,7 @@ def _run(kernels, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fnam
     kernel = kernels[0] if arr.dtype == np.float32 else kernels[1]
     if arr.size:
         with inlining():
-            kernel(arr, result.reshape(-1), int(mode), params, key, offset)
+            kernel(arr, result.reshape(-1), int(mode), flags, params, key, offset)
     return result
 
 
@@ -289,7 +296,8 @@ def decode(codes, fmt):
     out = np.empty(shape, np.float32)
     if flat.size:
         with inlining():
-            _kernels.decode(flat, out.reshape(-1), _kernel_params(fmt, Overflow.SATURATE, True))
+            p, flags = _kernel_params(fmt, Overflow.SATURATE, True)
+            _kernels.decode(flat, out.reshape(-1), flags, p)
     return out
 
 
