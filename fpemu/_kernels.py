@@ -108,10 +108,9 @@ def _split_f32(x, flags):
 def _round(neg, e, sig, in_m, mode, p, key, index):
     """Round ``±sig * 2**(e - in_m)`` to the grid of ``p``.
 
-    Returns ``(kept, qexp, mag, ovf, ovf_to_inf)``: the result is
-    ``kept * 2**qexp`` with magnitude code ``mag`` unless ``ovf`` (it exceeds
-    max), in which case IEEE 754 §7.4 sends it to infinity when
-    ``ovf_to_inf`` and to max otherwise.
+    Returns ``(mag, ovf, ovf_to_inf)``: the magnitude code of the result
+    unless ``ovf`` (it exceeds max), in which case IEEE 754 §7.4 sends it to
+    infinity when ``ovf_to_inf`` and to max otherwise.
     """
     numba.literally(mode)  # one small function per mode, so LLVM inlines it
     M = p[0]
@@ -155,7 +154,7 @@ def _round(neg, e, sig, in_m, mode, p, key, index):
         to_inf = neg
     else:
         to_inf = True
-    return kept, q - M, mag, ovf, ovf & to_inf
+    return mag, ovf, ovf & to_inf
 
 
 @jit
@@ -213,7 +212,7 @@ def _mag_value(mag, negative, nan, p, flags):
 def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
     numba.literally(mode)
     numba.literally(flags)
-    kept, qexp, mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
+    mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
     zero_in = (sig == 0) & (not special)
     mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, zero_in, special, frac_nz, p, flags)
     code = mag | (np.int64(negative) << p[7])

@@ -104,9 +104,10 @@ def _prepare_out(out, shape, dtype, fname):
 def _resolve_overflow(fmt: Format, overflow) -> Overflow:
     pol = parse_overflow(fmt.default_overflow if overflow is None else overflow)
     if pol is Overflow.INF and not fmt.has_inf:
+        choices = "'saturate' or 'nan'" if fmt.has_nan else "'saturate'"
         raise ValueError(
-            f"{fmt.long_name or fmt.name} has no infinity; pass overflow='saturate' "
-            f"or {'nan' if fmt.has_nan else 'leave the default'!r}"
+            f"{fmt.long_name or fmt.name} has no infinity; pass overflow={choices} "
+            f"(or None for its default, {fmt.default_overflow!r})"
         )
     if pol is Overflow.NAN and not fmt.has_nan:
         raise ValueError(
