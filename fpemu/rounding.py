@@ -33,25 +33,20 @@ ROUNDING_NAMES = tuple(m.name.lower() for m in Rounding)
 OVERFLOW_NAMES = tuple(m.name.lower() for m in Overflow)
 
 
+def _parse(enum_type, value, what, expected):
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str) and value.lower() in expected:
+        return enum_type[value.upper()]
+    raise ValueError(f"unknown {what} {value!r}; expected {', '.join(expected)}")
+
+
 def parse_rounding(rounding) -> Rounding:
     """Return the :class:`Rounding` for a name such as ``"rne"`` or a member."""
-    if isinstance(rounding, Rounding):
-        return rounding
-    if isinstance(rounding, str) and rounding.lower() in ROUNDING_NAMES:
-        return Rounding[rounding.upper()]
-    raise ValueError(
-        f"unknown rounding mode {rounding!r}; expected one of "
-        f"{', '.join(ROUNDING_NAMES)}"
-    )
+    return _parse(Rounding, rounding, "rounding mode", ROUNDING_NAMES)
 
 
 def parse_overflow(overflow) -> Overflow:
     """Return the :class:`Overflow` for ``"inf"``, ``"saturate"`` or ``"nan"``."""
-    if isinstance(overflow, Overflow):
-        return overflow
-    if isinstance(overflow, str) and overflow.lower() in OVERFLOW_NAMES:
-        return Overflow[overflow.upper()]
-    raise ValueError(
-        f"unknown overflow policy {overflow!r}; expected None (the format's "
-        f"default) or one of {', '.join(OVERFLOW_NAMES)}"
-    )
+    return _parse(Overflow, overflow, "overflow policy",
+                  OVERFLOW_NAMES)

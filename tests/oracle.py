@@ -135,9 +135,10 @@ class TableOracle:
         past_grid = a_f > ext[-1]
         lo, hi = ext[lo_i], ext[hi_i]
         mid = (lo + hi) / 2
-        # The last significand digit: with M = 0 it is the implicit 1 (odd).
-        hi_odd = (codes[hi_i] % 2 == 1) | (s.M == 0)
-        lo_odd = (codes[lo_i] % 2 == 1) | (s.M == 0)
+        # The last significand digit: with M = 0 it is the implicit 1 (odd),
+        # except for zero, whose digit is 0 (even).
+        hi_odd = (codes[hi_i] % 2 == 1) | ((s.M == 0) & (hi != 0))
+        lo_odd = (codes[lo_i] % 2 == 1) | ((s.M == 0) & (lo != 0))
         hi_even = ~(hi_odd & ~lo_odd)  # a tie with no even side goes away from 0
         if mode == "rne":
             up = (a_f > mid) | ((a_f == mid) & hi_even)

@@ -452,3 +452,34 @@ def test_every_combination_of_modes_compiles_for_every_format():
     x = np.array([1.3, -2.7, 1e-30, 1e30])
     for name, mode in itertools.product(("fp16", "e3m2", "e8m0"), MODES + ("sr",)):
         assert fpemu.quantize(x.astype(np.float32), name, rounding=mode, seed=1).shape == (4,)
+
+
+# ------------------------------------------------------------- custom formats
+# (E, M, bias, layout): odd widths, biases that push binades below float32's
+# normal range, no mantissa bits, no NaN.
+CUSTOM = [
+    (3, 3, 3, "ieee"), (5, 1, 15, "fn"), (4, 3, 11, "fnuz"), (2, 2, 1, "none"),
+    (6, 5, 31, "ieee"), (8, 2, 130, "ieee"), (8, 4, 133, "fnuz"), (3, 0, 3, "fn"),
+    (4, 6, 7, "none"),
+]
+
+
+@pytest.mark.parametrize("E,M,bias,layout", CUSTOM)
+def test_custom_formats_against_table_oracle(E, M, bias, layout):
+    from oracle import Spec
+
+    fmt = fpemu.Format.custom(E, M, bias=bias, nan_encoding=layout)
+    default = {"ieee": "inf", "fnuz": "nan"}.get(layout, "saturate")
+    o = TableOracle(Spec(fmt.name, E, M, bias, layout, default_overflow=default))
+    f32_pts, f64_pts = midpoint_inputs(o)
+    if layout == "none":
+        f32_pts = f32_pts[~np.isnan(f32_pts)]
+    for mode in MODES:
+        for subnormals in (True, False):
+            for pol in POLICIES[layout]:
+                kw = dict(rounding=mode, subnormals=subnormals, overflow=pol)
+                for pts in (f32_pts, f64_pts):
+                    want = o.round(pts.astype(np.float64), mode, subnormals, pol)
+                    what = f"{fmt.name} {mode} {subnormals} {pol} {pts.dtype}"
+                    assert_codes_equal(fpemu.encode(pts, fmt, **kw), want, pts, what)
+                    assert_values_match_codes(fpemu.quantize(pts, fmt, **kw), want, o, what)
