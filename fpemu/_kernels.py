@@ -16,8 +16,8 @@ tuple ``p`` and the int ``flags`` built by
     UNSIGNED (no sign bit), NO_ZERO (field 0 is a normal binade: e8m0) and
     NORMALIZE (binades below 2**-126: normalise float32 subnormal inputs).
 
-``mode`` and ``flags`` are compile-time literals (``numba.literally``): each
-combination compiles to its own lean loop, which LLVM vectorises.
+``mode`` and ``flags`` are compile-time constants: :func:`rounding_kernel`
+builds one loop per combination, which LLVM vectorises.
 
 Rounding model. A finite input is ``sig * 2**(e - in_m)`` with an integer
 significand ``sig < 2**(in_m + 1)`` read from the float32 (in_m = 23) or
@@ -35,6 +35,8 @@ exact input, in integers: no float arithmetic touches the value.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numba
 import numpy as np
@@ -72,8 +74,12 @@ def _random63(key, index):
 # ----------------------------------------------------------------- input split
 #   float64:  s | eeeeeeeeeee | ffff...(52)...ffff
 @jit
-def _split_f64(x):
-    """(negative, e, sig, special, fraction != 0) of a float64."""
+def _split_f64(x, flags):
+    """(negative, e, sig, special, fraction != 0) of a float64.
+
+    float64 subnormals lie far below every format's smallest value, so they
+    are never normalised (``flags`` is there to match :func:`_split_f32`).
+    """
     b = f64_bits(x)
     ef = (b >> 52) & 0x7FF
     fr = b & 0xFFFFFFFFFFFFF
@@ -228,44 +234,38 @@ def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, inde
 
 
 # --------------------------------------------------------------- array kernels
-@pjit
-def quantize_f32(x, out, mode, flags, p, key, offset):
-    """out[i] = value of x[i] (float32) rounded to the format ``p``."""
-    numba.literally(mode)
-    numba.literally(flags)
-    for i in prange(x.size):
-        neg, e, sig, special, frac_nz = _split_f32(x[i], flags)
-        out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 23, mode, p, flags, key, offset + i))
+@functools.lru_cache(maxsize=None)
+def rounding_kernel(op, in_dtype, mode, flags):
+    """The parallel loop for ``op`` ("quantize" or "encode") on float32 or
+    float64 input (``in_dtype`` "f4" / "f8"), one rounding mode and one set of
+    flags, called as ``kernel(x, out, p, key, offset)``.
 
+    ``mode`` and ``flags`` are constants of the closure, so each combination
+    compiles to its own lean loop that LLVM vectorises, and Numba caches each
+    on disk. (Passing them as ``numba.literally`` arguments instead made the
+    parallel loop twice as slow.)
+    """
+    split = _split_f32 if in_dtype == "f4" else _split_f64
+    in_m = 23 if in_dtype == "f4" else 52
+    if op == "encode":
 
-@pjit
-def quantize_f64(x, out, mode, flags, p, key, offset):
-    """out[i] = value of x[i] (float64) rounded once to the format ``p``."""
-    numba.literally(mode)
-    numba.literally(flags)
-    for i in prange(x.size):
-        neg, e, sig, special, frac_nz = _split_f64(x[i])
-        out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, flags, key, offset + i))
+        @pjit
+        def encode(x, out, p, key, offset):
+            for i in prange(x.size):
+                neg, e, sig, special, frac_nz = split(x[i], flags)
+                out[i] = _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key,
+                                     offset + i)
 
+        return encode
 
-@pjit
-def encode_f32(x, out, mode, flags, p, key, offset):
-    """out[i] = code of x[i] (float32) rounded to the format ``p``."""
-    numba.literally(mode)
-    numba.literally(flags)
-    for i in prange(x.size):
-        neg, e, sig, special, frac_nz = _split_f32(x[i], flags)
-        out[i] = _encode_one(neg, e, sig, special, frac_nz, 23, mode, p, flags, key, offset + i)
+    @pjit
+    def quantize(x, out, p, key, offset):
+        for i in prange(x.size):
+            neg, e, sig, special, frac_nz = split(x[i], flags)
+            out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags,
+                                              key, offset + i))
 
-
-@pjit
-def encode_f64(x, out, mode, flags, p, key, offset):
-    """out[i] = code of x[i] (float64) rounded once to the format ``p``."""
-    numba.literally(mode)
-    numba.literally(flags)
-    for i in prange(x.size):
-        neg, e, sig, special, frac_nz = _split_f64(x[i])
-        out[i] = _encode_one(neg, e, sig, special, frac_nz, 52, mode, p, flags, key, offset + i)
+    return quantize
 
 
 #   code:  [sign] | exponent field | mantissa      (no sign bit with UNSIGNED)
@@ -284,9 +284,13 @@ def _decode_one(code, p, flags):
     return _mag_value(mag, negative, nan, p, flags)
 
 
-@pjit
-def decode(codes, out, flags, p):
-    """out[i] = the float32 value of code codes[i] in the format ``p``."""
-    numba.literally(flags)
-    for i in prange(codes.size):
-        out[i] = np.float32(_decode_one(np.int64(codes[i]), p, flags))
+@functools.lru_cache(maxsize=None)
+def decode_kernel(flags):
+    """The parallel loop ``kernel(codes, out, p)``: out[i] = value of codes[i]."""
+
+    @pjit
+    def decode(codes, out, p):
+        for i in prange(codes.size):
+            out[i] = np.float32(_decode_one(np.int64(codes[i]), p, flags))
+
+    return decode

@@ -180,7 +180,7 @@ def _check_nan_input(fmt: Format, arr, fname):
             )
 
 
-def _run(kernels, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
+def _run(op, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
     fmt = _as_format(fmt)
     mode = parse_rounding(rounding)
     pol = _resolve_overflow(fmt, overflow)
@@ -189,10 +189,10 @@ def _run(kernels, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fnam
     arr, shape = _prepare_input(x, fname)
     _check_nan_input(fmt, arr, fname)
     result = _prepare_out(out, shape, fmt.code_dtype if dtype is None else dtype, fname)
-    kernel = kernels[0] if arr.dtype == np.float32 else kernels[1]
     if arr.size:
+        kernel = _kernels.rounding_kernel(op, arr.dtype.str[1:], int(mode), flags)
         with inlining():
-            kernel(arr, result.reshape(-1), int(mode), flags, params, key, offset)
+            kernel(arr, result.reshape(-1), params, key, offset)
     return result
 
 
@@ -240,8 +240,7 @@ def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.quantize(500.0, "e4m3fn", overflow="nan")
     array(nan, dtype=float32)
     """
-    kernels = (_kernels.quantize_f32, _kernels.quantize_f64)
-    return _run(kernels, x, fmt, rounding, subnormals, overflow, seed, out, np.float32,
+    return _run("quantize", x, fmt, rounding, subnormals, overflow, seed, out, np.float32,
                 "quantize")
 
 
@@ -261,8 +260,7 @@ def encode(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None,
     >>> hex(int(fpemu.encode(65520.0, "fp16")))
     '0x7c00'
     """
-    kernels = (_kernels.encode_f32, _kernels.encode_f64)
-    return _run(kernels, x, fmt, rounding, subnormals, overflow, seed, out, None, "encode")
+    return _run("encode", x, fmt, rounding, subnormals, overflow, seed, out, None, "encode")
 
 
 def decode(codes, fmt):
@@ -298,7 +296,7 @@ def decode(codes, fmt):
     if flat.size:
         with inlining():
             p, flags = _kernel_params(fmt, Overflow.SATURATE, True)
-            _kernels.decode(flat, out.reshape(-1), flags, p)
+            _kernels.decode_kernel(flags)(flat, out.reshape(-1), p)
     return out
 
 
