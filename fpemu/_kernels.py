@@ -229,8 +229,10 @@ def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
 def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
     numba.literally(mode)
     numba.literally(flags)
-    code = _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
-    return _decode_one(code, p, flags)
+    mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
+    zero_in = (sig == 0) & (not special)
+    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, zero_in, special, frac_nz, p, flags)
+    return _mag_value(mag, negative, nan, p, flags)
 
 
 # --------------------------------------------------------------- array kernels
