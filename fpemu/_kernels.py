@@ -31,7 +31,8 @@ float64 (in_m = 52) bits. On the target grid the quantum at exponent ``e`` is
 the result is then ``((max(e, emin) + bias - 1) << M) + kept``: a carry out of
 the significand moves into the exponent field by itself, and a subnormal
 result (``kept < 2**M``) lands in exponent field 0. One rounding, from the
-exact input, in integers: no float arithmetic touches the value.
+exact input, in integers; ``quantize`` then builds the float32 value exactly,
+as an integer significand times a power of two.
 """
 
 from __future__ import annotations
@@ -215,12 +216,20 @@ def _mag_value(mag, negative, nan, p, flags):
 
 
 @jit
-def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
+def _rounded(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
+    """(magnitude code, negative, nan) of one input rounded to the format."""
     numba.literally(mode)
     numba.literally(flags)
     mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
     zero_in = (sig == 0) & (not special)
-    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, zero_in, special, frac_nz, p, flags)
+    return _finish(neg, mag, ovf, ovf_inf, zero_in, special, frac_nz, p, flags)
+
+
+@jit
+def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
+    numba.literally(mode)
+    numba.literally(flags)
+    mag, negative, nan = _rounded(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
     code = mag | (np.int64(negative) << p[7])
     return p[6] if nan else code
 
@@ -229,9 +238,7 @@ def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
 def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
     numba.literally(mode)
     numba.literally(flags)
-    mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
-    zero_in = (sig == 0) & (not special)
-    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, zero_in, special, frac_nz, p, flags)
+    mag, negative, nan = _rounded(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
     return _mag_value(mag, negative, nan, p, flags)
 
 
