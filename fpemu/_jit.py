@@ -41,6 +41,21 @@ f32_bits = _bitcast(types.float32, types.int32, ir.IntType(32))
 f64_from_bits = _bitcast(types.int64, types.float64, ir.DoubleType())
 
 
+@intrinsic
+def fma(typingctx, a, b, c):
+    """a * b + c with one rounding (LLVM's llvm.fma.f64: the FMA instruction,
+    or libm's correctly rounded fma where the CPU has none)."""
+    if not (a == b == c == types.float64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        d = ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [d], ir.FunctionType(d, [d, d, d]))
+        return builder.call(fn, args)
+
+    return types.float64(types.float64, types.float64, types.float64), codegen
+
+
 class inlining:
     """Let LLVM inline the whole per-element body of a kernel while it compiles.
 

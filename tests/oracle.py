@@ -9,8 +9,10 @@ It is slow-ish but obviously right; it needs formats of at most ~20 bits.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -117,33 +119,82 @@ class TableOracle:
     # --------------------------------------------------------------- rounding
     def round(self, x, mode="rne", subnormals=True, overflow=None):
         """Expected codes (int64 array) for float64 inputs x."""
-        s = self.spec
-        overflow = s.default_overflow if overflow is None else overflow
         x = np.asarray(x, dtype=np.float64)
-        neg = np.signbit(x)
-        a = np.abs(x)
         nan_in = np.isnan(x)
         inf_in = np.isinf(x)
-        a_f = np.where(nan_in | inf_in, 0.0, a)
-
-        ext, codes = self.ext_values, self.ext_codes
+        a_f = np.where(nan_in | inf_in, 0.0, np.abs(x))
+        ext = self.ext_values
         i = np.searchsorted(ext, a_f, side="right") - 1  # ext[i] <= a
-        below = (i < 0) & ~nan_in & ~inf_in  # only without zero: under the smallest value
         lo_i = np.clip(i, 0, ext.size - 1)
-        exact = ext[lo_i] == a_f
+        hi_i = np.minimum(lo_i + 1, ext.size - 1)
+        mid = (ext[lo_i] + ext[hi_i]) / 2
+        pos = dict(i=i, exact=ext[lo_i] == a_f, above_mid=a_f > mid, at_mid=a_f == mid,
+                   past_grid=a_f > ext[-1], zero=a_f == 0)
+        return self._decide(np.signbit(x), nan_in, inf_in, pos, mode, subnormals, overflow)
+
+    def round_exact(self, q, mode="rne", subnormals=True, overflow=None):
+        """Expected codes for exact results (see :meth:`positions_exact`)."""
+        return self._decide(*self.positions_exact(q), mode, subnormals, overflow)
+
+    def positions_exact(self, q):
+        """Where exact results lie on the grid: ``q`` holds Fractions (or
+        objects comparable with floats exactly, such as :class:`Sqrt`), and
+        floats for ±0, ±inf and NaN. Python compares a Fraction with a float
+        exactly, so no comparison here rounds."""
+        ext = [float(v) for v in self.ext_values]
+        n = len(ext)
+        neg, nan_in, inf_in = [], [], []
+        cols = {k: [] for k in ("i", "exact", "above_mid", "at_mid", "past_grid", "zero")}
+        for v in q:
+            if isinstance(v, float):
+                neg.append(math.copysign(1.0, v) < 0)
+                nan_in.append(math.isnan(v))
+                inf_in.append(math.isinf(v))
+                a = 0.0 if (math.isnan(v) or math.isinf(v)) else abs(v)
+            else:
+                neg.append(v < 0)
+                nan_in.append(False)
+                inf_in.append(False)
+                a = abs(v)
+            i = bisect.bisect_right(ext, float(a)) - 1  # a guess: float(a) may be rounded
+            while i >= 0 and ext[i] > a:
+                i -= 1
+            while i + 1 < n and ext[i + 1] <= a:
+                i += 1
+            lo = ext[max(i, 0)]
+            hi = ext[min(max(i, 0) + 1, n - 1)]
+            mid = (Fraction(lo) + Fraction(hi)) / 2
+            cols["i"].append(i)
+            cols["exact"].append(lo == a)
+            cols["above_mid"].append(a > mid)
+            cols["at_mid"].append(a == mid)
+            cols["past_grid"].append(a > ext[-1])
+            cols["zero"].append(a == 0)
+        pos = {k: np.array(v, dtype=np.int64 if k == "i" else bool) for k, v in cols.items()}
+        return np.array(neg, bool), np.array(nan_in, bool), np.array(inf_in, bool), pos
+
+    def _decide(self, neg, nan_in, inf_in, pos, mode, subnormals, overflow):
+        """Codes from where each |value| lies on the grid (IEEE 754 §4.3, §7.4)."""
+        s = self.spec
+        overflow = s.default_overflow if overflow is None else overflow
+        ext, codes = self.ext_values, self.ext_codes
+        i = pos["i"]
+        special = nan_in | inf_in
+        below = (i < 0) & ~special  # only without zero: under the smallest value
+        lo_i = np.clip(i, 0, ext.size - 1)
+        exact = pos["exact"] & ~special | special
         hi_i = np.where(exact | (i >= ext.size - 1), lo_i, lo_i + 1)
-        past_grid = a_f > ext[-1]
+        past_grid = pos["past_grid"] & ~special
         lo, hi = ext[lo_i], ext[hi_i]
-        mid = (lo + hi) / 2
         # The last significand digit: with M = 0 it is the implicit 1 (odd),
         # except for zero, whose digit is 0 (even).
         hi_odd = (codes[hi_i] % 2 == 1) | ((s.M == 0) & (hi != 0))
         lo_odd = (codes[lo_i] % 2 == 1) | ((s.M == 0) & (lo != 0))
         hi_even = ~(hi_odd & ~lo_odd)  # a tie with no even side goes away from 0
         if mode == "rne":
-            up = (a_f > mid) | ((a_f == mid) & hi_even)
+            up = pos["above_mid"] | (pos["at_mid"] & hi_even)
         elif mode == "rna":
-            up = a_f >= mid
+            up = pos["above_mid"] | pos["at_mid"]
         elif mode == "rtz":
             up = np.zeros_like(exact)
         elif mode == "rup":
@@ -182,7 +233,7 @@ class TableOracle:
             code = mag | np.where(neg_out, self.sign_bit, 0)
         else:
             code = mag
-            nan_out = nan_out | neg | (a == 0)
+            nan_out = nan_out | neg | (pos["zero"] & ~special)
         if self.nan_code is not None:
             code = np.where(nan_out, self.nan_code, code)
         else:
@@ -206,3 +257,101 @@ class TableOracle:
         if s.layout == "fnuz":
             v = np.where(codes == self.sign_bit, np.nan, v)
         return v
+
+
+class Sqrt:
+    """The exact square root of a nonnegative Fraction, compared exactly
+    (for v >= 0: v <= sqrt(a) if and only if v * v <= a)."""
+
+    def __init__(self, a):
+        self.a = Fraction(a)
+        assert self.a >= 0
+
+    def __abs__(self):
+        return self
+
+    def __float__(self):
+        return math.sqrt(self.a)
+
+    def _cmp(self, other):
+        o = Fraction(other)
+        if o < 0:
+            return 1
+        sq = o * o
+        return (self.a > sq) - (self.a < sq)
+
+    def __lt__(self, other):
+        return self._cmp(other) < 0
+
+    def __le__(self, other):
+        return self._cmp(other) <= 0
+
+    def __gt__(self, other):
+        return self._cmp(other) > 0
+
+    def __ge__(self, other):
+        return self._cmp(other) >= 0
+
+    def __eq__(self, other):
+        return self._cmp(other) == 0
+
+    __hash__ = None
+
+
+def _cmp(q, v):
+    """Sign of q - v for a Fraction or Sqrt q and a Fraction v >= 0."""
+    if isinstance(q, Sqrt):  # sqrt(a) vs v  <=>  a vs v * v
+        return (q.a > v * v) - (q.a < v * v)
+    return (q > v) - (q < v)
+
+
+def round_to_ieee(q, E, M, mode="rne"):
+    """Round an exact result to an IEEE 754 binary format with E exponent and
+    M fraction bits (overflow to inf per §7.4); returns a float. Table-free,
+    for formats too wide to list (fp32). ``q`` is a Fraction, a
+    :class:`Sqrt`, or a float special (±0, ±inf, NaN)."""
+    if isinstance(q, float) and (q == 0 or math.isnan(q) or math.isinf(q)):
+        return q
+    if not isinstance(q, Sqrt):
+        q = Fraction(q)
+    neg = q < 0
+    a = abs(q)
+    bias = 2 ** (E - 1) - 1
+    emin, emax = 1 - bias, bias
+    e = int(math.floor(math.log2(float(a))))  # a guess, then made exact
+    while _cmp(a, Fraction(2) ** e) < 0:
+        e -= 1
+    while _cmp(a, Fraction(2) ** (e + 1)) >= 0:
+        e += 1
+    quantum = Fraction(2) ** (max(e, emin) - M)
+    k = math.floor(float(a) / quantum)  # a guess, then made exact: k*quantum <= a
+    while _cmp(a, k * quantum) < 0:
+        k -= 1
+    while _cmp(a, (k + 1) * quantum) >= 0:
+        k += 1
+    at_k = _cmp(a, k * quantum) == 0
+    vs_mid = _cmp(a, (k + Fraction(1, 2)) * quantum)
+    if at_k:
+        up = False
+    elif mode == "rne":
+        up = vs_mid > 0 or (vs_mid == 0 and k % 2 == 1)
+    elif mode == "rna":
+        up = vs_mid >= 0
+    elif mode == "rtz":
+        up = False
+    elif mode == "rup":
+        up = not neg
+    elif mode == "rdn":
+        up = neg
+    elif mode == "rto":
+        up = k % 2 == 0
+    else:
+        raise ValueError(mode)
+    v = (k + up) * quantum
+    largest = (2 - Fraction(2) ** -M) * Fraction(2) ** emax
+    if v > largest:
+        to_inf = {"rne": True, "rna": True, "rtz": False, "rto": False,
+                  "rup": not neg, "rdn": neg}[mode]
+        v = math.inf if to_inf else largest
+    v = float(v)  # exact: v is on the binary64 grid
+    return -v if neg else v

@@ -1,0 +1,274 @@
+"""Numba kernels for dot products under accumulation models.
+
+Every kernel computes ``out[i, j] = dot(A[i, :], BT[j, :])`` (plus an
+initial accumulator ``C[i, j]``) for float64 arrays holding values of the
+input format, so every product ``A[i, k] * BT[j, k]`` is exact in float64.
+``p`` / ``flags`` describe the accumulator format as in :mod:`fpemu._kernels`.
+
+The models:
+
+* ``exact``: the exact sum in a fixed-point accumulator of 32-bit limbs
+  (every product of two float32 values is an integer multiple of 2**-350
+  below 2**256), rounded once;
+* ``sequential``: each product rounded into the accumulator format, then each
+  addition rounded, in index order (with a native float32 loop for an fp32
+  accumulator in round-to-nearest-even: binary32 arithmetic *is* that model);
+* ``pairwise``: products rounded, then added in a balanced tree, level by
+  level (element 2t with 2t + 1; an odd last element moves up unchanged);
+* ``fma``: ``acc = fma(a_k, b_k, acc)``, one rounding per step;
+* ``tc``: the tensor-core model of Fasi et al. (2021) as MMA-Sim states it
+  (Xie et al. 2025): in each block of L products plus the accumulator, every
+  term is truncated toward zero to the grid ``2**(emax - F)`` where ``emax``
+  is the largest exponent of the block's terms (products not renormalised:
+  ``e(a) + e(b)``; zeros count as ``e_zero``), the truncated terms are added
+  exactly, and the sum is normalised and truncated to fp32 (``out_f = 23``
+  fraction bits; Hopper's fp8 path keeps 13).
+
+``blocked`` runs one of these on blocks of ``block`` elements with a fresh
+zero accumulator and adds each block's result into an fp32 accumulator
+(binary32 round to nearest even), as DeepSeek-V3 promotes its fp8 partial
+sums every N_C = 128 elements.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import prange
+from numba.cpython.unsafe.numbers import leading_zeros
+
+from ._arith_kernels import ADD, FMA, _exact_op, _to_odd
+from ._jit import f64_bits, f64_from_bits, jit, pjit
+from ._kernels import RDN, _finish, _mag_value, _quantize_one, _round, _split_f64
+
+EXACT, SEQUENTIAL, PAIRWISE, FMA_MODEL, TC = range(5)
+MODELS = {"exact": EXACT, "sequential": SEQUENTIAL, "pairwise": PAIRWISE, "fma": FMA_MODEL,
+          "tc": TC}
+
+_NL = 24          # limbs of 32 bits: 768 bits
+_OFF = 352        # bit position of 2**0 in the limbs (products are >= 2**-350)
+_MASK = (1 << 32) - 1
+
+
+# ----------------------------------------------------------- rounding helpers
+@jit
+def _round_acc(x, sticky, mode, p, flags, key, index):
+    """float64 x (with the sign of the exact value minus x) rounded into the
+    accumulator format, once."""
+    r = _to_odd(x, sticky)
+    neg, e, sig, special, frac_nz = _split_f64(r, flags)
+    return _quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, flags, key, index)
+
+
+@jit
+def _add_acc(acc, t, mode, p, flags, key, index):
+    s, st = _exact_op(ADD, mode, acc, t, 0.0)
+    return _round_acc(s, st, mode, p, flags, key, index)
+
+
+@jit
+def _pow2(e):
+    """2.0**e for -1022 <= e <= 1023."""
+    return f64_from_bits(np.int64(e + 1023) << 52)
+
+
+# ----------------------------------------------------------------- exact sum
+@jit
+def _limb_add(limbs, x):
+    """Add float64 x (finite, a product of two float32 values) exactly."""
+    b = f64_bits(x)
+    ef = (b >> 52) & 0x7FF
+    sig = (b & 0xFFFFFFFFFFFFF) | (np.int64(ef != 0) << 52)
+    if sig == 0:
+        return
+    pos = max(ef, 1) - 1075 + _OFF
+    li = pos >> 5
+    sh = pos & 31
+    sgn = np.int64(-1) if b < 0 else np.int64(1)
+    v0 = (sig & _MASK) << sh
+    v1 = (sig >> 32) << sh
+    limbs[li] += sgn * (v0 & _MASK)
+    limbs[li + 1] += sgn * ((v0 >> 32) + (v1 & _MASK))
+    limbs[li + 2] += sgn * (v1 >> 32)
+
+
+@jit
+def _limb_carry(limbs):
+    for i in range(_NL - 1):
+        c = limbs[i] >> 32  # arithmetic shift: floor division
+        limbs[i] -= c << 32
+        limbs[i + 1] += c
+
+
+@jit
+def _limb_round(limbs, neg_zero, mode, p, flags, key, index):
+    """The exact sum held in ``limbs``, rounded once (its float64 value)."""
+    _limb_carry(limbs)
+    neg = limbs[_NL - 1] < 0
+    if neg:
+        for i in range(_NL):
+            limbs[i] = -limbs[i]
+        _limb_carry(limbs)
+    t = _NL - 1
+    while t >= 0 and limbs[t] == 0:
+        t -= 1
+    if t < 0:
+        return -0.0 if neg_zero else 0.0
+    below1 = limbs[t - 1] if t >= 1 else np.int64(0)
+    sig = (limbs[t] << 29) | (below1 >> 3)  # at most 61 bits
+    sticky = (below1 & 7) != 0
+    for i in range(t - 1):
+        sticky = sticky | (limbs[i] != 0)
+    sig = sig | np.int64(sticky)  # far below any format's last bit
+    unit = 32 * (t - 1) + 3 - _OFF  # sig * 2**unit is the value
+    lz = np.int64(leading_zeros(sig)) - 2  # normalise: leading 1 at bit 61
+    sig = sig << lz
+    e = unit - lz + 61
+    mag, ovf, ovf_inf = _round(neg, e, sig, 61, mode, p, key, index)
+    mag, negative, nan = _finish(neg, mag, ovf, ovf_inf, False, False, False, p, flags)
+    return _mag_value(mag, negative, nan, p, flags)
+
+
+# ------------------------------------------------------------ tensor cores
+@jit
+def _exponent(x, emin):
+    """Exponent of x's leading bit, at least emin (subnormals of the format)."""
+    ef = (f64_bits(x) >> 52) & 0x7FF
+    return max(ef - 1023, emin)
+
+
+@jit
+def _rz_fp32(v, out_f):
+    """float64 v normalised and truncated to fp32 with out_f fraction bits
+    (fp32's subnormal grid below 2**-126; inf from 2**128)."""
+    if v == 0.0:
+        return 0.0  # -0 becomes +0, as the hardware does
+    e = max(((f64_bits(v) >> 52) & 0x7FF) - 1023, -126)
+    q = _pow2(e - out_f)
+    t = np.trunc(v / q) * q
+    if abs(t) >= 2.0**128:
+        t = np.inf if t > 0 else -np.inf
+    return t
+
+
+@jit
+def _tc_block(A, BT, i, j, k0, k1, c, emin_a, emin_b, F, out_f, e_zero):
+    """One tensor-core step: c + sum of the products k0..k1-1, as the model says."""
+    emax = e_zero if c == 0.0 else _exponent(c, -126)
+    for k in range(k0, k1):
+        a = A[i, k]
+        b = BT[j, k]
+        if a == 0.0 or b == 0.0:
+            emax = max(emax, e_zero)
+        else:
+            emax = max(emax, _exponent(a, emin_a) + _exponent(b, emin_b))
+    scale = _pow2(F - emax)
+    s = np.trunc(c * scale)
+    for k in range(k0, k1):
+        s += np.trunc((A[i, k] * BT[j, k]) * scale)  # exact: < 2**33 in all
+    return _rz_fp32(s * _pow2(emax - F), out_f)
+
+
+@jit
+def _tc_dot(A, BT, i, j, k0, k1, c, tc):
+    L = tc[0]
+    for kb in range(k0, k1, L):
+        c = _tc_block(A, BT, i, j, kb, min(kb + L, k1), c, tc[4], tc[5], tc[1], tc[2], tc[3])
+    return c
+
+
+# -------------------------------------------------------------- the kernels
+@functools.lru_cache(maxsize=None)
+def dot_kernel(model, mode, flags, block, native, paired):
+    """``kernel(A, BT, C, out, p, tc, key)``: out[i, j] under one model
+    (``paired``: out[i, 0] = dot(A[i], BT[i]), for row-wise dot products).
+
+    ``block`` > 0 runs the model on blocks of that many elements and promotes
+    each block into an fp32 accumulator; ``native`` takes the float32 loop
+    for the sequential fp32/rne model. ``tc`` = (L, F, out_f, e_zero,
+    emin_a, emin_b) for the tensor-core model.
+    """
+
+    @jit
+    def one(A, BT, i, j, k0, k1, c, p, tc, key):
+        K = A.shape[1]
+        base = (i * BT.shape[0] + j) * K
+        if model == TC:
+            return _tc_dot(A, BT, i, j, k0, k1, c, tc)
+        if model == EXACT:
+            limbs = np.zeros(_NL, np.int64)
+            _limb_add(limbs, c)
+            all_neg = np.signbit(c)
+            any_neg = np.signbit(c)
+            for k in range(k0, k1):
+                pr = A[i, k] * BT[j, k]
+                _limb_add(limbs, pr)
+                all_neg = all_neg & np.signbit(pr)
+                any_neg = any_neg | np.signbit(pr)
+            neg_zero = any_neg if mode == RDN else all_neg
+            return _limb_round(limbs, neg_zero, mode, p, flags, key, base)
+        if model == FMA_MODEL:
+            for k in range(k0, k1):
+                s, st = _exact_op(FMA, mode, A[i, k], BT[j, k], c)
+                c = _round_acc(s, st, mode, p, flags, key, base + k)
+            return c
+        if model == SEQUENTIAL:
+            for k in range(k0, k1):
+                pr = _round_acc(A[i, k] * BT[j, k], 0, mode, p, flags, key, base + k)
+                c = _add_acc(c, pr, mode, p, flags, key, base + k)
+            return c
+        # PAIRWISE
+        n = k1 - k0
+        buf = np.empty(max(n, 1), np.float64)
+        for k in range(k0, k1):
+            buf[k - k0] = _round_acc(A[i, k] * BT[j, k], 0, mode, p, flags, key, base + k)
+        step = 0
+        while n > 1:
+            half = n // 2
+            for t in range(half):
+                buf[t] = _add_acc(buf[2 * t], buf[2 * t + 1], mode, p, flags, key,
+                                  base + step * K + t)
+            if n % 2 == 1:
+                buf[half] = buf[n - 1]
+            n = half + n % 2
+            step += 1
+        if k1 > k0:
+            return _add_acc(c, buf[0], mode, p, flags, key, base)
+        return c
+
+    if native:
+        @pjit
+        def kernel(A, BT, C, out, p, tc, key):
+            M, K = A.shape
+            N = BT.shape[0]
+            B = np.ascontiguousarray(BT.T).astype(np.float32)
+            A32 = A.astype(np.float32)
+            for i in prange(M):
+                acc = C[i, :].astype(np.float32)
+                for k in range(K):
+                    a = A32[i, k]
+                    for j in range(N):
+                        acc[j] = acc[j] + a * B[k, j]
+                for j in range(N):
+                    out[i, j] = acc[j]
+
+        return kernel
+
+    @pjit
+    def kernel(A, BT, C, out, p, tc, key):
+        M, K = A.shape
+        N = out.shape[1]
+        for i in prange(M):
+            for jj in range(N):
+                j = i if paired else jj
+                if block > 0:
+                    total = np.float32(C[i, jj])
+                    for k0 in range(0, K, block):
+                        part = one(A, BT, i, j, k0, min(k0 + block, K), 0.0, p, tc, key)
+                        total = total + np.float32(part)
+                    out[i, jj] = total
+                else:
+                    out[i, jj] = np.float32(one(A, BT, i, j, 0, K, C[i, jj], p, tc, key))
+
+    return kernel

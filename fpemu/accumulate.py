@@ -1,0 +1,326 @@
+"""Sums, dot products and matrix products under accumulation models.
+
+Every function takes the **input format** (the operands must be its values),
+the **accumulator format** (where partial sums live) and the **output
+format** (the result is rounded into it once at the end, round to nearest
+even, as a GEMM epilogue does; default: the accumulator format), and a
+``model`` saying how the hardware or library accumulates:
+
+``"exact"``
+    The exact sum, rounded once into the accumulator format.
+``"sequential"``
+    Each product rounded into the accumulator format, then each addition
+    rounded, in index order (a CPU loop; a CUDA-core FMA-less reduction).
+``"pairwise"``
+    Products rounded, then summed in a balanced tree (numpy's ``sum`` is
+    pairwise in blocks of 128 elements; this is the pure tree).
+``"fma"``
+    A chain of fused multiply-adds, ``acc = fma(a_k, b_k, acc)``.
+``"blocked"``
+    The model ``inner`` (default ``"sequential"``) on consecutive blocks of
+    ``block`` elements (default 128) with a fresh zero accumulator, each
+    block's result added into an fp32 accumulator (round to nearest even):
+    DeepSeek-V3's promotion of fp8 partial sums every N_C = 128 elements.
+``"v100"``, ``"a100"``, ``"h100"``, ``"h100-fp8"``, ``"b200-fp8"``
+    Tensor-core models (see :data:`TENSOR_CORES` and :class:`TensorCore`),
+    or a :class:`TensorCore` of your own.
+
+Rounding mode, subnormals and overflow policy (``rounding``,
+``subnormals``, ``overflow``, ``seed``) apply to the roundings into the
+accumulator format of the first four models; tensor-core models truncate as
+the hardware does and ignore them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import _accum_kernels as _ak
+from ._jit import inlining
+from .arith import _not_in_format
+from .formats import Format
+from .quantize import (
+    _as_format,
+    _kernel_params,
+    _prepare_input,
+    _resolve_overflow,
+    _seed_key,
+    quantize,
+)
+from .rounding import Rounding, parse_rounding
+
+__all__ = ["TensorCore", "TENSOR_CORES", "MODELS", "sum", "dot", "matmul"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorCore:
+    """A tensor-core accumulation model (Fasi, Higham, Mikaitis and Pranesh
+    2021; Khattak and Mikaitis 2025; the same algorithm in MMA-Sim, Xie et
+    al. 2025).
+
+    One step computes ``c + sum(a_k * b_k)`` over a block of ``terms``
+    products: every product is exact; every term, the accumulator ``c``
+    included, is truncated toward zero to ``fraction_bits`` bits below the
+    largest exponent among them (a product's exponent is ``e(a) + e(b)``,
+    not renormalised; subnormal inputs count with their format's emin and
+    zero terms with ``e_zero``); the truncated terms are summed exactly; the
+    sum is normalised and truncated to fp32 with ``out_fraction_bits``
+    fraction bits (23: fp32 itself). Long dot products chain the steps,
+    the result of one being ``c`` of the next. Infinite and NaN inputs give
+    the IEEE result of the plain sum.
+    """
+
+    name: str
+    terms: int
+    fraction_bits: int
+    out_fraction_bits: int = 23
+    e_zero: int = -133
+    source: str = ""
+
+    def __post_init__(self):
+        if not (isinstance(self.terms, int) and self.terms >= 1):
+            raise ValueError(f"TensorCore {self.name!r}: terms must be an int >= 1, "
+                             f"got {self.terms!r}")
+        if not (isinstance(self.fraction_bits, int) and 0 <= self.fraction_bits <= 30):
+            raise ValueError(f"TensorCore {self.name!r}: fraction_bits must be an int in "
+                             f"0..30 (the exact block sum must fit float64), got "
+                             f"{self.fraction_bits!r}")
+        if not (isinstance(self.out_fraction_bits, int) and 0 <= self.out_fraction_bits <= 23):
+            raise ValueError(f"TensorCore {self.name!r}: out_fraction_bits must be in 0..23, "
+                             f"got {self.out_fraction_bits!r}")
+
+
+#: The published presets (fp32 output/accumulation).
+TENSOR_CORES = {
+    "v100": TensorCore(
+        "v100", 4, 23, 23, -131,
+        "Volta fp16: 4 products per block, no extra alignment bits (F = 23); reproduces "
+        "Fasi et al. 2021 (no guard bits, truncation, alignment to the largest "
+        "exponent); parameters as MMA-Sim's Volta mma"),
+    "a100": TensorCore(
+        "a100", 8, 24, 23, -132,
+        "Ampere fp16/bf16: 8 products per block, 1 extra alignment bit (F = 24); "
+        "Fasi et al. 2021 and MMA-Sim's Ampere mma"),
+    "h100": TensorCore(
+        "h100", 16, 25, 23, -133,
+        "Hopper fp16/bf16: 16 products per block, 2 extra bits (F = 25); Khattak and "
+        "Mikaitis 2025 and MMA-Sim's Hopper wgmma"),
+    "h100-fp8": TensorCore(
+        "h100-fp8", 32, 13, 13, -133,
+        "Hopper fp8 (e4m3/e5m2): 32 products per block aligned to 13 fraction bits, and "
+        "the fp32 accumulator itself truncated to 13 fraction bits (MMA-Sim's RZ-E8M13); "
+        "reproduces DeepSeek-V3's 'around 14 bits' (13 plus the leading bit) and its "
+        "~2% error for K = 4096"),
+    "b200-fp8": TensorCore(
+        "b200-fp8", 32, 25, 23, -133,
+        "Blackwell fp8: 32 products per block, F = 25, fp32 accumulator (Khattak and "
+        "Mikaitis 2025; MMA-Sim's tcgen05.mma)"),
+}
+
+MODELS = ("exact", "sequential", "pairwise", "blocked", "fma") + tuple(TENSOR_CORES)
+
+
+def _resolve_model(model, name):
+    if isinstance(model, TensorCore):
+        return model
+    if isinstance(model, str):
+        key = model.lower()
+        if key in TENSOR_CORES:
+            return TENSOR_CORES[key]
+        if key in MODELS:
+            return key
+    raise ValueError(
+        f"{name}: unknown accumulation model {model!r}; choose one of {', '.join(MODELS)} "
+        "or pass a fpemu.accumulate.TensorCore"
+    )
+
+
+def _check_operand(x, fmt: Format, label, fname):
+    if x.size:
+        bad = _not_in_format(x, fmt)
+        if bad.any():
+            first = int(np.flatnonzero(bad.reshape(-1))[0])
+            lname = fmt.long_name or fmt.name
+            raise ValueError(
+                f"{fname}(): {label} holds {int(bad.sum())} value(s) that are not {lname} "
+                f"values (the first, {float(x.reshape(-1)[first])!r}, at flat index {first}); "
+                f"round them first with fpemu.quantize({label}, {fmt.name!r})"
+            )
+
+
+def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, rounding,
+         subnormals, overflow, seed, fname):
+    """out[i, j] = dot(A[i], BT[j]) (or out[i] = dot(A[i], BT[i]) if paired)."""
+    in_fmt = _as_format(in_fmt)
+    acc_fmt = _as_format(acc_fmt)
+    out_fmt = acc_fmt if out_fmt is None else _as_format(out_fmt)
+    model = _resolve_model(model, fname)
+    if model == "blocked":
+        if not (isinstance(block, (int, np.integer)) and not isinstance(block, bool)
+                and block >= 1):
+            raise ValueError(f"{fname}(): block must be an int >= 1, got {block!r}")
+        model = _resolve_model(inner, fname)
+        if model == "blocked":
+            raise ValueError(f"{fname}(): inner must be a model other than 'blocked'")
+        block = int(block)
+    else:
+        block = 0
+    mode = parse_rounding(rounding)
+    pol = _resolve_overflow(acc_fmt, overflow)
+    p, flags = _kernel_params(acc_fmt, pol, subnormals)
+    key, _ = _seed_key(seed, mode)
+    _check_operand(A, in_fmt, "a", fname)
+    _check_operand(BT, in_fmt, "b", fname)
+    _check_operand(C, acc_fmt, "c", fname)
+    tc = (1, 0, 23, 0, 0, 0)
+    special = None
+    if isinstance(model, TensorCore):
+        if acc_fmt.name != "fp32":
+            raise ValueError(f"{fname}(): tensor-core models accumulate in fp32; got "
+                             f"acc_fmt={acc_fmt.name!r}")
+        if in_fmt.precision > 12:
+            raise ValueError(
+                f"{fname}(): tensor-core models take inputs of at most 12 significant bits "
+                f"(fp16, bf16, tf32, fp8, fp6, fp4); {in_fmt.name} has {in_fmt.precision}"
+            )
+        emin_in = in_fmt.emin
+        tc = (model.terms, model.fraction_bits, model.out_fraction_bits, model.e_zero,
+              emin_in, emin_in)
+        kind = _ak.TC
+    else:
+        kind = _ak.MODELS[model]
+    if kind in (_ak.TC, _ak.EXACT):
+        finite = np.isfinite(A).all() and np.isfinite(BT).all() and np.isfinite(C).all()
+        if not finite:
+            with np.errstate(all="ignore"):
+                if paired:
+                    special = np.einsum("ik,ik->i", A, BT)[:, None] + C
+                else:
+                    special = A @ BT.T + C
+            rows = ~np.isfinite(A).all(axis=1)
+            cols = ~np.isfinite(BT).all(axis=1)
+            mask = (rows[:, None] | (cols[:, None] if paired else cols[None, :])
+                    | ~np.isfinite(C))
+            A = np.where(np.isfinite(A), A, 0.0)
+            BT = np.where(np.isfinite(BT), BT, 0.0)
+            C = np.where(np.isfinite(C), C, 0.0)
+    native = (kind == _ak.SEQUENTIAL and block == 0 and acc_fmt.name == "fp32"
+              and mode is Rounding.RNE and subnormals and int(pol) == 0 and not paired)
+    out = np.empty(C.shape, np.float32)
+    if out.size:
+        kernel = _ak.dot_kernel(kind, int(mode), flags, block, native, paired)
+        with inlining():
+            kernel(A, BT, C, out, p, tc, key)
+    if special is not None:
+        out = np.where(mask, special.astype(np.float32), out)
+    if out_fmt != acc_fmt:
+        out = quantize(out, out_fmt)
+    return out
+
+
+def _as_matrix(x, fname, label):
+    flat, shape = _prepare_input(x, fname)
+    return flat.astype(np.float64, copy=False).reshape(shape)
+
+
+def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,
+           inner="sequential", c=None, rounding="rne", subnormals=True, overflow=None,
+           seed=None):
+    """a @ b (2-D) under an accumulation model; float32 values of out_fmt.
+
+    Parameters
+    ----------
+    a, b : array_like, shapes (M, K) and (K, N)
+        Values of ``in_fmt``.
+    in_fmt, acc_fmt, out_fmt : str or Format
+        Input, accumulator and output formats (out_fmt None: acc_fmt).
+    model : str or TensorCore
+        One of :data:`MODELS` or a :class:`TensorCore` (see the module text).
+    block, inner : int, str
+        For ``model="blocked"``: the block length and the model inside blocks.
+    c : array_like, optional
+        Initial accumulator (values of acc_fmt), broadcast to (M, N).
+    rounding, subnormals, overflow, seed
+        For the roundings into acc_fmt, as in :func:`fpemu.quantize`.
+
+    Examples
+    --------
+    >>> import numpy as np, fpemu
+    >>> from fpemu import accumulate
+    >>> a = np.array([[1.0, 2.0**-24, 2.0**-24]]); b = np.ones((3, 1))
+    >>> accumulate.matmul(a, b, "fp32", model="sequential").item()   # each 2**-24 lost
+    1.0
+    >>> accumulate.matmul(a, b, "fp32", model="exact").item() == 1 + 2**-23
+    True
+    """
+    A = _as_matrix(a, "matmul", "a")
+    B = _as_matrix(b, "matmul", "b")
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
+        raise ValueError(f"matmul(): needs shapes (M, K) and (K, N); got {A.shape} and {B.shape}")
+    C = np.zeros((A.shape[0], B.shape[1])) if c is None else _as_matrix(c, "matmul", "c")
+    C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
+    return _run(np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False, in_fmt,
+                acc_fmt, out_fmt, model, block, inner, rounding, subnormals, overflow, seed,
+                "matmul")
+
+
+def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,
+        inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None):
+    """Dot products along the last axis (leading axes broadcast).
+
+    Examples
+    --------
+    >>> import fpemu
+    >>> from fpemu import accumulate
+    >>> x = [2.0**20, 1.0, -(2.0**20)]
+    >>> accumulate.dot(x, [1.0, 1.0, 1.0], "fp32", "fp16", model="sequential").item()  # inf - inf
+    nan
+    >>> accumulate.dot(x, [1.0, 1.0, 1.0], "fp32", "fp16", model="exact").item()
+    1.0
+    """
+    A = _as_matrix(a, "dot", "a")
+    B = _as_matrix(b, "dot", "b")
+    if A.ndim == 0 or B.ndim == 0 or A.shape[-1] != B.shape[-1]:
+        raise ValueError(
+            f"dot(): needs arrays whose last axes have the same length; got {A.shape} and "
+            f"{B.shape}"
+        )
+    lead = np.broadcast_shapes(A.shape[:-1], B.shape[:-1])
+    K = A.shape[-1]
+    A2 = np.ascontiguousarray(np.broadcast_to(A, lead + (K,))).reshape(-1, K)
+    B2 = np.ascontiguousarray(np.broadcast_to(B, lead + (K,))).reshape(-1, K)
+    C = np.zeros((A2.shape[0], 1))
+    out = _run(A2, B2, C, True, in_fmt, acc_fmt, out_fmt, model, block, inner, rounding,
+               subnormals, overflow, seed, "dot")
+    return out.reshape(lead)
+
+
+def sum(x, in_fmt, acc_fmt="fp32", out_fmt=None, *, axis=-1, model="sequential", block=128,
+        inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None):
+    """Sum along one axis (default the last; None: all) under a model.
+
+    Examples
+    --------
+    >>> import fpemu
+    >>> from fpemu import accumulate
+    >>> x = [1.0] + [2.0**-11] * 1000           # fp16: 1 + 2**-11 is a tie, to 1
+    >>> accumulate.sum(x, "fp16", "fp16").item()
+    1.0
+    >>> accumulate.sum(x, "fp16", "fp16", model="pairwise").item()
+    1.48828125
+    """
+    X = _as_matrix(x, "sum", "x")
+    if axis is None:
+        X = X.reshape(-1)
+        axis = 0
+    if X.ndim == 0:
+        raise ValueError("sum(): needs an array with at least one axis")
+    if not (isinstance(axis, (int, np.integer)) and -X.ndim <= axis < X.ndim):
+        raise ValueError(f"sum(): axis {axis!r} is out of range for shape {X.shape}")
+    X = np.moveaxis(X, axis, -1)
+    return dot(X, np.ones(X.shape[-1]), in_fmt, acc_fmt, out_fmt, model=model, block=block,
+               inner=inner, rounding=rounding, subnormals=subnormals, overflow=overflow,
+               seed=seed)
+
