@@ -220,6 +220,12 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     return out
 
 
+def _identity(rounding):
+    """The accumulator's start when no c is given: the zero that leaves every
+    sum's sign as IEEE 754 makes it (-0 + x = x; under "rdn" +0 is that zero)."""
+    return np.float64(0.0 if parse_rounding(rounding) is Rounding.RDN else -0.0)
+
+
 def _as_matrix(x, fname, label):
     flat, shape = _prepare_input(x, fname)
     return flat.astype(np.float64, copy=False).reshape(shape)
@@ -259,7 +265,7 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
     B = _as_matrix(b, "matmul", "b")
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise ValueError(f"matmul(): needs shapes (M, K) and (K, N); got {A.shape} and {B.shape}")
-    C = np.zeros((A.shape[0], B.shape[1])) if c is None else _as_matrix(c, "matmul", "c")
+    C = _identity(rounding) if c is None else _as_matrix(c, "matmul", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
     return _run(np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False, in_fmt,
                 acc_fmt, out_fmt, model, block, inner, rounding, subnormals, overflow, seed,
@@ -267,8 +273,10 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
 
 
 def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,
-        inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None):
-    """Dot products along the last axis (leading axes broadcast).
+        inner="sequential", c=None, rounding="rne", subnormals=True, overflow=None, seed=None):
+    """Dot products along the last axis (leading axes broadcast); ``c``, the
+    initial accumulator (values of acc_fmt), broadcasts to the result's shape.
+    The other arguments are those of :func:`matmul`.
 
     Examples
     --------
@@ -291,7 +299,8 @@ def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block
     K = A.shape[-1]
     A2 = np.ascontiguousarray(np.broadcast_to(A, lead + (K,))).reshape(-1, K)
     B2 = np.ascontiguousarray(np.broadcast_to(B, lead + (K,))).reshape(-1, K)
-    C = np.zeros((A2.shape[0], 1))
+    C = _identity(rounding) if c is None else _as_matrix(c, "dot", "c")
+    C = np.ascontiguousarray(np.broadcast_to(C, lead)).reshape(-1, 1)
     out = _run(A2, B2, C, True, in_fmt, acc_fmt, out_fmt, model, block, inner, rounding,
                subnormals, overflow, seed, "dot")
     return out.reshape(lead)

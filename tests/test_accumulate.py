@@ -1,0 +1,197 @@
+"""Accumulation models against exact rational references, the tensor-core
+test vectors of Fasi et al. (2021), and MMA-Sim's bit-accurate results."""
+
+from __future__ import annotations
+
+import pathlib
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu import accumulate as ac
+from oracle import SPECS, TableOracle
+
+DATA = pathlib.Path(__file__).with_name("data")
+
+
+# --------------------------------------------- step-by-step rational models
+def _r(oracle, q, mode="rne"):
+    """Round one exact value (Fraction or float zero) with the table oracle."""
+    return Fraction(float(oracle.value_of(oracle.round_exact([q], mode))[0]))
+
+
+def reference(model, a, b, acc, mode="rne"):
+    """The model, step by step in exact rationals, rounding with the oracle."""
+    o = TableOracle(SPECS[acc])
+    prods = [Fraction(x) * Fraction(y) for x, y in zip(a, b)]
+    if model == "exact":
+        return _r(o, sum(prods, Fraction(0)), mode)
+    if model == "fma":
+        c = Fraction(0)
+        for pr in prods:
+            c = _r(o, pr + c, mode)
+        return c
+    terms = [_r(o, pr, mode) for pr in prods]
+    if model == "sequential":
+        c = Fraction(0)
+        for t in terms:
+            c = _r(o, c + t, mode)
+        return c
+    assert model == "pairwise"
+    while len(terms) > 1:
+        nxt = [_r(o, terms[2 * t] + terms[2 * t + 1], mode) for t in range(len(terms) // 2)]
+        if len(terms) % 2:
+            nxt.append(terms[-1])
+        terms = nxt
+    return _r(o, Fraction(0) + terms[0], mode)
+
+
+@pytest.mark.parametrize("model", ["exact", "sequential", "pairwise", "fma"])
+@pytest.mark.parametrize("acc,mode", [("fp16", "rne"), ("bf16", "rtz"), ("e5m2", "rup"),
+                                      ("fp16", "rdn")])
+def test_models_against_rational_reference(model, acc, mode):
+    rng = np.random.default_rng([len(model), len(acc), len(mode)])
+    for K in (1, 2, 3, 7, 16, 33):
+        x = fpemu.quantize(rng.standard_normal((12, K)) * np.exp2(rng.integers(-6, 6, (12, K))),
+                           "e4m3fn")
+        y = fpemu.quantize(rng.standard_normal((12, K)), "e4m3fn")
+        got = ac.dot(x, y, "e4m3fn", acc, model=model, rounding=mode)
+        for r in range(12):
+            want = reference(model, x[r].tolist(), y[r].tolist(), acc, mode)
+            assert Fraction(float(got[r])) == want, (model, acc, mode, K, r)
+
+
+def test_exact_model_rounds_once_over_a_huge_range():
+    x = np.array([2.0**127, 2.0**-149, -(2.0**127), 2.0**-149, 2.0**-149])
+    assert ac.sum(x, "fp32", model="exact").item() == 3 * 2.0**-149
+    assert ac.sum(x, "fp32", model="sequential").item() == 2 * 2.0**-149
+    # one rounding: 1 + 2**-24 + 2**-60 is just above a tie
+    y = np.array([1.0, 2.0**-24, 2.0**-60])
+    assert ac.sum(y, "fp32", model="exact").item() == 1 + 2**-23
+    assert ac.sum(y, "fp32", model="sequential").item() == 1.0
+    assert np.signbit(ac.sum([-0.0, -0.0], "fp32", model="exact"))
+    assert not np.signbit(ac.sum([1.0, -1.0], "fp32", model="exact"))
+    assert np.signbit(ac.sum([1.0, -1.0], "fp32", model="exact", rounding="rdn"))
+
+
+def test_native_fp32_loop_equals_emulated_sequential():
+    rng = np.random.default_rng(4)
+    a = fpemu.quantize(rng.standard_normal((20, 300)) * 1e3, "bf16")
+    b = fpemu.quantize(rng.standard_normal((300, 9)), "bf16")
+    fast = ac.matmul(a, b, "bf16")  # the float32 loop
+    slow = ac.matmul(a, b, "bf16", model="blocked", block=10**6)  # emulated, one block
+    assert np.array_equal(fast.view(np.uint32), slow.view(np.uint32))
+    rows = ac.dot(a[:, None, :], b.T[None, :, :], "bf16")
+    assert np.array_equal(fast.view(np.uint32), rows.view(np.uint32))
+
+
+def test_infinities_and_nan_propagate():
+    inf = np.inf
+    assert ac.sum([1.0, inf], "fp16", model="h100").item() == inf
+    assert np.isnan(ac.sum([inf, -inf], "fp16", model="exact").item())
+    assert np.isnan(ac.sum([2.0**20, 1.0, -(2.0**20)], "fp32", "fp16").item())  # fp16 overflow
+    assert ac.sum([2.0**20, 1.0, -(2.0**20)], "fp32", "fp16", model="exact").item() == 1.0
+
+
+# ------------------------------- Fasi, Higham, Mikaitis, Pranesh (2021)
+def _tc(bs, c, model, a=None):
+    a = np.ones(len(bs)) if a is None else np.asarray(a, float)
+    return ac.dot(a, np.asarray(bs, float), "fp16", model=model, c=c).item()
+
+
+def test_fasi_et_al_volta_vectors():
+    """The checks of tc_test_numerics-V100.cu (north-numerical-computing/
+    tensor-cores-numerical-behavior) with the outcomes the paper reports for
+    V100, reproduced by the v100 preset."""
+    u = 2.0**-24
+    b1 = 1 - 2.0**-11
+    assert _tc([b1], 0.0, "v100", [b1]) == 1 - 2.0**-10 + 2.0**-22  # products exact
+    assert _tc([b1] * 4, 0.0, "v100", [b1] * 4) == 4 * (1 - 2.0**-10 + 2.0**-22)
+    assert _tc([u] * 4, 1.0, "v100") == 1.0                           # binary32 accumulation
+    for j in range(4):                                                # aligned to the largest
+        bs = [u] * 4
+        bs[j] = 1.0
+        assert _tc(bs, u, "v100") == 1.0
+    assert _tc([2.0, 2.0**-23 + u, 0, 0], 0.0, "v100") == 2.0         # truncation, positive
+    assert _tc([-2.0, -(2.0**-23) - u, 0, 0], 0.0, "v100") == -2.0    # and negative
+    assert _tc([1.0], -(1 - u), "v100") == 2.0**-23                   # no extra alignment bits
+    assert _tc([u] * 4, 1 - u, "v100") == 1 + 2.0**-23                # normalisation after sum
+    carry = 1 + 2.0**-22 + 2.0**-23
+    for j in range(4):                                                # carry-out bits
+        bs = [1.0] * 4
+        bs[j] = 2.0**-23
+        assert _tc(bs, carry, "v100") == 4 + 2.0**-21
+    assert _tc([1.0, 1.5, 1.75, 1.875], 1.875, "v100") == 8.0
+    assert _tc([1.0] * 4, carry, "v100") == 5.0                       # truncated normalisation
+    assert _tc([-1.0] * 4, -carry, "v100") == -5.0
+    partial = _tc([u] * 4, 1 - u, "v100")                             # not monotonic
+    assert _tc([u] * 4, 1.0, "v100") < partial
+
+
+def test_extra_alignment_bits_of_later_generations():
+    u = 2.0**-24
+    assert _tc([1.0], -(1 - u), "v100") == 2.0**-23   # 0 extra bits
+    assert _tc([1.0], -(1 - u), "a100") == u          # 1 extra bit: exact
+    assert _tc([1.0], -(1 - u), "h100") == u
+    # 1 + 2**-24 - 1 and 1 + 2**-25 - 1: which alignment bits survive
+    for model, kept in (("v100", 0.0), ("a100", 2.0**-24), ("h100", 2.0**-24)):
+        assert _tc([1.0, 2.0**-12], -1.0, model, [1.0, 2.0**-12]) == kept, model
+    for model, kept in (("v100", 0.0), ("a100", 0.0), ("h100", 2.0**-25)):
+        assert _tc([1.0, 2.0**-12], -1.0, model, [1.0, 2.0**-13]) == kept, model
+
+
+# --------------------------------------------------------------- MMA-Sim
+MMASIM = {"v100": ("fp16", "v100"), "a100": ("bf16", "a100"), "h100": ("bf16", "h100"),
+          "h100-fp16": ("fp16", "h100"), "h100-fp8": ("e4m3fn", "h100-fp8"),
+          "h100-fp8-e5m2": ("e5m2", "h100-fp8"), "b200-fp8": ("e4m3fn", "b200-fp8")}
+
+
+@pytest.mark.parametrize("case", sorted(MMASIM))
+def test_tensor_core_presets_match_mmasim_bit_for_bit(case):
+    """200 dot products of length 96 (several chained blocks) per case,
+    computed by MMA-Sim 2.1.1 (tests/data/make_mmasim_vectors.py)."""
+    d = np.load(DATA / "mmasim_vectors.npz")
+    fmt, model = MMASIM[case]
+    got = ac.dot(d[f"{case}/a"], d[f"{case}/b"], fmt, model=model, c=d[f"{case}/c"])
+    want = d[f"{case}/d"]
+    bad = got.view(np.uint32) != want.view(np.uint32)
+    assert not bad.any(), f"{int(bad.sum())} differ, first {got[bad][:3]} vs {want[bad][:3]}"
+
+
+# ---------------------------------------------------------- DeepSeek-V3
+def test_deepseek_v3_promotion_every_128_elements():
+    """An fp8 GEMM with K = 4096 on Hopper's 13-fraction-bit accumulation
+    loses percents; promoting the partial sums into fp32 every N_C = 128
+    elements (DeepSeek-V3 §3.3.2) brings the error down by two orders."""
+    rng = np.random.default_rng(0)
+    x = rng.random((32, 4096))
+    w = rng.random((4096, 32))
+    a = fpemu.quantize(x * 448, "e4m3fn")
+    b = fpemu.quantize(w * 448, "e4m3fn")
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    hopper = ac.matmul(a, b, "e4m3fn", model="h100-fp8")
+    promoted = ac.matmul(a, b, "e4m3fn", model="blocked", block=128, inner="h100-fp8")
+    err_h = np.abs(hopper - ref).max() / np.abs(ref).max()
+    err_p = np.abs(promoted - ref).max() / np.abs(ref).max()
+    assert 0.01 < err_h < 0.15
+    assert err_p < err_h / 50
+    assert np.all(hopper <= ref)  # truncation only ever loses magnitude here
+
+
+def test_model_errors():
+    with pytest.raises(ValueError, match="unknown accumulation model 'kahan'.*exact, sequential"):
+        ac.sum([1.0], "fp16", model="kahan")
+    with pytest.raises(ValueError, match="accumulate in fp32"):
+        ac.sum([1.0], "fp16", "fp16", model="h100")
+    with pytest.raises(ValueError, match="at most 12 significant bits"):
+        ac.sum([1.0], "fp32", model="h100")
+    with pytest.raises(ValueError, match="a holds 1 value.*not bfloat16.*quantize"):
+        ac.dot([0.1], [1.0], "bf16")
+    with pytest.raises(ValueError, match=r"shapes \(M, K\) and \(K, N\)"):
+        ac.matmul(np.ones((2, 3)), np.ones((2, 3)), "fp16")
+    with pytest.raises(ValueError, match="block must be an int >= 1"):
+        ac.sum([1.0], "fp16", model="blocked", block=0)
+    with pytest.raises(ValueError, match="axis 3 is out of range"):
+        ac.sum(np.ones((2, 2)), "fp16", axis=3)
