@@ -27,6 +27,8 @@ from .formats import (
 )
 from . import accumulate
 from .arith import add, div, fma, mul, sqrt, sub
+from .explain import explain
+from .stats import stats
 from .quantize import CLASSES, classify, decode, encode, next_down, next_up, quantize, ulp
 from .rounding import Overflow, Rounding
 
@@ -37,5 +39,5 @@ __all__ = [
     "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify",
     "fp32", "tf32", "fp16", "bf16", "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3",
     "e3m4", "e2m3", "e3m2", "e2m1", "e8m0",
-    "add", "sub", "mul", "div", "sqrt", "fma", "accumulate",
+    "add", "sub", "mul", "div", "sqrt", "fma", "accumulate", "explain", "stats",
 ]

@@ -1,7 +1,11 @@
 """The ``fpemu`` command.
 
-``fpemu demo``     the format table and a cast table of telling values
-``fpemu formats``  the format table only
+``fpemu demo``                     the format table and a cast table of telling values
+``fpemu formats``                  the table of all formats
+``fpemu explain X --format F``     one value rounded, bit by bit, and why
+``fpemu table F``                  all codes of an 8-bit format as a 16x16 grid
+``fpemu quantize --format F X..``  values rounded into a format, with their codes
+``fpemu stats FILE.npy --format F`` underflow / overflow counts and a log2 histogram
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ import sys
 
 import numpy as np
 
-from .formats import FORMATS
+from .formats import FORMATS, format_names
 from .quantize import encode, quantize
+from .rounding import Overflow, Rounding
 
 #: Values that show each format's edges (ties, overflow, underflow, specials).
 TELLING_VALUES = (
@@ -99,6 +104,91 @@ def _cmd_formats(args) -> int:
     return 0
 
 
+class CliError(Exception):
+    """A user error: printed as one line on stderr, exit status 2."""
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number such as 0.1, -3e-5, inf or nan; got {text!r}") from None
+
+
+def _cmd_explain(args) -> int:
+    from .explain import explain
+    print(explain(args.x, args.format, rounding=args.rounding, subnormals=not args.flush,
+                  overflow=args.overflow, seed=args.seed))
+    return 0
+
+
+def _cmd_table(args) -> int:
+    from .explain import table_text
+    print(table_text(args.fmt))
+    return 0
+
+
+def _cmd_quantize(args) -> int:
+    kw = dict(rounding=args.rounding, subnormals=not args.flush, overflow=args.overflow,
+              seed=args.seed)
+    x = np.array(args.values, np.float64)
+    q = quantize(x, args.format, **kw)
+    codes = encode(x, args.format, **kw)
+    from .formats import format as lookup
+    hexw = (lookup(args.format).bits + 3) // 4
+    rows = [("input", "value", "code")]
+    for xi, qi, ci in zip(x, q, codes):
+        rows.append((_num(float(xi)) if abs(xi) >= 1e-4 or xi == 0 else repr(float(xi)),
+                     _num(float(qi)), f"0x{int(ci):0{hexw}X}"))
+    print(_render(rows))
+    return 0
+
+
+def _cmd_stats(args) -> int:
+    from .stats import stats_chunked
+    try:
+        arr = np.load(args.file, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise CliError(f"cannot read {args.file}: no such file") from None
+    except (OSError, ValueError) as err:
+        raise CliError(f"cannot read {args.file} as a .npy array ({err}); save it with "
+                       "numpy.save") from None
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiu":
+        raise CliError(f"{args.file} holds {getattr(arr, 'dtype', type(arr))}, not real "
+                       "numbers")
+    c = stats_chunked(arr, args.format, scale=args.scale, rounding=args.rounding,
+                      subnormals=not args.flush, overflow=args.overflow, seed=args.seed)
+    print(c)
+    nz = np.flatnonzero(c.hist)
+    if nz.size:
+        print(f"\nlog2 |x * scale| histogram ({c.zero_bin} zeros not shown):")
+        top = c.hist.max()
+        for k in range(nz[0], nz[-1] + 1):
+            n = int(c.hist[k])
+            print(f"  2^{c.bins[k]:<5} {n:>12}  " + "#" * int(round(40 * n / top)))
+    return 0
+
+
+def _rounding_args(p):
+    p.add_argument("--rounding", default="rne", choices=[m.name.lower() for m in Rounding],
+                   help="rounding mode (default rne)")
+    p.add_argument("--overflow", default=None, choices=[o.name.lower() for o in Overflow],
+                   help="overflow policy (default: the format's own)")
+    p.add_argument("--flush", action="store_true",
+                   help="flush subnormal results to zero")
+    p.add_argument("--seed", type=int, default=None, help="seed for --rounding sr")
+
+
+def _format_arg(p, flag=True):
+    names = ", ".join(format_names())
+    if flag:
+        p.add_argument("--format", "-f", required=True, metavar="FORMAT",
+                       help=f"target format: {names}")
+    else:
+        p.add_argument("fmt", metavar="FORMAT", help=f"an 8-bit or smaller format: {names}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fpemu", description="Bit-exact emulation of low-precision floating point."
@@ -108,6 +198,32 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
     f = sub.add_parser("formats", help="print the table of all formats")
     f.set_defaults(func=_cmd_formats)
+    e = sub.add_parser("explain", help="one value rounded into a format, bit by bit, and why",
+                       description="Round one number into a format and explain the result.")
+    e.add_argument("x", type=_number, metavar="X", help="the number, e.g. 0.1")
+    _format_arg(e)
+    _rounding_args(e)
+    e.set_defaults(func=_cmd_explain)
+    t = sub.add_parser("table", help="all codes of an 8-bit format as a 16x16 grid",
+                       description="Print the value of every code (row = high nibble).")
+    _format_arg(t, flag=False)
+    t.set_defaults(func=_cmd_table)
+    q = sub.add_parser("quantize", help="round numbers into a format and show their codes",
+                       description="Round numbers into a format; print values and codes.")
+    _format_arg(q)
+    q.add_argument("values", type=_number, nargs="+", metavar="X", help="numbers to round")
+    _rounding_args(q)
+    q.set_defaults(func=_cmd_quantize)
+    s = sub.add_parser("stats", help="underflow / overflow counts of a .npy array",
+                       description="Count zeros, flushed, subnormal, normal and overflowing "
+                                   "values of a .npy array rounded into a format (read in "
+                                   "chunks, memory-mapped), with a log2 histogram.")
+    s.add_argument("file", metavar="FILE.npy", help="a numpy .npy file")
+    _format_arg(s)
+    s.add_argument("--scale", type=_number, default=1.0,
+                   help="multiply by this first (a loss scale), default 1")
+    _rounding_args(s)
+    s.set_defaults(func=_cmd_stats)
     return p
 
 
@@ -117,7 +233,11 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (CliError, ValueError, TypeError) as err:
+        print(f"fpemu {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -305,7 +305,8 @@ def _finite_values(fmt: Format) -> np.ndarray:
     """Sorted distinct finite values of a format of at most 20 bits (float64)."""
     codes = np.arange(1 << fmt.bits, dtype=np.uint32).astype(fmt.code_dtype)
     vals = decode(codes, fmt).astype(np.float64)
-    vals = np.unique(vals[np.isfinite(vals)])  # -0 and +0 are one entry
+    vals = vals[np.isfinite(vals)]
+    vals = np.unique(np.where(vals == 0, 0.0, vals))  # one zero entry, +0
     vals.setflags(write=False)
     return vals
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from fpemu import cli
@@ -48,3 +49,66 @@ def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "fpemu.cli", "formats"], capture_output=True,
                        text=True, check=False)
     assert r.returncode == 0 and "e8m0" in r.stdout
+
+
+def test_explain_command(capsys):
+    assert cli.main(["explain", "0.1", "--format", "bf16", "--rounding", "rtz"]) == 0
+    out = capsys.readouterr().out
+    assert "0x3DCC = 0 01111011 1001100" in out and "0.099609375" in out and "toward zero" in out
+
+
+def test_table_command(capsys):
+    assert cli.main(["table", "e4m3fn"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 18 and lines[9].split()[-2:] == ["448", "nan"]
+
+
+def test_quantize_command(capsys):
+    assert cli.main(["quantize", "--format", "e4m3fn", "500", "465", "--overflow", "nan"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == [["500", "nan", "0x7F"], ["465", "nan", "0x7F"]]
+    assert cli.main(["quantize", "-f", "e4m3fn", "500", "465"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == [["500", "448", "0x7E"], ["465", "448", "0x7E"]]
+
+
+def test_stats_command(tmp_path, capsys):
+    path = tmp_path / "g.npy"
+    np.save(path, np.array([0.0, 1e-9, 1e-6, 1.0, 7e4], np.float32))
+    assert cli.main(["stats", str(path), "--format", "fp16"]) == 0
+    out = capsys.readouterr().out
+    counts = {line.split()[0]: int(line.split()[1]) for line in out.splitlines()[1:8]}
+    assert counts == {"nan": 0, "inf": 0, "zero": 1, "flushed": 1, "subnormal": 1,
+                      "normal": 1, "overflow": 1}
+    assert cli.main(["stats", str(path), "--format", "fp16", "--scale", "1024"]) == 0
+    assert "flushed               0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["stats", "/no/such/file.npy", "-f", "fp16"], "no such file"),
+    (["explain", "0.1", "--format", "bf17"], "unknown format 'bf17'"),
+    (["table", "fp16"], "at most 8 bits"),
+    (["quantize", "-f", "e2m1", "nan"], "has no NaN"),
+])
+def test_bad_arguments_fail_clearly(argv, words, capsys):
+    assert cli.main(argv) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_unreadable_file_and_bad_number(tmp_path):
+    bad = tmp_path / "x.npy"
+    bad.write_text("hello")
+    r = subprocess.run([sys.executable, "-m", "fpemu.cli", "stats", str(bad), "-f", "fp16"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "cannot read" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "fpemu.cli", "explain", "zero", "-f", "fp16"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "expected a number" in r.stderr
+
+
+@pytest.mark.parametrize("cmd", ["explain", "table", "quantize", "stats", "formats"])
+def test_every_command_has_help(cmd, capsys):
+    with pytest.raises(SystemExit) as ex:
+        cli.main([cmd, "--help"])
+    assert ex.value.code == 0
+    assert "usage: fpemu " + cmd in capsys.readouterr().out

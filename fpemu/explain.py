@@ -1,0 +1,282 @@
+"""Teaching views: one value bit by bit, every value of a format, the code grid.
+
+``explain(x, fmt)`` rounds one real number and says everything about it:
+the bit fields, the exponent, the class, the exact decimal value, the error,
+the two neighbours and why the rounding picked its side. ``values(fmt)``
+lists every code of a format of up to 16 bits; ``table(fmt)`` lays the codes
+of an 8-bit (or smaller) format out as rows of 16 (row = high nibble).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+
+import numpy as np
+
+from .formats import Format
+from .quantize import _as_format, classify, decode, encode, next_down, next_up, quantize, ulp
+from .rounding import parse_overflow, parse_rounding
+
+__all__ = ["Explanation", "explain", "values", "table", "table_text"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """Everything about one value rounded into a format (see :func:`explain`)."""
+
+    x: float
+    format: str
+    rounding: str
+    code: int
+    bits: str
+    sign: str
+    exponent_bits: str
+    mantissa_bits: str
+    biased_exponent: int
+    exponent: int
+    cls: str
+    value: float
+    exact_value: str
+    abs_error: float
+    rel_error: float
+    ulp_error: float
+    below: float
+    above: float
+    reason: str
+
+    def __str__(self) -> str:
+        hexw = (len(self.bits) + 3) // 4
+        lines = [
+            f"{_show(self.x)} in {self.format} (rounding {self.rounding})",
+            f"  code      0x{self.code:0{hexw}X} = {self._spaced()}  "
+            f"(sign | exponent | mantissa)",
+            f"  exponent  field {self.biased_exponent} -> "
+            + (f"2^{self.exponent}" if self.cls not in ("inf", "nan") else "all ones: inf/NaN"),
+            f"  class     {self.cls}",
+            f"  value     {self.exact_value}",
+            f"  error     {self.abs_error:.6g} absolute, {self.rel_error:.6g} relative, "
+            f"{self.ulp_error:.6g} ulp",
+            f"  between   {_show(self.below)} and {_show(self.above)}",
+            f"  why       {self.reason}",
+        ]
+        return "\n".join(lines)
+
+    def _spaced(self) -> str:
+        return " ".join(p for p in (self.sign, self.exponent_bits, self.mantissa_bits) if p)
+
+
+def _show(v: float) -> str:
+    if v != v:
+        return "nan"
+    if v in (np.inf, -np.inf):
+        return "inf" if v > 0 else "-inf"
+    return repr(float(v))
+
+
+def _fields(code: int, fmt: Format):
+    bits = format(code, f"0{fmt.bits}b")
+    s = 1 if fmt.signed else 0
+    return bits, bits[:s], bits[s:s + fmt.exponent_bits], bits[s + fmt.exponent_bits:]
+
+
+def _reason(x, q, lo, hi, fmt: Format, mode, overflow, cls) -> str:
+    name = fmt.name
+    if x != x:
+        return "NaN stays NaN (the format's canonical NaN code)."
+    if x in (np.inf, -np.inf):
+        return (f"{_show(x)} becomes {_show(q)} under the overflow policy {overflow!r}.")
+    if q != q or q in (np.inf, -np.inf) or (abs(x) > fmt.max and abs(q) == fmt.max):
+        return (f"|x| is beyond the largest finite {name} value {fmt.max!r}: it overflows, and "
+                f"under rounding {mode} with overflow policy {overflow!r} that gives {_show(q)}.")
+    if lo == hi:
+        return f"x is a {name} value: nothing to round."
+    if not fmt.has_zero and abs(x) < fmt.min_normal:
+        return f"x is below the smallest {name} value, so it becomes that value ({fmt.min_normal!r})."
+    d_lo = decimal.Decimal(x) - decimal.Decimal(lo)
+    d_hi = decimal.Decimal(hi) - decimal.Decimal(x)
+    side = "the neighbour above" if q == hi else "the neighbour below"
+    if mode == "rne" or mode == "rna":
+        if d_lo == d_hi:
+            rule = ("ties go to the neighbour with an even last significand bit" if mode == "rne"
+                    else "ties go away from zero")
+            msg = f"x lies exactly halfway between {lo!r} and {hi!r}; {rule}: {_show(q)}."
+        else:
+            near = "below" if d_lo < d_hi else "above"
+            msg = (f"x is nearer the neighbour {near} ({float(min(d_lo, d_hi)):.6g} away "
+                   f"against {float(max(d_lo, d_hi)):.6g}), and round to nearest takes it.")
+    elif mode == "rtz":
+        msg = f"rounding toward zero takes {side}, the one nearer zero."
+    elif mode == "rup":
+        msg = f"rounding toward +inf takes the neighbour above, {hi!r}."
+    elif mode == "rdn":
+        msg = f"rounding toward -inf takes the neighbour below, {lo!r}."
+    elif mode == "rto":
+        msg = f"round to odd takes the neighbour whose last significand bit is 1: {_show(q)}."
+    else:
+        p_up = float(d_lo / (d_lo + d_hi))
+        msg = (f"stochastic rounding goes up with probability {p_up:.6g} (the distance from "
+               f"the neighbour below over the gap); this draw took {side}.")
+    if q == 0 and x != 0:
+        msg += " The result is zero: x underflowed."
+    elif cls == "subnormal":
+        msg += f" The result is subnormal: below {fmt.min_normal!r}, with fewer significant bits."
+    return msg
+
+
+def explain(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None) -> Explanation:
+    """Round one real number into fmt and explain the result.
+
+    Returns an :class:`Explanation` (printing it gives a readable block).
+
+    Examples
+    --------
+    >>> import fpemu
+    >>> e = fpemu.explain(0.1, "bf16")
+    >>> e.bits, e.value, e.cls
+    ('0011110111001101', 0.10009765625, 'normal')
+    >>> print(e)                                      # doctest: +NORMALIZE_WHITESPACE
+    0.1 in bf16 (rounding rne)
+      code      0x3DCD = 0 01111011 1001101  (sign | exponent | mantissa)
+      exponent  field 123 -> 2^-4
+      class     normal
+      value     0.10009765625
+      error     9.76562e-05 absolute, 0.000976562 relative, 0.2 ulp
+      between   0.099609375 and 0.10009765625
+      why       x is nearer the neighbour above (9.76562e-05 away against 0.000390625), and round to nearest takes it.
+    """
+    fmt = _as_format(fmt)
+    arr = np.asarray(x)
+    if arr.size != 1:
+        raise ValueError(f"explain() takes one number, got an array of shape {arr.shape}; "
+                         "use fpemu.quantize for arrays")
+    xv = float(arr.reshape(-1)[0].astype(np.float64) if arr.dtype.kind in "fiub"
+               else arr.reshape(-1)[0])
+    mode = parse_rounding(rounding).name.lower()
+    kw = dict(rounding=mode, subnormals=subnormals, overflow=overflow, seed=seed)
+    code = int(encode(xv, fmt, **kw))
+    q = float(quantize(xv, fmt, **kw))
+    pol = parse_overflow(fmt.default_overflow if overflow is None else overflow).name.lower()
+    cls = str(classify(xv, fmt, **kw))
+    bits, s, e, m = _fields(code, fmt)
+    field = int(e, 2)
+    if cls in ("zero", "subnormal") or (fmt.has_zero and field == 0):
+        exp = 1 - fmt.bias if fmt.has_zero else field - fmt.bias
+    else:
+        exp = field - fmt.bias
+    if xv != xv or xv in (np.inf, -np.inf):
+        lo = hi = xv
+    else:
+        lo = xv if float(quantize(xv, fmt, rounding="rdn", overflow="saturate")) == xv \
+            else float(next_down(xv, fmt))
+        hi = xv if lo == xv else float(next_up(xv, fmt))
+    finite = q == q and q not in (np.inf, -np.inf) and xv == xv and xv not in (np.inf, -np.inf)
+    if finite:
+        err = decimal.Decimal(q) - decimal.Decimal(xv)
+        abs_err = float(abs(err))
+        rel_err = float(abs(err) / abs(decimal.Decimal(xv))) if xv != 0 else 0.0
+        ulp_err = float(abs(err) / decimal.Decimal(float(ulp(xv, fmt))))
+    else:
+        abs_err = rel_err = ulp_err = float("nan")
+    exact = "nan" if q != q else _show(q) if q in (np.inf, -np.inf) else \
+        format(decimal.Decimal(q), "f") if abs(q) >= 1e-12 else str(decimal.Decimal(q))
+    if q == 0:
+        exact = "-0" if np.signbit(q) else "0"
+    return Explanation(
+        x=xv, format=fmt.name, rounding=mode, code=code, bits=bits, sign=s, exponent_bits=e,
+        mantissa_bits=m, biased_exponent=field, exponent=exp, cls=cls, value=q,
+        exact_value=exact, abs_error=abs_err, rel_error=rel_err, ulp_error=ulp_err,
+        below=lo, above=hi, reason=_reason(xv, q, lo, hi, fmt, mode, pol, cls),
+    )
+
+
+def values(fmt) -> np.ndarray:
+    """Every code of a format of at most 16 bits with its value and class.
+
+    Returns a structured array with fields ``code`` (uint32), ``bits`` (the
+    bit string), ``value`` (float64; NaN for NaN codes) and ``cls``, in code
+    order.
+
+    Examples
+    --------
+    >>> from fpemu.explain import values
+    >>> v = values("e2m1")
+    >>> v["value"][:8].tolist()
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    >>> str(v["bits"][3]), str(v["cls"][1])
+    ('0011', 'subnormal')
+    """
+    fmt = _as_format(fmt)
+    if fmt.bits > 16:
+        raise ValueError(f"values() lists formats of at most 16 bits; {fmt.name} has "
+                         f"{fmt.bits} ({2 ** fmt.bits} codes)")
+    codes = np.arange(2 ** fmt.bits, dtype=np.uint32)
+    vals = decode(codes.astype(fmt.code_dtype), fmt).astype(np.float64)
+    out = np.empty(codes.size, dtype=[("code", np.uint32), ("bits", f"U{fmt.bits}"),
+                                      ("value", np.float64), ("cls", "U9")])
+    out["code"] = codes
+    out["bits"] = [format(int(c), f"0{fmt.bits}b") for c in codes]
+    out["value"] = vals
+    nan = np.isnan(vals)
+    cls = np.full(codes.size, "normal", dtype="U9")
+    finite = np.isfinite(vals)
+    if fmt.has_zero:
+        cls[finite & (vals == 0)] = "zero"
+        cls[finite & (vals != 0) & (np.abs(vals) < fmt.min_normal)] = "subnormal"
+    cls[np.isinf(vals)] = "inf"
+    cls[nan] = "nan"
+    out["cls"] = cls
+    return out
+
+
+def table(fmt) -> np.ndarray:
+    """The values of all codes of a format of at most 8 bits as a grid of
+    16 columns: entry (r, c) is code ``16 * r + c`` (row = high nibble).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fpemu.explain import table
+    >>> t = table("e4m3fn")
+    >>> t.shape, float(t[7, 14]), bool(np.isnan(t[7, 15]))
+    ((16, 16), 448.0, True)
+    """
+    fmt = _as_format(fmt)
+    if fmt.bits > 8:
+        raise ValueError(f"table() lays out formats of at most 8 bits (256 codes); {fmt.name} "
+                         f"has {fmt.bits}; use fpemu.explain.values({fmt.name!r}) (from fpemu.explain import values)")
+    v = values(fmt)["value"]
+    rows = max(1, v.size // 16)
+    return v.reshape(rows, -1)
+
+
+def table_text(fmt) -> str:
+    """:func:`table` as text: a header of low nibbles, one row per high nibble.
+
+    Examples
+    --------
+    >>> from fpemu.explain import table_text
+    >>> print(table_text("e2m1"))
+    e2m1: value of each code (row = high nibble, column = low nibble)
+           .0   .1   .2   .3   .4   .5   .6   .7   .8   .9   .A   .B   .C   .D   .E   .F
+    0.      0  0.5    1  1.5    2    3    4    6   -0 -0.5   -1 -1.5   -2   -3   -4   -6
+    """
+    fmt = _as_format(fmt)
+    t = table(fmt)
+    cells = [[_cell(v) for v in row] for row in t]
+    w = max(len(c) for row in cells for c in row)
+    head = "     " + " ".join(f"{'.' + format(c, 'X'):>{w}}" for c in range(t.shape[1]))
+    lines = [f"{fmt.name}: value of each code (row = high nibble, column = low nibble)", head]
+    for r, row in enumerate(cells):
+        lines.append(f"{format(r, 'X')}.   " + " ".join(c.rjust(w) for c in row))
+    return "\n".join(lines)
+
+
+def _cell(v: float) -> str:
+    if v != v:
+        return "nan"
+    if v in (np.inf, -np.inf):
+        return "inf" if v > 0 else "-inf"
+    if v == 0:
+        return "-0" if np.signbit(v) else "0"
+    return f"{v:.4g}"

@@ -1,0 +1,215 @@
+"""Underflow and overflow accounting, mergeable chunk by chunk.
+
+:func:`stats` takes an array, a format, an optional scale factor (a loss
+scale: values are multiplied by it in float64 before rounding, which is
+exact for powers of two) and the rounding arguments of
+:func:`fpemu.quantize`, and returns :class:`Counts`. Every element lands in
+exactly one class:
+
+``nan``        NaN inputs
+``inf``        ±inf inputs
+``zero``       exact zeros
+``flushed``    nonzero inputs whose rounded value is zero (underflow to zero,
+               including flush-to-zero of subnormal results)
+``subnormal``  results that are subnormal
+``normal``     results that are normal (and in range)
+``overflow``   finite inputs whose scaled magnitude exceeds the largest finite
+               value; ``overflow_to`` says what they became (inf, NaN or
+               saturated to max)
+
+plus the largest finite magnitude (``amax``, before scaling) and a histogram
+of ``floor(log2 |x * scale|)`` for the finite nonzero values, with a separate
+zero bin. Counts add: ``stats(a) + stats(b) == stats(concat(a, b))``, so
+:func:`stats_chunked` walks arrays larger than memory (memory-mapped
+``.npy`` files) and :func:`stats_dask` reduces the blocks of a
+``dask.array``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .formats import Format
+from .quantize import _as_format, _prepare_input, quantize
+from .rounding import parse_overflow, parse_rounding
+
+__all__ = ["Counts", "stats", "stats_chunked", "stats_dask", "CLASSES"]
+
+CLASSES = ("nan", "inf", "zero", "flushed", "subnormal", "normal", "overflow")
+#: Default histogram range: floor(log2 |x|) from -160 to 159 (float32's
+#: range with room); values outside fall into the first or last bin.
+LOG2_RANGE = (-160, 160)
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """Mergeable counts of one array (or of many chunks, added together)."""
+
+    format: str
+    scale: float
+    rounding: str
+    counts: dict
+    overflow_to: dict
+    amax: float
+    log2_lo: int
+    hist: np.ndarray
+    zero_bin: int
+
+    @property
+    def total(self) -> int:
+        return int(np.sum(list(self.counts.values())))
+
+    @property
+    def bins(self) -> np.ndarray:
+        """The exponent of each histogram bin: bin k counts floor(log2|x*s|) == k."""
+        return np.arange(self.log2_lo, self.log2_lo + self.hist.size)
+
+    def fraction(self, cls: str) -> float:
+        """Share of all elements in one class (0 for an empty count)."""
+        if cls not in self.counts:
+            raise ValueError(f"unknown class {cls!r}; the classes are {', '.join(CLASSES)}")
+        return self.counts[cls] / self.total if self.total else 0.0
+
+    def __add__(self, other: "Counts") -> "Counts":
+        if not isinstance(other, Counts):
+            return NotImplemented
+        if (self.format, self.scale, self.rounding, self.log2_lo, self.hist.size) != (
+                other.format, other.scale, other.rounding, other.log2_lo, other.hist.size):
+            raise ValueError(
+                "cannot add Counts of different settings: "
+                f"({self.format}, scale {self.scale}, {self.rounding}) and "
+                f"({other.format}, scale {other.scale}, {other.rounding}); compute both with "
+                "the same format, scale, rounding and histogram range"
+            )
+        return dataclasses.replace(
+            self,
+            counts={k: self.counts[k] + other.counts[k] for k in self.counts},
+            overflow_to={k: self.overflow_to[k] + other.overflow_to[k] for k in self.overflow_to},
+            amax=max(self.amax, other.amax),
+            hist=self.hist + other.hist,
+            zero_bin=self.zero_bin + other.zero_bin,
+        )
+
+    def __radd__(self, other):
+        if other == 0:  # so that sum([...]) works
+            return self
+        return NotImplemented
+
+    def __eq__(self, other):
+        if not isinstance(other, Counts):
+            return NotImplemented
+        return (self.format, self.scale, self.rounding, self.counts, self.overflow_to,
+                self.log2_lo, self.zero_bin) == (
+            other.format, other.scale, other.rounding, other.counts, other.overflow_to,
+            other.log2_lo, other.zero_bin) and np.array_equal(self.hist, other.hist) and (
+            self.amax == other.amax or (self.amax != self.amax and other.amax != other.amax))
+
+    def __str__(self) -> str:
+        lines = [f"{self.total} values into {self.format} (scale {self.scale:g}, "
+                 f"rounding {self.rounding}); amax {self.amax:.6g}"]
+        for k in CLASSES:
+            n = self.counts[k]
+            extra = ""
+            if k == "overflow" and n:
+                extra = "  (" + ", ".join(f"{v} to {t}" for t, v in self.overflow_to.items()
+                                          if v) + ")"
+            lines.append(f"  {k:<10} {n:>12}  {100 * self.fraction(k):8.4f} %{extra}")
+        return "\n".join(lines)
+
+
+def _empty(fmt: Format, scale, mode, lo, hi):
+    return Counts(fmt.name, float(scale), mode, {k: 0 for k in CLASSES},
+                  {"inf": 0, "nan": 0, "saturated": 0}, 0.0, lo, np.zeros(hi - lo, np.int64), 0)
+
+
+def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, seed=None,
+          log2_range=LOG2_RANGE) -> Counts:
+    """Count what rounding ``x * scale`` into fmt does to each element.
+
+    Examples
+    --------
+    >>> import fpemu
+    >>> c = fpemu.stats([0.0, 1e-9, 1e-6, 1.0, 7e4, float("nan")], "fp16")
+    >>> c.counts
+    {'nan': 1, 'inf': 0, 'zero': 1, 'flushed': 1, 'subnormal': 1, 'normal': 1, 'overflow': 1}
+    >>> fpemu.stats([1e-9], "fp16", scale=1024).counts["subnormal"]   # loss scaling saves it
+    1
+    """
+    fmt = _as_format(fmt)
+    mode = parse_rounding(rounding).name.lower()
+    pol = parse_overflow(fmt.default_overflow if overflow is None else overflow).name.lower()
+    if not (isinstance(scale, (int, float, np.integer, np.floating)) and np.isfinite(scale)
+            and scale > 0):
+        raise ValueError(f"stats(): scale must be a finite number > 0, got {scale!r}")
+    lo, hi = (int(v) for v in log2_range)
+    if hi <= lo:
+        raise ValueError(f"stats(): log2_range must be (lo, hi) with lo < hi, got {log2_range!r}")
+    flat, _ = _prepare_input(x, "stats")
+    res = _empty(fmt, scale, mode, lo, hi)
+    if flat.size == 0:
+        return res
+    x64 = flat.astype(np.float64, copy=False)
+    nan = np.isnan(x64)
+    inf = np.isinf(x64)
+    finite = ~nan & ~inf
+    xs = np.where(finite, x64, 0.0) * float(scale)
+    ax = np.abs(xs)
+    zero = finite & (x64 == 0)
+    big = finite & (ax > fmt.max)
+    q = quantize(np.where(nan, 0.0, xs), fmt, rounding=rounding, subnormals=subnormals,
+                 overflow=overflow, seed=seed).astype(np.float64)
+    aq = np.abs(q)
+    rest = finite & ~zero & ~big
+    flushed = rest & (aq == 0)
+    sub = rest & (aq > 0) & (aq < fmt.min_normal) if fmt.has_zero else np.zeros_like(rest)
+    normal = rest & ~flushed & ~sub
+    counts = {"nan": int(nan.sum()), "inf": int(inf.sum()), "zero": int(zero.sum()),
+              "flushed": int(flushed.sum()), "subnormal": int(sub.sum()),
+              "normal": int(normal.sum()), "overflow": int(big.sum())}
+    overflow_to = {"inf": int((big & np.isinf(q)).sum()), "nan": int((big & np.isnan(q)).sum()),
+                   "saturated": int((big & np.isfinite(q)).sum())}
+    nz = finite & ~zero
+    _, e = np.frexp(ax[nz])
+    k = np.clip(e.astype(np.int64) - 1, lo, hi - 1) - lo
+    hist = np.bincount(k, minlength=hi - lo).astype(np.int64)
+    amax = float(np.abs(x64[finite]).max()) if finite.any() else 0.0
+    return dataclasses.replace(res, counts=counts, overflow_to=overflow_to, amax=amax,
+                               hist=hist, zero_bin=counts["zero"])
+
+
+def stats_chunked(x, fmt, *, chunk=1 << 22, **kwargs) -> Counts:
+    """:func:`stats` over a large array in chunks of ``chunk`` elements.
+
+    ``x`` may be a path to a ``.npy`` file (opened memory-mapped, so it may
+    be larger than memory) or any array; only one chunk is in memory at a
+    time. The result equals ``stats(x, fmt, **kwargs)``.
+    """
+    if isinstance(x, (str, bytes)) or hasattr(x, "__fspath__"):
+        try:
+            x = np.load(x, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"stats_chunked(): cannot read {x!r} as a .npy file: {err}") from err
+    if not (isinstance(chunk, (int, np.integer)) and chunk >= 1):
+        raise ValueError(f"stats_chunked(): chunk must be an int >= 1, got {chunk!r}")
+    flat = x.reshape(-1) if isinstance(x, np.ndarray) else np.asarray(x).reshape(-1)
+    total = None
+    for start in range(0, max(flat.size, 1), chunk):
+        part = stats(np.asarray(flat[start:start + chunk]), fmt, **kwargs)
+        total = part if total is None else total + part
+    return total
+
+
+def stats_dask(x, fmt, **kwargs) -> Counts:
+    """:func:`stats` of a ``dask.array``: one count per block, summed.
+
+    The blocks are computed by dask's scheduler (threads, processes or a
+    ``dask.distributed`` cluster); only the small Counts travel back.
+    """
+    try:
+        import dask
+    except ImportError as err:  # pragma: no cover - dask is a test dependency
+        raise ImportError("stats_dask() needs dask: pip install 'dask[array]'") from err
+    parts = [dask.delayed(stats)(block, fmt, **kwargs) for block in x.to_delayed().ravel()]
+    return dask.delayed(sum)(parts).compute()

@@ -1,0 +1,163 @@
+"""The teaching views and the underflow / overflow accounting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu.explain import table, table_text, values
+from fpemu.stats import CLASSES, stats_chunked, stats_dask
+from oracle import SPECS, TableOracle
+
+
+# ----------------------------------------------------------------- explain
+def test_explain_fields_of_a_tie():
+    e = fpemu.explain(257.0, "bf16")
+    assert (e.sign, e.exponent_bits, e.mantissa_bits) == ("0", "10000111", "0000000")
+    assert (e.biased_exponent, e.exponent, e.cls) == (135, 8, "normal")
+    assert (e.value, e.below, e.above) == (256.0, 256.0, 258.0)
+    assert (e.abs_error, e.ulp_error) == (1.0, 0.5)
+    assert "exactly halfway" in e.reason and "even" in e.reason
+    assert fpemu.explain(257.0, "bf16", rounding="rna").value == 258.0
+    assert "away from zero" in fpemu.explain(257.0, "bf16", rounding="rna").reason
+
+
+@pytest.mark.parametrize("x,fmt,mode,cls,words", [
+    (1e-8, "fp16", "rne", "zero", "underflowed"),
+    (1e-6, "fp16", "rtz", "subnormal", "toward zero"),
+    (465.0, "e4m3fn", "rne", "normal", "overflows"),
+    (7e4, "fp16", "rne", "inf", "overflows"),
+    (0.3, "e2m1", "rup", "subnormal", "toward +inf"),
+    (-0.3, "e2m1", "rdn", "subnormal", "toward -inf"),
+    (0.75, "fp16", "rne", "normal", "nothing to round"),
+    (float("nan"), "bf16", "rne", "nan", "NaN stays NaN"),
+])
+def test_explain_says_why(x, fmt, mode, cls, words):
+    e = fpemu.explain(x, fmt, rounding=mode)
+    assert e.cls == cls
+    assert words in e.reason
+    assert e.value == float(fpemu.quantize(x, fmt, rounding=mode)) or np.isnan(e.value)
+    text = str(e)
+    assert fmt in text and "why" in text and e.bits.replace("", "")[:1] in text
+
+
+def test_explain_bits_agree_with_the_code():
+    for x in (0.1, -2.5, 1e-7, 448.0):
+        for fmt in ("fp16", "bf16", "e4m3fn", "e5m2"):
+            e = fpemu.explain(x, fmt)
+            assert int(e.bits, 2) == e.code == int(fpemu.encode(x, fmt))
+            assert e.sign + e.exponent_bits + e.mantissa_bits == e.bits
+
+
+def test_explain_rejects_arrays():
+    with pytest.raises(ValueError, match="takes one number"):
+        fpemu.explain([1.0, 2.0], "fp16")
+
+
+# ------------------------------------------------------------ values, table
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2", "e4m3fnuz", "e2m1", "e3m2", "fp16"])
+def test_values_agree_with_the_table_oracle(name):
+    v = values(name)
+    o = TableOracle(SPECS[name])
+    want = o.value_of(np.arange(v.size))
+    assert np.array_equal(v["value"], want, equal_nan=True)
+    num = ~np.isnan(want)
+    assert np.array_equal(np.signbit(v["value"][num]), np.signbit(want[num]))
+    assert (v["cls"] == "nan").sum() == np.isnan(want).sum()
+    assert all(int(b, 2) == c for b, c in zip(v["bits"][:50], v["code"][:50]))
+
+
+def test_table_is_a_16_by_16_grid():
+    t = table("e5m2")
+    assert t.shape == (16, 16)
+    assert t[7, 11] == 57344.0 and t[7, 12] == np.inf and np.isnan(t[7, 13])
+    assert t[8, 0] == 0 and np.signbit(t[8, 0])
+    assert table("e2m1").shape == (1, 16) and table("e3m2").shape == (4, 16)
+    text = table_text("e4m3fnuz")
+    assert text.splitlines()[10].split()[1] == "nan"  # 0x80 is NaN in fnuz
+    with pytest.raises(ValueError, match="at most 8 bits"):
+        table("bf16")
+    with pytest.raises(ValueError, match="at most 16 bits"):
+        values("fp32")
+
+
+# ------------------------------------------------------------------- stats
+def _by_hand(x, fmt, scale=1.0):
+    """Classes counted one element at a time with the table oracle."""
+    o = TableOracle(SPECS[fmt])
+    f = fpemu.format(fmt)
+    counts = dict.fromkeys(CLASSES, 0)
+    for v in x:
+        if np.isnan(v):
+            counts["nan"] += 1
+        elif np.isinf(v):
+            counts["inf"] += 1
+        elif v == 0:
+            counts["zero"] += 1
+        elif abs(v * scale) > f.max:
+            counts["overflow"] += 1
+        else:
+            r = abs(o.value_of(o.round([v * scale]))[0])
+            key = "flushed" if r == 0 else "subnormal" if r < f.min_normal else "normal"
+            counts[key] += 1
+    return counts
+
+
+def test_stats_counts_every_class():
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.lognormal(-12, 5, 3000) * rng.choice([-1, 1], 3000),
+                        [0.0, -0.0, np.nan, np.inf, -np.inf, 65520.0, 65519.0]])
+    for scale in (1.0, 1024.0):
+        c = fpemu.stats(x, "fp16", scale=scale)
+        assert c.counts == _by_hand(x, "fp16", scale)
+        assert c.total == x.size
+        assert c.hist.sum() + c.zero_bin == x.size - 3  # NaN and inf are not binned
+        assert c.amax == np.nanmax(np.abs(x[np.isfinite(x)]))
+    c = fpemu.stats([500.0, 1e6], "e4m3fn")
+    assert c.overflow_to == {"inf": 0, "nan": 0, "saturated": 2}
+    assert fpemu.stats([500.0], "e4m3fnuz").overflow_to["nan"] == 1
+    assert fpemu.stats([7e4], "fp16").overflow_to["inf"] == 1
+
+
+def test_loss_scaling_recovers_underflow():
+    rng = np.random.default_rng(0)
+    g = rng.lognormal(-20, 2, 20000)
+    before = fpemu.stats(g, "fp16")
+    after = fpemu.stats(g, "fp16", scale=2.0**15)
+    assert before.fraction("flushed") > 0.2
+    assert after.fraction("flushed") < before.fraction("flushed") / 20
+    assert np.array_equal(np.flatnonzero(after.hist), np.flatnonzero(before.hist) + 15)
+
+
+def test_counts_merge_by_addition_and_chunks(tmp_path):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(50001) * np.exp2(rng.integers(-30, 20, 50001))).astype(np.float32)
+    x[::97] = 0
+    whole = fpemu.stats(x, "bf16", scale=8.0)
+    assert fpemu.stats(x[:20000], "bf16", scale=8.0) + fpemu.stats(x[20000:], "bf16",
+                                                                     scale=8.0) == whole
+    path = tmp_path / "grads.npy"
+    np.save(path, x.reshape(3, -1)[:, :16667])
+    mm = np.load(path, mmap_mode="r")
+    assert stats_chunked(path, "bf16", chunk=4096, scale=8.0) == fpemu.stats(
+        np.asarray(mm), "bf16", scale=8.0)
+    with pytest.raises(ValueError, match="different settings"):
+        _ = whole + fpemu.stats(x, "fp16")
+
+
+def test_dask_blocks_give_the_same_counts():
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(6)
+    x = rng.lognormal(-14, 4, (300, 200))
+    d = da.from_array(x, chunks=(70, 90))
+    assert stats_dask(d, "fp16", scale=64.0) == fpemu.stats(x, "fp16", scale=64.0)
+
+
+def test_stats_errors(tmp_path):
+    with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+        fpemu.stats([1.0], "fp16", scale=0)
+    bad = tmp_path / "x.npy"
+    bad.write_text("not numpy")
+    with pytest.raises(ValueError, match="cannot read"):
+        stats_chunked(bad, "fp16")
