@@ -26,6 +26,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/bench_quantize.py
+	$(BIN)/python bench/bench_arith.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .hypothesis out

@@ -272,3 +272,43 @@ def dot_kernel(model, mode, flags, block, native, paired):
                     out[i, jj] = np.float32(one(A, BT, i, j, 0, K, C[i, jj], p, tc, key))
 
     return kernel
+
+
+@pjit
+def tc_matmul(A, EA, B, EB, C, out, L, F, out_f, e_zero):
+    """The tensor-core model for a whole product, vectorised over columns.
+
+    ``A`` (M, K) and ``B`` (K, N) float64; ``EA`` / ``EB`` their exponents
+    (at least the input format's emin; zeros below -5000); ``C`` (M, N) the
+    initial accumulator. Same arithmetic as :func:`_tc_dot`, row by row.
+    """
+    M, K = A.shape
+    N = B.shape[1]
+    for i in prange(M):
+        c = np.empty(N, np.float64)
+        emax = np.empty(N, np.int64)
+        scale = np.empty(N, np.float64)
+        s = np.empty(N, np.float64)
+        for j in range(N):
+            c[j] = C[i, j]
+        for kb in range(0, K, L):
+            k1 = min(kb + L, K)
+            for j in range(N):
+                emax[j] = e_zero if c[j] == 0.0 else _exponent(c[j], -126)
+            for k in range(kb, k1):
+                ea = EA[i, k]
+                for j in range(N):
+                    e = ea + EB[k, j]
+                    e = e_zero if e < -5000 else e
+                    emax[j] = max(emax[j], e)
+            for j in range(N):
+                scale[j] = _pow2(F - emax[j])
+                s[j] = np.trunc(c[j] * scale[j])
+            for k in range(kb, k1):
+                a = A[i, k]
+                for j in range(N):
+                    s[j] += np.trunc((a * B[k, j]) * scale[j])
+            for j in range(N):
+                c[j] = _rz_fp32(s[j] * _pow2(emax[j] - F), out_f)
+        for j in range(N):
+            out[i, j] = np.float32(c[j])

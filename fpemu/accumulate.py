@@ -209,7 +209,9 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     native = (kind == _ak.SEQUENTIAL and block == 0 and acc_fmt.name == "fp32"
               and mode is Rounding.RNE and subnormals and int(pol) == 0 and not paired)
     out = np.empty(C.shape, np.float32)
-    if out.size:
+    if out.size and kind == _ak.TC and not paired:
+        out = _tc_matmul(A, BT, C, tc, block)
+    elif out.size:
         kernel = _ak.dot_kernel(kind, int(mode), flags, block, native, paired)
         with inlining():
             kernel(A, BT, C, out, p, tc, key)
@@ -218,6 +220,39 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     if out_fmt != acc_fmt:
         out = quantize(out, out_fmt)
     return out
+
+
+def _exponents(X, emin):
+    """floor(log2|x|), at least emin; -10000 for zeros (the kernels' mark)."""
+    with np.errstate(divide="ignore"):
+        _, e = np.frexp(X)
+    e = np.maximum(e.astype(np.int64) - 1, emin)
+    return np.where(X == 0, -10000, e)
+
+
+def _tc_matmul(A, BT, C, tc, block):
+    """The tensor-core model over whole matrices (row-vectorised kernel);
+    with block > 0, per block of K and promoted into fp32 in between."""
+    L, F, out_f, e_zero, emin_a, emin_b = tc
+    B = np.ascontiguousarray(BT.T)
+    EA, EB = _exponents(A, emin_a), _exponents(B, emin_b)
+    K = A.shape[1]
+
+    def run(k0, k1, c):
+        out = np.empty(c.shape, np.float32)
+        with inlining():
+            _ak.tc_matmul(np.ascontiguousarray(A[:, k0:k1]), np.ascontiguousarray(EA[:, k0:k1]),
+                          np.ascontiguousarray(B[k0:k1]), np.ascontiguousarray(EB[k0:k1]),
+                          c, out, L, F, out_f, e_zero)
+        return out
+
+    if block == 0:
+        return run(0, K, C)
+    total = C.astype(np.float32)
+    zero = np.zeros(C.shape)
+    for k0 in range(0, K, block):
+        total = total + run(k0, min(k0 + block, K), zero)  # binary32, round to nearest even
+    return total
 
 
 def _identity(rounding):

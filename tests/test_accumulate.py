@@ -195,3 +195,19 @@ def test_model_errors():
         ac.sum([1.0], "fp16", model="blocked", block=0)
     with pytest.raises(ValueError, match="axis 3 is out of range"):
         ac.sum(np.ones((2, 2)), "fp16", axis=3)
+
+
+@pytest.mark.parametrize("model", ["v100", "h100", "h100-fp8", "b200-fp8"])
+def test_matrix_kernel_equals_dot_by_dot(model):
+    """matmul's column-vectorised tensor-core kernel against the per-dot one
+    (which the MMA-Sim vectors check), also with promotion every 64."""
+    rng = np.random.default_rng(len(model))
+    fmt = "e4m3fn" if "fp8" in model else "fp16"
+    a = fpemu.quantize(rng.standard_normal((9, 200)) * np.exp2(rng.integers(-3, 3, (9, 200))), fmt)
+    b = fpemu.quantize(rng.standard_normal((200, 7)), fmt)
+    a[0, :50] = 0
+    for kw in ({}, {"model": "blocked", "block": 64, "inner": model}):
+        kw = {"model": model, **kw}
+        whole = ac.matmul(a, b, fmt, **kw)
+        rows = ac.dot(a[:, None, :], b.T[None, :, :], fmt, **kw)
+        assert np.array_equal(whole.view(np.uint32), rows.view(np.uint32)), kw
