@@ -255,10 +255,11 @@ def _tc_matmul(A, BT, C, tc, block):
     return total
 
 
-def _identity(rounding):
+def _identity(rounding, K):
     """The accumulator's start when no c is given: the zero that leaves every
-    sum's sign as IEEE 754 makes it (-0 + x = x; under "rdn" +0 is that zero)."""
-    return np.float64(0.0 if parse_rounding(rounding) is Rounding.RDN else -0.0)
+    sum's sign as IEEE 754 makes it (-0 + x = x; under "rdn" +0 is that zero).
+    An empty sum is +0."""
+    return np.float64(0.0 if K == 0 or parse_rounding(rounding) is Rounding.RDN else -0.0)
 
 
 def _as_matrix(x, fname, label):
@@ -300,7 +301,7 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
     B = _as_matrix(b, "matmul", "b")
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise ValueError(f"matmul(): needs shapes (M, K) and (K, N); got {A.shape} and {B.shape}")
-    C = _identity(rounding) if c is None else _as_matrix(c, "matmul", "c")
+    C = _identity(rounding, A.shape[1]) if c is None else _as_matrix(c, "matmul", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
     return _run(np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False, in_fmt,
                 acc_fmt, out_fmt, model, block, inner, rounding, subnormals, overflow, seed,
@@ -332,9 +333,10 @@ def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block
         )
     lead = np.broadcast_shapes(A.shape[:-1], B.shape[:-1])
     K = A.shape[-1]
-    A2 = np.ascontiguousarray(np.broadcast_to(A, lead + (K,))).reshape(-1, K)
-    B2 = np.ascontiguousarray(np.broadcast_to(B, lead + (K,))).reshape(-1, K)
-    C = _identity(rounding) if c is None else _as_matrix(c, "dot", "c")
+    rows = int(np.prod(lead, dtype=np.int64))
+    A2 = np.ascontiguousarray(np.broadcast_to(A, lead + (K,))).reshape(rows, K)
+    B2 = np.ascontiguousarray(np.broadcast_to(B, lead + (K,))).reshape(rows, K)
+    C = _identity(rounding, K) if c is None else _as_matrix(c, "dot", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, lead)).reshape(-1, 1)
     out = _run(A2, B2, C, True, in_fmt, acc_fmt, out_fmt, model, block, inner, rounding,
                subnormals, overflow, seed, "dot")

@@ -72,6 +72,8 @@ def test_exact_model_rounds_once_over_a_huge_range():
     assert ac.sum(y, "fp32", model="exact").item() == 1 + 2**-23
     assert ac.sum(y, "fp32", model="sequential").item() == 1.0
     assert np.signbit(ac.sum([-0.0, -0.0], "fp32", model="exact"))
+    assert np.signbit(ac.sum([-0.0, -0.0], "fp32", "fp16", model="sequential"))
+    assert not np.signbit(ac.sum(np.zeros(0), "fp32", model="exact"))
     assert not np.signbit(ac.sum([1.0, -1.0], "fp32", model="exact"))
     assert np.signbit(ac.sum([1.0, -1.0], "fp32", model="exact", rounding="rdn"))
 
@@ -151,7 +153,7 @@ MMASIM = {"v100": ("fp16", "v100"), "a100": ("bf16", "a100"), "h100": ("bf16", "
 @pytest.mark.parametrize("case", sorted(MMASIM))
 def test_tensor_core_presets_match_mmasim_bit_for_bit(case):
     """200 dot products of length 96 (several chained blocks) per case,
-    computed by MMA-Sim 2.1.1 (tests/data/make_mmasim_vectors.py)."""
+    computed by MMA-Sim 2.1.1 (scripts/make_mmasim_vectors.py)."""
     d = np.load(DATA / "mmasim_vectors.npz")
     fmt, model = MMASIM[case]
     got = ac.dot(d[f"{case}/a"], d[f"{case}/b"], fmt, model=model, c=d[f"{case}/c"])

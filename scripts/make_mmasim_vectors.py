@@ -8,7 +8,7 @@ for Volta/Ampere/Hopper mma and wgmma and Blackwell tcgen05.mma (see its
 subnormals and cancellation. The tests compare fpemu's tensor-core presets
 with the stored results; CI needs neither torch nor mmasim.
 
-    python tests/data/make_mmasim_vectors.py   # needs torch and mmasim
+    python scripts/make_mmasim_vectors.py   # needs torch and mmasim
 """
 
 import pathlib
@@ -63,7 +63,7 @@ def main():
         out[f"{name}/b"] = b.double().numpy()
         out[f"{name}/c"] = c.numpy()
         out[f"{name}/d"] = d.numpy()
-    path = pathlib.Path(__file__).with_name("mmasim_vectors.npz")
+    path = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "mmasim_vectors.npz"
     np.savez_compressed(path, **out)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
 
