@@ -14,24 +14,13 @@ matmul: how many times slower fpemu is).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numba
 import numpy as np
 
 import fpemu
+from bench_quantize import timed  # the same timing rule as the quantize bench
 from fpemu import accumulate
-
-
-def timed(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main():
