@@ -76,3 +76,17 @@ class inlining:
     def __exit__(self, *exc):
         llvm_binding.set_option("fpemu", f"-inline-threshold={self.DEFAULT}")
         return False
+
+
+def run_kernel(kernel, *args):
+    """kernel(*args), inside :class:`inlining` only when the call will compile:
+    setting the LLVM option costs tens of microseconds, which small calls
+    (the autograd engine's) feel."""
+    try:
+        sig = tuple(numba.typeof(a) for a in args)
+    except ValueError:
+        sig = None
+    if sig is not None and sig in kernel.overloads:
+        return kernel(*args)
+    with inlining():
+        return kernel(*args)

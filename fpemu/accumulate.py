@@ -38,7 +38,7 @@ import dataclasses
 import numpy as np
 
 from . import _accum_kernels as _ak
-from ._jit import inlining
+from ._jit import inlining, run_kernel
 from .arith import _not_in_format
 from .formats import Format
 from .quantize import (
@@ -151,7 +151,7 @@ def _check_operand(x, fmt: Format, label, fname):
 
 
 def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, rounding,
-         subnormals, overflow, seed, fname):
+         subnormals, overflow, seed, fname, check=True):
     """out[i, j] = dot(A[i], BT[j]) (or out[i] = dot(A[i], BT[i]) if paired)."""
     in_fmt = _as_format(in_fmt)
     acc_fmt = _as_format(acc_fmt)
@@ -171,9 +171,10 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     pol = _resolve_overflow(acc_fmt, overflow)
     p, flags = _kernel_params(acc_fmt, pol, subnormals)
     key, _ = _seed_key(seed, mode)
-    _check_operand(A, in_fmt, "a", fname)
-    _check_operand(BT, in_fmt, "b", fname)
-    _check_operand(C, acc_fmt, "c", fname)
+    if check:
+        _check_operand(A, in_fmt, "a", fname)
+        _check_operand(BT, in_fmt, "b", fname)
+        _check_operand(C, acc_fmt, "c", fname)
     tc = (1, 0, 23, 0, 0, 0)
     special = None
     if isinstance(model, TensorCore):
@@ -213,8 +214,7 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
         out = _tc_matmul(A, BT, C, tc, block)
     elif out.size:
         kernel = _ak.dot_kernel(kind, int(mode), flags, block, native, paired)
-        with inlining():
-            kernel(A, BT, C, out, p, tc, key)
+        run_kernel(kernel, A, BT, C, out, p, tc, key)
     if special is not None:
         out = np.where(mask, special.astype(np.float32), out)
     if out_fmt != acc_fmt:
@@ -306,6 +306,16 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
     return _run(np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False, in_fmt,
                 acc_fmt, out_fmt, model, block, inner, rounding, subnormals, overflow, seed,
                 "matmul")
+
+
+def _matmul_values(A, B, in_fmt, acc_fmt, out_fmt, model, block=128, inner="sequential"):
+    """matmul for callers whose operands are known to be in_fmt values
+    (float32 or float64 2-D arrays): rne, subnormals kept, no checks."""
+    C = _identity("rne", A.shape[1])
+    C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
+    return _run(np.ascontiguousarray(A, np.float64), np.ascontiguousarray(B.T, np.float64),
+                C, False, in_fmt, acc_fmt, out_fmt, model, block, inner, "rne", True, None,
+                None, "matmul", check=False)
 
 
 def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,

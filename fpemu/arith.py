@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _arith_kernels
-from ._jit import inlining
+from ._jit import run_kernel
 from .formats import Format
 from .quantize import (
     _as_format,
@@ -92,8 +92,7 @@ def _elementwise(opname, values, fmt, rounding, subnormals, overflow, seed):
         b = flat[1] if len(flat) > 1 else a
         c = flat[2] if len(flat) > 2 else a
         kernel = _arith_kernels.arith_kernel(_arith_kernels.OPS[opname], int(mode), flags)
-        with inlining():
-            bad = kernel(a, b, c, out.reshape(-1), params, key, offset)
+        bad = run_kernel(kernel, a, b, c, out.reshape(-1), params, key, offset)
         if bad:
             _report_bad(flat, fmt, opname)
         if not fmt.has_nan:

@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 from . import _kernels
-from ._jit import inlining
+from ._jit import inlining, run_kernel
 from .formats import Format
 from .formats import format as _lookup
 from .rounding import Overflow, Rounding, parse_overflow, parse_rounding
@@ -191,8 +191,7 @@ def _run(op, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
     result = _prepare_out(out, shape, fmt.code_dtype if dtype is None else dtype, fname)
     if arr.size:
         kernel = _kernels.rounding_kernel(op, arr.dtype.str[1:], int(mode), flags)
-        with inlining():
-            kernel(arr, result.reshape(-1), params, key, offset)
+        run_kernel(kernel, arr, result.reshape(-1), params, key, offset)
     return result
 
 

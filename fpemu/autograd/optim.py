@@ -1,0 +1,400 @@
+"""SGD, Adam and AdamW with PyTorch's op sequences on CUDA.
+
+Each optimizer has the three implementations of torch 2.13 and computes each
+the way ``numerics-pytorch.md`` §3-4 writes it down:
+
+* ``foreach`` (the default, as on CUDA): every ``torch._foreach_*`` call is a
+  kernel of its own, computed in float32 and rounded to the parameter dtype
+  (``L``) at its end; ``add(alpha)``, ``lerp`` and ``addcmul``/``addcdiv``
+  with a value are exact fmas (nvcc contracts them); bias corrections are
+  Python doubles, converted to float32 where they enter a kernel;
+* ``foreach=False`` (single-tensor): the same, except that Adam's
+  ``sqrt(v) / bc2_sqrt`` divides by a Python number and so multiplies by the
+  float32 reciprocal;
+* ``fused=True``: one kernel in float32, states rounded only when stored;
+  bias corrections in float32 (``powf``: here the correctly rounded power,
+  CUDA's ``powf`` may differ by an ulp: tier 2); fused SGD computes in double.
+  Fused optimizers take GradScaler's ``grad_scale`` / ``found_inf``.
+
+Parameters may be float32, float16 or bfloat16 (or any fpemu format).
+``master_weights=True`` keeps a float32 master copy of every low-precision
+parameter: gradients are widened into the masters, the step updates the
+masters and each model parameter is the master rounded to its dtype after
+every step (Micikevicius et al. 2018, §3.1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._core import Tensor, _store, float32, float64, is_float
+from ._ops import _fma as _fma_dt
+
+_f = np.float32
+
+
+def _fma(a, b, c):
+    """Exact float32 fma, then one rounding."""
+    return _fma_dt(a, b, c, float32)
+
+
+class Optimizer:
+    """Base class: param groups, state, zero_grad, master weights."""
+
+    _step_supports_amp_scaling = False
+
+    def __init__(self, params, defaults, master_weights=False):
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of "
+                            "Tensors or dicts, but got a Tensor")
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        self.defaults = dict(defaults)
+        self.state = {}
+        self.param_groups = []
+        self.master_weights = bool(master_weights)
+        self._model_of = {}
+        self._pulled = {}
+        for g in groups:
+            self.add_param_group(g)
+
+    def add_param_group(self, group):
+        group = dict(group)
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        for name, value in self.defaults.items():
+            group.setdefault(name, value)
+        kept = []
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, got {type(p).__name__}")
+            if not is_float(p.dtype) or p.dtype is float64:
+                raise TypeError(f"fpemu's optimizers emulate float32, float16, bfloat16 (and "
+                                f"other fpemu format) parameters; got {p.dtype}")
+            if self.master_weights and p.dtype != float32:
+                master = Tensor(p._a.astype(np.float32), float32, requires_grad=True)
+                self._model_of[id(master)] = p
+                kept.append(master)
+            else:
+                kept.append(p)
+        group["params"] = kept
+        self.param_groups.append(group)
+
+    # -- master weights
+    def _masters(self):
+        for group in self.param_groups:
+            for m in group["params"]:
+                model = self._model_of.get(id(m))
+                if model is not None:
+                    yield m, model
+
+    def _prepare_grads(self):
+        """Widen the model's new gradients into the float32 masters (exact)."""
+        for m, model in self._masters():
+            g = model.grad
+            if g is None:
+                m.grad = None
+                self._pulled.pop(id(m), None)
+            elif self._pulled.get(id(m)) is not g:
+                m.grad = Tensor(g._a.astype(np.float32), float32)
+                self._pulled[id(m)] = g
+
+    def _push(self):
+        for m, model in self._masters():
+            model._a = _store(m._a, model.dtype)
+
+    def zero_grad(self, set_to_none=True):
+        for group in self.param_groups:
+            for p in group["params"]:
+                targets = [p] + ([self._model_of[id(p)]] if id(p) in self._model_of else [])
+                for t in targets:
+                    if set_to_none:
+                        t.grad = None
+                    elif t.grad is not None:
+                        t.grad._a = np.zeros_like(t.grad._a)
+        self._pulled.clear()
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            loss = closure()
+        self._prepare_grads()
+        for group in self.param_groups:
+            self._update_group(group)
+        self._push()
+        return loss
+
+    def state_dict(self):
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            ids = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                ids.append(index[id(p)])
+            groups.append({k: v for k, v in group.items() if k != "params"} | {"params": ids})
+        state = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p in self.state:
+                    state[index[id(p)]] = {k: (Tensor(v._a.copy(), v.dtype)
+                                               if isinstance(v, Tensor) else v)
+                                           for k, v in self.state[p].items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        params = [p for g in self.param_groups for p in g["params"]]
+        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = {}
+        for i, st in state_dict["state"].items():
+            self.state[params[int(i)]] = {k: (Tensor(v._a.copy(), v.dtype)
+                                              if isinstance(v, Tensor) else v)
+                                          for k, v in st.items()}
+
+    # -- for the subclasses
+    def _impl(self, foreach, fused):
+        if foreach and fused:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+        if fused:
+            return "fused"
+        if foreach is False:
+            return "single"
+        return "foreach"
+
+    def _grad_scale_and_found_inf(self):
+        scale = getattr(self, "grad_scale", None)
+        found = getattr(self, "found_inf", None)
+        return (None if scale is None else _f(scale)), (None if found is None else _f(found))
+
+
+def _check_lr(lr):
+    if not (isinstance(lr, (int, float)) and lr >= 0):
+        raise ValueError(f"Invalid learning rate: {lr}")
+
+
+class SGD(Optimizer):
+    """SGD(params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
+    nesterov=False, *, maximize=False, foreach=None, fused=None,
+    master_weights=False), torch's defaults."""
+
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
+                 nesterov=False, *, maximize=False, foreach=None, differentiable=False,
+                 fused=None, master_weights=False):
+        _check_lr(lr)
+        if momentum < 0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        if differentiable:
+            raise ValueError("fpemu's optimizers have no differentiable mode; pass "
+                             "differentiable=False")
+        self.impl = self._impl(foreach, fused)
+        self._step_supports_amp_scaling = self.impl == "fused"
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize), master_weights)
+
+    def _update_group(self, group):
+        lr, mom, damp = group["lr"], group["momentum"], group["dampening"]
+        wd, nesterov, maximize = group["weight_decay"], group["nesterov"], group["maximize"]
+        grad_scale, found_inf = self._grad_scale_and_found_inf()
+        if self.impl == "fused" and found_inf is not None and found_inf == 1:
+            return
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            st = self.state.setdefault(p, {})
+            D = p.dtype
+            if self.impl == "fused":
+                self._fused(p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale)
+                continue
+
+            def L(x):
+                return _store(x, D)
+            P, G = p._a, L(p.grad._a)
+            if maximize:
+                G = -G
+            if wd:
+                G = L(_fma(_f(wd), P, G))
+            if mom:
+                buf = st.get("momentum_buffer")
+                if buf is None:
+                    buf = G.copy()
+                else:
+                    buf = L(buf._a * _f(mom))
+                    buf = L(buf + G if 1 - damp == 1 else _fma(_f(1 - damp), G, buf))
+                st["momentum_buffer"] = Tensor(buf, D)
+                G = L(_fma(_f(mom), buf, G)) if nesterov else buf
+            p._a = L(_fma(_f(-lr), G, P))
+
+    def _fused(self, p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale):
+        G = p.grad._a.astype(np.float64)
+        if grad_scale is not None:
+            G = G / np.float64(grad_scale)
+            p.grad._a = _store(G, p.grad.dtype)
+        P = p._a.astype(np.float64)
+        if maximize:
+            G = -G
+        if wd:
+            G = G + wd * P
+        if mom:
+            buf = st.get("momentum_buffer")
+            if buf is None:
+                B = G
+            else:
+                B = mom * buf._a.astype(np.float64) + (1 - damp) * G
+            st["momentum_buffer"] = Tensor(_store(B, D), D)
+            G = G + mom * B if nesterov else B
+        p._a = _store(P - lr * G, D)
+
+
+class Adam(Optimizer):
+    """Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+    amsgrad=False, *, foreach=None, maximize=False, fused=None,
+    decoupled_weight_decay=False, master_weights=False), torch's defaults."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None, decoupled_weight_decay=False,
+                 master_weights=False):
+        _check_lr(lr)
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"Invalid beta parameters: {betas}; each must be in [0, 1)")
+        if weight_decay < 0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if capturable or differentiable:
+            raise ValueError("fpemu emulates the non-capturable, non-differentiable paths; "
+                             "pass capturable=False and differentiable=False")
+        self.impl = self._impl(foreach, fused)
+        self._step_supports_amp_scaling = self.impl == "fused"
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay),
+                         master_weights)
+
+    def _update_group(self, group):
+        grad_scale, found_inf = self._grad_scale_and_found_inf()
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            st = self.state.setdefault(p, {})
+            if not st:
+                st["step"] = _f(0)
+                st["exp_avg"] = Tensor(np.zeros_like(p._a), p.dtype)
+                st["exp_avg_sq"] = Tensor(np.zeros_like(p._a), p.dtype)
+                if group["amsgrad"]:
+                    st["max_exp_avg_sq"] = Tensor(np.zeros_like(p._a), p.dtype)
+            if self.impl == "fused":
+                self._fused(p, st, group, grad_scale, found_inf)
+            else:
+                self._op_by_op(p, st, group, single=self.impl == "single")
+
+    def _op_by_op(self, p, st, group, single):
+        """_multi_tensor_adam / _single_tensor_adam, one kernel per line."""
+        D = p.dtype
+
+        def L(x):
+            return _store(x, D)
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        st["step"] = _f(st["step"] + _f(1))
+        t = float(st["step"])
+        P, G = p._a, L(p.grad._a)
+        M, V = st["exp_avg"]._a, st["exp_avg_sq"]._a
+        if group["maximize"]:
+            G = -G
+        if wd != 0:
+            if group["decoupled_weight_decay"]:
+                P = L(P * _f(1 - lr * wd))
+            else:
+                G = L(_fma(_f(wd), P, G))
+        w = _f(1 - b1)                                   # lerp(m, g, 1 - beta1)
+        diff = G - M
+        if abs(w) < 0.5:
+            M = L(_fma(w, diff, M))
+        else:
+            M = L(_fma(-diff, _f(1) - w, G))
+        V = L(V * _f(b2))
+        V = L(_fma(_f(1 - b2), G * G, V))                # addcmul(v, g, g, 1 - beta2)
+        bc1 = 1 - b1 ** t
+        bc2 = 1 - b2 ** t
+        step_size = (lr / bc1) * -1
+        bc2_sqrt = bc2 ** 0.5
+        if group["amsgrad"]:
+            MX = np.maximum(st["max_exp_avg_sq"]._a, V)
+            st["max_exp_avg_sq"] = Tensor(MX, D)
+            V_used = MX
+        else:
+            V_used = V
+        with np.errstate(all="ignore"):
+            d = L(np.sqrt(V_used))
+            if single:                                   # tensor / number: * reciprocal
+                d = L(d * (_f(1) / _f(bc2_sqrt)))
+            else:
+                d = L(d / _f(bc2_sqrt))
+            d = L(d + _f(eps))
+            P = L(_fma(_f(step_size), M / d, P))         # addcdiv(p, m, d, step_size)
+        p._a = P
+        st["exp_avg"] = Tensor(M, D)
+        st["exp_avg_sq"] = Tensor(V, D)
+
+    def _fused(self, p, st, group, grad_scale, found_inf):
+        """fused_adam_utils.cuh::adam_math: float32 throughout, one store."""
+        if found_inf is not None and found_inf == 1:
+            return
+        D = p.dtype
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        lr32, b1f, b2f, wd32, eps32 = _f(lr), _f(b1), _f(b2), _f(wd), _f(eps)
+        st["step"] = _f(st["step"] + _f(1))
+        step = st["step"]
+        bc1 = _f(1) - _f(np.float64(b1f) ** np.float64(step))
+        bc2_sqrt = np.sqrt(_f(1) - _f(np.float64(b2f) ** np.float64(step)))
+        G = p.grad._a.astype(np.float32)
+        with np.errstate(all="ignore"):
+            if grad_scale is not None:
+                G = G / grad_scale
+                p.grad._a = _store(G, p.grad.dtype)
+            if group["maximize"]:
+                G = -G
+            P = p._a.astype(np.float32)
+            M, V = st["exp_avg"]._a, st["exp_avg_sq"]._a
+            if wd != 0:
+                if group["decoupled_weight_decay"]:
+                    P = _fma(-_f(lr32 * wd32), P, P)
+                else:
+                    G = _fma(P, wd32, G)
+            M = _fma(b1f, M, _fma(-b1f, G, G))
+            GG = G * G
+            V = _fma(b2f, V, _fma(-b2f, GG, GG))
+            if group["amsgrad"]:
+                MX = np.maximum(st["max_exp_avg_sq"]._a, V)
+                st["max_exp_avg_sq"] = Tensor(_store(MX, D), D)
+                V_used = MX
+            else:
+                V_used = V
+            step_size = lr32 / bc1
+            d = np.sqrt(V_used) / bc2_sqrt + eps32
+            P = P - (step_size * M) / d
+        p._a = _store(P, D)
+        st["exp_avg"] = Tensor(_store(M, D), D)
+        st["exp_avg_sq"] = Tensor(_store(V, D), D)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default 1e-2), torch's subclass."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None, master_weights=False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
+                         maximize=maximize, capturable=capturable,
+                         differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True, master_weights=master_weights)
