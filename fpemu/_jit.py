@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 import numba
+import numpy as np
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import types
@@ -78,15 +79,27 @@ class inlining:
         return False
 
 
+def _arg_key(a):
+    if isinstance(a, np.ndarray):
+        f = a.flags
+        return ("A", a.dtype.str, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
+    if isinstance(a, tuple):
+        return ("T",) + tuple(_arg_key(x) for x in a)
+    return type(a)
+
+
+_COMPILED = set()
+
+
 def run_kernel(kernel, *args):
-    """kernel(*args), inside :class:`inlining` only when the call will compile:
-    setting the LLVM option costs tens of microseconds, which small calls
-    (the autograd engine's) feel."""
-    try:
-        sig = tuple(numba.typeof(a) for a in args)
-    except ValueError:
-        sig = None
-    if sig is not None and sig in kernel.overloads:
+    """kernel(*args), inside :class:`inlining` only the first time a kernel
+    sees a kind of arguments (when it compiles or loads from the cache):
+    setting the LLVM option costs tens of microseconds, which the many small
+    calls of the autograd engine feel."""
+    key = (id(kernel),) + tuple(_arg_key(a) for a in args)
+    if key in _COMPILED:
         return kernel(*args)
     with inlining():
-        return kernel(*args)
+        out = kernel(*args)
+    _COMPILED.add(key)
+    return out

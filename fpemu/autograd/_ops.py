@@ -88,8 +88,7 @@ def _fma(a, b, c, dt):
     """fma(a, b, c) in opmath: exact then one rounding for float32."""
     if opmath(dt) is np.float64:
         return a * b + c
-    a, b, c = np.broadcast_arrays(np.float32(a) if np.isscalar(a) else a, b, c)
-    return _fma_exact(a, b, c, "fp32")
+    return np.asarray(_fma_exact(a, b, c, "fp32"), np.float32)
 
 
 def _f64(x):
@@ -126,7 +125,7 @@ def add(a, b, alpha=1):
         return _int_binary(lambda x, y: x + alpha * y, a, b, dt)
     A, B = _operand(a, dt), _operand(b, dt)
     with np.errstate(all="ignore"):
-        out = _store(A + B if alpha == 1 else _fma(opmath(dt)(alpha), B, A), dt)
+        out = _store(A + B if alpha == 1 else _fma(opmath(dt)(alpha), B, A, dt), dt)
 
     def backward(g):
         gb = g if alpha == 1 else _store(g.astype(opmath(dt)) * opmath(dt)(alpha), dt)

@@ -151,7 +151,8 @@ class GradScaler:
                                "the last update().")
         if state["stage"] is STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        inv_scale = _f(1.0 / np.float64(self._scale))
+        with np.errstate(divide="ignore", over="ignore"):
+            inv_scale = _f(np.float64(1.0) / np.float64(self._scale))
         state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale, False)
         state["stage"] = UNSCALED
 
@@ -215,7 +216,8 @@ class GradScaler:
             for v in founds:
                 found = _f(found + v)
             if found != 0:
-                self._scale = _f(np.float64(self._scale) * self._backoff_factor)
+                with np.errstate(under="ignore"):
+                    self._scale = _f(np.float64(self._scale) * self._backoff_factor)
                 self._growth_tracker = np.int32(0)
             else:
                 successful = int(self._growth_tracker) + 1

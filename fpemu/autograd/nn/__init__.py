@@ -12,7 +12,7 @@ import collections
 import numpy as np
 
 from .. import _ops as F
-from .._core import Tensor, _State, as_dtype, float32, is_float, tensor
+from .._core import Tensor, _State, as_dtype, bfloat16, float16, float32, is_float, tensor
 from . import functional, utils  # noqa: F401
 
 
@@ -147,10 +147,10 @@ class Module:
         return self.to(float32)
 
     def half(self):
-        return self.to("float16")
+        return self.to(float16)
 
     def bfloat16(self):
-        return self.to("bfloat16")
+        return self.to(bfloat16)
 
     def cuda(self, *args, **kwargs):
         return self

@@ -1,0 +1,281 @@
+"""fpemu.autograd ops: backward against central differences (float64),
+forward roundings against independent references (ml_dtypes, numpy, torch)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import fpemu.autograd as ft
+from fpemu.autograd import nn
+
+F = nn.functional
+SETTINGS = settings(max_examples=25, deadline=None)
+
+
+def _numeric_grad(fn, arrays, i, h=1e-6):
+    base = [a.copy() for a in arrays]
+    g = np.zeros_like(base[i])
+    for idx in np.ndindex(base[i].shape):
+        plus = [a.copy() for a in base]
+        minus = [a.copy() for a in base]
+        plus[i][idx] += h
+        minus[i][idx] -= h
+        g[idx] = (fn(*plus) - fn(*minus)) / (2 * h)
+    return g
+
+
+def check_grad(op, *arrays, rtol=1e-5, atol=1e-7, seed=None):
+    """d(sum(op(x) * w))/dx by backward() against central differences."""
+    rng = np.random.default_rng(1)
+    out_shape = None
+
+    def value(*arrs):
+        if seed is not None:
+            ft.manual_seed(seed)
+        ts = [ft.tensor(a, dtype=ft.float64) for a in arrs]
+        out = op(*ts)
+        return float((out.numpy() * w).sum())
+
+    ft.manual_seed(seed or 0)
+    probe = op(*[ft.tensor(a, dtype=ft.float64) for a in arrays])
+    out_shape = probe.shape
+    w = rng.standard_normal(out_shape)
+    if seed is not None:
+        ft.manual_seed(seed)
+    ts = [ft.tensor(a, dtype=ft.float64, requires_grad=True) for a in arrays]
+    out = op(*ts)
+    assert out.dtype is ft.float64
+    (out * ft.tensor(w, dtype=ft.float64)).sum().backward()
+    for i, t in enumerate(ts):
+        expected = _numeric_grad(value, arrays, i)
+        np.testing.assert_allclose(t.grad.numpy(), expected, rtol=rtol, atol=atol)
+
+
+shapes = st.tuples(st.integers(1, 4), st.integers(1, 5))
+
+
+def arr(shape, lo=-3.0, hi=3.0, seed=0):
+    return np.random.default_rng(seed).uniform(lo, hi, size=shape)
+
+
+@SETTINGS
+@given(shapes, st.integers(0, 1000))
+def test_binary_ops_backward(shape, seed):
+    a, b = arr(shape, seed=seed), arr(shape, 0.5, 3.0, seed + 1)
+    check_grad(lambda x, y: x + y, a, b)
+    check_grad(lambda x, y: x - y, a, b)
+    check_grad(lambda x, y: x * y, a, b)
+    check_grad(lambda x, y: x / y, a, b)
+    check_grad(lambda x, y: ft.add(x, y, alpha=0.3), a, b)
+    check_grad(lambda x, y: x * y[:1], a, b)                  # broadcasting
+    check_grad(lambda y: 2.0 / y, b)
+    check_grad(lambda x: 3.0 - x * 0.5, a)
+    check_grad(lambda y: y ** 2.5, b)
+    check_grad(lambda y: y ** -0.5, b)
+    check_grad(lambda y, x: y ** (x * 0.1), b, a)
+
+
+@SETTINGS
+@given(shapes, st.integers(0, 1000))
+def test_unary_ops_backward(shape, seed):
+    a, pos = arr(shape, seed=seed), arr(shape, 0.2, 4.0, seed + 1)
+    a = np.where(np.abs(a) < 1e-3, 0.5, a)                    # relu's kink
+    for op in (ft.exp, ft.tanh, ft.sigmoid, ft.relu, ft.gelu,
+               lambda x: ft.gelu(x, approximate="tanh"), ft.neg):
+        check_grad(op, a)
+    for op in (ft.log, ft.sqrt, ft.reciprocal):
+        check_grad(op, pos)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(1, 4), st.integers(2, 6)), st.integers(0, 1000))
+def test_reductions_softmax_norms_backward(shape, seed):
+    a = arr(shape, seed=seed)
+    w, b = arr(shape[-1:], seed=seed + 1), arr(shape[-1:], seed=seed + 2)
+    check_grad(lambda x: x.sum(), a)
+    check_grad(lambda x: x.sum(dim=0), a)
+    check_grad(lambda x: x.mean(dim=1, keepdim=True), a)
+    check_grad(lambda x: ft.softmax(x, dim=-1), a)
+    check_grad(lambda x: ft.log_softmax(x, dim=0), a)
+    check_grad(lambda x, w, b: F.layer_norm(x, (shape[-1],), w, b), a, w, b, rtol=1e-4)
+    check_grad(lambda x, w: F.rms_norm(x, (shape[-1],), w, eps=1e-6), a, w, rtol=1e-4)
+    check_grad(lambda x: x.amax(dim=1), a)
+
+
+@SETTINGS
+@given(st.integers(1, 4), st.integers(1, 5), st.integers(1, 4), st.integers(0, 1000))
+def test_matmul_linear_shapes_backward(m, k, n, seed):
+    a, b, c = arr((m, k), seed=seed), arr((k, n), seed=seed + 1), arr((n,), seed=seed + 2)
+    check_grad(lambda x, y: x @ y, a, b)
+    check_grad(lambda x, y, z: F.linear(x, y.T, z), a, b, c)
+    check_grad(lambda x, y: ft.matmul(x[None].reshape(1, m, k), y), a, b)
+    check_grad(lambda x: x.reshape(k, m).transpose(0, 1), a)
+    check_grad(lambda x: x.T, a)
+    check_grad(lambda x, y: ft.cat([x, y.T], dim=1), a, arr((n, m), seed=seed + 3))
+    check_grad(lambda x: ft.stack([x, x * 2.0], dim=0), a)
+    check_grad(lambda x: x[:, ::-1][0], a)
+    check_grad(lambda x: x.masked_fill(ft.tensor(a > 0), 0.0), a)
+    check_grad(lambda x: x.unsqueeze(0).squeeze(0).flatten(), a)
+
+
+@SETTINGS
+@given(st.integers(1, 5), st.integers(2, 5), st.integers(0, 1000))
+def test_losses_backward(n, c, seed):
+    logits = arr((n, c), seed=seed)
+    target = ft.tensor(np.random.default_rng(seed).integers(0, c, n))
+    check_grad(lambda x: F.cross_entropy(x, target), logits)
+    check_grad(lambda x: F.cross_entropy(x, target, reduction="sum"), logits)
+    check_grad(lambda x: F.cross_entropy(x, target, label_smoothing=0.1), logits)
+    check_grad(lambda x: F.nll_loss(ft.log_softmax(x, dim=1), target, reduction="none"),
+               logits)
+    other = arr((n, c), seed=seed + 1)
+    check_grad(lambda x, y: F.mse_loss(x, y), logits, other)
+    check_grad(lambda x, y: F.mse_loss(x, y, reduction="none"), logits, other)
+
+
+def test_attention_embedding_dropout_backward():
+    q, k, v = arr((2, 3, 4), seed=1), arr((2, 3, 4), seed=2), arr((2, 3, 4), seed=3)
+    check_grad(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True),
+               q, k, v, rtol=1e-4)
+    idx = ft.tensor([[0, 2, 2], [1, 0, 3]])
+    check_grad(lambda w: F.embedding(idx, w), arr((4, 3), seed=4))
+    check_grad(lambda x: F.dropout(x, 0.4), arr((3, 5), seed=5), seed=7)
+
+
+def test_ignore_index_and_errors():
+    logits = ft.tensor([[1.0, 2.0], [0.5, 0.1]], requires_grad=True)
+    loss = F.cross_entropy(logits, ft.tensor([1, -100]))
+    expected = -np.log(np.exp(2.0) / (np.exp(1.0) + np.exp(2.0)))
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    loss.backward()
+    assert np.all(logits.grad.numpy()[1] == 0)
+    with pytest.raises(TypeError, match="integer tensor"):
+        F.cross_entropy(logits, ft.tensor([1.0, 0.0]))
+    with pytest.raises(IndexError, match=r"\[0, 2\)"):
+        F.cross_entropy(logits, ft.tensor([2, 0]))
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        ft.ones(2, 3) @ ft.ones(2, 3)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        ft.ones(2).sum().backward()
+    with pytest.raises(TypeError, match="float8"):
+        ft.ones(2, dtype=ft.float8_e4m3fn) + ft.ones(2, dtype=ft.bfloat16)
+    with pytest.raises(TypeError, match="fp8_autocast"):
+        ft.ones(2, 2, dtype=ft.float8_e4m3fn) @ ft.ones(2, 2, dtype=ft.float8_e4m3fn)
+
+
+# ----------------------------------------------------------- forward roundings
+def _bf16(x):
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def test_elementwise_bf16_is_fp32_op_then_one_rounding():
+    rng = np.random.default_rng(3)
+    a = _bf16(rng.standard_normal(4000) * 10)
+    b = _bf16(rng.standard_normal(4000) * 10)
+    ta, tb = ft.tensor(a, dtype=ft.bfloat16), ft.tensor(b, dtype=ft.bfloat16)
+    for got, ref in ((ta + tb, a + b), (ta * tb, a * b), (ta / tb, a / b),
+                     (ta - tb, a - b), (ft.sqrt(ft.tensor(np.abs(a), dtype=ft.bfloat16)),
+                                        np.sqrt(np.abs(a)))):
+        assert got.dtype is ft.bfloat16
+        np.testing.assert_array_equal(got.numpy().view(np.uint32), _bf16(ref).view(np.uint32))
+    # a Python number is converted once to float32, then the fp32 result rounded once
+    np.testing.assert_array_equal((ta + 0.1).numpy(), _bf16(a + np.float32(0.1)))
+    # tensor / number multiplies by the float32 reciprocal
+    np.testing.assert_array_equal((ta / 3.0).numpy(), _bf16(a * (np.float32(1) / np.float32(3))))
+
+
+def test_add_alpha_is_an_exact_fma():
+    a = ft.tensor([1.0], dtype=ft.float32)
+    b = ft.tensor([1 + 2.0**-23], dtype=ft.float32)
+    # exact: 1 + (1 + 2**-23) * (1 + 2**-23) = 2 + 2**-22 + 2**-46 -> rounds up to 2 + 2**-22 + ...
+    out = ft.add(a, b, alpha=1 + 2.0**-23).item()
+    from fractions import Fraction
+    exact = 1 + Fraction(1 + 2.0**-23) ** 2
+    assert abs(Fraction(out) - exact) <= Fraction(2.0**-22) / 2
+    assert out == 2 + 2.0**-22                       # a separate multiply would give the same;
+    c = ft.tensor([-(1 + 2.0**-22)], dtype=ft.float32)   # here it does not:
+    assert ft.add(c, b, alpha=1 + 2.0**-23).item() == 2.0**-46
+
+
+def test_casts_match_torch_cpu():
+    torch = pytest.importorskip("torch")
+    vals = np.array([500, 464, 465, 480, 248, 247, 61439, 61440, 65519, 65520, np.inf, -np.inf,
+                     -1e-8, 1.5 * 2.0**-9, 0.0, -0.0, 3e-39, 1 / 3, -7.25e-5], np.float32)
+    pairs = [(ft.bfloat16, torch.bfloat16), (ft.float16, torch.float16),
+             (ft.float8_e4m3fn, torch.float8_e4m3fn), (ft.float8_e5m2, torch.float8_e5m2),
+             (ft.float8_e4m3fnuz, torch.float8_e4m3fnuz),
+             (ft.float8_e5m2fnuz, torch.float8_e5m2fnuz)]
+    for ours, theirs in pairs:
+        got = ft.tensor(vals).to(ours).numpy()
+        ref = torch.tensor(vals).to(theirs).float().numpy()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+        ok = ~np.isnan(ref)
+        np.testing.assert_array_equal(got[ok].view(np.uint32), ref[ok].view(np.uint32),
+                                      err_msg=str(ours))
+    # Python doubles reach 16-bit types through float32 (two roundings), as in torch
+    for v, ours, theirs in ((1 + 2**-8 + 2**-30, ft.bfloat16, torch.bfloat16),
+                            (1 + 2**-11 + 2**-30, ft.float16, torch.float16),
+                            (1 + 2**-4 + 2**-30, ft.float8_e4m3fn, torch.float8_e4m3fn)):
+        assert ft.tensor(v, dtype=ours).item() == torch.tensor(v, dtype=theirs).item() == 1.0
+
+
+def test_type_promotion_matches_torch():
+    torch = pytest.importorskip("torch")
+    kinds = {"f32": (ft.float32, torch.float32), "f16": (ft.float16, torch.float16),
+             "bf16": (ft.bfloat16, torch.bfloat16), "f64": (ft.float64, torch.float64),
+             "i64": (ft.int64, torch.int64)}
+    for (na, (fa, ta)) in kinds.items():
+        for (nb, (fb, tb)) in kinds.items():
+            for dims in ((2, 2), (0, 2), (2, 0), (0, 0)):
+                x = ft.zeros((2,) * dims[0], dtype=fa)
+                y = ft.zeros((2,) * dims[1], dtype=fb)
+                tx = torch.zeros((2,) * dims[0], dtype=ta)
+                ty = torch.zeros((2,) * dims[1], dtype=tb)
+                assert str((x + y).dtype) == str(kinds_name(torch.result_type(tx, ty), kinds)), \
+                    (na, nb, dims)
+            for scalar in (1, 2.5):
+                got = ft.result_type(ft.zeros(2, dtype=fa), scalar)
+                ref = torch.result_type(torch.zeros(2, dtype=ta), scalar)
+                assert str(got) == str(kinds_name(ref, kinds))
+
+
+def kinds_name(tdtype, kinds):
+    for ours, theirs in kinds.values():
+        if theirs == tdtype:
+            return ours
+    raise AssertionError(tdtype)
+
+
+def test_gradients_of_low_precision_tensors_are_low_precision():
+    w = ft.randn(4, 3, requires_grad=True)
+    x = ft.randn(5, 3).bfloat16()
+    y = F.linear(x, w.bfloat16())
+    assert y.dtype is ft.bfloat16
+    y.float().sum().backward()
+    assert w.grad.dtype is ft.float32
+    # the weight's gradient went through bf16 (the cast's backward casts back)
+    np.testing.assert_array_equal(w.grad.numpy(), _bf16(w.grad.numpy()))
+
+
+def test_tensor_api_basics():
+    t = ft.arange(6, dtype=ft.float32).reshape(2, 3)
+    assert t.shape == (2, 3) and t.dtype is ft.float32 and t[1, 2].item() == 5.0
+    assert ft.tensor([1, 2]).dtype is ft.int64
+    assert t.half().dtype is ft.float16 and t.to(ft.bfloat16).dtype is ft.bfloat16
+    assert t.to("cuda") is t and t.float() is t
+    assert ((t > 2).numpy() == (t.numpy() > 2)).all()
+    with ft.no_grad():
+        u = ft.ones(2, requires_grad=True) * 2
+    assert not u.requires_grad
+    with pytest.raises(RuntimeError, match="detach"):
+        ft.ones(2, requires_grad=True).numpy()
+    x = ft.ones(3, requires_grad=True)
+    y = x * 2
+    y.retain_grad()
+    y.sum().backward()
+    assert y.grad.numpy().tolist() == [1.0, 1.0, 1.0]
+    assert x.grad.numpy().tolist() == [2.0, 2.0, 2.0]
+    z = (x * 3).sum()
+    z.backward()
+    assert x.grad.numpy().tolist() == [5.0, 5.0, 5.0]       # accumulates
