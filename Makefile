@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/bench_quantize.py
 	$(BIN)/python bench/bench_arith.py
+	$(BIN)/python bench/bench_autograd.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .hypothesis out
