@@ -25,12 +25,41 @@ from .formats import (
     fp32,
     tf32,
 )
-from . import accumulate
-from .arith import add, div, fma, mul, sqrt, sub
-from .explain import explain
-from .stats import stats
-from .quantize import CLASSES, classify, decode, encode, next_down, next_up, quantize, ulp
 from .rounding import Overflow, Rounding
+
+# Everything below needs Numba. Where Numba is missing (a bare GPU machine
+# running ``fpemu record``, which needs only NumPy and PyTorch) the package still
+# imports, and these names fail with Numba's ImportError when first used.
+_LAZY = {
+    "accumulate": (".accumulate", None),
+    "add": (".arith", "add"), "sub": (".arith", "sub"), "mul": (".arith", "mul"),
+    "div": (".arith", "div"), "sqrt": (".arith", "sqrt"), "fma": (".arith", "fma"),
+    "explain": (".explain", "explain"), "stats": (".stats", "stats"),
+    "CLASSES": (".quantize", "CLASSES"), "classify": (".quantize", "classify"),
+    "decode": (".quantize", "decode"), "encode": (".quantize", "encode"),
+    "next_down": (".quantize", "next_down"), "next_up": (".quantize", "next_up"),
+    "quantize": (".quantize", "quantize"), "ulp": (".quantize", "ulp"),
+}
+
+try:
+    import numba as _numba  # noqa: F401
+except ImportError:
+    def __getattr__(name):
+        entry = _LAZY.get(name)
+        if entry is None:
+            raise AttributeError(f"module 'fpemu' has no attribute {name!r}")
+        import importlib
+        module = importlib.import_module(entry[0], __name__)
+        return module if entry[1] is None else getattr(module, entry[1])
+else:
+    from . import accumulate  # noqa: F401
+    from .arith import add, div, fma, mul, sqrt, sub  # noqa: F401
+    from .explain import explain  # noqa: F401
+    from .stats import stats  # noqa: F401
+    from .quantize import (  # noqa: F401
+        CLASSES, classify, decode, encode, next_down, next_up, quantize, ulp,
+    )
+    del _numba
 
 __version__ = "0.1.0"
 

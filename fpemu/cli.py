@@ -16,7 +16,6 @@ import sys
 import numpy as np
 
 from .formats import FORMATS, format_names
-from .quantize import encode, quantize
 from .rounding import Overflow, Rounding
 
 #: Values that show each format's edges (ties, overflow, underflow, specials).
@@ -64,6 +63,7 @@ def format_table() -> str:
 
 def cast_table(values=TELLING_VALUES) -> str:
     """Each telling value rounded (rne, default overflow) into every format."""
+    from .quantize import quantize
     rows = [("value",) + tuple(f.name for f in FORMATS)]
     for label, v in values:
         row = [label]
@@ -85,6 +85,7 @@ def _render(rows) -> str:
 
 
 def _cmd_demo(args) -> int:
+    from .quantize import encode, quantize
     print("fpemu: every format\n")
     print(format_table())
     print("\nCasts (float64 input, round to nearest even, each format's default overflow;")
@@ -132,6 +133,7 @@ def _cmd_table(args) -> int:
 def _cmd_quantize(args) -> int:
     kw = dict(rounding=args.rounding, subnormals=not args.flush, overflow=args.overflow,
               seed=args.seed)
+    from .quantize import encode, quantize
     x = np.array(args.values, np.float64)
     q = quantize(x, args.format, **kw)
     codes = encode(x, args.format, **kw)
@@ -224,7 +226,55 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiply by this first (a loss scale), default 1")
     _rounding_args(s)
     s.set_defaults(func=_cmd_stats)
+    r = sub.add_parser("record", help="run the fidelity scenarios with PyTorch and save traces",
+                       description="Run every fidelity scenario with real PyTorch and write "
+                                   "<out>/<device>-torch<version>/: one .npz per scenario and "
+                                   "meta.json. Needs PyTorch and NumPy only.")
+    r.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where PyTorch runs (default cpu)")
+    r.add_argument("--out", default="tests/reference", metavar="DIR",
+                   help="parent folder of the trace folder (default tests/reference)")
+    r.add_argument("--only", nargs="+", metavar="PATTERN",
+                   help="only the scenarios matching these shell patterns, e.g. 'optim-*'")
+    r.set_defaults(func=_cmd_record)
+    y = sub.add_parser("parity", help="replay recorded traces in fpemu and compare bit for bit",
+                       description="Replay every scenario of each trace folder in fpemu under "
+                                   "the recorded torch version's profile; print per array "
+                                   "bit-exact / within tolerance / failed. Exit status 1 if "
+                                   "anything failed.")
+    y.add_argument("dirs", nargs="*", metavar="DIR",
+                   help="trace folders (default: every folder under tests/reference)")
+    y.add_argument("--only", nargs="+", metavar="PATTERN",
+                   help="only the scenarios matching these shell patterns")
+    y.set_defaults(func=_cmd_parity)
     return p
+
+
+def _cmd_record(args) -> int:
+    from .reference.record import record
+    try:
+        folder = record(args.device, args.out, args.only)
+    except RuntimeError as err:
+        raise CliError(str(err)) from None
+    print(f"traces written to {folder}")
+    return 0
+
+
+def _cmd_parity(args) -> int:
+    from .reference.parity import parity, trace_dirs
+    dirs = args.dirs or trace_dirs()
+    if not dirs:
+        raise CliError("no trace folders given and none under tests/reference; record some "
+                       "with `fpemu record --device cpu` or pass a folder")
+    failed = 0
+    for d in dirs:
+        try:
+            results = parity(d, args.only)
+        except FileNotFoundError as err:
+            raise CliError(str(err)) from None
+        failed += sum(not r.ok for r in results)
+        print()
+    return 1 if failed else 0
 
 
 def main(argv=None) -> int:

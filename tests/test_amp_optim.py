@@ -337,8 +337,12 @@ def test_autocast_dtypes_follow_the_cuda_lists():
         assert (x @ x.T).dtype is ft.float16                  # CUDA's default dtype
     assert ft.get_autocast_dtype("cuda") is ft.float16
     assert (x @ x.T).dtype is ft.float32                       # outside the region
-    with pytest.raises(ValueError, match="device_type='cuda'"):
-        ft.autocast("cpu")
+    with pytest.raises(ValueError, match="'cuda' or 'cpu'"):
+        ft.autocast("xla")
+    with ft.autocast("cpu"):                                   # AutocastCPU's lists
+        assert (x @ x.T).dtype is ft.bfloat16                  # CPU's default dtype
+        assert ft.softmax(x, dim=1).dtype is ft.float32        # input dtype: not listed on CPU
+        assert ft.softmax(x.bfloat16(), dim=1).dtype is ft.bfloat16
 
 
 def test_autocast_cache_and_backward_dtypes():

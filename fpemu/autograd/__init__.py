@@ -4,7 +4,9 @@ Replace ``import torch`` with ``import fpemu.autograd as torch`` in a small
 training loop and every number is the one the emulated GPU would produce:
 ops in float32 opmath with one rounding to their output dtype, autocast with
 PyTorch's CUDA op lists, the optimizers' exact op sequences, GradScaler's
-state machine and FP8 scaling recipes. See ``docs/autograd.md``.
+state machine and FP8 scaling recipes. See ``docs/autograd.md``. A
+:class:`Profile` switches to the formulas of PyTorch's CPU build or of another
+torch version (``docs/fidelity.md``).
 
 >>> import fpemu.autograd as torch
 >>> x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -18,7 +20,9 @@ tensor([2., 4., 6.])
 
 from . import _methods  # noqa: F401  (binds the Tensor methods)
 from . import amp, fp8, nn, optim  # noqa: F401
-from ._autocast import Policy, TORCH_CUDA, autocast, get_autocast_dtype, is_autocast_enabled
+from ._autocast import (
+    Policy, TORCH_CPU, TORCH_CUDA, autocast, get_autocast_dtype, is_autocast_enabled,
+)
 from ._core import (
     DType, Tensor, arange, bfloat16, bool_, enable_grad, float16, float32, float64,
     float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, full, int32, int64,
@@ -31,6 +35,7 @@ from ._ops import (
     reshape, rms_norm, set_matmul_model, sigmoid, softmax, sqrt, squeeze, stack, sub, sum,
     tanh, transpose, unsqueeze, where,
 )
+from ._profile import Profile, get_profile, set_profile, use_profile
 from .observers import Observer
 
 half = float16
@@ -60,7 +65,8 @@ class cuda:
 __all__ = [
     "Tensor", "DType", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "randn",
     "rand", "randint", "arange", "manual_seed", "no_grad", "enable_grad", "is_grad_enabled",
-    "result_type", "autocast", "Policy", "TORCH_CUDA", "get_autocast_dtype",
+    "result_type", "autocast", "Policy", "TORCH_CUDA", "TORCH_CPU", "Profile", "get_profile",
+    "set_profile", "use_profile", "get_autocast_dtype",
     "is_autocast_enabled", "float32", "float16", "bfloat16", "float64", "float8_e4m3fn",
     "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int64", "int32", "bool_", "half",
     "add", "sub", "mul", "div", "neg", "pow", "reciprocal", "exp", "log", "sqrt", "tanh",

@@ -76,15 +76,44 @@ TORCH_CUDA = Policy(
     banned=frozenset({"binary_cross_entropy"}),
 )
 
-_DEFAULT_DTYPE = {"cuda": float16}
+# AutocastCPU's lists (``aten/src/ATen/autocast_mode.cpp``, TORCH_LIBRARY_IMPL(aten,
+# AutocastCPU)): fewer ops run in float32 than on CUDA (softmax, layer_norm, exp,
+# pow and sum are not listed); the default dtype is bfloat16.
+TORCH_CPU = Policy(
+    "torch_cpu",
+    lower=frozenset("""conv1d conv2d conv3d bmm mm linalg_vecdot baddbmm addmm
+        _addmm_activation addbmm linear _convolution matmul conv_tbc mkldnn_rnn_layer
+        conv_transpose1d conv_transpose2d conv_transpose3d prelu scaled_dot_product_attention
+        _native_multi_head_attention""".split()),
+    fp32=frozenset("""avg_pool3d binary_cross_entropy grid_sampler polar prod quantile
+        nanquantile stft cdist grid_sampler_2d grid_sampler_3d trace view_as_complex cholesky
+        cholesky_inverse cholesky_solve inverse lu_solve orgqr ormqr pinverse max_pool3d
+        max_unpool2d max_unpool3d adaptive_avg_pool3d reflection_pad1d reflection_pad2d
+        replication_pad1d replication_pad2d replication_pad3d mse_loss cosine_embedding_loss
+        nll_loss nll_loss2d hinge_embedding_loss poisson_nll_loss smooth_l1_loss
+        cross_entropy_loss l1_loss huber_loss margin_ranking_loss soft_margin_loss
+        triplet_margin_loss multi_margin_loss ctc_loss kl_div multilabel_margin_loss
+        binary_cross_entropy_with_logits fft_fft fft_ifft fft_fft2 fft_ifft2 fft_fftn
+        fft_ifftn fft_rfft fft_irfft fft_rfft2 fft_irfft2 fft_rfftn fft_irfftn fft_hfft
+        fft_ihfft linalg_cond linalg_matrix_rank linalg_solve linalg_cholesky linalg_svdvals
+        linalg_eigvals linalg_eigvalsh linalg_inv linalg_householder_product linalg_tensorinv
+        linalg_tensorsolve fake_quantize_per_tensor_affine geqrf _lu_with_info qr svd
+        triangular_solve fractional_max_pool2d fractional_max_pool3d adaptive_max_pool3d
+        multilabel_margin_loss_forward linalg_qr linalg_cholesky_ex linalg_svd linalg_eig
+        linalg_eigh linalg_lstsq linalg_inv_ex""".split()),
+    promote=frozenset("stack cat index_copy".split()),
+)
+
+_POLICY = {"cuda": TORCH_CUDA, "cpu": TORCH_CPU}
+_DEFAULT_DTYPE = {"cuda": float16, "cpu": bfloat16}
 _stack = []
 
 
 def get_autocast_dtype(device_type="cuda"):
-    """The dtype autocast uses when none is given: float16 on "cuda"."""
+    """The dtype autocast uses when none is given: float16 on "cuda", bfloat16
+    on "cpu"."""
     if device_type not in _DEFAULT_DTYPE:
-        raise ValueError(f"fpemu emulates CUDA autocast; device_type must be 'cuda', got "
-                         f"{device_type!r}")
+        raise ValueError(f"autocast device_type must be 'cuda' or 'cpu', got {device_type!r}")
     return _DEFAULT_DTYPE[device_type]
 
 
@@ -95,23 +124,25 @@ def is_autocast_enabled(device_type="cuda"):
 class autocast:
     """``with autocast(device_type="cuda", dtype=bfloat16):`` as in torch.
 
-    ``policy`` (fpemu only) plugs in other op lists; the default is
-    :data:`TORCH_CUDA`. Regions nest; the innermost one decides.
+    ``device_type`` picks the op lists: :data:`TORCH_CUDA` for "cuda",
+    :data:`TORCH_CPU` for "cpu". ``policy`` (fpemu only) plugs in other op
+    lists. Regions nest; the innermost one decides.
     """
 
     def __init__(self, device_type="cuda", dtype=None, enabled=True, cache_enabled=True,
                  policy=None):
-        if device_type != "cuda":
-            raise ValueError(f"fpemu emulates PyTorch's CUDA autocast; pass "
-                             f"device_type='cuda', got {device_type!r} (the CPU lists differ)")
+        if device_type not in _POLICY:
+            raise ValueError(f"autocast device_type must be 'cuda' or 'cpu' (the two op "
+                             f"lists fpemu has), got {device_type!r}")
         self.device_type = device_type
-        self.dtype = get_autocast_dtype() if dtype is None else as_dtype(dtype, "autocast")
+        self.dtype = (get_autocast_dtype(device_type) if dtype is None
+                      else as_dtype(dtype, "autocast"))
         if not is_float(self.dtype) or self.dtype is float64:
             raise ValueError(f"autocast dtype must be a floating format other than float64, "
                              f"got {self.dtype}")
         self.enabled = bool(enabled)
         self.cache_enabled = bool(cache_enabled)
-        self.policy = TORCH_CUDA if policy is None else policy
+        self.policy = _POLICY[device_type] if policy is None else policy
         if not isinstance(self.policy, Policy):
             raise TypeError(f"autocast(policy=...) expects an fpemu.autograd.amp.Policy, got "
                             f"{type(self.policy).__name__}")

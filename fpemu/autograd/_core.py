@@ -22,6 +22,7 @@ import numpy as np
 from ..formats import Format, format as _lookup
 from ..formats import bf16, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, fp16, fp32
 from ..quantize import quantize
+from ._profile import get_profile
 
 
 # ---------------------------------------------------------------------- dtypes
@@ -107,6 +108,8 @@ def _store(x, dtype):
     x32 = np.asarray(x, np.float32)
     if dtype is fp32 or dtype.name == "fp32":
         return x32
+    if dtype.name == "e4m3fn":        # version-dependent (numerics-pytorch.md §1.1)
+        return quantize(x32, dtype, overflow=get_profile().e4m3_overflow)
     return quantize(x32, dtype)
 
 

@@ -34,10 +34,12 @@ import numpy as np
 from .. import accumulate as _acc
 from ..arith import fma as _fma_exact
 from ._autocast import cast_inputs
+from ._profile import get_profile
 from ._core import (
     Tensor, _State, _result, _store, _sum_to, as_dtype, bool_, float32, float64, int64,
     is_float, np_dtype, opmath, result_type,
 )
+from ..formats import Format
 from ._special import erf as _erf
 
 _SQRT1_2 = 0.7071067811865476
@@ -117,6 +119,28 @@ def _int_binary(npop, a, b, dt):
 
 
 # ------------------------------------------------------------------ arithmetic
+def _cpu_rounds_scalars(dt):
+    """True under the CPU profile for 16-bit (and smaller) float dtypes."""
+    return get_profile().cpu and isinstance(dt, Format) and dt.bits < 32
+
+
+def _add_alpha(A, B, alpha_o, dt):
+    """``a + alpha*b`` (alpha != 1) rounded to ``dt``: the exact fma on CUDA.
+    Under the CPU profile a 16-bit dtype's alpha is already rounded to it, and
+    the tail after the last full vector computes ``L(a + L(alpha*b))``."""
+    out = _store(_fma(alpha_o, B, A, dt), dt)
+    if _cpu_rounds_scalars(dt) and out.size:
+        lanes = get_profile().cpu_lanes((dt.bits + 7) // 8)
+        start = (out.size // lanes) * lanes
+        if start < out.size:
+            Af = np.broadcast_to(A, out.shape).reshape(-1)[start:]
+            Bf = np.broadcast_to(B, out.shape).reshape(-1)[start:]
+            flat = out.reshape(-1)
+            flat[start:] = _store(Af + _store(alpha_o * Bf, dt), dt)
+            out = flat.reshape(out.shape)
+    return out
+
+
 def add(a, b, alpha=1):
     """a + alpha * b (alpha != 1: the exact fma nvcc makes of it)."""
     a, b = _t(a, "add()"), _t(b, "add()")
@@ -124,11 +148,17 @@ def add(a, b, alpha=1):
     if not is_float(dt):
         return _int_binary(lambda x, y: x + alpha * y, a, b, dt)
     A, B = _operand(a, dt), _operand(b, dt)
+    alpha_o = opmath(dt)(alpha)
+    if _cpu_rounds_scalars(dt):
+        # CPU ufuncs take alpha and a Python number as the tensor's dtype (§3.8)
+        A = A if isinstance(a, Tensor) else _store(A, dt)[()]
+        B = B if isinstance(b, Tensor) else _store(B, dt)[()]
+        alpha_o = _store(alpha_o, dt)[()]
     with np.errstate(all="ignore"):
-        out = _store(A + B if alpha == 1 else _fma(opmath(dt)(alpha), B, A, dt), dt)
+        out = _store(A + B, dt) if alpha == 1 else _add_alpha(A, B, alpha_o, dt)
 
     def backward(g):
-        gb = g if alpha == 1 else _store(g.astype(opmath(dt)) * opmath(dt)(alpha), dt)
+        gb = g if alpha == 1 else _store(g.astype(opmath(dt)) * alpha_o, dt)
         return _grad_part(g, a, dt), _grad_part(gb, b, dt)
     return _result(out, dt, (a, b), backward)
 
@@ -163,14 +193,16 @@ def mul(a, b):
 
 
 def div(a, b):
-    """True division; a tensor divided by a number multiplies by the float32
-    reciprocal of the number (CUDA's div_true with a scalar)."""
+    """True division; on CUDA a tensor divided by a number multiplies by the
+    float32 reciprocal of the number (div_true with a scalar); the CPU profile
+    divides."""
     a, b = _t(a, "div()"), _t(b, "div()")
     dt = _float_dt(a, b)
     om = opmath(dt)
     A, B = _operand(a, dt), _operand(b, dt)
     with np.errstate(all="ignore"):
-        if isinstance(b, Tensor):
+        if isinstance(b, Tensor) or get_profile().cpu:
+            inv = None
             out = _store(A / B, dt)
         else:
             inv = om(1) / B
@@ -181,7 +213,7 @@ def div(a, b):
         with np.errstate(all="ignore"):
             ga = gb = None
             if isinstance(a, Tensor):
-                ga = _grad_part(_store(G / B if isinstance(b, Tensor) else G * inv, dt), a, dt)
+                ga = _grad_part(_store(G / B if inv is None else G * inv, dt), a, dt)
             if isinstance(b, Tensor):
                 gb = _grad_part(_store(-(G * (A / B)) / B, dt), b, dt)
             return ga, gb
@@ -805,6 +837,7 @@ def cross_entropy(input, target, reduction="mean", ignore_index=-100,  # noqa: A
                   label_smoothing=0.0):
     """log_softmax over dim 1, then nll_loss (both fp32 under autocast), as
     torch decomposes it; label smoothing mixes in the mean of -logp."""
+    (input,) = cast_inputs("cross_entropy_loss", input)   # listed on CPU only
     logp = log_softmax(input, dim=1)
     loss = nll_loss(logp, target, reduction, ignore_index)
     if not label_smoothing:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._autocast import TORCH_CUDA, Policy, autocast, get_autocast_dtype  # noqa: F401
+from ._autocast import TORCH_CPU, TORCH_CUDA, Policy, autocast, get_autocast_dtype  # noqa: F401
 from ._core import Tensor, _store, float16, float32
 from ._ops import mul
 

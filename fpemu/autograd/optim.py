@@ -25,10 +25,14 @@ every step (Micikevicius et al. 2018, §3.1).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..formats import Format
 from ._core import Tensor, _store, float32, float64, is_float
-from ._ops import _fma as _fma_dt
+from ._profile import get_profile
+from ._ops import _add_alpha, _fma as _fma_dt
 
 _f = np.float32
 
@@ -36,6 +40,35 @@ _f = np.float32
 def _fma(a, b, c):
     """Exact float32 fma, then one rounding."""
     return _fma_dt(a, b, c, float32)
+
+
+def _scalar(x, D):
+    """A Python number (``alpha``, an added scalar) as the kernel sees it:
+    float32 on CUDA; the CPU profile first rounds it to a 16-bit dtype (§3.8)."""
+    if get_profile().cpu and isinstance(D, Format) and D.bits < 32:
+        return _f(_store(_f(x), D))
+    return _f(x)
+
+
+def _cpu_tail(n, D):
+    """Boolean mask of the elements a CPU fused optimizer kernel computes one
+    at a time. Each chunk runs full ATen vectors, then a tail loop that GCC
+    auto-vectorises 8 floats at a time (256-bit), then the last few elements
+    scalar; the contraction differs only in those (measured on 2.13)."""
+    itemsize = 4 if D == float32 else (D.bits + 7) // 8
+    prof = get_profile()
+    lanes = prof.cpu_lanes(4) if D == float32 else prof.cpu_lanes(2)
+    mask = np.zeros(n, bool)
+    for _, body_end, end in prof.cpu_fused_parts(n, itemsize, lanes):
+        mask[body_end + (end - body_end) // 8 * 8:end] = True
+    return mask
+
+
+def _mul_scalar(x, D, foreach):
+    """The factor of ``mul_(number)``: float32, except that CPU's
+    ``_foreach_mul_`` rounds it to a 16-bit dtype first (measured on 2.13:
+    bf16 x 0.9 multiplies by 0.8984375); the single-tensor ``mul_`` does not."""
+    return _scalar(x, D) if foreach else _f(x)
 
 
 class Optimizer:
@@ -122,8 +155,9 @@ class Optimizer:
         if closure is not None:
             loss = closure()
         self._prepare_grads()
-        for group in self.param_groups:
-            self._update_group(group)
+        with np.errstate(all="ignore"):          # inf - inf is NaN, silently, as in torch
+            for group in self.param_groups:
+                self._update_group(group)
         self._push()
         return loss
 
@@ -212,7 +246,8 @@ class SGD(Optimizer):
             st = self.state.setdefault(p, {})
             D = p.dtype
             if self.impl == "fused":
-                self._fused(p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale)
+                fused = self._fused_cpu if get_profile().cpu else self._fused
+                fused(p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale)
                 continue
 
             def L(x):
@@ -220,18 +255,19 @@ class SGD(Optimizer):
             P, G = p._a, L(p.grad._a)
             if maximize:
                 G = -G
-            if wd:
-                G = L(_fma(_f(wd), P, G))
+            if wd:                                       # g.add(p, alpha=wd)
+                G = _add_alpha(G, P, _scalar(wd, D), D)
             if mom:
                 buf = st.get("momentum_buffer")
                 if buf is None:
                     buf = G.copy()
                 else:
-                    buf = L(buf._a * _f(mom))
-                    buf = L(buf + G if 1 - damp == 1 else _fma(_f(1 - damp), G, buf))
+                    buf = L(buf._a * _mul_scalar(mom, D, self.impl == "foreach"))
+                    buf = (L(buf + G) if 1 - damp == 1
+                           else _add_alpha(buf, G, _scalar(1 - damp, D), D))
                 st["momentum_buffer"] = Tensor(buf, D)
-                G = L(_fma(_f(mom), buf, G)) if nesterov else buf
-            p._a = L(_fma(_f(-lr), G, P))
+                G = _add_alpha(G, buf, _scalar(mom, D), D) if nesterov else buf
+            p._a = _add_alpha(P, G, _scalar(-lr, D), D)  # p.add_(g, alpha=-lr)
 
     def _fused(self, p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale):
         G = p.grad._a.astype(np.float64)
@@ -252,6 +288,38 @@ class SGD(Optimizer):
             st["momentum_buffer"] = Tensor(_store(B, D), D)
             G = G + mom * B if nesterov else B
         p._a = _store(P - lr * G, D)
+
+    def _fused_cpu(self, p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale):
+        """FusedSGDKernel.cpp (CPU, float32 parameters): float32 throughout,
+        explicit fmas for the weight decay and the momentum, the parameter
+        update contracted by GCC; the scalar tail contracts the momentum the
+        other way. (For 16-bit parameters torch 2.13's vector body never
+        stores the parameter and reads the momentum buffer as float32, a
+        torch bug fpemu does not reproduce: it computes what the tail does.)"""
+        G = p.grad._a.astype(np.float32)
+        with np.errstate(all="ignore"):
+            if grad_scale is not None:
+                G = G / _f(grad_scale)
+                p.grad._a = _store(G, p.grad.dtype)
+            if maximize:
+                G = -G
+            P = p._a.astype(np.float32)
+            if wd:
+                G = _fma(P, _f(wd), G)
+            if mom:
+                buf = st.get("momentum_buffer")
+                if buf is None:
+                    B = G
+                else:
+                    B0 = buf._a.astype(np.float32)
+                    B = _fma(_f(1 - damp), G, B0 * _f(mom))
+                    if D == float32:
+                        tail = _cpu_tail(B.size, D).reshape(B.shape)
+                        B = np.where(tail, _fma(B0, _f(mom), G * _f(1 - damp)), B)
+                st["momentum_buffer"] = Tensor(_store(B, D), D)
+                G = _fma(B, _f(mom), G) if nesterov else B
+            P = _fma(G, _f(-lr), P)
+        p._a = _store(P, D)
 
 
 class Adam(Optimizer):
@@ -294,7 +362,8 @@ class Adam(Optimizer):
                 if group["amsgrad"]:
                     st["max_exp_avg_sq"] = Tensor(np.zeros_like(p._a), p.dtype)
             if self.impl == "fused":
-                self._fused(p, st, group, grad_scale, found_inf)
+                fused = self._fused_cpu if get_profile().cpu else self._fused
+                fused(p, st, group, grad_scale, found_inf)
             else:
                 self._op_by_op(p, st, group, single=self.impl == "single")
 
@@ -313,17 +382,21 @@ class Adam(Optimizer):
             G = -G
         if wd != 0:
             if group["decoupled_weight_decay"]:
-                P = L(P * _f(1 - lr * wd))
+                P = L(P * _mul_scalar(1 - lr * wd, D, not single))
             else:
-                G = L(_fma(_f(wd), P, G))
+                G = _add_alpha(G, P, _scalar(wd, D), D)
         w = _f(1 - b1)                                   # lerp(m, g, 1 - beta1)
         diff = G - M
         if abs(w) < 0.5:
             M = L(_fma(w, diff, M))
         else:
             M = L(_fma(-diff, _f(1) - w, G))
-        V = L(V * _f(b2))
-        V = L(_fma(_f(1 - b2), G * G, V))                # addcmul(v, g, g, 1 - beta2)
+        cpu = get_profile().cpu
+        V = L(V * _mul_scalar(b2, D, not single))
+        if cpu:                                          # addcmul(v, g, g, 1 - beta2)
+            V = L(_fma(_f(1 - b2) * G, G, V))            #   CPU: fma(r(v*t1), t2, self)
+        else:
+            V = L(_fma(_f(1 - b2), G * G, V))            #   CUDA: fma(v, r(t1*t2), self)
         bc1 = 1 - b1 ** t
         bc2 = 1 - b2 ** t
         step_size = (lr / bc1) * -1
@@ -336,12 +409,15 @@ class Adam(Optimizer):
             V_used = V
         with np.errstate(all="ignore"):
             d = L(np.sqrt(V_used))
-            if single:                                   # tensor / number: * reciprocal
+            if single and not cpu:                       # CUDA tensor / number: * reciprocal
                 d = L(d * (_f(1) / _f(bc2_sqrt)))
             else:
                 d = L(d / _f(bc2_sqrt))
-            d = L(d + _f(eps))
-            P = L(_fma(_f(step_size), M / d, P))         # addcdiv(p, m, d, step_size)
+            d = L(d + _scalar(eps, D))
+            if cpu:                                      # addcdiv(p, m, d, step_size)
+                P = L(P + (_f(step_size) * M) / d)       #   CPU: r(self + r(r(v*t1)/t2))
+            else:
+                P = L(_fma(_f(step_size), M / d, P))     #   CUDA: fma(v, r(t1/t2), self)
         p._a = P
         st["exp_avg"] = Tensor(M, D)
         st["exp_avg_sq"] = Tensor(V, D)
@@ -383,6 +459,59 @@ class Adam(Optimizer):
             step_size = lr32 / bc1
             d = np.sqrt(V_used) / bc2_sqrt + eps32
             P = P - (step_size * M) / d
+        p._a = _store(P, D)
+        st["exp_avg"] = Tensor(_store(M, D), D)
+        st["exp_avg_sq"] = Tensor(_store(V, D), D)
+
+
+    def _fused_cpu(self, p, st, group, grad_scale, found_inf):
+        """FusedAdamKernel.cpp (CPU): bias corrections in double, coefficients
+        rounded to float32, the arithmetic in float32 opmath, states rounded
+        when stored; lerp by an explicit fma. For float32 parameters GCC
+        contracts ``v*beta2 + (1-beta2)*g*g`` as ``fma(r((1-beta2)*g), g,
+        r(v*beta2))`` in the vector body and as ``fma(v, beta2, r(r((1-beta2)*g)*g))``
+        in the scalar tail (measured on the 2.13 x86-64 build)."""
+        if found_inf is not None and found_inf == 1:
+            return
+        D = p.dtype
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        st["step"] = _f(st["step"] + _f(1))
+        step = float(st["step"])
+        bc1 = 1 - b1 ** step
+        bc2_sqrt = math.sqrt(1 - b2 ** step)
+        step_size = lr / bc1
+        w, c2 = _f(1 - b1), _f(1 - b2)
+        G = p.grad._a.astype(np.float32)
+        with np.errstate(all="ignore"):
+            if grad_scale is not None:
+                G = G / _f(grad_scale)
+                p.grad._a = _store(G, p.grad.dtype)
+            if group["maximize"]:
+                G = -G
+            P = p._a.astype(np.float32)
+            M = st["exp_avg"]._a.astype(np.float32)
+            V0 = st["exp_avg_sq"]._a.astype(np.float32)
+            if wd != 0:
+                if group["decoupled_weight_decay"]:
+                    P = P * _f(1 - lr * wd)
+                else:
+                    G = _fma(P, _f(wd), G)
+            if abs(w) < 0.5:
+                M = _fma(w, G - M, M)
+            else:
+                M = _fma(w - _f(1), G - M, G)
+            V = _fma(c2 * G, G, V0 * _f(b2))
+            if D == float32:
+                tail = _cpu_tail(V.size, D).reshape(V.shape)
+                V = np.where(tail, _fma(V0, _f(b2), (c2 * G) * G), V)
+            if group["amsgrad"]:
+                MX = np.maximum(st["max_exp_avg_sq"]._a.astype(np.float32), V)
+                st["max_exp_avg_sq"] = Tensor(_store(MX, D), D)
+                V_used = MX
+            else:
+                V_used = V
+            d = np.sqrt(V_used) / _f(bc2_sqrt) + _f(eps)
+            P = P + (_f(-step_size) * M) / d
         p._a = _store(P, D)
         st["exp_avg"] = Tensor(_store(M, D), D)
         st["exp_avg_sq"] = Tensor(_store(V, D), D)

@@ -1,0 +1,139 @@
+"""Which PyTorch build fpemu.autograd computes like: a *profile*.
+
+PyTorch's numbers depend on the device and, in a few places, on the version
+(``numerics-pytorch.md`` §1.1, §3.8). A :class:`Profile` names a device and a
+torch version and answers the questions that differ:
+
+* ``device="cuda"`` (the default): the CUDA formulas of §3.2. A tensor divided
+  by a Python number multiplies by the float32 reciprocal; Python numbers and
+  ``alpha`` enter float32 opmath unrounded; ``addcmul``/``addcdiv`` with a value
+  are ``fma(v, r(t1*t2), self)`` / ``fma(v, r(t1/t2), self)``.
+* ``device="cpu"``: the CPU formulas of §3.8, measured on the 2.13 CPU build.
+  True division by a Python number; for bfloat16/float16 tensors a Python
+  number added and ``alpha`` are first rounded to the tensor's dtype;
+  ``addcmul`` is ``fma(r(v*t1), t2, self)`` and ``addcdiv`` is
+  ``r(self + r(r(v*t1)/t2))``. Two CPU behaviours are *not* modelled, and the
+  fidelity tiers say so where they matter: float32 ``sqrt`` goes through MKL
+  VML (not correctly rounded, about 1 ulp; fpemu computes the IEEE square
+  root), and the CPU fused optimizers' vector body and scalar tail compute in
+  different precisions.
+* ``cpu_capability``: the ATen CPU kernels' instruction set ("AVX512",
+  "AVX2", ...; ``torch.backends.cpu.get_cpu_capability()``). CPU elementwise
+  kernels run full vectors in float32 opmath and the leftover tail element by
+  element in the tensor's own arithmetic; for ``add(a, b, alpha)`` on 16-bit
+  dtypes the tail computes ``L(a + L(alpha*b))`` (c10::BFloat16 / Half
+  operators round each result), the body ``L(fma(alpha, b, a))``. Measured on
+  2.13 (AVX512: 32 sixteen-bit lanes). Modelled for tensors of one parallel
+  chunk (under 32768 elements).
+* ``cpu_threads``: ``torch.get_num_threads()`` of the recording. The CPU
+  fused optimizers split a tensor into per-thread chunks of whole cache lines
+  and run each chunk's vector body and scalar tail separately, so which
+  elements take the tail depends on it.
+* ``e4m3_overflow``: float8_e4m3fn saturates to ±448 from torch 2.12 on
+  (PR #178817, merged 2026-04-17); earlier versions give NaN. Derived from the
+  version unless given.
+
+>>> from fpemu.autograd import Profile
+>>> Profile("cpu", "2.13.0").e4m3_overflow
+'saturate'
+>>> Profile("cuda", "2.11.0").e4m3_overflow
+'nan'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+
+DEVICES = ("cuda", "cpu")
+E4M3_SATURATES_FROM = (2, 12)
+
+
+def _version_tuple(version: str):
+    m = re.match(r"^(\d+)\.(\d+)", str(version))
+    if not m:
+        raise ValueError(f"torch version must look like '2.13.0', got {version!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """``Profile(device="cuda", torch_version="2.13.0", e4m3_overflow=None)``."""
+
+    device: str = "cuda"
+    torch_version: str = "2.13.0"
+    e4m3_overflow: str | None = None
+    cpu_capability: str = "AVX512"
+    cpu_threads: int = 1
+
+    def __post_init__(self):
+        if self.device not in DEVICES:
+            raise ValueError(f"Profile: device must be one of {DEVICES}, got {self.device!r}")
+        vt = _version_tuple(self.torch_version)
+        if self.e4m3_overflow is None:
+            rule = "saturate" if vt >= E4M3_SATURATES_FROM else "nan"
+            object.__setattr__(self, "e4m3_overflow", rule)
+        elif self.e4m3_overflow not in ("saturate", "nan"):
+            raise ValueError(f"Profile: e4m3_overflow must be 'saturate' or 'nan', got "
+                             f"{self.e4m3_overflow!r}")
+
+    @property
+    def cpu(self) -> bool:
+        return self.device == "cpu"
+
+    def cpu_fused_parts(self, n: int, itemsize: int, lanes: int):
+        """Index ranges (body_start, body_end, tail_end) of the chunks a CPU
+        fused optimizer kernel cuts ``n`` elements into: at::parallel_for
+        over 64-byte units, ``ceil(units / threads)`` units per chunk."""
+        unit = 64 // itemsize
+        units = -(-n // unit)
+        threads = self.cpu_threads if units > 1 else 1
+        per = -(-units // max(threads, 1))
+        parts = []
+        for start_unit in range(0, units, per):
+            lo = start_unit * unit
+            hi = min((start_unit + per) * unit, n)
+            size = hi - lo
+            parts.append((lo, lo + size - size % lanes, hi))
+        return parts
+
+    def cpu_lanes(self, itemsize: int) -> int:
+        """Elements per ATen CPU vector for an element of ``itemsize`` bytes."""
+        width = 64 if self.cpu_capability.upper().startswith("AVX512") else 32
+        return width // itemsize
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}-torch{self.torch_version}"
+
+
+CUDA = Profile("cuda", "2.13.0")
+_current = [CUDA]
+
+
+def get_profile() -> Profile:
+    """The active profile (CUDA, torch 2.13, unless changed)."""
+    return _current[-1]
+
+
+def set_profile(profile: Profile) -> None:
+    """Make ``profile`` the active one for the rest of the program."""
+    if not isinstance(profile, Profile):
+        raise TypeError(f"set_profile expects an fpemu.autograd.Profile, got "
+                        f"{type(profile).__name__}; build one with Profile('cpu', '2.13.0')")
+    _current[0] = profile
+    del _current[1:]
+
+
+@contextlib.contextmanager
+def use_profile(profile: Profile):
+    """``with use_profile(Profile("cpu", "2.13.0")):`` computes like that build."""
+    if not isinstance(profile, Profile):
+        raise TypeError(f"use_profile expects an fpemu.autograd.Profile, got "
+                        f"{type(profile).__name__}; build one with Profile('cpu', '2.13.0')")
+    _current.append(profile)
+    try:
+        yield profile
+    finally:
+        _current.pop()
