@@ -1,0 +1,107 @@
+"""Replay recorded scenarios in fpemu and compare: ``fpemu parity``.
+
+Each trace folder says which torch version and device recorded it; the replay
+runs under the matching :class:`fpemu.autograd.Profile` (CUDA or CPU formulas,
+the e4m3fn overflow rule of that version) and compares every recorded array
+with its tier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+
+import numpy as np
+
+from .compare import BIT_EXACT, FAILED, NOT_COMPARED, WITHIN, Comparison, Tier, compare
+from .record import META, select
+from .scenarios import SCENARIOS
+
+
+@dataclasses.dataclass
+class ScenarioResult:
+    name: str
+    comparisons: list
+
+    @property
+    def ok(self):
+        return all(c.status != FAILED for c in self.comparisons)
+
+
+def trace_dirs(root="tests/reference"):
+    """Every folder under ``root`` holding a recorded ``meta.json``."""
+    return sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, "*", META)))
+
+
+def load_meta(folder):
+    path = os.path.join(folder, META)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{folder} has no {META}: not a trace folder written by "
+                                f"`fpemu record`")
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def profile_of(meta):
+    from ..autograd import Profile
+    return Profile(meta["device"], meta["torch_release"],
+                   cpu_capability=meta.get("cpu_capability", "AVX512"),
+                   cpu_threads=int(meta.get("cpu_threads", 1)))
+
+
+def replay(folder, name, meta=None):
+    """Replay one recorded scenario; returns a :class:`ScenarioResult`."""
+    from .. import autograd
+    from ._env import Env
+    meta = load_meta(folder) if meta is None else meta
+    info = meta["scenarios"].get(name)
+    if name not in SCENARIOS:
+        return ScenarioResult(name, [Comparison("(scenario)", "-", Tier(), FAILED, 0, 0, 0, 0,
+                                                "recorded, but fpemu has no such scenario")])
+    sc = SCENARIOS[name]
+    with np.load(os.path.join(folder, f"{name}.npz")) as data:
+        inputs = {k[3:]: data[k] for k in data.files if k.startswith("in.")}
+        recorded = {k[4:]: data[k] for k in data.files if k.startswith("out.")}
+    profile = profile_of(meta)
+    env = Env(autograd, meta["device"], "fpemu")
+    config = info["config"] if info else sc.config
+    with autograd.use_profile(profile):
+        arrays = sc.run(env, config, inputs)
+    got = arrays.arrays()
+    dtypes = info["arrays"] if info else arrays.dtypes
+    out = []
+    for key, rec in recorded.items():
+        tier = sc.tier_of(key, profile)
+        if key not in got:
+            out.append(Comparison(key, dtypes.get(key, "?"), tier, FAILED, rec.size, rec.size,
+                                  np.inf, np.inf, "not produced by the replay"))
+            continue
+        out.append(compare(key, got[key], rec, dtypes[key], tier))
+    return ScenarioResult(name, out)
+
+
+def parity(folder, only=None, log=print):
+    """Replay every scenario recorded in ``folder``; print a table; return the
+    list of :class:`ScenarioResult`."""
+    meta = load_meta(folder)
+    recorded = sorted(meta["scenarios"])
+    names = [n for n in recorded if n in set(select(only))] if only else recorded
+    log(f"{folder}: torch {meta['torch_version']}, CUDA {meta['cuda_version']}, "
+        f"{meta['device_name']}, recorded {meta['date']}; profile {profile_of(meta).name}")
+    results = []
+    for name in names:
+        r = replay(folder, name, meta)
+        results.append(r)
+        log(f"  {name}")
+        for c in r.comparisons:
+            log(f"    {c.line()}")
+            if c.tier.kind != "exact" and c.n_diff:
+                log(f"      tolerance: {c.tier.reason}")
+    n_fail = sum(not r.ok for r in results)
+    statuses = [c.status for r in results for c in r.comparisons]
+    log(f"{len(results)} scenarios, {len(statuses)} arrays: "
+        + ", ".join(f"{statuses.count(s)} {s}" for s in (BIT_EXACT, WITHIN, NOT_COMPARED, FAILED))
+        + f"; {n_fail} scenarios failed")
+    return results

@@ -1,0 +1,616 @@
+"""The fidelity scenarios, each written once and run on both backends.
+
+A scenario is a function ``run(env, config, inputs)`` that uses only the API
+that ``torch`` and ``fpemu.autograd`` share (through ``env.T``) and returns
+named arrays (a :class:`Trace`). Its inputs are made at record time, by
+``make_inputs(env, config)`` with NumPy (and, for the optimizer replays, a small
+model trained with real PyTorch), and saved with the trace, so a replay
+feeds fpemu exactly what PyTorch was fed.
+
+Each scenario also states the tier of each of its arrays under a profile
+(``tiers(config, profile)``): bit-exact where ``numerics-pytorch.md`` §6 says
+the result is determined, a tolerance with its reason elsewhere.
+
+Nothing here imports Numba: recording needs only NumPy and PyTorch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from ..formats import format as _format
+from ._env import DTYPE_NAMES, LOW_PRECISION, Env
+from .compare import EXACT, Tier
+
+_f32 = np.float32
+
+
+class Trace:
+    """Named arrays, appended to step by step or set once, with their dtypes."""
+
+    def __init__(self, env: Env):
+        self.env = env
+        self._rows: dict[str, list] = {}
+        self._once: dict[str, np.ndarray] = {}
+        self.dtypes: dict[str, str] = {}
+
+    def _conv(self, value, dtype):
+        if hasattr(value, "detach"):
+            return self.env.array(value), self.env.dtype_name(value.dtype)
+        a = np.asarray(value)
+        if dtype is None:
+            dtype = {"f": "float64" if a.dtype == np.float64 else "float32", "b": "int64",
+                     "i": "int64", "u": "int64"}[a.dtype.kind]
+        return a.astype({"float64": np.float64, "float32": np.float32}.get(dtype, np.int64)), dtype
+
+    def add(self, name, value, dtype=None):
+        """Append one step's value of ``name``."""
+        a, dt = self._conv(value, dtype)
+        self._rows.setdefault(name, []).append(a)
+        self.dtypes[name] = dt
+
+    def set(self, name, value, dtype=None):
+        a, dt = self._conv(value, dtype)
+        self._once[name] = a
+        self.dtypes[name] = dt
+
+    def arrays(self):
+        out = {k: np.stack(v) for k, v in self._rows.items()}
+        out.update(self._once)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    group: str
+    run: Callable
+    config: dict
+    make_inputs: Callable
+    tiers: Callable = None
+    description: str = ""
+
+    def tier_of(self, array, profile):
+        table = self.tiers(self.config, profile) if self.tiers else {}
+        if array in table:
+            return table[array]
+        return table.get("*", EXACT)
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def _register(name, group, run, config, make_inputs, tiers=None, description=""):
+    if name in SCENARIOS:
+        raise ValueError(f"scenario {name!r} registered twice")
+    SCENARIOS[name] = Scenario(name, group, run, dict(config), make_inputs, tiers, description)
+
+
+# ===================================================================== casts
+def _grid(fmt):
+    """Every positive finite value of a format (these formats have ≤ 2^15)."""
+    p = fmt.precision
+    frac = np.arange(2 ** (p - 1), dtype=np.float64) / 2 ** (p - 1)
+    vals = [frac[1:] * 2.0 ** fmt.emin]                        # subnormals
+    for e in range(fmt.emin, fmt.emax + 1):
+        vals.append((1 + frac) * 2.0 ** e)
+    g = np.concatenate(vals)
+    return g[g <= fmt.max]
+
+
+def _cast_values_f32(rng):
+    v = [0.0, -0.0, np.inf, -np.inf, 1.0, -1.0, 500, 464, 465, 480, 448, 449, 247, 248, 240,
+         61439, 61440, 57344, 65504, 65519, 65520, 65536, -1e-8, 1e-8, 1.5 * 2.0**-9,
+         2.0**-10, 2.0**-25, 3 * 2.0**-25, 2.0**-24, 1 + 2.0**-8, 1 + 3 * 2.0**-8,
+         float(np.finfo(np.float32).max), -float(np.finfo(np.float32).max), 2.0**-133,
+         2.0**-134, 3 * 2.0**-135, 2.0**-149, 2.0**-126, 0.1, 1 / 3, np.pi]
+    out = [np.array(v, np.float64).astype(np.float32),
+           np.array([0x00018000, 0x7FC00000, 0xFFC00000, 0x7FC12345, 0x7F800001],
+                    np.uint32).view(np.float32)]
+    for name in LOW_PRECISION:
+        fmt = _format(name)
+        g = _grid(fmt)
+        nxt = np.append(g[1:], fmt.max + 2.0 ** (fmt.emax - fmt.precision + 1))
+        mids = (g + nxt) / 2                                    # ties, exact in float32
+        pick = np.unique(np.concatenate([rng.choice(len(g), 48, replace=False),
+                                         np.arange(4), np.arange(len(g) - 4, len(g)),
+                                         np.flatnonzero(g == fmt.min_normal)]))
+        m = mids[pick].astype(np.float32)
+        with np.errstate(over="ignore"):                        # 2 * bf16 max is inf
+            edges = np.array([fmt.max, fmt.min_normal, fmt.min_subnormal,
+                              fmt.min_subnormal / 2, 1.5 * fmt.min_subnormal, 2 * fmt.max],
+                             np.float64).astype(np.float32)
+        both = np.concatenate([m, edges])
+        near = np.concatenate([both, np.nextafter(both, np.float32(np.inf)),
+                               np.nextafter(both, np.float32(0))])
+        out.append(near)
+        out.append(-near)
+    bits = rng.integers(0, 2**32, 2048, dtype=np.uint64).astype(np.uint32)
+    out.append(bits.view(np.float32))
+    return np.concatenate(out).astype(np.float32)
+
+
+def _cast_values_f64(rng):
+    v = [1 + 2.0**-8 + 2.0**-30, 1 + 2.0**-11 + 2.0**-30, 1 + 2.0**-4 + 2.0**-30, 1e39, -1e39,
+         1e-50, 2.0**-150, 3 * 2.0**-151, 2.0**-150 * (1 + 2.0**-40), np.inf, -np.inf, np.nan,
+         0.0, -0.0, 65519.99999, 65520.0 - 2.0**-20, 0.1, 1 / 3]
+    out = [np.array(v, np.float64)]
+    for name in LOW_PRECISION:
+        fmt = _format(name)
+        g = _grid(fmt)
+        pick = rng.choice(len(g) - 1, 48, replace=False)
+        mids = (g[pick] + g[pick + 1]) / 2                      # target ties
+        rel = np.ldexp(1.0, np.frexp(mids)[1] - 30)             # far below a float32 ulp
+        out += [mids + rel, mids - rel, -(mids + rel)]
+    f32 = rng.integers(0, 2**32, 512, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    f32 = f32[np.isfinite(f32)].astype(np.float64)
+    half_ulp = np.spacing(f32.astype(np.float32)).astype(np.float64) / 2
+    out += [f32 + half_ulp, f32 - half_ulp / 3]                 # float32 ties, near-ties
+    out.append(rng.standard_normal(256) * np.exp(rng.uniform(-120, 90, 256)))
+    return np.concatenate(out)
+
+
+def _casts_inputs(env, cfg):
+    rng = np.random.default_rng(cfg["seed"])
+    x = _cast_values_f64(rng) if cfg["source"] == "float64" else _cast_values_f32(rng)
+    return {"x": x}
+
+
+def _casts_run(env, cfg, inputs):
+    tr = Trace(env)
+    x = env.tensor(inputs["x"])
+    targets = list(LOW_PRECISION) + (["float32"] if cfg["source"] == "float64" else [])
+    for name in targets:
+        if env.has_dtype(name):
+            tr.set(name, x.to(env.dtype(name)))
+    return tr
+
+
+def _casts_lowp_run(env, cfg, inputs):
+    """float32 -> bfloat16 / float16, then on to every other format."""
+    tr = Trace(env)
+    x = env.tensor(inputs["x"])
+    for src in ("bfloat16", "float16"):
+        xs = x.to(env.dtype(src))
+        for name in LOW_PRECISION:
+            if name != src and env.has_dtype(name):
+                tr.set(f"{src}->{name}", xs.to(env.dtype(name)))
+    return tr
+
+
+_register("casts-f32", "casts", _casts_run, dict(source="float32", seed=1), _casts_inputs,
+          description="float32 ties, subnormals, overflow edges, specials, random bits → "
+                      "every low-precision dtype")
+_register("casts-f64", "casts", _casts_run, dict(source="float64", seed=2), _casts_inputs,
+          description="float64 double-rounding traps, float32 ties, out-of-range values → "
+                      "float32 and every low-precision dtype (through float32)")
+_register("casts-lowp", "casts", _casts_lowp_run, dict(source="float32", seed=3),
+          _casts_inputs, description="bfloat16 / float16 → the other low-precision dtypes")
+
+
+# ================================================================ GradScaler
+SCALER_CASES = {
+    "pattern": dict(init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5,
+                    growth_interval=3, pattern="ok ok ok inf ok nan ok ok ok ok ok ok ok"),
+    "flt-max-guard": dict(init_scale=2.0**127, growth_factor=2.0, backoff_factor=0.5,
+                          growth_interval=1, pattern="ok ok ok ok ok inf ok ok"),
+    "backoff-to-zero": dict(init_scale=2.0**-140, growth_factor=2.0, backoff_factor=0.5,
+                            growth_interval=2000, pattern=" ".join(["inf"] * 12 + ["ok"] * 3)),
+    "growth-1.001": dict(init_scale=1000.0, growth_factor=1.001, backoff_factor=0.5,
+                         growth_interval=1, pattern=" ".join(["ok"] * 20 + ["-inf"] + ["ok"] * 5)),
+    "odd-factors": dict(init_scale=1000.0, growth_factor=3.0, backoff_factor=0.3,
+                        growth_interval=2, pattern="random", steps=40),
+}
+
+
+def _scaler_inputs(env, cfg):
+    rng = np.random.default_rng(cfg["seed"])
+    pattern = cfg["pattern"].split()
+    if pattern == ["random"]:
+        pattern = list(rng.choice(["ok", "ok", "ok", "inf", "nan", "-inf"], cfg["steps"]))
+    code = {"ok": 0, "inf": 1, "-inf": 2, "nan": 3}
+    return {"pattern": np.array([code[p] for p in pattern], np.int64),
+            "grad": rng.standard_normal((len(pattern), 6)).astype(np.float32),
+            "p0": rng.standard_normal(6).astype(np.float32)}
+
+
+def _scaler_run(env, cfg, inputs):
+    T = env.T
+    tr = Trace(env)
+    p = env.tensor(inputs["p0"], requires_grad=True)
+    opt = T.optim.SGD([p], lr=0.25, foreach=True)
+    scaler = T.amp.GradScaler(env.device, init_scale=cfg["init_scale"],
+                              growth_factor=cfg["growth_factor"],
+                              backoff_factor=cfg["backoff_factor"],
+                              growth_interval=cfg["growth_interval"])
+    bad = {1: np.inf, 2: -np.inf, 3: np.nan}
+    for k, kind in enumerate(inputs["pattern"]):
+        tr.add("scaled_one", scaler.scale(env.tensor(np.float32(1.0))))
+        g = inputs["grad"][k] * _f32(scaler.get_scale())        # the scaled backward
+        if kind:
+            g[k % g.size] = bad[int(kind)]
+        p.grad = env.tensor(g.astype(np.float32))
+        scaler.step(opt)
+        scaler.update()
+        tr.add("grad", p.grad)
+        tr.add("p", p)
+        tr.add("scale", _f32(scaler.get_scale()))
+        tr.add("tracker", np.int64(scaler._get_growth_tracker()))
+    return tr
+
+
+for _case, _cfg in SCALER_CASES.items():
+    _register(f"scaler-{_case}", "scaler", _scaler_run, dict(_cfg, seed=10), _scaler_inputs,
+              description="GradScaler state machine driven by injected inf/NaN gradients")
+
+
+# =================================================================== unscale
+UNSCALE_SCALES = (1.0, 65536.0, 2.0**24, 1000.0, 3.0)
+
+
+def _unscale_inputs(env, cfg):
+    rng = np.random.default_rng(cfg["seed"])
+    e3 = np.array([1e-8, 3e-8, 1e-7, 1e-5, 7e4], np.float32)
+    mags = np.exp(rng.uniform(np.log(1e-10), np.log(1e5), 251))
+    signs = rng.choice([-1.0, 1.0], 251)
+    g = np.concatenate([e3, [0.0, -0.0, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 65504, 65520],
+                        signs * mags]).astype(np.float32)
+    return {"g": g}
+
+
+def _unscale_run(env, cfg, inputs):
+    """fp16 gradients of an fp32 parameter (the autocast case), scaled by the
+    loss scale, widened to the float32 .grad, then unscaled; bfloat16
+    gradients of a bfloat16 parameter unscaled in place."""
+    T = env.T
+    tr = Trace(env)
+    s = cfg["scale"]
+    g = env.tensor(inputs["g"])
+    tr.set("fp16_unscaled", g.to(env.dtype("float16")))         # underflow without a scale
+    g16 = (g * s).to(env.dtype("float16"))
+    tr.set("fp16_scaled", g16)
+    p = env.tensor(np.zeros(g.shape, np.float32), requires_grad=True)
+    pb = env.tensor(np.zeros(g.shape, np.float32), dtype="bfloat16", requires_grad=True)
+    opt = T.optim.SGD([p, pb], lr=1.0, foreach=True)
+    scaler = T.amp.GradScaler(env.device, init_scale=s)
+    scaler.scale(env.tensor(np.float32(1.0)))
+    p.grad = g16.float()
+    pb.grad = (g * s).to(env.dtype("bfloat16"))
+    scaler.unscale_(opt)
+    tr.set("grad_fp32", p.grad)
+    tr.set("grad_bf16", pb.grad)
+    scaler.step(opt)
+    scaler.update()
+    tr.set("p_fp32", p)
+    tr.set("p_bf16", pb)
+    tr.set("scale_after", _f32(scaler.get_scale()))
+    return tr
+
+
+for _s in UNSCALE_SCALES:
+    _register(f"unscale-{_s:g}", "unscale", _unscale_run, dict(scale=_s, seed=20),
+              _unscale_inputs, description="loss scaling of fp16 / bf16 gradients, unscale_, "
+                                           "skip on overflow")
+
+
+# ========================================================= optimizer replays
+REPLAY_STEPS = 200
+REAL_COLUMNS = 40
+
+
+def _synthetic_columns(steps, rng):
+    """Edge-case gradient streams, one per column."""
+    t = np.arange(steps)
+    alt = np.where(t % 2 == 0, 1.0, -1.0)
+    cols = [
+        np.zeros(steps),                                       # always zero
+        np.full(steps, 2.0**-24),                              # fp16 smallest subnormal
+        np.full(steps, 2.0**-25),                              # rounds to 0 in fp16
+        np.full(steps, 3 * 2.0**-26) * alt,
+        np.full(steps, 5.4588e-3),                             # fp16 Adam eps cliff (E5a)
+        np.full(steps, 5.47e-3),
+        np.full(steps, 1e-8),
+        np.full(steps, 2.0**-133),                             # bf16 smallest subnormal
+        np.full(steps, 1e-40) * alt,                           # float32 subnormal
+        np.full(steps, 7e4),                                   # overflows fp16
+        np.full(steps, 3e38) * alt,                            # near FLT_MAX
+        np.where(t % 50 == 49, 1e5, 1e-3),                     # rare spikes
+        1e-3 * alt,
+        np.full(steps, 1.0),
+        np.exp(-t / 10.0),                                     # decays into underflow
+        np.where(t < steps // 2, 1e-2, 0.0),                   # stops
+    ]
+    return np.stack(cols, axis=1)
+
+
+def _real_grads(env, steps, n, seed):
+    """Gradients of a small MLP trained with SGD on a toy problem, in real
+    PyTorch (the record-time backend): the first layer's weight gradient,
+    ``n`` of its entries per step."""
+    T = env.T
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((256, 8)).astype(np.float32)
+    y = (X[:, :4].sum(1) > 0).astype(np.int64) + 2 * (X[:, 4] > 0).astype(np.int64)
+    w1 = env.tensor((rng.standard_normal((16, 8)) / np.sqrt(8)).astype(np.float32),
+                    requires_grad=True)
+    b1 = env.tensor(np.zeros(16, np.float32), requires_grad=True)
+    w2 = env.tensor((rng.standard_normal((4, 16)) / 4).astype(np.float32), requires_grad=True)
+    opt = T.optim.SGD([w1, b1, w2], lr=0.1)
+    out = []
+    for k in range(steps):
+        idx = rng.choice(256, 32, replace=False)
+        xb, yb = env.tensor(X[idx]), env.tensor(y[idx])
+        loss = T.nn.functional.cross_entropy(
+            T.nn.functional.linear(T.relu(T.nn.functional.linear(xb, w1, b1)), w2), yb)
+        opt.zero_grad()
+        loss.backward()
+        out.append(env.array(w1.grad).reshape(-1)[:n])
+        opt.step()
+    return np.stack(out).astype(np.float32)
+
+
+def _replay_inputs(env, cfg):
+    rng = np.random.default_rng(cfg["seed"])
+    real = _real_grads(env, REPLAY_STEPS, REAL_COLUMNS, cfg["seed"])
+    g = np.concatenate([real, _synthetic_columns(REPLAY_STEPS, rng)], axis=1)
+    p0 = np.concatenate([rng.standard_normal(REAL_COLUMNS) * 0.1,
+                         rng.choice([1.0, -1.0, 0.5, 1e-3, 0.0], g.shape[1] - REAL_COLUMNS)])
+    return {"grads": g.astype(np.float32), "p0": p0.astype(np.float32)}
+
+
+OPTIMIZERS = {
+    "adam": ("Adam", dict(lr=1e-3)),
+    "adamw": ("AdamW", dict(lr=1e-3, weight_decay=1e-2)),
+    "sgd": ("SGD", dict(lr=1e-2, momentum=0.9, weight_decay=1e-4)),
+}
+IMPLS = {"foreach": dict(foreach=True), "single": dict(foreach=False), "fused": dict(fused=True)}
+PARAMS = ("fp32", "master", "bf16", "fp16")
+
+
+def _replay_run(env, cfg, inputs):
+    """Feed recorded gradients to an optimizer for every step; record the
+    parameter and the optimizer state after each. ``master``: a float32 master
+    copy stepped by the optimizer, the bfloat16 model parameter recast from it
+    after every step, the bfloat16 gradient widened into the master's .grad."""
+    T = env.T
+    tr = Trace(env)
+    cls, kw = OPTIMIZERS[cfg["optimizer"]]
+    kw = dict(kw, **IMPLS[cfg["impl"]])
+    mode = cfg["params"]
+    D = {"fp32": "float32", "master": "float32", "bf16": "bfloat16", "fp16": "float16"}[mode]
+    p = env.tensor(inputs["p0"], dtype=D, requires_grad=True)
+    model = p.detach().to(env.dtype("bfloat16")) if mode == "master" else None
+    opt = getattr(T.optim, cls)([p], **kw)
+    state_names = ("momentum_buffer",) if cls == "SGD" else ("exp_avg", "exp_avg_sq")
+    for g in inputs["grads"]:
+        if mode == "master":
+            p.grad = env.tensor(g, dtype="bfloat16").float()
+        else:
+            p.grad = env.tensor(g, dtype=D)
+        opt.step()
+        tr.add("p", p)
+        st = opt.state[p]
+        for s in state_names:
+            tr.add(s, st[s])
+        if mode == "master":
+            model = p.detach().to(env.dtype("bfloat16"))
+            tr.add("model", model)
+    return tr
+
+
+def _replay_tiers(cfg, profile):
+    impl, opt, params = cfg["impl"], cfg["optimizer"], cfg["params"]
+    fp32_state = params in ("fp32", "master")
+    if profile.cpu:
+        if impl == "fused" and opt == "sgd" and not fp32_state:
+            r = ("torch 2.13's CPU fused SGD kernel (FusedSGDKernel.cpp) is broken for 16-bit "
+                 "parameters: its vector body never stores the parameter and loads the "
+                 "momentum buffer as float32; fpemu computes what the scalar tail does")
+            return {"*": Tier("none", 0, r)}
+        if impl != "fused" and opt != "sgd" and fp32_state:
+            r = ("CPU torch's float32 sqrt is MKL VML, not correctly rounded (numerics-pytorch.md "
+                 "§7.1; replaying with torch's own sqrt makes p bit-exact); fpemu computes the "
+                 "IEEE sqrt. One sqrt ulp moves an update by ≤ lr·2^-23 and p does not feed back "
+                 "into m, v, so after 200 steps |Δp| ≤ 200·lr·2^-22 ≈ 5e-8, plus one rounding "
+                 "of |p| ≤ 1 (≤ 1.2e-7)")
+            return {"p": Tier("abs", 2.5e-7, r), "model": Tier("ulps", 1, r)}
+        return {}
+    if impl == "fused" and opt != "sgd":
+        r = ("fused Adam's bias corrections use CUDA powf, which is not correctly rounded "
+             "(numerics-pytorch.md §6 E7); m and v do not depend on them")
+        return {"p": Tier("ulps", 2, r), "model": Tier("ulps", 1, r)}
+    if impl == "fused":
+        r = "FusedSgdKernel.cu was read only in an older version (double intermediates, §4)"
+        return {"*": Tier("ulps", 1, r)}
+    return {}
+
+
+for _o in OPTIMIZERS:
+    for _i in IMPLS:
+        for _p in PARAMS:
+            _register(f"optim-{_o}-{_i}-{_p}", "optim", _replay_run,
+                      dict(optimizer=_o, impl=_i, params=_p, seed=30), _replay_inputs,
+                      _replay_tiers, description=f"{OPTIMIZERS[_o][0]} ({_i}) replayed on "
+                                                 f"{_p} parameters for {REPLAY_STEPS} steps")
+
+
+# ================================================================== autocast
+def _autocast_ops(env):
+    T, F = env.T, env.T.nn.functional
+    return {
+        "matmul": lambda x, w, y: x @ w,
+        "linear": lambda x, w, y: F.linear(x, w),
+        "softmax": lambda x, w, y: T.softmax(x, dim=1),
+        "log_softmax": lambda x, w, y: T.log_softmax(x, dim=1),
+        "layer_norm": lambda x, w, y: F.layer_norm(x, (x.shape[1],)),
+        "exp": lambda x, w, y: T.exp(x),
+        "log": lambda x, w, y: T.log(x),
+        "pow": lambda x, w, y: T.pow(x, 2),
+        "sqrt": lambda x, w, y: T.sqrt(x),
+        "reciprocal": lambda x, w, y: T.reciprocal(x),
+        "sum": lambda x, w, y: x.sum(),
+        "mean": lambda x, w, y: x.mean(),
+        "relu": lambda x, w, y: T.relu(x),
+        "gelu": lambda x, w, y: F.gelu(x),
+        "tanh": lambda x, w, y: T.tanh(x),
+        "sigmoid": lambda x, w, y: T.sigmoid(x),
+        "add": lambda x, w, y: x + x,
+        "add_fp32": lambda x, w, y: x + y,
+        "mul_scalar": lambda x, w, y: x * 2.0,
+        "cross_entropy": lambda x, w, y: F.cross_entropy(x, env.tensor(np.array([0, 1, 2, 3]))),
+        "mse_loss": lambda x, w, y: F.mse_loss(x, y),
+        "matmul_fp32_in_lower": lambda x, w, y: (x @ w) @ y.T,
+    }
+
+
+def _autocast_inputs(env, cfg):
+    rng = np.random.default_rng(cfg["seed"])
+    return {"x": (rng.random((4, 4)) + 0.5).astype(np.float32),
+            "w": rng.standard_normal((4, 4)).astype(np.float32),
+            "y": rng.standard_normal((4, 4)).astype(np.float32)}
+
+
+def _autocast_run(env, cfg, inputs):
+    """The output dtype of each op under autocast, for each input dtype
+    (index into DTYPE_NAMES); -1 where the op raises."""
+    T = env.T
+    tr = Trace(env)
+    ops = _autocast_ops(env)
+    ins = ("float32", "bfloat16", "float16")
+    codes = np.full((len(ops), len(ins)), -1, np.int64)
+    y = env.tensor(inputs["y"])
+    for j, name in enumerate(ins):
+        x = env.tensor(inputs["x"], dtype=name)
+        w = env.tensor(inputs["w"], dtype=name)
+        with T.autocast(device_type=env.device, dtype=env.dtype(cfg["dtype"])):
+            for i, fn in enumerate(ops.values()):
+                try:
+                    out = fn(x, w, y)
+                except RuntimeError:
+                    continue
+                codes[i, j] = DTYPE_NAMES.index(env.dtype_name(out.dtype))
+    tr.set("out_dtype", codes)
+    return tr
+
+
+for _dt in ("bfloat16", "float16"):
+    _register(f"autocast-{_dt}", "autocast", _autocast_run, dict(dtype=_dt, seed=40),
+              _autocast_inputs, description="output dtype of each op under autocast "
+                                            "(ops × input dtype float32/bfloat16/float16)")
+
+
+# ================================================================ end to end
+E2E_STEPS = 100
+
+
+def _e2e_inputs(env, cfg):
+    rng = np.random.default_rng(cfg["seed"])
+    if cfg["model"] == "mlp":
+        d_in, hidden, classes = 32, 64, 10
+        X = rng.standard_normal((512, d_in)).astype(np.float32)
+        proj = rng.standard_normal((d_in, classes))
+        y = np.argmax(X @ proj + 0.5 * rng.standard_normal((512, classes)), 1)
+        return {"X": X, "y": y.astype(np.int64),
+                "w1": (rng.standard_normal((hidden, d_in)) / np.sqrt(d_in)).astype(np.float32),
+                "b1": np.zeros(hidden, np.float32),
+                "w2": (rng.standard_normal((classes, hidden)) / np.sqrt(hidden)).astype(
+                    np.float32),
+                "b2": np.zeros(classes, np.float32)}
+    d, t, classes = 32, 8, 4
+    X = rng.standard_normal((128, t, d)).astype(np.float32)
+    y = (X[:, :, 0].mean(1) > 0).astype(np.int64) + 2 * (X[:, -1, 1] > 0).astype(np.int64)
+    w = {}
+    for name, shape in (("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)),
+                        ("w1", (2 * d, d)), ("w2", (d, 2 * d)), ("wh", (classes, d))):
+        w[name] = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
+    for name, n in (("ln1_w", d), ("ln2_w", d)):
+        w[name] = np.ones(n, np.float32)
+    for name, n in (("ln1_b", d), ("ln2_b", d), ("b1", 2 * d), ("b2", d), ("bh", classes)):
+        w[name] = np.zeros(n, np.float32)
+    return dict(w, X=X, y=y)
+
+
+def _mlp_loss(env, P, xb, yb):
+    F = env.T.nn.functional
+    h = env.T.relu(F.linear(xb, P["w1"], P["b1"]))
+    return F.cross_entropy(F.linear(h, P["w2"], P["b2"]), yb)
+
+
+def _transformer_loss(env, P, xb, yb):
+    T, F = env.T, env.T.nn.functional
+    B, L, d = xb.shape
+    heads, hd = 2, d // 2
+    h = F.layer_norm(xb, (d,), P["ln1_w"], P["ln1_b"])
+
+    def split(z):
+        return z.reshape(B, L, heads, hd).transpose(1, 2)
+    q, k, v = (split(F.linear(h, P[n])) for n in ("wq", "wk", "wv"))
+    att = T.softmax((q @ k.transpose(-2, -1)) * (1.0 / hd ** 0.5), dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, L, d)
+    x = xb + F.linear(y, P["wo"])
+    h2 = F.layer_norm(x, (d,), P["ln2_w"], P["ln2_b"])
+    x = x + F.linear(F.gelu(F.linear(h2, P["w1"], P["b1"])), P["w2"], P["b2"])
+    return F.cross_entropy(F.linear(x.mean(1), P["wh"], P["bh"]), yb)
+
+
+def _e2e_run(env, cfg, inputs):
+    """Train for E2E_STEPS steps with AdamW (foreach): fp32, bf16 autocast, or
+    fp16 autocast with a GradScaler; record the loss, the loss scale and the
+    fraction of gradient entries that are exactly zero."""
+    T = env.T
+    tr = Trace(env)
+    P = {k: env.tensor(v, requires_grad=True) for k, v in inputs.items() if k not in ("X", "y")}
+    opt = T.optim.AdamW(list(P.values()), lr=3e-3, foreach=True)
+    mode = cfg["precision"]
+    scaler = (T.amp.GradScaler(env.device, init_scale=2.0**16, growth_interval=25)
+              if mode == "fp16" else None)
+    loss_fn = _mlp_loss if cfg["model"] == "mlp" else _transformer_loss
+    X, y = inputs["X"], inputs["y"]
+    batch = 64 if cfg["model"] == "mlp" else 16
+    for step in range(E2E_STEPS):
+        lo = (step * batch) % len(X)
+        xb, yb = env.tensor(X[lo:lo + batch]), env.tensor(y[lo:lo + batch])
+        opt.zero_grad()
+        if mode == "fp32":
+            loss = loss_fn(env, P, xb, yb)
+        else:
+            with T.autocast(device_type=env.device, dtype=env.dtype(
+                    "bfloat16" if mode == "bf16" else "float16")):
+                loss = loss_fn(env, P, xb, yb)
+        (scaler.scale(loss) if scaler else loss).backward()
+        grads = [env.array(p.grad) for p in P.values()]
+        tr.add("zero_grad_fraction", np.float64(
+            sum(int((g == 0).sum()) for g in grads) / sum(g.size for g in grads)))
+        tr.add("loss", loss.float())
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+            tr.add("scale", _f32(scaler.get_scale()))
+        else:
+            opt.step()
+    return tr
+
+
+def _e2e_tiers(cfg, profile):
+    why = ("matmuls accumulate in cuBLAS / MKL order (fpemu: its sequential model), "
+           "reductions have their own order, and exp / log / tanh / erf come from the "
+           "device's library (numerics-pytorch.md §6 E10-E12); the differences feed back "
+           "through 100 steps of training")
+    # bounds: 2.5x to 10x the largest deviation measured against torch 2.13 CPU
+    # (MLP / transformer: fp32 1.9e-7 / 2.1e-6, bf16 1.0e-3 / 1.8e-2, fp16 1.8e-4 /
+    # 2.2e-3 relative; one zero-gradient count in 100 steps)
+    loss_bound = {"fp32": 2e-5, "bf16": 5e-2, "fp16": 1e-2}[cfg["precision"]]
+    return {"loss": Tier("rel", loss_bound, why),
+            "zero_grad_fraction": Tier("abs", 0.01, why),
+            "scale": Tier("rel", 1.0, why + "; the loss scale halves on an overflow that one "
+                                            "ulp can decide, so one factor of 2 is allowed")}
+
+
+for _m in ("mlp", "transformer"):
+    for _prec in ("fp32", "bf16", "fp16"):
+        _register(f"e2e-{_m}-{_prec}", "e2e", _e2e_run, dict(model=_m, precision=_prec,
+                                                               seed=50), _e2e_inputs,
+                  _e2e_tiers, description=f"{_m} trained {E2E_STEPS} steps, {_prec}")
