@@ -504,6 +504,10 @@ for _dt in ("bfloat16", "float16"):
 
 # ================================================================ end to end
 E2E_STEPS = 100
+# a loss weight that puts the gradients (~1e-3 unweighted) where fp16 underflows
+# (below 2^-24): without a large enough loss scale many fp16 gradients are zero;
+# Adam's update barely depends on the gradients' scale (eps aside)
+LOSS_WEIGHT = 2.0**-14
 
 
 def _e2e_inputs(env, cfg):
@@ -559,13 +563,16 @@ def _transformer_loss(env, P, xb, yb):
 def _e2e_run(env, cfg, inputs):
     """Train for E2E_STEPS steps with AdamW (foreach): fp32, bf16 autocast, or
     fp16 autocast with a GradScaler; record the loss, the loss scale and the
-    fraction of gradient entries that are exactly zero."""
+    fraction of gradient entries that are exactly zero (after backward, before
+    unscaling)."""
     T = env.T
     tr = Trace(env)
     P = {k: env.tensor(v, requires_grad=True) for k, v in inputs.items() if k not in ("X", "y")}
     opt = T.optim.AdamW(list(P.values()), lr=3e-3, foreach=True)
     mode = cfg["precision"]
-    scaler = (T.amp.GradScaler(env.device, init_scale=2.0**16, growth_interval=25)
+    # the scale starts at 1 so that fp16 gradients underflow at first and the
+    # zero fraction falls as the scale grows (x2 every 10 clean steps)
+    scaler = (T.amp.GradScaler(env.device, init_scale=1.0, growth_interval=10)
               if mode == "fp16" else None)
     loss_fn = _mlp_loss if cfg["model"] == "mlp" else _transformer_loss
     X, y = inputs["X"], inputs["y"]
@@ -580,7 +587,8 @@ def _e2e_run(env, cfg, inputs):
             with T.autocast(device_type=env.device, dtype=env.dtype(
                     "bfloat16" if mode == "bf16" else "float16")):
                 loss = loss_fn(env, P, xb, yb)
-        (scaler.scale(loss) if scaler else loss).backward()
+        weighted = loss * LOSS_WEIGHT
+        (scaler.scale(weighted) if scaler else weighted).backward()
         grads = [env.array(p.grad) for p in P.values()]
         tr.add("zero_grad_fraction", np.float64(
             sum(int((g == 0).sum()) for g in grads) / sum(g.size for g in grads)))
@@ -599,11 +607,12 @@ def _e2e_tiers(cfg, profile):
            "reductions have their own order, and exp / log / tanh / erf come from the "
            "device's library (numerics-pytorch.md §6 E10-E12); the differences feed back "
            "through 100 steps of training")
-    # bounds: 2.5x to 10x the largest deviation measured against torch 2.13 CPU
-    # (MLP / transformer: fp32 1.9e-7 / 2.1e-6, bf16 1.0e-3 / 1.8e-2, fp16 1.8e-4 /
-    # 2.2e-3 relative; one zero-gradient count in 100 steps)
-    loss_bound = {"fp32": 2e-5, "bf16": 5e-2, "fp16": 1e-2}[cfg["precision"]]
-    return {"loss": Tier("rel", loss_bound, why),
+    # bounds: about 4x the largest deviation measured against torch 2.13 CPU over
+    # the 100 steps (absolute loss difference, MLP / transformer: fp32 2.4e-7 /
+    # 2.4e-7, bf16 6.5e-4 / 2.5e-3, fp16 8.5e-5 / 4.9e-3; zero fraction 2.5e-3).
+    # Absolute, because the losses fall to 0.01 where relative errors balloon.
+    loss_bound = {"fp32": 1e-6, "bf16": 1e-2, "fp16": 2e-2}[cfg["precision"]]
+    return {"loss": Tier("abs", loss_bound, why),
             "zero_grad_fraction": Tier("abs", 0.01, why),
             "scale": Tier("rel", 1.0, why + "; the loss scale halves on an overflow that one "
                                             "ulp can decide, so one factor of 2 is allowed")}
