@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 export MPLBACKEND := Agg
 
-.PHONY: demo test bench clean venv
+.PHONY: demo test bench clean venv record parity
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_quantize.py
 	$(BIN)/python bench/bench_arith.py
 	$(BIN)/python bench/bench_autograd.py
+
+record: $(STAMP)
+	$(BIN)/fpemu record --device cpu
+
+parity: $(STAMP)
+	$(BIN)/fpemu parity
 
 clean:
 	rm -rf $(VENV) build *.egg-info .hypothesis out

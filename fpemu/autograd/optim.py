@@ -1,4 +1,5 @@
-"""SGD, Adam and AdamW with PyTorch's op sequences on CUDA.
+"""SGD, Adam and AdamW with PyTorch's op sequences on CUDA (or, under
+``Profile("cpu", ...)``, on the CPU build: see ``docs/fidelity.md``).
 
 Each optimizer has the three implementations of torch 2.13 and computes each
 the way ``numerics-pytorch.md`` §3-4 writes it down:
