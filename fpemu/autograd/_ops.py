@@ -682,15 +682,19 @@ def _dim(dim, ndim):
     return dim % ndim
 
 
-def softmax(x, dim=None, dtype=None):
-    """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output."""
+def _softmax_input(op, x, dim, dtype):
+    """The input as softmax / log_softmax read it (autocast, or ``dtype=``),
+    its output dtype, the reduced dim and the values in float64."""
     if dtype is None:
-        (x,) = cast_inputs("softmax", x)
+        (x,) = cast_inputs(op, x)
     else:
         x = to_dtype(x, dtype)
-    dt = _float_dt(x)
-    d = _dim(dim, x.ndim)
-    X = _f64(x)
+    return x, _float_dt(x), _dim(dim, x.ndim), _f64(x)
+
+
+def softmax(x, dim=None, dtype=None):
+    """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output."""
+    x, dt, d, X = _softmax_input("softmax", x, dim, dtype)
     with np.errstate(all="ignore"):
         e = np.exp(X - X.max(axis=d, keepdims=True))
         Y = e / e.sum(axis=d, keepdims=True)
@@ -705,13 +709,7 @@ def softmax(x, dim=None, dtype=None):
 
 def log_softmax(x, dim=None, dtype=None):
     """x - max - log(sum(exp(x - max))), in float64. Autocast: fp32 output."""
-    if dtype is None:
-        (x,) = cast_inputs("log_softmax", x)
-    else:
-        x = to_dtype(x, dtype)
-    dt = _float_dt(x)
-    d = _dim(dim, x.ndim)
-    X = _f64(x)
+    x, dt, d, X = _softmax_input("log_softmax", x, dim, dtype)
     with np.errstate(all="ignore"):
         shifted = X - X.max(axis=d, keepdims=True)
         Y = shifted - np.log(np.exp(shifted).sum(axis=d, keepdims=True))
