@@ -72,12 +72,24 @@ def as_dtype(dtype, what="dtype"):
             raise ValueError(f"{what}: unknown dtype {dtype!r}; pass one of "
                              f"fpemu.autograd.float32, bfloat16, float16, float8_e4m3fn, "
                              f"float8_e5m2, float64, int64, ... ({err})") from None
-    if dtype is float or dtype is np.float32:
-        return fp32 if dtype is np.float32 else float64
+    if dtype is float:
+        return float64
     if dtype is int:
         return int64
     if dtype is bool:
         return bool_
+    try:                               # numpy and ml_dtypes dtypes: np.float16, "<f4", ...
+        npdt = np.dtype(dtype)
+    except TypeError:
+        npdt = None
+    if npdt is not None:
+        name = {"float16": "fp16", "float32": "fp32"}.get(npdt.name, npdt.name)
+        if name in _BY_NAME:
+            return _BY_NAME[name]
+        try:
+            return _lookup(name)
+        except ValueError:
+            pass
     raise TypeError(f"{what}: expected a dtype (fpemu.autograd.float32, bfloat16, ... or a "
                     f"fpemu Format), got {dtype!r}")
 

@@ -383,11 +383,31 @@ def to_dtype(x, dtype):
 
 
 # -------------------------------------------------------------------- reductions
+def wrap_dim(dim, ndim):
+    """A dim in ``[-ndim, ndim)`` as an index, as torch's ``maybe_wrap_dim``: a
+    0-d tensor takes -1 and 0. Out of range is torch's IndexError."""
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__} ({dim!r})")
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {dim})")
+    return int(dim) % n
+
+
 def _axes(dim, ndim):
+    """The numpy axes of a reduction over ``dim`` (None or () for all);
+    a 0-d tensor reduces over nothing."""
     if dim is None:
         return tuple(range(ndim))
-    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-    return tuple(sorted(d % ndim if ndim else 0 for d in dims))
+    dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+    axes = [wrap_dim(d, ndim) for d in dims]
+    for a in set(axes):
+        if axes.count(a) > 1:
+            raise RuntimeError(f"dim {a} appears multiple times in the list of dims")
+    if not dims:
+        return tuple(range(ndim))
+    return tuple(sorted(axes)) if ndim else ()
 
 
 def _expand_back(g, axes, keepdim, shape):
@@ -492,6 +512,7 @@ def matmul(a, b):
     if a.shape[-1] != b.shape[-2]:
         raise RuntimeError(f"matmul(): shapes {a.shape} and {b.shape} cannot be multiplied "
                            f"({a.shape[-1]} != {b.shape[-2]})")
+    _same_mm_dtype(a.dtype, b.dtype)
     dt = result_type(a, b)
     if not is_float(dt):
         return Tensor(a._a @ b._a, dt)
@@ -513,6 +534,33 @@ def matmul(a, b):
     return _result(out, dt, (a, b), backward)
 
 
+_C10_NAMES = {"fp32": "float", "float64": "double", "bf16": "c10::BFloat16", "fp16": "c10::Half",
+              "int64": "long int", "int32": "int", "bool": "bool"}
+
+
+def _c10_name(dt):
+    """The dtype as ATen's error messages spell it (``c10::BFloat16``)."""
+    name = getattr(dt, "name", str(dt))
+    if name in _C10_NAMES:
+        return _C10_NAMES[name]
+    long = getattr(dt, "long_name", None) or name
+    return "c10::" + long[0].upper() + long[1:].replace("float8", "Float8")
+
+
+def _scalar_type(dt):
+    """The dtype as ATen's ScalarType names it (``BFloat16``, ``Float``)."""
+    c10 = _c10_name(dt).replace("c10::", "")
+    return {"float": "Float", "double": "Double", "long int": "Long", "int": "Int",
+            "bool": "Bool"}.get(c10, c10)
+
+
+def _same_mm_dtype(da, db):
+    """torch's matmul does not promote: outside autocast, mixed dtypes raise."""
+    if da is not db:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                           f"{_c10_name(da)} != {_c10_name(db)}")
+
+
 def _check_mm_dtype(dt):
     if dt is not float64 and dt.bits <= 8:
         raise TypeError(f"matmul of {dt} tensors: PyTorch has no plain fp8 matmul; use "
@@ -526,6 +574,10 @@ def linear(x, weight, bias=None):
     if weight.ndim != 2 or x.shape[-1] != weight.shape[1]:
         raise RuntimeError(f"linear(): input of shape {x.shape} and weight of shape "
                            f"{weight.shape} do not fit (need input[..., {weight.shape[-1]}])")
+    _same_mm_dtype(x.dtype, weight.dtype)
+    if bias is not None and bias.dtype is not x.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                           f"{_scalar_type(bias.dtype)} and {_scalar_type(x.dtype)}")
     dt = result_type(x, weight) if bias is None else result_type(x, weight, bias)
     _check_mm_dtype(dt)
     X = _operand(x, dt).reshape(-1, x.shape[-1])
@@ -625,8 +677,12 @@ def squeeze(x, dim=None):
 
 
 def flatten(x, start_dim=0, end_dim=-1):
-    nd = max(x.ndim, 1)
-    s, e = start_dim % nd, end_dim % nd
+    if x.ndim == 0:
+        wrap_dim(start_dim, 0), wrap_dim(end_dim, 0)
+        return reshape(x, (1,))
+    s, e = wrap_dim(start_dim, x.ndim), wrap_dim(end_dim, x.ndim)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     shape = x.shape[:s] + (int(np.prod(x.shape[s:e + 1])),) + x.shape[e + 1:]
     return reshape(x, shape)
 
@@ -679,7 +735,8 @@ def _dim(dim, ndim):
     if dim is None:
         raise TypeError("softmax(): pass dim= explicitly (the implicit choice is deprecated "
                         "in PyTorch)")
-    return dim % ndim
+    d = wrap_dim(dim, ndim)
+    return d if ndim else None        # a 0-d tensor: softmax over itself
 
 
 def _softmax_input(op, x, dim, dtype):
@@ -803,6 +860,12 @@ def nll_loss(logp, target, reduction="mean", ignore_index=-100):
                         "indices (fpemu.autograd.tensor([...]) of ints)")
     t = target._a.astype(np.int64)
     N, C = logp.shape
+    if t.shape != (N,):
+        if t.ndim == 1:
+            raise ValueError(f"Expected input batch_size ({N}) to match target batch_size "
+                             f"({t.shape[0]}).")
+        raise RuntimeError(f"nll_loss(): target must be 1-D of class indices, one per row of "
+                           f"the input (shape ({N},)), got shape {t.shape}")
     keep = t != ignore_index
     if np.any((t[keep] < 0) | (t[keep] >= C)):
         raise IndexError(f"nll_loss(): target values must be in [0, {C}), got "

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 
+import numbers
+
 import numpy as np
 
 from ..formats import Format
@@ -207,7 +209,8 @@ class Optimizer:
 
 
 def _check_lr(lr):
-    if not (isinstance(lr, (int, float)) and lr >= 0):
+    # torch checks only 0 <= lr: numpy scalars (np.float32(0.1)) are fine
+    if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real) or not lr >= 0:
         raise ValueError(f"Invalid learning rate: {lr}")
 
 
