@@ -129,6 +129,13 @@ class Format:
             raise ValueError(f"{where}: the layout leaves no finite positive value")
         if self.canonical_nan is not None:
             c = self.canonical_nan
+            if not isinstance(c, (int, np.integer)) or isinstance(c, (bool, np.bool_)):
+                raise TypeError(
+                    f"{where}: canonical_nan must be an int code (e.g. 0x7F), got "
+                    f"{type(c).__name__} {c!r}; pass the code of the NaN pattern, or None"
+                )
+            c = int(c)
+            object.__setattr__(self, "canonical_nan", c)
             nan_like = (
                 self.nan_encoding == "ieee"
                 and (c & (self.sign_code - 1)) >> M == 2**E - 1

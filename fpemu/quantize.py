@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _kernels
 from ._jit import inlining, run_kernel
+from ._exact import EXACT_TYPES, array_to_float64_odd, to_float64_odd
 from .formats import Format
 from .formats import format as _lookup
 from .rounding import Overflow, Rounding, parse_overflow, parse_rounding
@@ -36,46 +37,101 @@ def _as_format(fmt) -> Format:
     return _lookup(fmt)
 
 
+_TORCH_FORMATS = {"bfloat16": "bf16", "float8_e4m3fn": "e4m3fn", "float8_e5m2": "e5m2",
+                  "float8_e4m3fnuz": "e4m3fnuz", "float8_e5m2fnuz": "e5m2fnuz",
+                  "float8_e8m0fnu": "e8m0"}
+
+
+def _from_torch(t, fname):
+    """A torch tensor of any real dtype as a numpy array, exactly: the dtypes
+    numpy lacks (bfloat16, the float8 types) are decoded from their bits."""
+    import torch  # only reached with a torch tensor in hand
+    t = t.detach().cpu().resolve_conj().resolve_neg()
+    name = str(t.dtype).replace("torch.", "")
+    if t.is_complex():
+        raise TypeError(f"{fname}() got a complex torch tensor ({name}); pass real values, "
+                        "e.g. t.real and t.imag separately")
+    if name in _TORCH_FORMATS:
+        fmt = _lookup(_TORCH_FORMATS[name])
+        raw = torch.uint8 if fmt.bits <= 8 else torch.int16
+        codes = t.contiguous().view(raw).numpy().view(fmt.code_dtype)
+        return decode(codes, fmt)
+    try:
+        return t.numpy()
+    except TypeError as err:
+        raise TypeError(f"{fname}() cannot read a torch tensor of dtype {name} ({err}); "
+                        "unpack it (packed fp4 pairs) or cast it to float32 first") from None
+
+
+def _is_torch_tensor(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "dtype") and hasattr(
+        x, "detach")
+
+
+def _object_values(arr, fname):
+    """An object array of real numbers (Python ints of any size, Fraction,
+    Decimal, floats) as float64, each rounded to odd where not exact."""
+    flat = arr.reshape(-1)
+    for v in flat:
+        if isinstance(v, (numbers.Real, EXACT_TYPES)) and not isinstance(v, (str, bytes)):
+            continue
+        what = "None" if v is None else f"a {type(v).__name__} ({v!r:.40})"
+        kind = "complex " if isinstance(v, numbers.Complex) else ""
+        raise TypeError(
+            f"{fname}() needs real numbers, got {kind}{what}; pass floats, ints, Fractions "
+            "or Decimals (a float32 or float64 array is fastest)"
+        )
+    return np.array([to_float64_odd(v) for v in flat], np.float64).reshape(arr.shape)
+
+
 def _prepare_input(x, fname):
-    """Return (1-D contiguous native float32/float64 array, original shape)."""
-    arr = np.asarray(x)
+    """Return (1-D contiguous native float32/float64 array, original shape).
+
+    Every value comes out exactly, or, where float64 cannot hold it (big
+    integers, Fraction, Decimal, longdouble), rounded to odd (fpemu._exact),
+    so that the kernel's one rounding is the correct rounding of the input.
+    """
+    if _is_torch_tensor(x):
+        x = _from_torch(x, fname)
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(
+            f"{fname}() does not take masked arrays (the mask would be lost); pass "
+            "x.compressed() for the unmasked values or x.filled(value)"
+        )
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{fname}() got text ({x!r:.40}); pass numbers, or read text exactly "
+                        "with decimal.Decimal(text)")
+    try:
+        arr = np.asarray(x)
+    except ValueError as err:
+        raise ValueError(
+            f"{fname}() got a ragged nested sequence (rows of different lengths: {err}); "
+            "pass a rectangular array, or call it once per row"
+        ) from None
     dt = arr.dtype
     if dt.kind == "c":
         raise TypeError(
             f"{fname}() got a complex array ({dt}); pass real values, "
             "e.g. x.real and x.imag separately"
         )
-    if dt.kind in "OUSMmV" and dt.name not in _ML_DTYPES_NAMES:
-        got = "a Python object array" if dt.kind == "O" else f"an array of dtype {dt}"
+    if dt.kind == "O":
+        arr = _object_values(arr, fname)
+    elif dt.kind in "USMmV" and dt.name not in _ML_DTYPES_NAMES:
         raise TypeError(
-            f"{fname}() got {got}; pass real numbers (a float32 or float64 array, "
-            "or anything np.asarray turns into one)"
+            f"{fname}() got an array of dtype {dt}; pass real numbers (a float32 or "
+            "float64 array, or anything np.asarray turns into one)"
         )
-    if dt.name in _ML_DTYPES_NAMES:
+    elif dt.name in _ML_DTYPES_NAMES:
         arr = arr.astype(np.float32)  # every ml_dtypes value is exact in float32
     elif dt.kind == "b":
         arr = arr.astype(np.float32)
     elif dt.kind in "iu":
-        wide = arr.astype(np.float64)
-        back = wide.astype(dt) if wide.size and np.all(np.abs(wide) < 2.0**63) else None
-        if back is None or not np.array_equal(back, arr):
-            raise ValueError(
-                f"{fname}() got integers that float64 cannot hold exactly (|x| > 2**53); "
-                "round them yourself first or pass a float array"
-            )
-        arr = wide
+        arr = array_to_float64_odd(arr)
     elif dt.kind == "f":
         if dt.itemsize == 2:
             arr = arr.astype(np.float32)  # exact
         elif dt.itemsize > 8:
-            wide = arr.astype(np.float64)
-            same = (wide == arr) | (np.isnan(arr) & np.isnan(wide))
-            if not np.all(same):
-                raise ValueError(
-                    f"{fname}() got {dt} values that float64 cannot hold exactly; "
-                    "converting would round twice. Pass float64 values."
-                )
-            arr = wide
+            arr = array_to_float64_odd(arr)
     else:  # pragma: no cover - every numpy kind is handled above
         raise TypeError(f"{fname}() cannot read dtype {dt}")
     if not arr.dtype.isnative:
@@ -144,6 +200,9 @@ def _kernel_params(fmt: Format, pol: Overflow, subnormals: bool) -> tuple:
     return p, flags
 
 
+_MAX_OFFSET = 2**62   # offset + element index stays inside the kernels' int64
+
+
 def _seed_key(seed, mode: Rounding):
     """(64-bit key as int64, index offset) for stochastic rounding."""
     if mode is not Rounding.SR:
@@ -153,9 +212,10 @@ def _seed_key(seed, mode: Rounding):
         if len(seed) != 2:
             raise ValueError(f"seed must be an int or a pair (seed, offset), got {seed!r}")
         seed, offset = seed
-        if not isinstance(offset, numbers.Integral) or offset < 0:
+        if not isinstance(offset, numbers.Integral) or not 0 <= offset < _MAX_OFFSET:
             raise ValueError(
-                f"the offset in seed=(seed, offset) must be an int >= 0, got {offset!r}"
+                f"the offset in seed=(seed, offset) must be an int in 0 .. 2**62 - 1 (the "
+                f"flat index of x[0] in the whole array), got {offset!r}"
             )
     if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)
                              or seed < 0):
@@ -180,6 +240,26 @@ def _check_nan_input(fmt: Format, arr, fname):
             )
 
 
+def _same_buffer(a, b) -> bool:
+    """a and b are the same contiguous elements (an in-place call, safe)."""
+    return (a.dtype.itemsize == b.dtype.itemsize and a.size == b.size
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def _masked(fn):
+    """Let ``fn(x, ...)`` take a masked array: masked elements are not read
+    (they are filled with 0 first) and the result carries x's mask."""
+    @functools.wraps(fn)
+    def wrapper(x, *args, **kwargs):
+        if not isinstance(x, np.ma.MaskedArray):
+            return fn(x, *args, **kwargs)
+        out = kwargs.get("out")
+        res = fn(x.filled(0), *args, **kwargs)
+        mask = np.ma.getmaskarray(x)
+        return np.ma.MaskedArray(res if out is None else out, mask=mask.copy())
+    return wrapper
+
+
 def _run(op, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
     fmt = _as_format(fmt)
     mode = parse_rounding(rounding)
@@ -189,6 +269,8 @@ def _run(op, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
     arr, shape = _prepare_input(x, fname)
     _check_nan_input(fmt, arr, fname)
     result = _prepare_out(out, shape, fmt.code_dtype if dtype is None else dtype, fname)
+    if out is not None and np.may_share_memory(arr, result) and not _same_buffer(arr, result):
+        arr = arr.copy()  # out overlaps x at an offset: elements would be read after written
     if arr.size:
         kernel = _kernels.rounding_kernel(op, arr.dtype.str[1:], int(mode), flags)
         run_kernel(kernel, arr, result.reshape(-1), params, key, offset)
@@ -196,6 +278,7 @@ def _run(op, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
 
 
 # ------------------------------------------------------------------ public API
+@_masked
 def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
     """Round real values to a format; return the values as float32.
 
@@ -243,6 +326,7 @@ def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
                 "quantize")
 
 
+@_masked
 def encode(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
     """Round real values to a format; return the codes.
 
@@ -299,38 +383,24 @@ def decode(codes, fmt):
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def _finite_values(fmt: Format) -> np.ndarray:
-    """Sorted distinct finite values of a format of at most 20 bits (float64)."""
-    codes = np.arange(1 << fmt.bits, dtype=np.uint32).astype(fmt.code_dtype)
-    vals = decode(codes, fmt).astype(np.float64)
-    vals = vals[np.isfinite(vals)]
-    vals = np.unique(np.where(vals == 0, 0.0, vals))  # one zero entry, +0
-    vals.setflags(write=False)
-    return vals
-
-
 def _neighbour(x, fmt, up):
+    """next_up / next_down of real x: one float64 step past x, then rounded
+    toward the step. No float64 lies strictly between x and the step and every
+    grid point is a float64, so that rounding gives the nearest grid point
+    strictly beyond x, in every format."""
     fname = "next_up" if up else "next_down"
     fmt = _as_format(fmt)
     arr, shape = _prepare_input(x, fname)
     a = arr.astype(np.float64)
-    if fmt.bits > 20:  # fp32 is float32 itself
-        with np.errstate(over="ignore"):
-            res = np.nextafter(arr.astype(np.float32), np.float32(np.inf if up else -np.inf))
-        return res.reshape(shape)
-    vals = _finite_values(fmt)
-    with np.errstate(invalid="ignore"):
-        if up:
-            idx = np.searchsorted(vals, a, side="right")
-            ok = idx < vals.size
-            res = np.where(ok, vals[np.minimum(idx, vals.size - 1)], np.inf)
-        else:
-            idx = np.searchsorted(vals, a, side="left") - 1
-            ok = idx >= 0
-            res = np.where(ok, vals[np.maximum(idx, 0)], -np.inf)
-        if fmt.has_negative_zero:  # IEEE 754 nextUp(-min_subnormal) is -0
-            res = np.where((res == 0) & (a < 0), -0.0, res)
+    step = np.nextafter(a, np.inf if up else -np.inf)
+    lowest = -fmt.max if fmt.signed else (0.0 if fmt.has_zero else fmt.min_normal)
+    inside = np.clip(np.where(np.isnan(step), 0.0, step), lowest, fmt.max)
+    res = quantize(inside, fmt, rounding="rup" if up else "rdn",
+                   overflow="saturate").astype(np.float64)
+    if up:
+        res = np.where(step > fmt.max, np.inf, res)     # past max: +inf, with or without inf
+    else:
+        res = np.where(step < lowest, -np.inf, res)     # below the lowest value: -inf
     res = np.where(np.isnan(a), np.nan, res)
     return res.astype(np.float32).reshape(shape)
 
@@ -407,6 +477,10 @@ def classify(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     array(['normal', 'subnormal', 'zero', 'inf', 'nan'], dtype='<U9')
     """
     fmt = _as_format(fmt)
+    if isinstance(x, np.ma.MaskedArray):
+        res = classify(x.filled(0), fmt, rounding=rounding, subnormals=subnormals,
+                       overflow=overflow, seed=seed)
+        return np.ma.MaskedArray(res, mask=np.ma.getmaskarray(x).copy())
     codes = encode(x, fmt, rounding=rounding, subnormals=subnormals, overflow=overflow,
                    seed=seed).astype(np.int64)
     mag = codes & (fmt.sign_code - 1) if fmt.signed else codes
@@ -418,4 +492,4 @@ def classify(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
         cls = np.where(mag == fmt.inf_code, 3, cls)
     if fmt.has_nan:
         cls = np.where(codes == fmt.nan_code, 4, cls)
-    return np.asarray(CLASSES)[cls].astype("<U9")
+    return np.asarray(CLASSES, dtype="<U9")[cls.reshape(-1)].reshape(codes.shape)

@@ -6,9 +6,11 @@ exact for powers of two) and the rounding arguments of
 :func:`fpemu.quantize`, and returns :class:`Counts`. Every element lands in
 exactly one class:
 
-``nan``        NaN inputs
+``nan``        NaN inputs, and finite inputs the format turns into NaN
+               (e8m0, with neither sign nor zero, does so to negative
+               values and to zero)
 ``inf``        ±inf inputs
-``zero``       exact zeros
+``zero``       exact zeros (that the format keeps as zero)
 ``flushed``    nonzero inputs whose rounded value is zero (underflow to zero,
                including flush-to-zero of subnormal results)
 ``subnormal``  results that are subnormal
@@ -19,7 +21,8 @@ exactly one class:
 
 plus the largest finite magnitude (``amax``, before scaling) and a histogram
 of ``floor(log2 |x * scale|)`` for the finite nonzero values, with a separate
-zero bin. Counts add: ``stats(a) + stats(b) == stats(concat(a, b))``, so
+zero bin. Masked elements of a ``numpy.ma`` array are skipped. Counts add:
+``stats(a) + stats(b) == stats(concat(a, b))``, so
 :func:`stats_chunked` walks arrays larger than memory (memory-mapped
 ``.npy`` files) and :func:`stats_dask` reduces the blocks of a
 ``dask.array``.
@@ -28,6 +31,8 @@ zero bin. Counts add: ``stats(a) + stats(b) == stats(concat(a, b))``, so
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 
 import numpy as np
 
@@ -139,66 +144,155 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     """
     fmt = _as_format(fmt)
     mode = parse_rounding(rounding).name.lower()
-    pol = parse_overflow(fmt.default_overflow if overflow is None else overflow).name.lower()
-    if not (isinstance(scale, (int, float, np.integer, np.floating)) and np.isfinite(scale)
+    parse_overflow(fmt.default_overflow if overflow is None else overflow)
+    if isinstance(scale, (bool, np.bool_)) or not (
+            isinstance(scale, (int, float, np.integer, np.floating)) and np.isfinite(scale)
             and scale > 0):
         raise ValueError(f"stats(): scale must be a finite number > 0, got {scale!r}")
-    lo, hi = (int(v) for v in log2_range)
-    if hi <= lo:
-        raise ValueError(f"stats(): log2_range must be (lo, hi) with lo < hi, got {log2_range!r}")
+    lo, hi = _log2_range(log2_range)
+    if isinstance(x, np.ma.MaskedArray):
+        x = x.compressed()                                # masked elements are skipped
     flat, _ = _prepare_input(x, "stats")
     res = _empty(fmt, scale, mode, lo, hi)
     if flat.size == 0:
         return res
     x64 = flat.astype(np.float64, copy=False)
-    nan = np.isnan(x64)
+    nan_in = np.isnan(x64)
     inf = np.isinf(x64)
-    finite = ~nan & ~inf
+    finite = ~nan_in & ~inf
     xs = np.where(finite, x64, 0.0) * float(scale)
     ax = np.abs(xs)
-    zero = finite & (x64 == 0)
-    big = finite & (ax > fmt.max)
-    q = quantize(np.where(nan, 0.0, xs), fmt, rounding=rounding, subnormals=subnormals,
+    q = quantize(np.where(finite, xs, 0.0), fmt, rounding=rounding, subnormals=subnormals,
                  overflow=overflow, seed=seed).astype(np.float64)
     aq = np.abs(q)
-    rest = finite & ~zero & ~big
+    # a finite value the format cannot hold at all (e8m0: negative or zero) becomes NaN
+    invalid = finite & (xs == 0) & np.isnan(q)
+    if not fmt.signed:
+        invalid |= finite & (xs < 0)
+    big = finite & ~invalid & (ax > fmt.max)
+    zero = finite & ~invalid & (x64 == 0)
+    rest = finite & ~invalid & ~zero & ~big
     flushed = rest & (aq == 0)
     sub = rest & (aq > 0) & (aq < fmt.min_normal) if fmt.has_zero else np.zeros_like(rest)
     normal = rest & ~flushed & ~sub
-    counts = {"nan": int(nan.sum()), "inf": int(inf.sum()), "zero": int(zero.sum()),
-              "flushed": int(flushed.sum()), "subnormal": int(sub.sum()),
+    counts = {"nan": int(nan_in.sum() + invalid.sum()), "inf": int(inf.sum()),
+              "zero": int(zero.sum()), "flushed": int(flushed.sum()), "subnormal": int(sub.sum()),
               "normal": int(normal.sum()), "overflow": int(big.sum())}
     overflow_to = {"inf": int((big & np.isinf(q)).sum()), "nan": int((big & np.isnan(q)).sum()),
                    "saturated": int((big & np.isfinite(q)).sum())}
-    nz = finite & ~zero
+    nz = finite & (x64 != 0)
     _, e = np.frexp(ax[nz])
     k = np.clip(e.astype(np.int64) - 1, lo, hi - 1) - lo
     hist = np.bincount(k, minlength=hi - lo).astype(np.int64)
     amax = float(np.abs(x64[finite]).max()) if finite.any() else 0.0
     return dataclasses.replace(res, counts=counts, overflow_to=overflow_to, amax=amax,
-                               hist=hist, zero_bin=counts["zero"])
+                               hist=hist, zero_bin=int((finite & (x64 == 0)).sum()))
+
+
+#: floor(log2 |x|) of a finite nonzero float64 is in -1074 .. 1023
+_LOG2_LIMITS = (-1100, 1100)
+
+
+def _log2_range(log2_range):
+    """(lo, hi) ints with lo < hi inside _LOG2_LIMITS, or a ValueError saying so."""
+    bad = None
+    if not isinstance(log2_range, (tuple, list)) or len(log2_range) != 2:
+        bad = "a pair"
+    elif not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                 for v in log2_range):
+        bad = "a pair of ints"
+    else:
+        lo, hi = (int(v) for v in log2_range)
+        if not (_LOG2_LIMITS[0] <= lo < hi <= _LOG2_LIMITS[1]):
+            bad = f"lo < hi within {_LOG2_LIMITS[0]} .. {_LOG2_LIMITS[1]}"
+    if bad:
+        raise ValueError(
+            f"stats(): log2_range must be (lo, hi), {bad}: the histogram counts "
+            f"floor(log2 |x * scale|) in lo .. hi - 1 (float64 needs no more than -1074 .. "
+            f"1024); got {log2_range!r}. The default is {LOG2_RANGE}"
+        )
+    return lo, hi
 
 
 def stats_chunked(x, fmt, *, chunk=1 << 22, **kwargs) -> Counts:
     """:func:`stats` over a large array in chunks of ``chunk`` elements.
 
     ``x`` may be a path to a ``.npy`` file (opened memory-mapped, so it may
-    be larger than memory) or any array; only one chunk is in memory at a
-    time. The result equals ``stats(x, fmt, **kwargs)``.
+    be larger than memory) or any array; only about one chunk is in memory at
+    a time. Chunks follow the array's memory order (a Fortran-order file is
+    read column block by column block, never copied whole). The result equals
+    ``stats(x, fmt, **kwargs)``; with ``rounding="sr"`` each element draws the
+    random bits of its C-order index, as in one whole-array call.
     """
     if isinstance(x, (str, bytes)) or hasattr(x, "__fspath__"):
-        try:
-            x = np.load(x, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise ValueError(f"stats_chunked(): cannot read {x!r} as a .npy file: {err}") from err
-    if not (isinstance(chunk, (int, np.integer)) and chunk >= 1):
+        x = _load_npy(x)
+    if isinstance(chunk, bool) or not (isinstance(chunk, (int, np.integer)) and chunk >= 1):
         raise ValueError(f"stats_chunked(): chunk must be an int >= 1, got {chunk!r}")
-    flat = x.reshape(-1) if isinstance(x, np.ndarray) else np.asarray(x).reshape(-1)
+    if isinstance(x, np.ma.MaskedArray):
+        return stats(x, fmt, **kwargs)
+    if not isinstance(x, np.ndarray):
+        x, _ = _prepare_input(x, "stats_chunked")
+    sr = parse_rounding(kwargs.get("rounding", "rne")).name == "SR"
+    seed, offset = kwargs.pop("seed", None), 0
+    if isinstance(seed, tuple) and len(seed) == 2:
+        seed, offset = seed
     total = None
-    for start in range(0, max(flat.size, 1), chunk):
-        part = stats(np.asarray(flat[start:start + chunk]), fmt, **kwargs)
+    for start, part in _chunks(x, int(chunk), ordered=sr):
+        kw = dict(kwargs, seed=(seed, offset + start) if sr else seed)
+        part = stats(np.asarray(part), fmt, **kw)
         total = part if total is None else total + part
-    return total
+    return total if total is not None else stats(x.reshape(-1)[:0], fmt, seed=seed, **kwargs)
+
+
+def _chunks(x: np.ndarray, chunk: int, ordered: bool):
+    """(C-order flat index of the first element, block) pairs covering x.
+
+    A C-contiguous array is cut into runs of ``chunk`` elements. Otherwise,
+    if the order does not matter, a Fortran-order array is read through its
+    transpose (C-contiguous, the same memory); else blocks of leading-axis
+    rows, each a C-order run, at least one row long.
+    """
+    if x.ndim <= 1 or x.flags.c_contiguous:
+        flat = x.reshape(-1)
+        for start in range(0, flat.size, chunk):
+            yield start, flat[start:start + chunk]
+        return
+    if not ordered and x.flags.f_contiguous:
+        yield from _chunks(x.T, chunk, ordered)
+        return
+    row = int(np.prod(x.shape[1:]))
+    rows = max(1, chunk // max(row, 1))
+    for i in range(0, x.shape[0], rows):
+        yield i * row, np.ascontiguousarray(x[i:i + rows]).reshape(-1)
+
+
+def _load_npy(path):
+    """A .npy file memory-mapped, or a ValueError saying what the file is."""
+    name = os.fsdecode(path) if not isinstance(path, str) else path
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise ValueError(f"stats_chunked(): cannot open {name}: {err.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"stats_chunked(): {name} is not a regular file (a device, FIFO or "
+                         "directory); save the array with numpy.save and pass that .npy file")
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    try:
+        if head != b"\x93NUMPY":
+            raise ValueError("it is empty" if not head else
+                             "it does not start with the .npy signature")
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        detail = str(err) if head != b"\x93NUMPY" else (
+            "it holds Python objects, which fpemu never unpickles"
+            if "pickle" in str(err) else f"unreadable header: {err}")
+        raise ValueError(f"stats_chunked(): {name} is not a .npy array file ({detail}); save "
+                         "the array with numpy.save(path, array)") from None
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"stats_chunked(): {name} is a .npz archive, not one array; pass "
+                         "np.load(path)[name] or one of its arrays saved with numpy.save")
+    return arr
 
 
 def stats_dask(x, fmt, **kwargs) -> Counts:
