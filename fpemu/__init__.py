@@ -34,7 +34,7 @@ _LAZY = {
     "accumulate": (".accumulate", None),
     "add": (".arith", "add"), "sub": (".arith", "sub"), "mul": (".arith", "mul"),
     "div": (".arith", "div"), "sqrt": (".arith", "sqrt"), "fma": (".arith", "fma"),
-    "explain": (".explain", "explain"), "stats": (".stats", "stats"),
+    "explain": (".explain", None), "stats": (".stats", None),
     "CLASSES": (".quantize", "CLASSES"), "classify": (".quantize", "classify"),
     "decode": (".quantize", "decode"), "encode": (".quantize", "encode"),
     "next_down": (".quantize", "next_down"), "next_up": (".quantize", "next_up"),
@@ -54,8 +54,9 @@ except ImportError:
 else:
     from . import accumulate  # noqa: F401
     from .arith import add, div, fma, mul, sqrt, sub  # noqa: F401
-    from .explain import explain  # noqa: F401
-    from .stats import stats  # noqa: F401
+    # explain and stats are modules that can be called as their main function:
+    # fpemu.explain(0.1, "bf16") and fpemu.explain.values("e2m1") both work
+    from . import explain, stats  # noqa: F401
     from .quantize import (  # noqa: F401
         CLASSES, classify, decode, encode, next_down, next_up, quantize, ulp,
     )

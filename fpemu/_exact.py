@@ -29,6 +29,7 @@ import numbers
 from fractions import Fraction
 
 import numpy as np
+from .errors import FpemuTypeError, FpemuValueError
 
 __all__ = ["to_float64_odd", "array_to_float64_odd", "parse_real", "EXACT_TYPES"]
 
@@ -84,7 +85,7 @@ def to_float64_odd(v) -> float:
         return _fraction_to_odd(Fraction(v.numerator, v.denominator))
     if isinstance(v, numbers.Real):
         return float(v)
-    raise TypeError(f"expected a real number, got {type(v).__name__}")
+    raise FpemuTypeError(f"expected a real number, got {type(v).__name__}")
 
 
 def parse_real(text: str):
@@ -94,7 +95,7 @@ def parse_real(text: str):
     try:
         d = decimal.Decimal(t)
     except (decimal.InvalidOperation, TypeError, ValueError):
-        raise ValueError(f"expected a number such as 0.1, -3e-5, 1e400, inf or nan; "
+        raise FpemuValueError(f"expected a number such as 0.1, -3e-5, 1e400, inf or nan; "
                          f"got {text!r}") from None
     if d.is_snan():
         d = decimal.Decimal("-nan" if d.is_signed() else "nan")

@@ -3,11 +3,23 @@
 Every kernel is compiled with ``cache=True`` and never with fastmath: the
 emulator's results depend on IEEE arithmetic. ``error_model="numpy"`` keeps
 Python's division checks out of the loops so LLVM can vectorise them.
+
+Threading layer. Numba's default order (tbb, omp, workqueue) takes GNU
+OpenMP where TBB is not installed, and a process that used GNU OpenMP cannot
+``fork`` (multiprocessing's default on Linux, DataLoader workers): the child
+is killed. Unless the user chose a layer (``NUMBA_THREADING_LAYER`` or
+``NUMBA_THREADING_LAYER_PRIORITY``, or ``numba.config`` before importing
+fpemu), fpemu asks for tbb, then workqueue, then omp: both of the first two
+are fork-safe (Numba's threading-layer documentation). workqueue is not
+thread-safe, so while it is the layer :func:`run_kernel` launches one
+parallel kernel at a time; each kernel still uses every core.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import threading
 
 import numba
 import numpy as np
@@ -15,6 +27,15 @@ from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
+
+def _prefer_fork_safe_layers():
+    if ("NUMBA_THREADING_LAYER" in os.environ or "NUMBA_THREADING_LAYER_PRIORITY" in os.environ
+            or numba.config.THREADING_LAYER != "default"):
+        return                                       # the user's choice stands
+    numba.config.THREADING_LAYER_PRIORITY = ["tbb", "workqueue", "omp"]
+
+
+_prefer_fork_safe_layers()
 
 jit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy")
 pjit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy", parallel=True)
@@ -89,13 +110,36 @@ def _arg_key(a):
 
 
 _COMPILED = set()
+_LAUNCH = threading.Lock()
+_threadsafe_layer = None
+
+
+def _layer_is_threadsafe() -> bool:
+    """True once Numba runs a thread-safe layer (tbb, omp); False before the
+    first parallel launch and for workqueue."""
+    global _threadsafe_layer
+    if _threadsafe_layer is None:
+        try:
+            layer = numba.threading_layer()
+        except ValueError:                           # no parallel launch yet
+            return False
+        _threadsafe_layer = layer in ("tbb", "omp")
+    return _threadsafe_layer
 
 
 def run_kernel(kernel, *args):
-    """kernel(*args), inside :class:`inlining` only the first time a kernel
-    sees a kind of arguments (when it compiles or loads from the cache):
-    setting the LLVM option costs tens of microseconds, which the many small
-    calls of the autograd engine feel."""
+    """kernel(*args), safely from any number of Python threads (see the
+    module's note on the threading layer), inside :class:`inlining` only the
+    first time a kernel sees a kind of arguments (when it compiles or loads
+    from the cache): setting the LLVM option costs tens of microseconds, which
+    the many small calls of the autograd engine feel."""
+    if _layer_is_threadsafe():
+        return _run(kernel, args)
+    with _LAUNCH:
+        return _run(kernel, args)
+
+
+def _run(kernel, args):
     key = (id(kernel),) + tuple(_arg_key(a) for a in args)
     if key in _COMPILED:
         return kernel(*args)

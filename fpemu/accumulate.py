@@ -37,8 +37,9 @@ import dataclasses
 
 import numpy as np
 
+from .errors import FpemuValueError
 from . import _accum_kernels as _ak
-from ._jit import inlining, run_kernel
+from ._jit import run_kernel
 from .arith import _not_in_format
 from .formats import Format
 from .quantize import (
@@ -81,14 +82,14 @@ class TensorCore:
 
     def __post_init__(self):
         if not (isinstance(self.terms, int) and self.terms >= 1):
-            raise ValueError(f"TensorCore {self.name!r}: terms must be an int >= 1, "
+            raise FpemuValueError(f"TensorCore {self.name!r}: terms must be an int >= 1, "
                              f"got {self.terms!r}")
         if not (isinstance(self.fraction_bits, int) and 0 <= self.fraction_bits <= 30):
-            raise ValueError(f"TensorCore {self.name!r}: fraction_bits must be an int in "
+            raise FpemuValueError(f"TensorCore {self.name!r}: fraction_bits must be an int in "
                              f"0..30 (the exact block sum must fit float64), got "
                              f"{self.fraction_bits!r}")
         if not (isinstance(self.out_fraction_bits, int) and 0 <= self.out_fraction_bits <= 23):
-            raise ValueError(f"TensorCore {self.name!r}: out_fraction_bits must be in 0..23, "
+            raise FpemuValueError(f"TensorCore {self.name!r}: out_fraction_bits must be in 0..23, "
                              f"got {self.out_fraction_bits!r}")
 
 
@@ -131,7 +132,7 @@ def _resolve_model(model, name):
             return TENSOR_CORES[key]
         if key in MODELS:
             return key
-    raise ValueError(
+    raise FpemuValueError(
         f"{name}: unknown accumulation model {model!r}; choose one of {', '.join(MODELS)} "
         "or pass a fpemu.accumulate.TensorCore"
     )
@@ -143,7 +144,7 @@ def _check_operand(x, fmt: Format, label, fname):
         if bad.any():
             first = int(np.flatnonzero(bad.reshape(-1))[0])
             lname = fmt.long_name or fmt.name
-            raise ValueError(
+            raise FpemuValueError(
                 f"{fname}(): {label} holds {int(bad.sum())} value(s) that are not {lname} "
                 f"values (the first, {float(x.reshape(-1)[first])!r}, at flat index {first}); "
                 f"round them first with fpemu.quantize({label}, {fmt.name!r})"
@@ -160,10 +161,10 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     if model == "blocked":
         if not (isinstance(block, (int, np.integer)) and not isinstance(block, bool)
                 and block >= 1):
-            raise ValueError(f"{fname}(): block must be an int >= 1, got {block!r}")
+            raise FpemuValueError(f"{fname}(): block must be an int >= 1, got {block!r}")
         model = _resolve_model(inner, fname)
         if model == "blocked":
-            raise ValueError(f"{fname}(): inner must be a model other than 'blocked'")
+            raise FpemuValueError(f"{fname}(): inner must be a model other than 'blocked'")
         block = int(block)
     else:
         block = 0
@@ -179,10 +180,10 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     special = None
     if isinstance(model, TensorCore):
         if acc_fmt.name != "fp32":
-            raise ValueError(f"{fname}(): tensor-core models accumulate in fp32; got "
+            raise FpemuValueError(f"{fname}(): tensor-core models accumulate in fp32; got "
                              f"acc_fmt={acc_fmt.name!r}")
         if in_fmt.precision > 12:
-            raise ValueError(
+            raise FpemuValueError(
                 f"{fname}(): tensor-core models take inputs of at most 12 significant bits "
                 f"(fp16, bf16, tf32, fp8, fp6, fp4); {in_fmt.name} has {in_fmt.precision}"
             )
@@ -240,10 +241,9 @@ def _tc_matmul(A, BT, C, tc, block):
 
     def run(k0, k1, c):
         out = np.empty(c.shape, np.float32)
-        with inlining():
-            _ak.tc_matmul(np.ascontiguousarray(A[:, k0:k1]), np.ascontiguousarray(EA[:, k0:k1]),
-                          np.ascontiguousarray(B[k0:k1]), np.ascontiguousarray(EB[k0:k1]),
-                          c, out, L, F, out_f, e_zero)
+        run_kernel(_ak.tc_matmul, np.ascontiguousarray(A[:, k0:k1]),
+                   np.ascontiguousarray(EA[:, k0:k1]), np.ascontiguousarray(B[k0:k1]),
+                   np.ascontiguousarray(EB[k0:k1]), c, out, L, F, out_f, e_zero)
         return out
 
     if block == 0:
@@ -300,7 +300,7 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
     A = _as_matrix(a, "matmul", "a")
     B = _as_matrix(b, "matmul", "b")
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
-        raise ValueError(f"matmul(): needs shapes (M, K) and (K, N); got {A.shape} and {B.shape}")
+        raise FpemuValueError(f"matmul(): needs shapes (M, K) and (K, N); got {A.shape} and {B.shape}")
     C = _identity(rounding, A.shape[1]) if c is None else _as_matrix(c, "matmul", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
     return _run(np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False, in_fmt,
@@ -337,7 +337,7 @@ def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block
     A = _as_matrix(a, "dot", "a")
     B = _as_matrix(b, "dot", "b")
     if A.ndim == 0 or B.ndim == 0 or A.shape[-1] != B.shape[-1]:
-        raise ValueError(
+        raise FpemuValueError(
             f"dot(): needs arrays whose last axes have the same length; got {A.shape} and "
             f"{B.shape}"
         )
@@ -372,9 +372,9 @@ def sum(x, in_fmt, acc_fmt="fp32", out_fmt=None, *, axis=-1, model="sequential",
         X = X.reshape(-1)
         axis = 0
     if X.ndim == 0:
-        raise ValueError("sum(): needs an array with at least one axis")
+        raise FpemuValueError("sum(): needs an array with at least one axis")
     if not (isinstance(axis, (int, np.integer)) and -X.ndim <= axis < X.ndim):
-        raise ValueError(f"sum(): axis {axis!r} is out of range for shape {X.shape}")
+        raise FpemuValueError(f"sum(): axis {axis!r} is out of range for shape {X.shape}")
     X = np.moveaxis(X, axis, -1)
     return dot(X, np.ones(X.shape[-1]), in_fmt, acc_fmt, out_fmt, model=model, block=block,
                inner=inner, rounding=rounding, subnormals=subnormals, overflow=overflow,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import FpemuValueError
 from . import _arith_kernels
 from ._jit import run_kernel
 from .formats import Format
@@ -54,7 +55,7 @@ def _operands(values, fmt: Format, fname):
         shape = np.broadcast_shapes(*(a.shape for a in arrays))
     except ValueError:
         shapes = ", ".join(str(a.shape) for a in arrays)
-        raise ValueError(
+        raise FpemuValueError(
             f"{fname}(): operands of shapes {shapes} do not broadcast together; "
             "give them equal shapes or shapes numpy can broadcast"
         ) from None
@@ -70,7 +71,7 @@ def _report_bad(flat, fmt: Format, fname):
         bad = _not_in_format(arr, fmt)
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
-            raise ValueError(
+            raise FpemuValueError(
                 f"{fname}(): operand {name} holds {int(bad.sum())} value(s) that are not "
                 f"{label} values (the first, {float(arr[first])!r}, at flat index {first}); "
                 f"arithmetic in {label} takes {label} operands: round them first with "
@@ -99,7 +100,7 @@ def _elementwise(opname, values, fmt, rounding, subnormals, overflow, seed):
             nan = np.isnan(out)
             if nan.any():
                 first = int(np.flatnonzero(nan)[0])
-                raise ValueError(
+                raise FpemuValueError(
                     f"{opname}(): the exact result at flat index {first} is NaN (0/0, inf - inf, "
                     f"0 * inf or the square root of a negative number), and "
                     f"{fmt.long_name or fmt.name} has no NaN; keep such operands out or "

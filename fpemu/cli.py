@@ -11,10 +11,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
 
+from ._exact import parse_real
+from .errors import FpemuError, FpemuValueError
 from .formats import FORMATS, format_names
 from .rounding import Overflow, Rounding
 
@@ -110,11 +113,38 @@ class CliError(Exception):
 
 
 def _number(text: str) -> float:
+    """A plain float option (--scale)."""
     try:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a number such as 0.1, -3e-5, inf or nan; got {text!r}") from None
+            f"expected a number such as 0.1, -3e-5, inf or nan; got {text.strip()!r}") from None
+
+
+def _exact_number(text: str) -> str:
+    """A number to round, checked and kept as text: it is read exactly later."""
+    try:
+        parse_real(text)
+        return text.strip()
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).replace(repr(text), repr(text.strip()))) \
+            from None
+
+
+def _protect_negative_numbers(argv):
+    """argparse takes ``-3e-5``, ``-inf`` and ``-nan`` for options; a leading
+    space makes them positional values (the number parsers strip it)."""
+    out = []
+    for a in argv:
+        if a.startswith("-") and not a.startswith("--") and len(a) > 1:
+            try:
+                float(a)
+            except ValueError:
+                pass
+            else:
+                a = " " + a
+        out.append(a)
+    return out
 
 
 def _cmd_explain(args) -> int:
@@ -133,32 +163,30 @@ def _cmd_table(args) -> int:
 def _cmd_quantize(args) -> int:
     kw = dict(rounding=args.rounding, subnormals=not args.flush, overflow=args.overflow,
               seed=args.seed)
+    from ._exact import to_float64_odd
     from .quantize import encode, quantize
-    x = np.array(args.values, np.float64)
+    # each decimal input rounded to odd in float64: one correct rounding into the format
+    x = np.array([to_float64_odd(parse_real(v)) for v in args.values], np.float64)
     q = quantize(x, args.format, **kw)
     codes = encode(x, args.format, **kw)
     from .formats import format as lookup
     hexw = (lookup(args.format).bits + 3) // 4
     rows = [("input", "value", "code")]
-    for xi, qi, ci in zip(x, q, codes):
-        rows.append((_num(float(xi)) if abs(xi) >= 1e-4 or xi == 0 else repr(float(xi)),
-                     _num(float(qi)), f"0x{int(ci):0{hexw}X}"))
+    for text, qi, ci in zip(args.values, q, codes):
+        rows.append((text, _num(float(qi)), f"0x{int(ci):0{hexw}X}"))
     print(_render(rows))
     return 0
 
 
 def _cmd_stats(args) -> int:
-    from .stats import stats_chunked
+    from .stats import _load_npy, stats_chunked
     try:
-        arr = np.load(args.file, mmap_mode="r", allow_pickle=False)
-    except FileNotFoundError:
-        raise CliError(f"cannot read {args.file}: no such file") from None
-    except (OSError, ValueError) as err:
-        raise CliError(f"cannot read {args.file} as a .npy array ({err}); save it with "
-                       "numpy.save") from None
-    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiu":
-        raise CliError(f"{args.file} holds {getattr(arr, 'dtype', type(arr))}, not real "
-                       "numbers")
+        arr = _load_npy(args.file)
+    except FpemuValueError as err:
+        raise CliError(str(err).replace("stats_chunked(): ", "")) from None
+    if arr.dtype.kind not in "fiub":
+        raise CliError(f"{args.file} holds {arr.dtype} values, not real numbers; save a "
+                       "float, integer or bool array")
     c = stats_chunked(arr, args.format, scale=args.scale, rounding=args.rounding,
                       subnormals=not args.flush, overflow=args.overflow, seed=args.seed)
     print(c)
@@ -172,6 +200,16 @@ def _cmd_stats(args) -> int:
     return 0
 
 
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0; got {text.strip()!r}")
+    return v
+
+
 def _rounding_args(p):
     p.add_argument("--rounding", default="rne", choices=[m.name.lower() for m in Rounding],
                    help="rounding mode (default rne)")
@@ -179,7 +217,7 @@ def _rounding_args(p):
                    help="overflow policy (default: the format's own)")
     p.add_argument("--flush", action="store_true",
                    help="flush subnormal results to zero")
-    p.add_argument("--seed", type=int, default=None, help="seed for --rounding sr")
+    p.add_argument("--seed", type=_seed, default=None, help="seed for --rounding sr (an int >= 0)")
 
 
 def _format_arg(p, flag=True):
@@ -202,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=_cmd_formats)
     e = sub.add_parser("explain", help="one value rounded into a format, bit by bit, and why",
                        description="Round one number into a format and explain the result.")
-    e.add_argument("x", type=_number, metavar="X", help="the number, e.g. 0.1")
+    e.add_argument("x", type=_exact_number, metavar="X",
+                   help="the number, read exactly, e.g. 0.1, -3e-5, 1e-400, -inf")
     _format_arg(e)
     _rounding_args(e)
     e.set_defaults(func=_cmd_explain)
@@ -213,7 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quantize", help="round numbers into a format and show their codes",
                        description="Round numbers into a format; print values and codes.")
     _format_arg(q)
-    q.add_argument("values", type=_number, nargs="+", metavar="X", help="numbers to round")
+    q.add_argument("values", type=_exact_number, nargs="+", metavar="X",
+                   help="numbers to round, read exactly from their decimal text (negative "
+                        "numbers such as -3e-5 and -inf are fine)")
     _rounding_args(q)
     q.set_defaults(func=_cmd_quantize)
     s = sub.add_parser("stats", help="underflow / overflow counts of a .npy array",
@@ -279,15 +320,29 @@ def _cmd_parity(args) -> int:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return args.func(args)
-    except (CliError, ValueError, TypeError) as err:
-        print(f"fpemu {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        args = parser.parse_args(_protect_negative_numbers(argv))
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return 2
+        try:
+            status = args.func(args)
+            sys.stdout.flush()
+            return status
+        except (CliError, FpemuError) as err:
+            # only what fpemu's own checks raise is a user error; anything else is a bug
+            # and keeps its traceback
+            print(f"fpemu {args.command}: error: {err}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt:
+        return 130                     # 128 + SIGINT, quietly, as shell tools do
+    except BrokenPipeError:
+        # the reader went away (fpemu ... | head): stop quietly; point stdout at
+        # /dev/null so Python's exit flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141                     # 128 + SIGPIPE, as for a process the pipe killed
 
 
 if __name__ == "__main__":  # pragma: no cover

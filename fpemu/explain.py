@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import numbers
+from fractions import Fraction
 
 import numpy as np
 
+from .errors import FpemuTypeError, FpemuValueError
+from ._callable import make_callable
+from ._exact import parse_real, to_float64_odd
 from .formats import Format
 from .quantize import _as_format, classify, decode, encode, next_down, next_up, quantize, ulp
 from .rounding import parse_overflow, parse_rounding
@@ -44,11 +49,13 @@ class Explanation:
     below: float
     above: float
     reason: str
+    #: the input as given (decimal text, Fraction, ...); ``x`` is its nearest float64
+    input: str = ""
 
     def __str__(self) -> str:
         hexw = (len(self.bits) + 3) // 4
         lines = [
-            f"{_show(self.x)} in {self.format} (rounding {self.rounding})",
+            f"{self.input or _show(self.x)} in {self.format} (rounding {self.rounding})",
             f"  code      0x{self.code:0{hexw}X} = {self._spaced()}  "
             f"(sign | exponent | mantissa)",
             f"  exponent  field {self.biased_exponent} -> "
@@ -80,7 +87,7 @@ def _fields(code: int, fmt: Format):
     return bits, bits[:s], bits[s:s + fmt.exponent_bits], bits[s + fmt.exponent_bits:]
 
 
-def _reason(x, q, lo, hi, fmt: Format, mode, overflow, cls) -> str:
+def _reason(x, exact, q, lo, hi, fmt: Format, mode, overflow, cls) -> str:
     name = fmt.name
     if x != x:
         return "NaN stays NaN (the format's canonical NaN code)."
@@ -89,12 +96,12 @@ def _reason(x, q, lo, hi, fmt: Format, mode, overflow, cls) -> str:
     if q != q or q in (np.inf, -np.inf) or (abs(x) > fmt.max and abs(q) == fmt.max):
         return (f"|x| is beyond the largest finite {name} value {fmt.max!r}: it overflows, and "
                 f"under rounding {mode} with overflow policy {overflow!r} that gives {_show(q)}.")
-    if lo == hi:
+    if lo == hi and exact == Fraction(lo):
         return f"x is a {name} value: nothing to round."
-    if not fmt.has_zero and abs(x) < fmt.min_normal:
+    if not fmt.has_zero and abs(exact) < Fraction(fmt.min_normal):
         return f"x is below the smallest {name} value, so it becomes that value ({fmt.min_normal!r})."
-    d_lo = decimal.Decimal(x) - decimal.Decimal(lo)
-    d_hi = decimal.Decimal(hi) - decimal.Decimal(x)
+    d_lo = exact - Fraction(lo)
+    d_hi = Fraction(hi) - exact
     side = "the neighbour above" if q == hi else "the neighbour below"
     if mode == "rne" or mode == "rna":
         if d_lo == d_hi:
@@ -103,8 +110,9 @@ def _reason(x, q, lo, hi, fmt: Format, mode, overflow, cls) -> str:
             msg = f"x lies exactly halfway between {lo!r} and {hi!r}; {rule}: {_show(q)}."
         else:
             near = "below" if d_lo < d_hi else "above"
-            msg = (f"x is nearer the neighbour {near} ({float(min(d_lo, d_hi)):.6g} away "
-                   f"against {float(max(d_lo, d_hi)):.6g}), and round to nearest takes it.")
+            a, b = _distinct(min(d_lo, d_hi), max(d_lo, d_hi))
+            msg = (f"x is nearer the neighbour {near} ({a} away against {b}), and round to "
+                   f"nearest takes it.")
     elif mode == "rtz":
         msg = f"rounding toward zero takes {side}, the one nearer zero."
     elif mode == "rup":
@@ -114,7 +122,7 @@ def _reason(x, q, lo, hi, fmt: Format, mode, overflow, cls) -> str:
     elif mode == "rto":
         msg = f"round to odd takes the neighbour whose last significand bit is 1: {_show(q)}."
     else:
-        p_up = float(d_lo / (d_lo + d_hi))
+        p_up = _float(d_lo / (d_lo + d_hi))
         msg = (f"stochastic rounding goes up with probability {p_up:.6g} (the distance from "
                f"the neighbour below over the gap); this draw took {side}.")
     if q == 0 and x != 0:
@@ -122,6 +130,67 @@ def _reason(x, q, lo, hi, fmt: Format, mode, overflow, cls) -> str:
     elif cls == "subnormal":
         msg += f" The result is subnormal: below {fmt.min_normal!r}, with fewer significant bits."
     return msg
+
+
+def _read_one(x):
+    """(exact value as a Fraction or None for inf/NaN, float64 rounded to odd,
+    the input as text) of one real number: float, int, Fraction, Decimal,
+    decimal text, a numpy scalar or a one-element array."""
+    if isinstance(x, str):
+        x = parse_real(x)
+    elif isinstance(x, np.ndarray) or (isinstance(x, (list, tuple))):
+        arr = np.asarray(x)
+        if arr.size != 1:
+            raise FpemuValueError(f"explain() takes one number, got an array of shape {arr.shape}; "
+                             "use fpemu.quantize for arrays")
+        x = arr.reshape(-1)[0]
+    if isinstance(x, (complex, np.complexfloating)):
+        raise FpemuTypeError(f"explain() takes a real number, got the complex {x!r}; pass x.real "
+                        "and x.imag separately")
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (numbers.Real, decimal.Decimal)):
+        raise FpemuTypeError(f"explain() takes one real number (a float, int, Fraction, Decimal or "
+                        f"decimal text such as '0.1'), got {type(x).__name__} {x!r:.40}")
+    text = str(x) if isinstance(x, (decimal.Decimal, Fraction, numbers.Integral)) else ""
+    if isinstance(x, np.floating) and x.dtype.itemsize > 8:
+        text = np.format_float_positional(x, unique=True, trim="-")
+    xv = to_float64_odd(x)
+    if isinstance(x, float) or (isinstance(x, np.floating) and x.dtype.itemsize <= 8):
+        exact = Fraction(float(x)) if np.isfinite(x) else None
+    elif xv != xv or xv in (np.inf, -np.inf):
+        exact = None                                   # Decimal inf / nan
+    elif isinstance(x, decimal.Decimal):
+        exact = Fraction(x)
+    elif isinstance(x, np.floating):
+        exact = Fraction(*x.as_integer_ratio())
+    else:
+        exact = Fraction(x)
+    return exact, xv, text
+
+
+def _float(q: Fraction) -> float:
+    """A Fraction as the nearest float (±inf past float64's range)."""
+    try:
+        return float(q)
+    except OverflowError:
+        return float("inf") if q > 0 else float("-inf")
+
+
+def _distinct(a: Fraction, b: Fraction):
+    """Two different distances as text with enough digits to tell them apart."""
+    for digits in (6, 12, 17):
+        ta, tb = f"{_float(a):.{digits}g}", f"{_float(b):.{digits}g}"
+        if ta != tb:
+            return ta, tb
+    ctx = decimal.Context(prec=40)
+    return tuple(format(ctx.divide(decimal.Decimal(v.numerator), decimal.Decimal(v.denominator)),
+                        "g") for v in (a, b))
+
+
+def _nearest(exact, xv) -> float:
+    """The float64 nearest the exact input (±inf past float64's range)."""
+    if exact is None:
+        return xv
+    return _float(exact)
 
 
 def explain(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None) -> Explanation:
@@ -146,12 +215,7 @@ def explain(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None
       why       x is nearer the neighbour above (9.76562e-05 away against 0.000390625), and round to nearest takes it.
     """
     fmt = _as_format(fmt)
-    arr = np.asarray(x)
-    if arr.size != 1:
-        raise ValueError(f"explain() takes one number, got an array of shape {arr.shape}; "
-                         "use fpemu.quantize for arrays")
-    xv = float(arr.reshape(-1)[0].astype(np.float64) if arr.dtype.kind in "fiub"
-               else arr.reshape(-1)[0])
+    xe, xv, text = _read_one(x)
     mode = parse_rounding(rounding).name.lower()
     kw = dict(rounding=mode, subnormals=subnormals, overflow=overflow, seed=seed)
     code = int(encode(xv, fmt, **kw))
@@ -170,12 +234,12 @@ def explain(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None
         lo = xv if float(quantize(xv, fmt, rounding="rdn", overflow="saturate")) == xv \
             else float(next_down(xv, fmt))
         hi = xv if lo == xv else float(next_up(xv, fmt))
-    finite = q == q and q not in (np.inf, -np.inf) and xv == xv and xv not in (np.inf, -np.inf)
+    finite = q == q and q not in (np.inf, -np.inf) and xe is not None
     if finite:
-        err = decimal.Decimal(q) - decimal.Decimal(xv)
-        abs_err = float(abs(err))
-        rel_err = float(abs(err) / abs(decimal.Decimal(xv))) if xv != 0 else 0.0
-        ulp_err = float(abs(err) / decimal.Decimal(float(ulp(xv, fmt))))
+        err = abs(Fraction(q) - xe)
+        abs_err = _float(err)
+        rel_err = _float(err / abs(xe)) if xe != 0 else 0.0
+        ulp_err = _float(err / Fraction(float(ulp(xv, fmt))))
     else:
         abs_err = rel_err = ulp_err = float("nan")
     exact = "nan" if q != q else _show(q) if q in (np.inf, -np.inf) else \
@@ -183,10 +247,11 @@ def explain(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None
     if q == 0:
         exact = "-0" if np.signbit(q) else "0"
     return Explanation(
-        x=xv, format=fmt.name, rounding=mode, code=code, bits=bits, sign=s, exponent_bits=e,
+        x=_nearest(xe, xv), format=fmt.name, rounding=mode, code=code, bits=bits, sign=s, exponent_bits=e,
         mantissa_bits=m, biased_exponent=field, exponent=exp, cls=cls, value=q,
         exact_value=exact, abs_error=abs_err, rel_error=rel_err, ulp_error=ulp_err,
-        below=lo, above=hi, reason=_reason(xv, q, lo, hi, fmt, mode, pol, cls),
+        below=lo, above=hi, reason=_reason(xv, xe, q, lo, hi, fmt, mode, pol, cls),
+        input=text,
     )
 
 
@@ -208,7 +273,7 @@ def values(fmt) -> np.ndarray:
     """
     fmt = _as_format(fmt)
     if fmt.bits > 16:
-        raise ValueError(f"values() lists formats of at most 16 bits; {fmt.name} has "
+        raise FpemuValueError(f"values() lists formats of at most 16 bits; {fmt.name} has "
                          f"{fmt.bits} ({2 ** fmt.bits} codes)")
     codes = np.arange(2 ** fmt.bits, dtype=np.uint32)
     vals = decode(codes.astype(fmt.code_dtype), fmt).astype(np.float64)
@@ -243,7 +308,7 @@ def table(fmt) -> np.ndarray:
     """
     fmt = _as_format(fmt)
     if fmt.bits > 8:
-        raise ValueError(f"table() lays out formats of at most 8 bits (256 codes); {fmt.name} "
+        raise FpemuValueError(f"table() lays out formats of at most 8 bits (256 codes); {fmt.name} "
                          f"has {fmt.bits}; use fpemu.explain.values({fmt.name!r}) (from fpemu.explain import values)")
     v = values(fmt)["value"]
     rows = max(1, v.size // 16)
@@ -280,3 +345,6 @@ def _cell(v: float) -> str:
     if v == 0:
         return "-0" if np.signbit(v) else "0"
     return f"{v:.4g}"
+
+
+make_callable(__name__)   # fpemu.explain(x, fmt) is explain(x, fmt); see fpemu._callable

@@ -30,6 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .errors import FpemuTypeError, FpemuValueError
 from .rounding import OVERFLOW_NAMES
 
 NAN_ENCODINGS = ("ieee", "fn", "fnuz", "none")
@@ -89,48 +90,48 @@ class Format:
         where = f"format {self.name!r}"
         for field, value in (("exponent_bits", E), ("mantissa_bits", M)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-                raise TypeError(f"{where}: {field} must be an int, got {value!r}")
+                raise FpemuTypeError(f"{where}: {field} must be an int, got {value!r}")
         if not 1 <= E <= 8:
-            raise ValueError(
+            raise FpemuValueError(
                 f"{where}: exponent_bits must be in 1..8 (values must fit float32), got {E}"
             )
         if not 0 <= M <= 23:
-            raise ValueError(
+            raise FpemuValueError(
                 f"{where}: mantissa_bits must be in 0..23 (values must fit float32), got {M}"
             )
         if self.nan_encoding not in NAN_ENCODINGS:
-            raise ValueError(
+            raise FpemuValueError(
                 f"{where}: nan_encoding must be one of {', '.join(NAN_ENCODINGS)}, "
                 f"got {self.nan_encoding!r}"
             )
         if self.bias is None:
             object.__setattr__(self, "bias", 2 ** (E - 1) - 1)
         elif not isinstance(self.bias, (int, np.integer)) or isinstance(self.bias, bool):
-            raise TypeError(f"{where}: bias must be an int or None, got {self.bias!r}")
+            raise FpemuTypeError(f"{where}: bias must be an int or None, got {self.bias!r}")
         object.__setattr__(self, "bias", int(self.bias))
         if self.nan_encoding == "ieee" and (M == 0 or E < 2):
-            raise ValueError(
+            raise FpemuValueError(
                 f"{where}: an IEEE layout needs mantissa_bits >= 1 and exponent_bits >= 2 "
                 "to hold both infinity and NaN; use nan_encoding='fn' or 'none'"
             )
         if self.nan_encoding == "fnuz" and not (self.signed and self.has_subnormals):
-            raise ValueError(f"{where}: nan_encoding='fnuz' needs a sign bit and a zero")
+            raise FpemuValueError(f"{where}: nan_encoding='fnuz' needs a sign bit and a zero")
         if not self.signed and self.has_subnormals:
-            raise ValueError(
+            raise FpemuValueError(
                 f"{where}: unsigned formats are supported only as scale formats "
                 "with has_subnormals=False (like e8m0)"
             )
         if self.emax > 127 or self.emin - (M if self.has_subnormals else 0) < -149:
-            raise ValueError(
+            raise FpemuValueError(
                 f"{where}: values from 2**{self.emin - M} to 2**{self.emax} do not all fit "
                 "float32 (2**-149 .. 2**127); choose another bias or exponent width"
             )
         if self.num_finite_positive < 1:
-            raise ValueError(f"{where}: the layout leaves no finite positive value")
+            raise FpemuValueError(f"{where}: the layout leaves no finite positive value")
         if self.canonical_nan is not None:
             c = self.canonical_nan
             if not isinstance(c, (int, np.integer)) or isinstance(c, (bool, np.bool_)):
-                raise TypeError(
+                raise FpemuTypeError(
                     f"{where}: canonical_nan must be an int code (e.g. 0x7F), got "
                     f"{type(c).__name__} {c!r}; pass the code of the NaN pattern, or None"
                 )
@@ -142,7 +143,7 @@ class Format:
                 and c & (2**M - 1) != 0
             ) or (self.nan_encoding != "ieee" and c == self._layout_nan_code())
             if not (isinstance(c, int) and 0 <= c < 2**self.bits and nan_like):
-                raise ValueError(f"{where}: canonical_nan={c!r} is not a NaN code of the layout")
+                raise FpemuValueError(f"{where}: canonical_nan={c!r} is not a NaN code of the layout")
         if self.default_overflow is None:
             if self.has_inf:
                 default = "inf"
@@ -152,14 +153,14 @@ class Format:
                 default = "saturate"
             object.__setattr__(self, "default_overflow", default)
         elif self.default_overflow not in OVERFLOW_NAMES:
-            raise ValueError(
+            raise FpemuValueError(
                 f"{where}: default_overflow must be one of {', '.join(OVERFLOW_NAMES)}, "
                 f"got {self.default_overflow!r}"
             )
         if self.default_overflow == "inf" and not self.has_inf:
-            raise ValueError(f"{where} has no infinity, so it cannot default to overflow='inf'")
+            raise FpemuValueError(f"{where} has no infinity, so it cannot default to overflow='inf'")
         if self.default_overflow == "nan" and not self.has_nan:
-            raise ValueError(f"{where} has no NaN, so it cannot default to overflow='nan'")
+            raise FpemuValueError(f"{where} has no NaN, so it cannot default to overflow='nan'")
 
     # ----------------------------------------------------------------- layout
     @property
@@ -378,11 +379,11 @@ def format(name) -> Format:  # noqa: A001 - the public name the design asks for
         key = name.strip().lower()
         if key in _REGISTRY:
             return _REGISTRY[key]
-        raise ValueError(
+        raise FpemuValueError(
             f"unknown format {name!r}; valid names are: {', '.join(format_names())} "
             "(or build one with Format.custom(exponent_bits, mantissa_bits))"
         )
-    raise TypeError(
+    raise FpemuTypeError(
         f"fmt must be a format name (str) or a fpemu.Format, got {type(name).__name__} "
         f"{name!r}"
     )

@@ -13,8 +13,9 @@ import numbers
 
 import numpy as np
 
+from .errors import FpemuTypeError, FpemuValueError
 from . import _kernels
-from ._jit import inlining, run_kernel
+from ._jit import run_kernel
 from ._exact import EXACT_TYPES, array_to_float64_odd, to_float64_odd
 from .formats import Format
 from .formats import format as _lookup
@@ -49,7 +50,7 @@ def _from_torch(t, fname):
     t = t.detach().cpu().resolve_conj().resolve_neg()
     name = str(t.dtype).replace("torch.", "")
     if t.is_complex():
-        raise TypeError(f"{fname}() got a complex torch tensor ({name}); pass real values, "
+        raise FpemuTypeError(f"{fname}() got a complex torch tensor ({name}); pass real values, "
                         "e.g. t.real and t.imag separately")
     if name in _TORCH_FORMATS:
         fmt = _lookup(_TORCH_FORMATS[name])
@@ -59,7 +60,7 @@ def _from_torch(t, fname):
     try:
         return t.numpy()
     except TypeError as err:
-        raise TypeError(f"{fname}() cannot read a torch tensor of dtype {name} ({err}); "
+        raise FpemuTypeError(f"{fname}() cannot read a torch tensor of dtype {name} ({err}); "
                         "unpack it (packed fp4 pairs) or cast it to float32 first") from None
 
 
@@ -77,7 +78,7 @@ def _object_values(arr, fname):
             continue
         what = "None" if v is None else f"a {type(v).__name__} ({v!r:.40})"
         kind = "complex " if isinstance(v, numbers.Complex) else ""
-        raise TypeError(
+        raise FpemuTypeError(
             f"{fname}() needs real numbers, got {kind}{what}; pass floats, ints, Fractions "
             "or Decimals (a float32 or float64 array is fastest)"
         )
@@ -94,30 +95,30 @@ def _prepare_input(x, fname):
     if _is_torch_tensor(x):
         x = _from_torch(x, fname)
     if isinstance(x, np.ma.MaskedArray):
-        raise TypeError(
+        raise FpemuTypeError(
             f"{fname}() does not take masked arrays (the mask would be lost); pass "
             "x.compressed() for the unmasked values or x.filled(value)"
         )
     if isinstance(x, (str, bytes)):
-        raise TypeError(f"{fname}() got text ({x!r:.40}); pass numbers, or read text exactly "
+        raise FpemuTypeError(f"{fname}() got text ({x!r:.40}); pass numbers, or read text exactly "
                         "with decimal.Decimal(text)")
     try:
         arr = np.asarray(x)
     except ValueError as err:
-        raise ValueError(
+        raise FpemuValueError(
             f"{fname}() got a ragged nested sequence (rows of different lengths: {err}); "
             "pass a rectangular array, or call it once per row"
         ) from None
     dt = arr.dtype
     if dt.kind == "c":
-        raise TypeError(
+        raise FpemuTypeError(
             f"{fname}() got a complex array ({dt}); pass real values, "
             "e.g. x.real and x.imag separately"
         )
     if dt.kind == "O":
         arr = _object_values(arr, fname)
     elif dt.kind in "USMmV" and dt.name not in _ML_DTYPES_NAMES:
-        raise TypeError(
+        raise FpemuTypeError(
             f"{fname}() got an array of dtype {dt}; pass real numbers (a float32 or "
             "float64 array, or anything np.asarray turns into one)"
         )
@@ -133,7 +134,7 @@ def _prepare_input(x, fname):
         elif dt.itemsize > 8:
             arr = array_to_float64_odd(arr)
     else:  # pragma: no cover - every numpy kind is handled above
-        raise TypeError(f"{fname}() cannot read dtype {dt}")
+        raise FpemuTypeError(f"{fname}() cannot read dtype {dt}")
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     shape = arr.shape
@@ -144,13 +145,13 @@ def _prepare_out(out, shape, dtype, fname):
     if out is None:
         return np.empty(shape, dtype=dtype)
     if not isinstance(out, np.ndarray):
-        raise TypeError(f"{fname}(): out must be a numpy array, got {type(out).__name__}")
+        raise FpemuTypeError(f"{fname}(): out must be a numpy array, got {type(out).__name__}")
     if out.dtype != dtype:
-        raise TypeError(f"{fname}(): out must have dtype {np.dtype(dtype)}, got {out.dtype}")
+        raise FpemuTypeError(f"{fname}(): out must have dtype {np.dtype(dtype)}, got {out.dtype}")
     if out.shape != tuple(shape):
-        raise ValueError(f"{fname}(): out has shape {out.shape}, the input has {tuple(shape)}")
+        raise FpemuValueError(f"{fname}(): out has shape {out.shape}, the input has {tuple(shape)}")
     if not (out.flags.c_contiguous and out.flags.writeable and out.dtype.isnative):
-        raise ValueError(
+        raise FpemuValueError(
             f"{fname}(): out must be a writeable, C-contiguous, native-byte-order array; "
             "pass np.empty(shape, dtype) or leave out=None"
         )
@@ -161,12 +162,12 @@ def _resolve_overflow(fmt: Format, overflow) -> Overflow:
     pol = parse_overflow(fmt.default_overflow if overflow is None else overflow)
     if pol is Overflow.INF and not fmt.has_inf:
         choices = "'saturate' or 'nan'" if fmt.has_nan else "'saturate'"
-        raise ValueError(
+        raise FpemuValueError(
             f"{fmt.long_name or fmt.name} has no infinity; pass overflow={choices} "
             f"(or None for its default, {fmt.default_overflow!r})"
         )
     if pol is Overflow.NAN and not fmt.has_nan:
-        raise ValueError(
+        raise FpemuValueError(
             f"{fmt.long_name or fmt.name} has no NaN; pass overflow='saturate'"
         )
     return pol
@@ -175,7 +176,7 @@ def _resolve_overflow(fmt: Format, overflow) -> Overflow:
 def _kernel_params(fmt: Format, pol: Overflow, subnormals: bool) -> tuple:
     """(p, flags): what a kernel sees of the format (layout in fpemu._kernels)."""
     if not isinstance(subnormals, (bool, np.bool_)):
-        raise TypeError(f"subnormals must be True or False, got {subnormals!r}")
+        raise FpemuTypeError(f"subnormals must be True or False, got {subnormals!r}")
     p = (
         fmt.mantissa_bits,
         fmt.emin,
@@ -210,16 +211,16 @@ def _seed_key(seed, mode: Rounding):
     offset = 0
     if isinstance(seed, tuple):
         if len(seed) != 2:
-            raise ValueError(f"seed must be an int or a pair (seed, offset), got {seed!r}")
+            raise FpemuValueError(f"seed must be an int or a pair (seed, offset), got {seed!r}")
         seed, offset = seed
         if not isinstance(offset, numbers.Integral) or not 0 <= offset < _MAX_OFFSET:
-            raise ValueError(
+            raise FpemuValueError(
                 f"the offset in seed=(seed, offset) must be an int in 0 .. 2**62 - 1 (the "
                 f"flat index of x[0] in the whole array), got {offset!r}"
             )
     if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)
                              or seed < 0):
-        raise ValueError(
+        raise FpemuValueError(
             f"seed must be None, an int >= 0 or a pair (seed, offset), got {seed!r}"
         )
     state = np.random.SeedSequence(None if seed is None else int(seed)).generate_state(
@@ -233,7 +234,7 @@ def _check_nan_input(fmt: Format, arr, fname):
         bad = np.isnan(arr)
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
-            raise ValueError(
+            raise FpemuValueError(
                 f"{fname}(): {fmt.long_name or fmt.name} has no NaN, but the input holds "
                 f"{int(bad.sum())} NaN value(s) (the first at flat index {first}); "
                 "replace them (np.nan_to_num) or use a format with NaN"
@@ -361,15 +362,15 @@ def decode(codes, fmt):
         if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(
             arr == np.round(arr)
         ):
-            raise TypeError(
+            raise FpemuTypeError(
                 f"decode() needs integer codes, got dtype {arr.dtype}; pass "
                 "codes.astype(np.uint32) if these floats are codes"
             )
-        raise TypeError(f"decode() needs integer codes, got dtype {arr.dtype}")
+        raise FpemuTypeError(f"decode() needs integer codes, got dtype {arr.dtype}")
     limit = 1 << fmt.bits
     if arr.size and (arr.min() < 0 or arr.max() >= limit):
         bad = arr[(arr < 0) | (arr >= limit)].reshape(-1)[0]
-        raise ValueError(
+        raise FpemuValueError(
             f"decode(): {fmt.name} codes are {fmt.bits}-bit, in 0..{limit - 1}; "
             f"got {int(bad)}"
         )
@@ -377,9 +378,8 @@ def decode(codes, fmt):
     flat = np.ascontiguousarray(arr.astype(fmt.code_dtype, copy=False)).reshape(-1)
     out = np.empty(shape, np.float32)
     if flat.size:
-        with inlining():
-            p, flags = _kernel_params(fmt, Overflow.SATURATE, True)
-            _kernels.decode_kernel(flags)(flat, out.reshape(-1), p)
+        p, flags = _kernel_params(fmt, Overflow.SATURATE, True)
+        run_kernel(_kernels.decode_kernel(flags), flat, out.reshape(-1), p)
     return out
 
 
@@ -392,7 +392,8 @@ def _neighbour(x, fmt, up):
     fmt = _as_format(fmt)
     arr, shape = _prepare_input(x, fname)
     a = arr.astype(np.float64)
-    step = np.nextafter(a, np.inf if up else -np.inf)
+    with np.errstate(over="ignore"):                   # next after ±DBL_MAX is ±inf
+        step = np.nextafter(a, np.inf if up else -np.inf)
     lowest = -fmt.max if fmt.signed else (0.0 if fmt.has_zero else fmt.min_normal)
     inside = np.clip(np.where(np.isnan(step), 0.0, step), lowest, fmt.max)
     res = quantize(inside, fmt, rounding="rup" if up else "rdn",
@@ -440,10 +441,11 @@ def next_down(x, fmt):
 def ulp(x, fmt):
     """Unit in the last place of the format at x: the spacing of its binade.
 
-    For ``|x|`` in ``[2**e, 2**(e+1))`` it is ``2**(max(e, emin) - M)``
-    (so at a power of two it is the spacing above); ``ulp(0)`` is the
-    smallest subnormal; inf for ±inf, NaN for NaN. x is taken as a real
-    number, not rounded first.
+    For ``|x|`` in ``[2**e, 2**(e+1))`` it is ``2**(min(max(e, emin), emax) - M)``
+    (so at a power of two it is the spacing above; past the largest binade,
+    that binade's spacing); ``ulp(0)`` is the smallest subnormal; inf for
+    ±inf, NaN for NaN. x is taken as a real number, not rounded first (text,
+    Fraction and big integers exactly).
 
     Examples
     --------
@@ -456,7 +458,7 @@ def ulp(x, fmt):
     a = np.abs(arr.astype(np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(a)  # a = m * 2**e with m in [0.5, 1)
-    e = np.where(a == 0, fmt.emin, np.maximum(e.astype(np.int64) - 1, fmt.emin))
+    e = np.where(a == 0, fmt.emin, np.clip(e.astype(np.int64) - 1, fmt.emin, fmt.emax))
     res = np.ldexp(1.0, e - fmt.mantissa_bits)
     res = np.where(np.isinf(a), np.inf, res)
     res = np.where(np.isnan(a), np.nan, res)

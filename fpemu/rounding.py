@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 
+from .errors import FpemuValueError
+
 
 class Rounding(enum.IntEnum):
     """How a value between two neighbours of a format picks one of them."""
@@ -38,7 +40,7 @@ def _parse(enum_type, value, what, expected):
         return value
     if isinstance(value, str) and value.lower() in expected:
         return enum_type[value.upper()]
-    raise ValueError(f"unknown {what} {value!r}; expected {', '.join(expected)}")
+    raise FpemuValueError(f"unknown {what} {value!r}; expected {', '.join(expected)}")
 
 
 def parse_rounding(rounding) -> Rounding:

@@ -36,6 +36,8 @@ import stat
 
 import numpy as np
 
+from .errors import FpemuValueError
+from ._callable import make_callable
 from .formats import Format
 from .quantize import _as_format, _prepare_input, quantize
 from .rounding import parse_overflow, parse_rounding
@@ -74,7 +76,7 @@ class Counts:
     def fraction(self, cls: str) -> float:
         """Share of all elements in one class (0 for an empty count)."""
         if cls not in self.counts:
-            raise ValueError(f"unknown class {cls!r}; the classes are {', '.join(CLASSES)}")
+            raise FpemuValueError(f"unknown class {cls!r}; the classes are {', '.join(CLASSES)}")
         return self.counts[cls] / self.total if self.total else 0.0
 
     def __add__(self, other: "Counts") -> "Counts":
@@ -82,7 +84,7 @@ class Counts:
             return NotImplemented
         if (self.format, self.scale, self.rounding, self.log2_lo, self.hist.size) != (
                 other.format, other.scale, other.rounding, other.log2_lo, other.hist.size):
-            raise ValueError(
+            raise FpemuValueError(
                 "cannot add Counts of different settings: "
                 f"({self.format}, scale {self.scale}, {self.rounding}) and "
                 f"({other.format}, scale {other.scale}, {other.rounding}); compute both with "
@@ -148,7 +150,7 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     if isinstance(scale, (bool, np.bool_)) or not (
             isinstance(scale, (int, float, np.integer, np.floating)) and np.isfinite(scale)
             and scale > 0):
-        raise ValueError(f"stats(): scale must be a finite number > 0, got {scale!r}")
+        raise FpemuValueError(f"stats(): scale must be a finite number > 0, got {scale!r}")
     lo, hi = _log2_range(log2_range)
     if isinstance(x, np.ma.MaskedArray):
         x = x.compressed()                                # masked elements are skipped
@@ -206,7 +208,7 @@ def _log2_range(log2_range):
         if not (_LOG2_LIMITS[0] <= lo < hi <= _LOG2_LIMITS[1]):
             bad = f"lo < hi within {_LOG2_LIMITS[0]} .. {_LOG2_LIMITS[1]}"
     if bad:
-        raise ValueError(
+        raise FpemuValueError(
             f"stats(): log2_range must be (lo, hi), {bad}: the histogram counts "
             f"floor(log2 |x * scale|) in lo .. hi - 1 (float64 needs no more than -1074 .. "
             f"1024); got {log2_range!r}. The default is {LOG2_RANGE}"
@@ -227,7 +229,7 @@ def stats_chunked(x, fmt, *, chunk=1 << 22, **kwargs) -> Counts:
     if isinstance(x, (str, bytes)) or hasattr(x, "__fspath__"):
         x = _load_npy(x)
     if isinstance(chunk, bool) or not (isinstance(chunk, (int, np.integer)) and chunk >= 1):
-        raise ValueError(f"stats_chunked(): chunk must be an int >= 1, got {chunk!r}")
+        raise FpemuValueError(f"stats_chunked(): chunk must be an int >= 1, got {chunk!r}")
     if isinstance(x, np.ma.MaskedArray):
         return stats(x, fmt, **kwargs)
     if not isinstance(x, np.ndarray):
@@ -272,25 +274,25 @@ def _load_npy(path):
     try:
         mode = os.stat(path).st_mode
     except OSError as err:
-        raise ValueError(f"stats_chunked(): cannot open {name}: {err.strerror}") from None
+        raise FpemuValueError(f"stats_chunked(): cannot open {name}: {err.strerror}") from None
     if not stat.S_ISREG(mode):
-        raise ValueError(f"stats_chunked(): {name} is not a regular file (a device, FIFO or "
+        raise FpemuValueError(f"stats_chunked(): {name} is not a regular file (a device, FIFO or "
                          "directory); save the array with numpy.save and pass that .npy file")
     with open(path, "rb") as fh:
         head = fh.read(6)
     try:
         if head != b"\x93NUMPY":
-            raise ValueError("it is empty" if not head else
+            raise FpemuValueError("it is empty" if not head else
                              "it does not start with the .npy signature")
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
         detail = str(err) if head != b"\x93NUMPY" else (
             "it holds Python objects, which fpemu never unpickles"
-            if "pickle" in str(err) else f"unreadable header: {err}")
-        raise ValueError(f"stats_chunked(): {name} is not a .npy array file ({detail}); save "
+            if "pickle" in str(err) or "objects" in str(err) else f"unreadable header: {err}")
+        raise FpemuValueError(f"stats_chunked(): {name} is not a .npy array file ({detail}); save "
                          "the array with numpy.save(path, array)") from None
     if not isinstance(arr, np.ndarray):
-        raise ValueError(f"stats_chunked(): {name} is a .npz archive, not one array; pass "
+        raise FpemuValueError(f"stats_chunked(): {name} is a .npz archive, not one array; pass "
                          "np.load(path)[name] or one of its arrays saved with numpy.save")
     return arr
 
@@ -307,3 +309,6 @@ def stats_dask(x, fmt, **kwargs) -> Counts:
         raise ImportError("stats_dask() needs dask: pip install 'dask[array]'") from err
     parts = [dask.delayed(stats)(block, fmt, **kwargs) for block in x.to_delayed().ravel()]
     return dask.delayed(sum)(parts).compute()
+
+
+make_callable(__name__)   # fpemu.stats(x, fmt) is stats(x, fmt); see fpemu._callable

@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 
+from ..errors import FpemuValueError
 from ._env import Env
 from .scenarios import SCENARIOS
 
@@ -44,7 +45,7 @@ def select(patterns):
         return list(SCENARIOS)
     names = [n for n in SCENARIOS if any(fnmatch.fnmatch(n, p) for p in patterns)]
     if not names:
-        raise ValueError(f"no scenario matches {', '.join(patterns)}; the scenarios are "
+        raise FpemuValueError(f"no scenario matches {', '.join(patterns)}; the scenarios are "
                          f"{', '.join(SCENARIOS)}")
     return names
 
@@ -57,7 +58,7 @@ def record(device="cpu", out="tests/reference", only=None, log=print):
         raise RuntimeError("fpemu record runs the scenarios with PyTorch, which is not "
                            "installed; pip install torch") from None
     if device not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be 'cpu' or 'cuda', got {device!r}")
+        raise FpemuValueError(f"--device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS
     if device == "cuda" and not torch.cuda.is_available():
