@@ -37,7 +37,7 @@ import dataclasses
 
 import numpy as np
 
-from .errors import FpemuValueError
+from .errors import FpemuTypeError, FpemuValueError
 from . import _accum_kernels as _ak
 from ._jit import run_kernel
 from .arith import _not_in_format
@@ -373,8 +373,14 @@ def sum(x, in_fmt, acc_fmt="fp32", out_fmt=None, *, axis=-1, model="sequential",
         axis = 0
     if X.ndim == 0:
         raise FpemuValueError("sum(): needs an array with at least one axis")
-    if not (isinstance(axis, (int, np.integer)) and -X.ndim <= axis < X.ndim):
-        raise FpemuValueError(f"sum(): axis {axis!r} is out of range for shape {X.shape}")
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        hint = int(axis) if isinstance(axis, float) and axis.is_integer() else -1
+        raise FpemuTypeError(f"sum(): axis must be an int or None, got {type(axis).__name__} "
+                             f"{axis!r}; pass e.g. axis={hint}")
+    if not -X.ndim <= axis < X.ndim:
+        raise FpemuValueError(f"sum(): axis {axis} is out of range for an array of shape "
+                              f"{X.shape}; pass an axis in {-X.ndim} .. {X.ndim - 1}, or None "
+                              "for all")
     X = np.moveaxis(X, axis, -1)
     return dot(X, np.ones(X.shape[-1]), in_fmt, acc_fmt, out_fmt, model=model, block=block,
                inner=inner, rounding=rounding, subnormals=subnormals, overflow=overflow,

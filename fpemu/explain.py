@@ -136,6 +136,7 @@ def _read_one(x):
     """(exact value as a Fraction or None for inf/NaN, float64 rounded to odd,
     the input as text) of one real number: float, int, Fraction, Decimal,
     decimal text, a numpy scalar or a one-element array."""
+    typed = x.strip() if isinstance(x, str) else ""
     if isinstance(x, str):
         x = parse_real(x)
     elif isinstance(x, np.ndarray) or (isinstance(x, (list, tuple))):
@@ -153,6 +154,7 @@ def _read_one(x):
     text = str(x) if isinstance(x, (decimal.Decimal, Fraction, numbers.Integral)) else ""
     if isinstance(x, np.floating) and x.dtype.itemsize > 8:
         text = np.format_float_positional(x, unique=True, trim="-")
+    text = typed or text
     xv = to_float64_odd(x)
     if isinstance(x, float) or (isinstance(x, np.floating) and x.dtype.itemsize <= 8):
         exact = Fraction(float(x)) if np.isfinite(x) else None

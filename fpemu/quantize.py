@@ -79,8 +79,8 @@ def _object_values(arr, fname):
         what = "None" if v is None else f"a {type(v).__name__} ({v!r:.40})"
         kind = "complex " if isinstance(v, numbers.Complex) else ""
         raise FpemuTypeError(
-            f"{fname}() needs real numbers, got {kind}{what}; pass floats, ints, Fractions "
-            "or Decimals (a float32 or float64 array is fastest)"
+            f"{fname}() got a Python object array holding {kind}{what}; pass real numbers: "
+            "floats, ints, Fractions or Decimals (a float32 or float64 array is fastest)"
         )
     return np.array([to_float64_odd(v) for v in flat], np.float64).reshape(arr.shape)
 

@@ -274,10 +274,12 @@ def _load_npy(path):
     try:
         mode = os.stat(path).st_mode
     except OSError as err:
-        raise FpemuValueError(f"stats_chunked(): cannot open {name}: {err.strerror}") from None
+        raise FpemuValueError(f"stats_chunked(): cannot read {name}: "
+                              f"{(err.strerror or str(err)).lower()}") from None
     if not stat.S_ISREG(mode):
-        raise FpemuValueError(f"stats_chunked(): {name} is not a regular file (a device, FIFO or "
-                         "directory); save the array with numpy.save and pass that .npy file")
+        raise FpemuValueError(f"stats_chunked(): cannot read {name}: it is not a regular file (a "
+                              "device, FIFO or directory); save the array with numpy.save and "
+                              "pass that .npy file")
     with open(path, "rb") as fh:
         head = fh.read(6)
     try:
@@ -289,8 +291,8 @@ def _load_npy(path):
         detail = str(err) if head != b"\x93NUMPY" else (
             "it holds Python objects, which fpemu never unpickles"
             if "pickle" in str(err) or "objects" in str(err) else f"unreadable header: {err}")
-        raise FpemuValueError(f"stats_chunked(): {name} is not a .npy array file ({detail}); save "
-                         "the array with numpy.save(path, array)") from None
+        raise FpemuValueError(f"stats_chunked(): cannot read {name} as a .npy array ({detail}); "
+                              "save the array with numpy.save(path, array)") from None
     if not isinstance(arr, np.ndarray):
         raise FpemuValueError(f"stats_chunked(): {name} is a .npz archive, not one array; pass "
                          "np.load(path)[name] or one of its arrays saved with numpy.save")

@@ -279,3 +279,110 @@ def test_tensor_api_basics():
     z = (x * 3).sum()
     z.backward()
     assert x.grad.numpy().tolist() == [5.0, 5.0, 5.0]       # accumulates
+
+
+# ------------------------------------------------ torch's errors and semantics
+def _outcome(fn):
+    try:
+        out = fn()
+    except Exception as err:  # noqa: BLE001 - the type and text are what is compared
+        return type(err).__name__, str(err)
+    return "ok", tuple(out.shape) if hasattr(out, "shape") else out
+
+
+_DIM_CASES = {
+    "sum(2)": lambda T: T.ones(2, 3).sum(2),
+    "sum(-3)": lambda T: T.ones(2, 3).sum(-3),
+    "sum((0, 0))": lambda T: T.ones(2, 3).sum((0, 0)),
+    "mean(7)": lambda T: T.ones(2, 3).mean(dim=7),
+    "amax((0, 2))": lambda T: T.ones(2, 3).amax(dim=(0, 2)),
+    "softmax(2)": lambda T: T.softmax(T.ones(2, 3), dim=2),
+    "log_softmax(-3)": lambda T: T.log_softmax(T.ones(2, 3), dim=-3),
+    "flatten(0, 5)": lambda T: T.ones(2, 3).flatten(0, 5),
+    "flatten(1, 0)": lambda T: T.ones(2, 3, 4).flatten(1, 0),
+    "0-d softmax(0)": lambda T: T.softmax(T.tensor(2.0), dim=0),
+    "0-d sum(0)": lambda T: T.tensor(2.0).sum(0),
+    "0-d sum(-1)": lambda T: T.tensor(2.0).sum(-1),
+    "0-d sum(1)": lambda T: T.tensor(2.0).sum(1),
+    "0-d flatten": lambda T: T.tensor(2.0).flatten(),
+    "0-d log_softmax(0)": lambda T: T.log_softmax(T.tensor(2.0), dim=0),
+}
+
+
+@pytest.mark.parametrize("case", list(_DIM_CASES))
+def test_dims_out_of_range_raise_as_torch(case):
+    got = _outcome(lambda: _DIM_CASES[case](ft))
+    expected = {
+        "sum(2)": ("IndexError", "Dimension out of range (expected to be in range of "
+                                 "[-2, 1], but got 2)"),
+        "sum((0, 0))": ("RuntimeError", "dim 0 appears multiple times in the list of dims"),
+        "0-d softmax(0)": ("ok", ()), "0-d sum(0)": ("ok", ()), "0-d flatten": ("ok", (1,)),
+        "0-d sum(1)": ("IndexError", "Dimension out of range (expected to be in range of "
+                                     "[-1, 0], but got 1)"),
+    }
+    if case in expected:
+        assert got == expected[case]
+    try:
+        import torch
+    except ImportError:
+        assert got[0] in ("IndexError", "RuntimeError", "ok")
+        return
+    assert got == _outcome(lambda: _DIM_CASES[case](torch)), case
+
+
+def test_0d_softmax_values():
+    assert ft.softmax(ft.tensor(2.0), dim=0).item() == 1.0
+    assert ft.log_softmax(ft.tensor(2.0), dim=0).item() == 0.0
+    x = ft.tensor(3.0, requires_grad=True)
+    x.sum(0).backward()
+    assert x.grad.item() == 1.0
+
+
+_MM_CASES = {
+    "bf16 @ fp32": lambda T: T.ones(2, 3, dtype=T.bfloat16) @ T.ones(3, 2),
+    "fp32 @ fp16": lambda T: T.matmul(T.ones(2, 3), T.ones(3, 2, dtype=T.float16)),
+    "linear bf16 x, fp32 w": lambda T: T.nn.functional.linear(T.ones(2, 3, dtype=T.bfloat16),
+                                                              T.ones(2, 3)),
+    "linear bf16 bias": lambda T: T.nn.functional.linear(T.ones(2, 3), T.ones(2, 3),
+                                                         T.ones(2, dtype=T.bfloat16)),
+    "f64 @ e4m3fn": lambda T: T.ones(2, 3, dtype=T.float64) @ T.ones(
+        3, 2, dtype=T.float8_e4m3fn),
+    "cross_entropy batch": lambda T: T.nn.functional.cross_entropy(T.ones(3, 4),
+                                                                   T.tensor([0, 1])),
+}
+
+
+@pytest.mark.parametrize("case", list(_MM_CASES))
+def test_mixed_dtypes_and_batch_sizes_raise_as_torch(case):
+    got = _outcome(lambda: _MM_CASES[case](ft))
+    assert got[0] in ("RuntimeError", "ValueError"), got
+    if case == "bf16 @ fp32":
+        assert got[1] == ("expected m1 and m2 to have the same dtype, but got: "
+                          "c10::BFloat16 != float")
+    if case == "cross_entropy batch":
+        assert got == ("ValueError", "Expected input batch_size (3) to match target "
+                                     "batch_size (2).")
+    try:
+        import torch
+    except ImportError:
+        return
+    assert got == _outcome(lambda: _MM_CASES[case](torch)), case
+
+
+def test_mixed_dtypes_under_autocast_are_cast():
+    with ft.autocast("cuda", dtype=ft.bfloat16):
+        assert (ft.ones(2, 3) @ ft.ones(3, 2, dtype=ft.float16)).dtype is ft.bfloat16
+
+
+def test_numpy_scalars_and_dtypes_are_accepted():
+    p = ft.ones(2, requires_grad=True)
+    opt = ft.optim.SGD([p], lr=np.float32(0.5))
+    p.grad = ft.ones(2)
+    opt.step()
+    assert p.detach().numpy().tolist() == [0.5, 0.5]
+    with pytest.raises(ValueError, match="Invalid learning rate: -1"):
+        ft.optim.SGD([p], lr=np.int64(-1))
+    for npdt, dt in ((np.float16, ft.float16), (np.float32, ft.float32),
+                     (np.dtype("float64"), ft.float64), (np.int32, ft.int32),
+                     (np.bool_, ft.bool)):
+        assert ft.tensor([1.0], dtype=npdt).dtype is dt, npdt

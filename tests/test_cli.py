@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -112,3 +113,85 @@ def test_every_command_has_help(cmd, capsys):
         cli.main([cmd, "--help"])
     assert ex.value.code == 0
     assert "usage: fpemu " + cmd in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- reliability
+def _run(*argv, **kw):
+    return subprocess.run([sys.executable, "-m", "fpemu.cli", *argv], capture_output=True,
+                          text=True, **kw)
+
+
+def _codes(out):
+    return [line.split()[-1] for line in out.splitlines()[2:]]
+
+
+def test_decimal_text_is_rounded_once(capsys):
+    assert cli.main(["quantize", "--format", "bf16", "1.00390625000000000001"]) == 0
+    assert _codes(capsys.readouterr().out) == ["0x3F81"]
+    assert cli.main(["quantize", "-f", "bf16", "--rounding", "rup", "1e-400"]) == 0
+    assert _codes(capsys.readouterr().out) == ["0x0001"]              # smallest subnormal
+    assert cli.main(["quantize", "-f", "bf16", "--rounding", "rtz", "1e400", "-1e400"]) == 0
+    assert _codes(capsys.readouterr().out) == ["0x7F7F", "0xFF7F"]    # ±max, not inf
+    assert cli.main(["explain", "1.00390625000000000001", "-f", "bf16"]) == 0
+    assert "0x3F81" in capsys.readouterr().out
+
+
+def test_negative_numbers_are_values_not_options(capsys):
+    assert cli.main(["quantize", "-f", "bf16", "-3e-5", "-inf", "-nan", "-1"]) == 0
+    out = capsys.readouterr().out
+    assert _codes(out) == ["0xB7FC", "0xFF80", "0x7FC0", "0xBF80"]
+    assert out.splitlines()[2].startswith("-3e-5 ")                  # shown as typed
+    assert cli.main(["explain", "-3e-5", "-f", "fp16"]) == 0
+    assert capsys.readouterr().out.startswith("-3e-5 in fp16")
+
+
+def test_broken_pipe_is_quiet():
+    r = subprocess.run(f"{sys.executable} -m fpemu.cli quantize -f bf16 $(seq 1 30000) | head -1",
+                       shell=True, capture_output=True, text=True, executable="/bin/bash")
+    assert r.stdout.startswith("input") and r.stderr == ""
+
+
+@pytest.mark.parametrize("make", ["devnull", "empty", "fifo", "directory"])
+def test_stats_on_what_is_not_a_npy_file(make, tmp_path):
+    path = {"devnull": "/dev/null", "empty": str(tmp_path / "e.npy"),
+            "fifo": str(tmp_path / "f"), "directory": str(tmp_path)}[make]
+    if make == "empty":
+        open(path, "w").close()
+    if make == "fifo":
+        os.mkfifo(path)
+    r = _run("stats", path, "-f", "fp16", timeout=60)                # a FIFO must not hang
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "numpy.save" in r.stderr
+
+
+def test_stats_reads_bool_arrays(tmp_path, capsys):
+    np.save(tmp_path / "b.npy", np.array([True, False, True]))
+    assert cli.main(["stats", str(tmp_path / "b.npy"), "-f", "e4m3fn"]) == 0
+    out = capsys.readouterr().out
+    assert "3 values into e4m3fn" in out and "zero" in out
+
+
+def test_ctrl_c_exits_130_quietly(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_cmd_stats", interrupted)
+    assert cli.main(["stats", "x.npy", "-f", "fp16"]) == 130
+    assert capsys.readouterr().err == ""
+
+
+def test_internal_errors_are_not_reported_as_user_errors(monkeypatch):
+    """Only fpemu's own checks are user errors (exit 2); a bug keeps its traceback."""
+    def bug(args):
+        raise ValueError("an internal bug")
+    monkeypatch.setattr(cli, "_cmd_formats", bug)
+    with pytest.raises(ValueError, match="an internal bug"):
+        cli.main(["formats"])
+
+
+def test_seed_and_scale_arguments_are_checked(capsys):
+    for argv in (["quantize", "-f", "bf16", "1", "--rounding", "sr", "--seed", "-1"],
+                 ["quantize", "-f", "bf16", "1", "--seed", "x"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2
+        assert "expected an int >= 0" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import pytest
 
 import fpemu
 from fpemu.explain import table, table_text, values
-from fpemu.stats import CLASSES, stats_chunked, stats_dask
+from fpemu.stats import CLASSES, stats, stats_chunked, stats_dask
 from oracle import SPECS, TableOracle
 
 
@@ -161,3 +161,74 @@ def test_stats_errors(tmp_path):
     bad.write_text("not numpy")
     with pytest.raises(ValueError, match="cannot read"):
         stats_chunked(bad, "fp16")
+
+
+# -------------------------------------------------- reliability of stats
+def test_stats_classes_follow_the_rounded_value_in_e8m0():
+    # e8m0 has neither sign nor zero: -1, 0 and -0 become NaN, not "normal" or "zero"
+    c = fpemu.stats([-1.0, 0.0, -0.0, 1.0, 1e-50, -1e40], "e8m0")
+    assert np.isnan(fpemu.quantize([-1.0, 0.0], "e8m0")).all()
+    assert c.counts == {"nan": 4, "inf": 0, "zero": 0, "flushed": 0, "subnormal": 0,
+                        "normal": 2, "overflow": 0}
+    assert c.zero_bin == 2 and c.total == 6
+
+
+def test_chunked_stochastic_rounding_equals_one_call():
+    # values exactly between 0 and fp16's smallest subnormal: each element's random
+    # bits decide flushed or subnormal, so any reuse of bits across chunks shows
+    x = np.full(5000, 2.0**-25)
+    whole = stats(x, "fp16", rounding="sr", seed=3)
+    assert 2000 < whole.counts["flushed"] < 3000
+    assert stats_chunked(x, "fp16", rounding="sr", seed=3, chunk=64) == whole
+    assert stats_chunked(x, "fp16", rounding="sr", seed=(3, 0), chunk=1000) == whole
+    f = np.asfortranarray(x.reshape(50, 100))               # C-order indices, not memory order
+    assert stats_chunked(f, "fp16", rounding="sr", seed=3, chunk=64) == whole
+
+
+def test_chunked_fortran_file_is_read_in_its_own_order(tmp_path):
+    import tracemalloc
+    rng = np.random.default_rng(2)
+    a = np.asfortranarray(rng.standard_normal((1000, 1000)) * 2.0**-20)   # 8 MB
+    np.save(tmp_path / "f.npy", a)
+    assert np.load(tmp_path / "f.npy", mmap_mode="r").flags.f_contiguous
+    tracemalloc.start()
+    got = stats_chunked(tmp_path / "f.npy", "fp16", chunk=1 << 14)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert got == stats(a, "fp16")
+    assert peak < 4e6, f"{peak / 1e6:.1f} MB: the whole array was copied"
+
+
+@pytest.mark.parametrize("rng_,msg", [((1,), "a pair"), ((0, 10**12), "lo < hi within"),
+                                      ((5, 5), "lo < hi"), ((0.5, 3), "a pair of ints")])
+def test_log2_range_is_checked(rng_, msg):
+    with pytest.raises(ValueError, match=msg) as e:
+        stats([1.0], "fp16", log2_range=rng_)
+    assert "The default is (-160, 160)" in str(e.value)
+
+
+def test_masked_elements_are_skipped_by_stats():
+    x = np.ma.array([1e-9, 1.0, np.nan, 7e4], mask=[False, False, True, True])
+    assert stats(x, "fp16") == stats([1e-9, 1.0], "fp16")
+    assert stats_chunked(x, "fp16") == stats([1e-9, 1.0], "fp16")
+
+
+def test_file_errors_never_suggest_unpickling(tmp_path):
+    (tmp_path / "x.txt").write_text("1 2 3")
+    (tmp_path / "e.npy").write_bytes(b"")
+    np.save(tmp_path / "o.npy", np.array([None, 1]), allow_pickle=True)
+    for name, msg in (("x.txt", "does not start with the .npy signature"),
+                      ("e.npy", "it is empty"), ("o.npy", "never unpickles")):
+        with pytest.raises(ValueError, match=msg) as e:
+            stats_chunked(tmp_path / name, "fp16")
+        assert "pickle=" not in str(e.value) and "numpy.save" in str(e.value)
+    with pytest.raises(ValueError, match="not a regular file"):
+        stats_chunked(tmp_path, "fp16")
+
+
+def test_readme_names_are_modules_and_functions():
+    """fpemu.explain and fpemu.stats are modules that call as their function."""
+    assert fpemu.explain(0.1, "bf16").value == fpemu.explain.explain(0.1, "bf16").value
+    assert fpemu.explain.values("e2m1")["value"][:2].tolist() == [0.0, 0.5]
+    assert fpemu.stats([1e-9], "fp16") == fpemu.stats.stats([1e-9], "fp16")
+    assert fpemu.stats.stats_chunked([1e-9], "fp16").counts["flushed"] == 1

@@ -483,3 +483,68 @@ def test_custom_formats_against_table_oracle(E, M, bias, layout):
                     what = f"{fmt.name} {mode} {subnormals} {pol} {pts.dtype}"
                     assert_codes_equal(fpemu.encode(pts, fmt, **kw), want, pts, what)
                     assert_values_match_codes(fpemu.quantize(pts, fmt, **kw), want, o, what)
+
+
+# ------------------------------------------------ input kinds, aliasing, masks
+def test_out_overlapping_the_input_at_an_offset_is_right():
+    rng = np.random.default_rng(0)
+    buf = (rng.standard_normal(10_000) * 100).astype(np.float32)
+    want = fpemu.quantize(buf[:-1].copy(), "bf16")
+    fpemu.quantize(buf[:-1], "bf16", out=buf[1:])          # out starts one element later
+    assert np.array_equal(buf[1:].view(np.uint32), want.view(np.uint32))
+    buf = (rng.standard_normal(10_000) * 100).astype(np.float32)
+    want = fpemu.quantize(buf[1:].copy(), "fp16")
+    fpemu.quantize(buf[1:], "fp16", out=buf[:-1])          # and one element earlier
+    assert np.array_equal(buf[:-1].view(np.uint32), want.view(np.uint32))
+    x = (rng.standard_normal(1000) * 100).astype(np.float32)
+    want = fpemu.quantize(x, "e4m3fn")
+    assert fpemu.quantize(x, "e4m3fn", out=x) is x          # in place stays allowed
+    assert np.array_equal(x.view(np.uint32), want.view(np.uint32))
+
+
+def test_masked_arrays_keep_their_mask():
+    x = np.ma.array([1.0 + 2**-8, 500.0, np.nan, 1e-9], mask=[False, False, True, False])
+    for fn, fmt in ((fpemu.quantize, "e4m3fn"), (fpemu.encode, "e4m3fn"),
+                    (fpemu.classify, "fp16"), (fpemu.quantize, "e2m1")):   # e2m1: no NaN
+        got = fn(x, fmt)
+        assert isinstance(got, np.ma.MaskedArray), fn
+        assert got.mask.tolist() == [False, False, True, False]
+    assert fpemu.quantize(x, "e4m3fn").compressed().tolist() == [1.0, 448.0, 0.0]
+    with pytest.raises(TypeError, match="masked arrays.*compressed"):
+        fpemu.next_up(x, "bf16")
+    with pytest.raises(TypeError, match="masked arrays"):
+        fpemu.accumulate.sum(x, "fp16", "fp32")
+
+
+def test_stochastic_offset_range_is_a_value_error():
+    assert fpemu.quantize(1.1, "bf16", rounding="sr", seed=2**70).shape == ()  # any seed
+    with pytest.raises(ValueError, match=r"0 \.\. 2\*\*62 - 1"):
+        fpemu.quantize(1.1, "bf16", rounding="sr", seed=(1, 2**64))
+    with pytest.raises(ValueError, match=r"seed=\(seed, offset\)"):
+        fpemu.quantize(1.1, "bf16", rounding="sr", seed=(1, -1))
+
+
+def test_torch_tensors_of_every_dtype_are_read_exactly():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1.0, -2.5, 448.0, 2.0**-9, float("nan"), 1e-3])
+    for name in ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                 "float8_e5m2fnuz", "float32", "float64"):
+        t = x.to(getattr(torch, name))
+        want = t.float().numpy()
+        got = fpemu.quantize(t, "fp32")
+        assert np.array_equal(got, want, equal_nan=True), name
+    s = torch.tensor([2.0**-127, 1.0, 2.0**10]).to(torch.float8_e8m0fnu)
+    assert fpemu.quantize(s, "fp32").tolist() == [2.0**-127, 1.0, 1024.0]
+    assert fpemu.encode(torch.tensor([3, -7], dtype=torch.int64), "e4m3fn").tolist() == [
+        0x44, 0xCE]
+    assert fpemu.quantize(torch.tensor([True, False]), "bf16").tolist() == [1.0, 0.0]
+    assert fpemu.stats(x.bfloat16(), "e5m2").counts["nan"] == 1
+    with pytest.raises(TypeError, match="complex torch tensor"):
+        fpemu.quantize(torch.tensor([1 + 1j]), "bf16")
+
+
+def test_ragged_and_none_input_name_the_fix():
+    with pytest.raises(ValueError, match="ragged nested sequence.*rectangular array"):
+        fpemu.quantize([[1.0, 2.0], [3.0]], "bf16")
+    with pytest.raises(TypeError, match="holding None; pass real numbers"):
+        fpemu.quantize([1.0, None], "bf16")

@@ -130,7 +130,7 @@ def _add_alpha(A, B, alpha_o, dt):
     the tail after the last full vector computes ``L(a + L(alpha*b))``."""
     out = _store(_fma(alpha_o, B, A, dt), dt)
     if _cpu_rounds_scalars(dt) and out.size:
-        lanes = get_profile().cpu_lanes((dt.bits + 7) // 8)
+        lanes = get_profile().cpu_binary_body((dt.bits + 7) // 8)
         start = (out.size // lanes) * lanes
         if start < out.size:
             Af = np.broadcast_to(A, out.shape).reshape(-1)[start:]

@@ -23,7 +23,8 @@ torch version and answers the questions that differ:
   element in the tensor's own arithmetic; for ``add(a, b, alpha)`` on 16-bit
   dtypes the tail computes ``L(a + L(alpha*b))`` (c10::BFloat16 / Half
   operators round each result), the body ``L(fma(alpha, b, a))``. Measured on
-  2.13 (AVX512: 32 sixteen-bit lanes). Modelled for tensors of one parallel
+  2.13: the body steps by 32 sixteen-bit elements under both AVX512 and AVX2
+  (:meth:`Profile.cpu_binary_body`). Modelled for tensors of one parallel
   chunk (under 32768 elements).
 * ``cpu_threads``: ``torch.get_num_threads()`` of the recording. The CPU
   fused optimizers split a tensor into per-thread chunks of whole cache lines
@@ -102,6 +103,17 @@ class Profile:
         """Elements per ATen CPU vector for an element of ``itemsize`` bytes."""
         width = 64 if self.cpu_capability.upper().startswith("AVX512") else 32
         return width // itemsize
+
+    def cpu_binary_body(self, itemsize: int) -> int:
+        """Elements per step of the vector body of an ATen CPU binary kernel
+        on ``itemsize``-byte elements. ATen's vectorized loop takes two
+        vectors a step: 2 x 16 bfloat16 lanes under AVX2 (32 elements). Under
+        AVX512 the body also steps by 32 sixteen-bit elements: both measured
+        with torch 2.13's ``add(alpha)`` on bfloat16, every length 1..139
+        (``ATEN_CPU_CAPABILITY=avx2`` on an AVX512 machine for AVX2)."""
+        if itemsize == 2 and self.cpu_capability.upper() in ("AVX2", "AVX512"):
+            return 32
+        return 2 * self.cpu_lanes(itemsize)
 
     @property
     def name(self) -> str:
