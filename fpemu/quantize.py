@@ -99,9 +99,6 @@ def _prepare_input(x, fname):
             f"{fname}() does not take masked arrays (the mask would be lost); pass "
             "x.compressed() for the unmasked values or x.filled(value)"
         )
-    if isinstance(x, (str, bytes)):
-        raise FpemuTypeError(f"{fname}() got text ({x!r:.40}); pass numbers, or read text exactly "
-                        "with decimal.Decimal(text)")
     try:
         arr = np.asarray(x)
     except ValueError as err:
@@ -118,9 +115,10 @@ def _prepare_input(x, fname):
     if dt.kind == "O":
         arr = _object_values(arr, fname)
     elif dt.kind in "USMmV" and dt.name not in _ML_DTYPES_NAMES:
+        text = " (text is read exactly by decimal.Decimal(text))" if dt.kind in "US" else ""
         raise FpemuTypeError(
             f"{fname}() got an array of dtype {dt}; pass real numbers (a float32 or "
-            "float64 array, or anything np.asarray turns into one)"
+            f"float64 array, or anything np.asarray turns into one){text}"
         )
     elif dt.name in _ML_DTYPES_NAMES:
         arr = arr.astype(np.float32)  # every ml_dtypes value is exact in float32
@@ -286,9 +284,11 @@ def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     Parameters
     ----------
     x : array_like
-        Real values: float16/32/64, ml_dtypes types, integers exact in
-        float64, Python scalars. float32 and float64 are read as they are;
-        a float64 value is rounded once, never through float32 first.
+        Real values: float16/32/64, ml_dtypes types, torch tensors of any
+        real dtype, integers of any size, Fraction, Decimal, longdouble.
+        float32 and float64 are read as they are; every value is rounded once
+        from its exact value, never through float32 (or float64) first. A
+        masked array gives a masked result with the same mask.
     fmt : str or Format
         Target format (``"bf16"``, ``"float8_e4m3fn"``, a :class:`Format`...).
     rounding : {"rne", "rna", "rtz", "rup", "rdn", "rto", "sr"}

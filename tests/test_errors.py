@@ -48,12 +48,15 @@ def test_nan_into_a_format_without_nan():
     assert float(fpemu.quantize(np.inf, "e2m1")) == 6.0  # inf saturates: not an error
 
 
-def test_inexact_wide_inputs():
-    with pytest.raises(ValueError, match="float64 cannot hold exactly"):
-        fpemu.quantize(np.array([2**53 + 1], dtype=np.int64), "fp32")
+def test_wide_inputs_are_rounded_once_not_refused():
+    # float64 cannot hold these; they are rounded once from the exact value
+    # (refusing them was a defect: they are exactly representable integers)
+    up = float(np.nextafter(np.float32(2.0**53), np.float32(np.inf)))
+    assert float(fpemu.quantize(np.array([2**53 + 1], dtype=np.int64), "fp32",
+                                rounding="rup")[0]) == up
     if np.finfo(np.longdouble).nmant > 52:
-        with pytest.raises(ValueError, match="round twice"):
-            fpemu.quantize(np.longdouble(1) + np.longdouble(2.0**-60), "bf16")
+        x = np.longdouble(1) + np.longdouble(2.0**-60)
+        assert float(fpemu.quantize(x, "bf16", rounding="rup")) == 1.0078125
 
 
 def test_bad_seed_and_out():
@@ -95,3 +98,36 @@ def test_bad_custom_formats():
         fpemu.Format("x", 4.0, 3)
     with pytest.raises(ValueError, match="has no infinity, so it cannot default"):
         fpemu.Format.custom(4, 3, nan_encoding="fn", default_overflow="inf")
+
+
+# ------------------------------------- messages name what was expected, what came, the fix
+def test_messages_of_the_reliability_issue():
+    with pytest.raises(TypeError, match=r"canonical_nan must be an int code.*got float 1\.5"):
+        fpemu.Format("x", 4, 3, nan_encoding="fn", canonical_nan=1.5)
+    with pytest.raises(ValueError, match=r"log2_range must be \(lo, hi\), a pair.*got \(1,\)"):
+        fpemu.stats([1.0], "fp16", log2_range=(1,))
+    with pytest.raises(TypeError, match=r"axis must be an int or None, got float 1\.0; pass "
+                                        r"e\.g\. axis=1"):
+        fpemu.accumulate.sum(np.ones((2, 2), np.float32), "fp16", "fp32", axis=1.0)
+    with pytest.raises(ValueError, match=r"axis 3 is out of range.*pass an axis in -2 \.\. 1"):
+        fpemu.accumulate.sum(np.ones((2, 2), np.float32), "fp16", "fp32", axis=3)
+    with pytest.raises(TypeError, match=r"explain\(\) takes one real number \(a float, int, "
+                                        r"Fraction, Decimal or decimal text.*got NoneType"):
+        fpemu.explain(None, "bf16")
+    with pytest.raises(ValueError, match="ragged nested sequence.*pass a rectangular array"):
+        fpemu.quantize([[1.0, 2.0], [3.0]], "bf16")
+
+
+@pytest.mark.parametrize("z", [1 + 2j, np.complex64(1), np.array([1j])])
+def test_complex_input_to_explain_is_a_type_error(z):
+    with pytest.raises(TypeError, match="complex.*x.real and x.imag"):
+        fpemu.explain(z, "bf16")
+
+
+def test_own_checks_raise_fpemu_errors():
+    from fpemu.errors import FpemuError
+    for call in (lambda: fpemu.quantize(1.0, "bf17"), lambda: fpemu.quantize("1", "bf16"),
+                 lambda: fpemu.stats([1.0], "fp16", scale=-1),
+                 lambda: fpemu.explain.table("fp16")):
+        with pytest.raises(FpemuError):
+            call()
