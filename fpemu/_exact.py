@@ -96,7 +96,7 @@ def parse_real(text: str):
         d = decimal.Decimal(t)
     except (decimal.InvalidOperation, TypeError, ValueError):
         raise FpemuValueError(f"expected a number such as 0.1, -3e-5, 1e400, inf or nan; "
-                         f"got {text!r}") from None
+                              f"got {text!r}") from None
     if d.is_snan():
         d = decimal.Decimal("-nan" if d.is_signed() else "nan")
     return d

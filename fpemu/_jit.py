@@ -28,6 +28,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+
 def _prefer_fork_safe_layers():
     if ("NUMBA_THREADING_LAYER" in os.environ or "NUMBA_THREADING_LAYER_PRIORITY" in os.environ
             or numba.config.THREADING_LAYER != "default"):

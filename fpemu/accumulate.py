@@ -37,10 +37,10 @@ import dataclasses
 
 import numpy as np
 
-from .errors import FpemuTypeError, FpemuValueError
 from . import _accum_kernels as _ak
 from ._jit import run_kernel
 from .arith import _not_in_format
+from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
 from .quantize import (
     _as_format,
@@ -83,14 +83,14 @@ class TensorCore:
     def __post_init__(self):
         if not (isinstance(self.terms, int) and self.terms >= 1):
             raise FpemuValueError(f"TensorCore {self.name!r}: terms must be an int >= 1, "
-                             f"got {self.terms!r}")
+                                  f"got {self.terms!r}")
         if not (isinstance(self.fraction_bits, int) and 0 <= self.fraction_bits <= 30):
             raise FpemuValueError(f"TensorCore {self.name!r}: fraction_bits must be an int in "
-                             f"0..30 (the exact block sum must fit float64), got "
-                             f"{self.fraction_bits!r}")
+                                  f"0..30 (the exact block sum must fit float64), got "
+                                  f"{self.fraction_bits!r}")
         if not (isinstance(self.out_fraction_bits, int) and 0 <= self.out_fraction_bits <= 23):
             raise FpemuValueError(f"TensorCore {self.name!r}: out_fraction_bits must be in 0..23, "
-                             f"got {self.out_fraction_bits!r}")
+                                  f"got {self.out_fraction_bits!r}")
 
 
 #: The published presets (fp32 output/accumulation).
@@ -181,7 +181,7 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     if isinstance(model, TensorCore):
         if acc_fmt.name != "fp32":
             raise FpemuValueError(f"{fname}(): tensor-core models accumulate in fp32; got "
-                             f"acc_fmt={acc_fmt.name!r}")
+                                  f"acc_fmt={acc_fmt.name!r}")
         if in_fmt.precision > 12:
             raise FpemuValueError(
                 f"{fname}(): tensor-core models take inputs of at most 12 significant bits "
@@ -300,7 +300,8 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
     A = _as_matrix(a, "matmul", "a")
     B = _as_matrix(b, "matmul", "b")
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
-        raise FpemuValueError(f"matmul(): needs shapes (M, K) and (K, N); got {A.shape} and {B.shape}")
+        raise FpemuValueError(f"matmul(): needs shapes (M, K) and (K, N); got {A.shape} and "
+                              f"{B.shape}")
     C = _identity(rounding, A.shape[1]) if c is None else _as_matrix(c, "matmul", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
     return _run(np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False, in_fmt,
@@ -385,4 +386,3 @@ def sum(x, in_fmt, acc_fmt="fp32", out_fmt=None, *, axis=-1, model="sequential",
     return dot(X, np.ones(X.shape[-1]), in_fmt, acc_fmt, out_fmt, model=model, block=block,
                inner=inner, rounding=rounding, subnormals=subnormals, overflow=overflow,
                seed=seed)
-

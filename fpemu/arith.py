@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import FpemuValueError
 from . import _arith_kernels
 from ._jit import run_kernel
+from .errors import FpemuValueError
 from .formats import Format
 from .quantize import (
     _as_format,

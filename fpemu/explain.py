@@ -16,9 +16,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from .errors import FpemuTypeError, FpemuValueError
 from ._callable import make_callable
 from ._exact import parse_real, to_float64_odd
+from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
 from .quantize import _as_format, classify, decode, encode, next_down, next_up, quantize, ulp
 from .rounding import parse_overflow, parse_rounding
@@ -99,7 +99,8 @@ def _reason(x, exact, q, lo, hi, fmt: Format, mode, overflow, cls) -> str:
     if lo == hi and exact == Fraction(lo):
         return f"x is a {name} value: nothing to round."
     if not fmt.has_zero and abs(exact) < Fraction(fmt.min_normal):
-        return f"x is below the smallest {name} value, so it becomes that value ({fmt.min_normal!r})."
+        return (f"x is below the smallest {name} value, so it becomes that value "
+                f"({fmt.min_normal!r}).")
     d_lo = exact - Fraction(lo)
     d_hi = Fraction(hi) - exact
     side = "the neighbour above" if q == hi else "the neighbour below"
@@ -143,14 +144,14 @@ def _read_one(x):
         arr = np.asarray(x)
         if arr.size != 1:
             raise FpemuValueError(f"explain() takes one number, got an array of shape {arr.shape}; "
-                             "use fpemu.quantize for arrays")
+                                  "use fpemu.quantize for arrays")
         x = arr.reshape(-1)[0]
     if isinstance(x, (complex, np.complexfloating)):
         raise FpemuTypeError(f"explain() takes a real number, got the complex {x!r}; pass x.real "
-                        "and x.imag separately")
+                             "and x.imag separately")
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (numbers.Real, decimal.Decimal)):
         raise FpemuTypeError(f"explain() takes one real number (a float, int, Fraction, Decimal or "
-                        f"decimal text such as '0.1'), got {type(x).__name__} {x!r:.40}")
+                             f"decimal text such as '0.1'), got {type(x).__name__} {x!r:.40}")
     text = str(x) if isinstance(x, (decimal.Decimal, Fraction, numbers.Integral)) else ""
     if isinstance(x, np.floating) and x.dtype.itemsize > 8:
         text = np.format_float_positional(x, unique=True, trim="-")
@@ -249,8 +250,8 @@ def explain(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None
     if q == 0:
         exact = "-0" if np.signbit(q) else "0"
     return Explanation(
-        x=_nearest(xe, xv), format=fmt.name, rounding=mode, code=code, bits=bits, sign=s, exponent_bits=e,
-        mantissa_bits=m, biased_exponent=field, exponent=exp, cls=cls, value=q,
+        x=_nearest(xe, xv), format=fmt.name, rounding=mode, code=code, bits=bits, sign=s,
+        exponent_bits=e, mantissa_bits=m, biased_exponent=field, exponent=exp, cls=cls, value=q,
         exact_value=exact, abs_error=abs_err, rel_error=rel_err, ulp_error=ulp_err,
         below=lo, above=hi, reason=_reason(xv, xe, q, lo, hi, fmt, mode, pol, cls),
         input=text,
@@ -276,7 +277,7 @@ def values(fmt) -> np.ndarray:
     fmt = _as_format(fmt)
     if fmt.bits > 16:
         raise FpemuValueError(f"values() lists formats of at most 16 bits; {fmt.name} has "
-                         f"{fmt.bits} ({2 ** fmt.bits} codes)")
+                              f"{fmt.bits} ({2 ** fmt.bits} codes)")
     codes = np.arange(2 ** fmt.bits, dtype=np.uint32)
     vals = decode(codes.astype(fmt.code_dtype), fmt).astype(np.float64)
     out = np.empty(codes.size, dtype=[("code", np.uint32), ("bits", f"U{fmt.bits}"),
@@ -310,8 +311,9 @@ def table(fmt) -> np.ndarray:
     """
     fmt = _as_format(fmt)
     if fmt.bits > 8:
-        raise FpemuValueError(f"table() lays out formats of at most 8 bits (256 codes); {fmt.name} "
-                         f"has {fmt.bits}; use fpemu.explain.values({fmt.name!r}) (from fpemu.explain import values)")
+        raise FpemuValueError(f"table() lays out formats of at most 8 bits (256 codes); "
+                              f"{fmt.name} has {fmt.bits}; use "
+                              f"fpemu.explain.values({fmt.name!r}) for every value")
     v = values(fmt)["value"]
     rows = max(1, v.size // 16)
     return v.reshape(rows, -1)

@@ -143,7 +143,8 @@ class Format:
                 and c & (2**M - 1) != 0
             ) or (self.nan_encoding != "ieee" and c == self._layout_nan_code())
             if not (isinstance(c, int) and 0 <= c < 2**self.bits and nan_like):
-                raise FpemuValueError(f"{where}: canonical_nan={c!r} is not a NaN code of the layout")
+                raise FpemuValueError(
+                    f"{where}: canonical_nan={c!r} is not a NaN code of the layout")
         if self.default_overflow is None:
             if self.has_inf:
                 default = "inf"
@@ -158,7 +159,8 @@ class Format:
                 f"got {self.default_overflow!r}"
             )
         if self.default_overflow == "inf" and not self.has_inf:
-            raise FpemuValueError(f"{where} has no infinity, so it cannot default to overflow='inf'")
+            raise FpemuValueError(
+                f"{where} has no infinity, so it cannot default to overflow='inf'")
         if self.default_overflow == "nan" and not self.has_nan:
             raise FpemuValueError(f"{where} has no NaN, so it cannot default to overflow='nan'")
 

@@ -13,10 +13,10 @@ import numbers
 
 import numpy as np
 
-from .errors import FpemuTypeError, FpemuValueError
 from . import _kernels
-from ._jit import run_kernel
 from ._exact import EXACT_TYPES, array_to_float64_odd, to_float64_odd
+from ._jit import run_kernel
+from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
 from .formats import format as _lookup
 from .rounding import Overflow, Rounding, parse_overflow, parse_rounding
@@ -51,7 +51,7 @@ def _from_torch(t, fname):
     name = str(t.dtype).replace("torch.", "")
     if t.is_complex():
         raise FpemuTypeError(f"{fname}() got a complex torch tensor ({name}); pass real values, "
-                        "e.g. t.real and t.imag separately")
+                             "e.g. t.real and t.imag separately")
     if name in _TORCH_FORMATS:
         fmt = _lookup(_TORCH_FORMATS[name])
         raw = torch.uint8 if fmt.bits <= 8 else torch.int16
@@ -61,7 +61,7 @@ def _from_torch(t, fname):
         return t.numpy()
     except TypeError as err:
         raise FpemuTypeError(f"{fname}() cannot read a torch tensor of dtype {name} ({err}); "
-                        "unpack it (packed fp4 pairs) or cast it to float32 first") from None
+                             "unpack it (packed fp4 pairs) or cast it to float32 first") from None
 
 
 def _is_torch_tensor(x) -> bool:

@@ -36,8 +36,8 @@ import stat
 
 import numpy as np
 
-from .errors import FpemuValueError
 from ._callable import make_callable
+from .errors import FpemuValueError
 from .formats import Format
 from .quantize import _as_format, _prepare_input, quantize
 from .rounding import parse_overflow, parse_rounding
@@ -285,7 +285,7 @@ def _load_npy(path):
     try:
         if head != b"\x93NUMPY":
             raise FpemuValueError("it is empty" if not head else
-                             "it does not start with the .npy signature")
+                                  "it does not start with the .npy signature")
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
         detail = str(err) if head != b"\x93NUMPY" else (
@@ -295,7 +295,7 @@ def _load_npy(path):
                               "save the array with numpy.save(path, array)") from None
     if not isinstance(arr, np.ndarray):
         raise FpemuValueError(f"stats_chunked(): {name} is a .npz archive, not one array; pass "
-                         "np.load(path)[name] or one of its arrays saved with numpy.save")
+                              "np.load(path)[name] or one of its arrays saved with numpy.save")
     return arr
 
 

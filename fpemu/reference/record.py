@@ -46,7 +46,7 @@ def select(patterns):
     names = [n for n in SCENARIOS if any(fnmatch.fnmatch(n, p) for p in patterns)]
     if not names:
         raise FpemuValueError(f"no scenario matches {', '.join(patterns)}; the scenarios are "
-                         f"{', '.join(SCENARIOS)}")
+                              f"{', '.join(SCENARIOS)}")
     return names
 
 
