@@ -16,3 +16,13 @@ class FpemuValueError(FpemuError, ValueError):
 
 class FpemuTypeError(FpemuError, TypeError):
     """An argument of a type fpemu cannot take."""
+
+
+class FpemuRuntimeError(FpemuError, RuntimeError):
+    """A call that PyTorch would refuse with a ``RuntimeError`` (fpemu.autograd
+    raises it with torch's wording)."""
+
+
+class FpemuNotImplementedError(FpemuError, NotImplementedError):
+    """A PyTorch name fpemu.autograd does not emulate; the message says what
+    fpemu emulates instead."""

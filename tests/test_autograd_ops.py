@@ -150,9 +150,10 @@ def test_ignore_index_and_errors():
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     loss.backward()
     assert np.all(logits.grad.numpy()[1] == 0)
-    with pytest.raises(TypeError, match="integer tensor"):
+    with pytest.raises(RuntimeError, match="expected target dtype to be Long or Byte, but "
+                       "got Float"):                         # torch's wording
         F.cross_entropy(logits, ft.tensor([1.0, 0.0]))
-    with pytest.raises(IndexError, match=r"\[0, 2\)"):
+    with pytest.raises(IndexError, match="Target 2 is out of bounds"):
         F.cross_entropy(logits, ft.tensor([2, 0]))
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         ft.ones(2, 3) @ ft.ones(2, 3)

@@ -1,12 +1,13 @@
 """fpemu.autograd: a PyTorch-shaped autograd engine that computes as CUDA does.
 
-Replace ``import torch`` with ``import fpemu.autograd as torch`` in a small
-training loop and every number is the one the emulated GPU would produce:
-ops in float32 opmath with one rounding to their output dtype, autocast with
+Replace ``import torch`` with ``import fpemu.autograd as torch`` in a training
+program and every number is the one the emulated GPU would produce: ops in
+float32 opmath with one rounding to their output dtype, autocast with
 PyTorch's CUDA op lists, the optimizers' exact op sequences, GradScaler's
-state machine and FP8 scaling recipes. See ``docs/autograd.md``. A
-:class:`Profile` switches to the formulas of PyTorch's CPU build or of another
-torch version (``docs/fidelity.md``).
+state machine and FP8 scaling recipes. Tensors have torch's storage
+semantics (views, in-place ops, version counters). See ``docs/autograd.md``
+and ``docs/pytorch-numerics.md``. A :class:`Profile` switches to the formulas
+of PyTorch's CPU build or of another torch version (``docs/fidelity.md``).
 
 >>> import fpemu.autograd as torch
 >>> x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
@@ -19,59 +20,141 @@ tensor([2., 4., 6.])
 """
 
 from . import _methods  # noqa: F401  (binds the Tensor methods)
-from . import amp, fp8, nn, optim  # noqa: F401
-from ._autocast import (
+from . import amp, backends, cuda, fp8, nn, optim, utils  # noqa: F401
+from . import autograd  # noqa: F401
+from ._autocast import (  # noqa: F401
     Policy, TORCH_CPU, TORCH_CUDA, autocast, get_autocast_dtype, is_autocast_enabled,
 )
-from ._core import (
-    DType, Tensor, arange, bfloat16, bool_, enable_grad, float16, float32, float64,
-    float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, full, int32, int64,
-    is_grad_enabled, manual_seed, no_grad, ones, ones_like, rand, randint, randn,
-    result_type, tensor, zeros, zeros_like,
+from ._core import (  # noqa: F401
+    DType, Size, Tensor, bfloat16, bool_, device, enable_grad, float16, float32, float64,
+    float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, get_rng_state,
+    inference_mode, initial_seed, int8, int16, int32, int64, is_grad_enabled,
+    is_inference_mode_enabled, manual_seed, no_grad, result_type, seed, set_grad_enabled,
+    set_rng_state, tensor, uint8,
 )
-from ._ops import (
-    add, amax, argmax, cat, clone, div, exp, flatten, gelu, layer_norm, log, log_softmax,
-    masked_fill, matmul, matmul_model, mean, mul, neg, permute, pow, reciprocal, relu,
-    reshape, rms_norm, set_matmul_model, sigmoid, softmax, sqrt, squeeze, stack, sub, sum,
-    tanh, transpose, unsqueeze, where,
+from ._profile import Profile, get_profile, set_profile, use_profile  # noqa: F401
+from ._rng import Generator  # noqa: F401
+from ._state import State as _State  # noqa: F401
+from .nn.functional import (  # noqa: F401
+    layer_norm, log_softmax, rms_norm, softmax,
 )
-from ._profile import Profile, get_profile, set_profile, use_profile
-from .observers import Observer
+from .observers import Observer  # noqa: F401
+from .ops import *  # noqa: F401,F403
+from .ops import __dict__ as _ops_dict
+from .ops.elementwise import rdiv  # noqa: F401
+from ._serialization import load, save  # noqa: F401
 
 half = float16
 float = float32  # noqa: A001 - torch's alias
 double = float64
 long = int64
 int = int32  # noqa: A001 - torch's alias
+short = int16
 bool = bool_  # noqa: A001 - torch's alias
+strided = "torch.strided"
+default_generator = _State.generator
+__version__ = "2.13.0+fpemu"
 
 
-class cuda:
-    """fpemu emulates one CUDA device; this namespace answers as torch.cuda."""
+def compile(model=None, *args, **kwargs):  # noqa: A001 - torch's name
+    """``torch.compile``: fpemu runs the model as written (no compiler is
+    needed to get its numbers); returns the model, or a decorator."""
+    if model is None:
+        return lambda m: m
+    return model
+
+
+def get_default_dtype():
+    return float32
+
+
+def set_default_dtype(d):
+    if d is not float32:
+        raise NotImplementedError("fpemu.autograd keeps float32 as the default dtype; pass "
+                                  "dtype= to the factories instead")
+
+
+def set_float32_matmul_precision(precision):
+    """"highest" keeps float32 matmuls; "high" reads float32 operands as tf32
+    (``backends.cuda.matmul.allow_tf32``), as torch does on CUDA."""
+    if precision not in ("highest", "high", "medium"):
+        raise ValueError(f"Invalid precision {precision!r}")
+    _State.matmul.allow_tf32 = precision != "highest"
+
+
+def get_float32_matmul_precision():
+    return "highest" if not _State.matmul.allow_tf32 else "high"
+
+
+def use_deterministic_algorithms(mode, *, warn_only=False):
+    """fpemu is deterministic already."""
+
+
+def set_num_threads(n):
+    """Threads of fpemu's kernels (Numba's); the numbers do not depend on them."""
+    import numba
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+
+
+def get_num_threads():
+    import numba
+    return numba.get_num_threads()
+
+
+class _FloatTensor:
+    """``torch.FloatTensor`` / ``LongTensor``: ``FloatTensor([1, 2])`` builds a
+    tensor of that dtype; ``isinstance(x, torch.FloatTensor)`` checks it."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __call__(self, *data):
+        from .ops.creation import zeros
+        if len(data) == 1 and not isinstance(data[0], (type(1), type(1.0))):
+            return tensor(data[0], dtype=self.dtype)
+        return zeros(*data, dtype=self.dtype)
+
+    def __instancecheck__(self, obj):
+        return isinstance(obj, Tensor) and obj.dtype is self.dtype
+
+
+FloatTensor = _FloatTensor(float32)
+DoubleTensor = _FloatTensor(float64)
+HalfTensor = _FloatTensor(float16)
+BFloat16Tensor = _FloatTensor(bfloat16)
+LongTensor = _FloatTensor(int64)
+IntTensor = _FloatTensor(int32)
+BoolTensor = _FloatTensor(bool_)
+ByteTensor = _FloatTensor(uint8)
+
+
+class accelerator:
+    """``torch.accelerator``: the one emulated device."""
 
     @staticmethod
     def is_available():
         return True
 
     @staticmethod
-    def is_bf16_supported():
-        return True
+    def current_accelerator(check_available=False):
+        return device("cuda")
 
     @staticmethod
-    def manual_seed(seed):
-        return manual_seed(seed)
+    def device_count():
+        return 1
+
+    @staticmethod
+    def current_device_index():
+        return 0
+
+    @staticmethod
+    def set_device_index(i):
+        cuda.set_device(i)
+
+    @staticmethod
+    def synchronize(device=None):
+        return None
 
 
-__all__ = [
-    "Tensor", "DType", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "randn",
-    "rand", "randint", "arange", "manual_seed", "no_grad", "enable_grad", "is_grad_enabled",
-    "result_type", "autocast", "Policy", "TORCH_CUDA", "TORCH_CPU", "Profile", "get_profile",
-    "set_profile", "use_profile", "get_autocast_dtype",
-    "is_autocast_enabled", "float32", "float16", "bfloat16", "float64", "float8_e4m3fn",
-    "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int64", "int32", "bool_", "half",
-    "add", "sub", "mul", "div", "neg", "pow", "reciprocal", "exp", "log", "sqrt", "tanh",
-    "sigmoid", "relu", "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm", "sum",
-    "mean", "amax", "argmax", "matmul", "reshape", "transpose", "permute", "flatten",
-    "unsqueeze", "squeeze", "cat", "stack", "where", "masked_fill", "clone",
-    "set_matmul_model", "matmul_model", "nn", "optim", "amp", "fp8", "Observer", "cuda",
-]
+__all__ = sorted(n for n in list(globals()) if not n.startswith("_")) + [
+    n for n in _ops_dict if not n.startswith("_")]

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._core import Tensor, _widest_float, as_dtype, float16, float32, float64, is_float
+from ._core import Tensor, _widest_float, as_dtype, float16, float32, float64, is_float, to_dtype
+from ._state import State
 from ._core import bfloat16  # noqa: F401  (re-exported for policies)
 
 LOWER = "lower"
@@ -106,7 +107,6 @@ TORCH_CPU = Policy(
 
 _POLICY = {"cuda": TORCH_CUDA, "cpu": TORCH_CPU}
 _DEFAULT_DTYPE = {"cuda": float16, "cpu": bfloat16}
-_stack = []
 
 
 def get_autocast_dtype(device_type="cuda"):
@@ -118,7 +118,7 @@ def get_autocast_dtype(device_type="cuda"):
 
 
 def is_autocast_enabled(device_type="cuda"):
-    return bool(_stack) and _stack[-1].enabled
+    return bool(State.autocast) and State.autocast[-1].enabled
 
 
 class autocast:
@@ -149,11 +149,11 @@ class autocast:
         self._cache = {}
 
     def __enter__(self):
-        _stack.append(self)
+        State.autocast.append(self)
         return self
 
     def __exit__(self, *exc):
-        _stack.pop()
+        State.autocast.pop()
         self._cache.clear()
         return False
 
@@ -170,7 +170,6 @@ def _eligible(x):
 
 
 def _cast(region, x, dtype):
-    from ._ops import to_dtype
     if x.dtype == dtype:
         return x
     cacheable = (region.cache_enabled and x.requires_grad and x.is_leaf)
@@ -187,9 +186,9 @@ def _cast(region, x, dtype):
 
 def cast_inputs(op, *args):
     """The op's tensor arguments as the active autocast region casts them."""
-    if not _stack or not _stack[-1].enabled:
+    if not State.autocast or not State.autocast[-1].enabled:
         return args
-    region = _stack[-1]
+    region = State.autocast[-1]
     policy = region.policy
     if op in policy.banned:
         raise RuntimeError(f"{op} is unsafe to autocast; use the *_with_logits form, which "

@@ -1,28 +1,40 @@
-"""Tensors, dtypes, type promotion, the rounding to a storage dtype, and the
-backward pass.
+"""Tensors and their storage, dtypes, type promotion, the rounding to a
+storage dtype, and the backward pass.
 
 A tensor holds a numpy array of its values: float32 for every fpemu
 :class:`~fpemu.Format` (each of them fits float32 exactly), float64 for
-``float64``, and int64 / int32 / bool for the integer dtypes. Ops compute in
-"opmath" (float32 for every Format, float64 for float64), as CUDA's kernels
-do, and :func:`_store` rounds the opmath result once to the output dtype.
+``float64``, and the integer types as themselves. Ops compute in "opmath"
+(float32 for every Format, float64 for float64), as CUDA's kernels do, and
+:func:`_store` rounds the opmath result once to the output dtype.
 
-The backward pass is micrograd's: a topological order of the graph, each op's
-backward closure called once with the gradient of its output, gradients of a
-tensor used twice summed in that tensor's dtype (as autograd does).
+Storage follows PyTorch (``docs/pytorch-numerics.md``, "Storage, views and
+versions"): a view (``view``, ``transpose``, basic indexing, ``detach``,
+``.data``, ``state_dict`` values, ...) is a numpy view of its base's array, so
+an in-place op on either writes into both. A view shares its base's version
+counter; every in-place write bumps it, and a backward that needs a tensor
+saved at an older version raises, as autograd does.
+
+The graph is made of :class:`Node` objects, as autograd's ``grad_fn``: an
+op's output points at its node, the node at the nodes of the inputs (a leaf
+that requires grad has an ``AccumulateGrad`` node). An in-place op gives the
+tensor a new node and leaves the old one to the ops that read the old value.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import weakref
 
 import numpy as np
 
 from ..formats import Format, format as _lookup
 from ..formats import bf16, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, fp16, fp32
 from ..quantize import quantize
+from ..errors import (
+    FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError, FpemuValueError,
+)
 from ._profile import get_profile
+from ._state import State, grad_mode
 
 
 # ---------------------------------------------------------------------- dtypes
@@ -43,6 +55,9 @@ class DType:
 float64 = DType("float64", "float64", True)
 int64 = DType("int64", "int64", False)
 int32 = DType("int32", "int32", False)
+int16 = DType("int16", "int16", False)
+int8 = DType("int8", "int8", False)
+uint8 = DType("uint8", "uint8", False)
 bool_ = DType("bool", "bool", False)
 
 float32 = fp32
@@ -56,7 +71,8 @@ float8_e5m2fnuz = e5m2fnuz
 _FP8 = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3", "e3m4", "e2m3", "e3m2", "e2m1",
         "e8m0")
 _BY_NAME = {"float64": float64, "double": float64, "int64": int64, "long": int64,
-            "int32": int32, "int": int32, "bool": bool_}
+            "int32": int32, "int": int32, "int16": int16, "short": int16, "int8": int8,
+            "uint8": uint8, "bool": bool_}
 
 
 def as_dtype(dtype, what="dtype"):
@@ -142,13 +158,14 @@ def _widest_float(dtypes):
     return fp32
 
 
+_INT_RANK = {bool_: 0, uint8: 1, int8: 1, int16: 2, int32: 3, int64: 4}
+
+
 def _widest_int(dtypes):
     ds = set(dtypes)
-    if int64 in ds:
-        return int64
-    if int32 in ds:
-        return int32
-    return bool_
+    if uint8 in ds and int8 in ds and not ds & {int16, int32, int64}:
+        return int16                   # torch: uint8 with int8 promotes to int16
+    return max(ds, key=lambda d: (_INT_RANK[d], d is not uint8))
 
 
 def result_type(*operands):
@@ -179,48 +196,212 @@ def result_type(*operands):
     return result
 
 
-# ------------------------------------------------------------------- the state
-class _State:
-    grad_enabled = True
-    rng = np.random.default_rng(0)
-
-
+# ------------------------------------------------------------------ grad modes
 def manual_seed(seed):
-    """Seed fpemu's generator (numpy PCG64; its numbers are not torch's)."""
-    _State.rng = np.random.default_rng(int(seed))
-    return _State.rng
+    """Seed the default generator, as ``torch.manual_seed``: the integers,
+    uniforms and permutations that follow are torch's CPU ones (``_rng``)."""
+    return State.generator.manual_seed(seed)
+
+
+def initial_seed():
+    return State.generator.initial_seed()
+
+
+def seed():
+    return State.generator.seed()
+
+
+def get_rng_state():
+    return State.generator.get_state()
+
+
+def set_rng_state(state):
+    State.generator.set_state(state)
 
 
 def is_grad_enabled() -> bool:
-    return _State.grad_enabled
+    return State.grad_enabled
 
 
-@contextlib.contextmanager
-def _grad_mode(flag):
-    old = _State.grad_enabled
-    _State.grad_enabled = flag
-    try:
-        yield
-    finally:
-        _State.grad_enabled = old
+def is_inference_mode_enabled() -> bool:
+    return State.inference
 
 
-class no_grad(contextlib.ContextDecorator):
-    """Ops inside record no graph (a context manager and a decorator)."""
+class _GradModeBase:
+    """A context manager that is also a decorator (``@no_grad()``)."""
+
+    _flag = False
+
+    def __init__(self, mode=True):
+        self._mode = mode
 
     def __enter__(self):
-        self._old = _State.grad_enabled
-        _State.grad_enabled = False
+        self._old = (State.grad_enabled, State.inference)
+        State.grad_enabled = self._flag
 
     def __exit__(self, *exc):
-        _State.grad_enabled = self._old
+        State.grad_enabled, State.inference = self._old
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with type(self)(self._mode):
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+class no_grad(_GradModeBase):
+    """Ops inside record no graph (a context manager and a decorator)."""
+
+
+class enable_grad(_GradModeBase):
+    _flag = True
+
+
+class set_grad_enabled(_GradModeBase):
+    """``set_grad_enabled(False)``: as a call it switches for good, as a
+    context manager for the region."""
+
+    def __init__(self, mode):
+        super().__init__(mode)
+        self._flag = bool(mode)
+        self._old = (State.grad_enabled, State.inference)
+        State.grad_enabled = bool(mode)
+
+    def __enter__(self):
+        pass
+
+
+class inference_mode(_GradModeBase):
+    """``inference_mode()`` is ``no_grad()`` here (fpemu keeps no version
+    counters apart); ``inference_mode(False)`` changes nothing."""
+
+    def __enter__(self):
+        self._old = (State.grad_enabled, State.inference)
+        if self._mode:
+            State.grad_enabled, State.inference = False, True
+
+
+# ---------------------------------------------------------------------- devices
+class device:
+    """``torch.device``: fpemu computes every tensor as the active profile's
+    device does; a device object records what the program asked for."""
+
+    def __init__(self, type, index=None):  # noqa: A002 - torch's name
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        if isinstance(type, int) and not isinstance(type, bool):
+            type, index = "cuda", type
+        if not isinstance(type, str):
+            raise FpemuTypeError(f"device(): expected a string such as 'cuda' or 'cpu', got "
+                                 f"{type!r}")
+        if ":" in type:
+            type, _, idx = type.partition(":")
+            index = int(idx)
+        if type not in ("cuda", "cpu", "meta", "mps", "xpu"):
+            raise FpemuTypeError(f"Expected one of cpu, cuda, mps, xpu, meta device type at "
+                                 f"start of device string: {type}")
+        self.type, self.index = type, index
+
+    def __repr__(self):
+        idx = "" if self.index is None else f", index={self.index}"
+        return f"device(type='{self.type}'{idx})"
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = device(other)
+        return (isinstance(other, device)
+                and (self.type, self.index) == (other.type, other.index))
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
         return False
 
 
-class enable_grad(no_grad):
-    def __enter__(self):
-        self._old = _State.grad_enabled
-        _State.grad_enabled = True
+def current_device():
+    prof = get_profile()
+    return device("cuda", 0) if prof.device == "cuda" else device("cpu")
+
+
+# --------------------------------------------------------------------- the graph
+_SAVED_FREED = ("Trying to backward through the graph a second time (or directly access "
+                "saved tensors after they have already been freed). Saved intermediate values "
+                "of the graph are freed when you call .backward() or autograd.grad(). Specify "
+                "retain_graph=True if you need to backward through the graph a second time or "
+                "if you need to access saved tensors after calling backward.")
+
+
+class Node:
+    """A step of the backward graph (``tensor.grad_fn``).
+
+    ``back(g)`` returns one gradient (or None) per input; ``inputs`` holds,
+    per input, ``(node, dtype, shape)`` or None for an input that needs no
+    gradient. ``saved`` lists ``(tensor, version)`` pairs that ``back`` reads.
+    """
+
+    __slots__ = ("back", "inputs", "saved", "freed", "hooks", "retained", "op", "__weakref__")
+
+    def __init__(self, op, back, inputs, saved=()):
+        self.op, self.back, self.inputs = op, back, inputs
+        self.saved = saved
+        self.freed = False
+        self.hooks = []
+        self.retained = None
+
+    def name(self):
+        return f"{self.op}Backward0"
+
+    @property
+    def next_functions(self):
+        return tuple((i[0] if i else None, 0) for i in self.inputs)
+
+    def register_hook(self, hook):
+        self.hooks.append(hook)
+        return _Handle(self.hooks, hook)
+
+    def __repr__(self):
+        return f"<{self.name()} object>"
+
+
+class AccumulateGrad(Node):
+    """The node of a leaf that requires grad: adds the gradient into ``.grad``."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable):
+        super().__init__("AccumulateGrad", None, ())
+        self.variable = weakref.ref(variable)
+
+    def name(self):
+        return "AccumulateGrad"
+
+
+def _shape_str(shape):
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _check_saved(node):
+    if node.freed:
+        raise FpemuRuntimeError(_SAVED_FREED)
+    for t, version in node.saved:
+        if t._vc[0] != version:
+            raise FpemuRuntimeError(
+                f"one of the variables needed for gradient computation has been modified by "
+                f"an inplace operation: [{t.dtype} {_shape_str(t.shape)}], which is an input "
+                f"of {node.name()}, is at version {t._vc[0]}; expected version {version} "
+                f"instead. Hint: the in-place operation changed a value this backward needs; "
+                f"use the out-of-place form (x = x + y rather than x += y), or .clone() first.")
 
 
 # --------------------------------------------------------------------- Tensor
@@ -234,94 +415,243 @@ class Tensor:
     __array_priority__ = 1000
     __hash__ = object.__hash__
 
-    def __init__(self, array, dtype, requires_grad=False):
-        self._a = array
+    def __init__(self, array, dtype, requires_grad=False, _vc=None, _base=None):
+        self._data = array if isinstance(array, np.ndarray) else np.asarray(array)
         self.dtype = dtype
-        self.requires_grad = bool(requires_grad)
-        self.grad = None
-        self._back = None
-        self._parents = ()
-        self._hooks = []
+        self._vc = [0] if _vc is None else _vc
+        self._base = _base
+        self._requires_grad = False
+        self.grad_fn = None
+        self._acc = None
+        self._grad = None
         self._retain = False
         self._name = None
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # -- storage
+    @property
+    def _a(self):
+        return self._data
+
+    @_a.setter
+    def _a(self, values):
+        """Write ``values`` into this tensor's storage (an in-place update that
+        every view sees), and bump the version."""
+        self._data[...] = values
+        self._vc[0] += 1
+
+    def _set_data(self, array, dtype=None):
+        """Point this tensor at new storage (``.data = ...``, ``Module.to``)."""
+        self._data = array if isinstance(array, np.ndarray) else np.asarray(array)
+        if dtype is not None:
+            self.dtype = dtype
+
+    @property
+    def _version(self):
+        return self._vc[0]
+
+    def _bump(self):
+        self._vc[0] += 1
+
+    def untyped_storage(self):
+        return self._data.base if self._data.base is not None else self._data
+
+    def data_ptr(self):
+        return self._data.__array_interface__["data"][0]
+
+    def is_contiguous(self, memory_format=None):
+        return bool(self._data.flags.c_contiguous)
+
+    def stride(self, dim=None):
+        item = self._data.itemsize
+        st = tuple(s // item for s in self._data.strides)
+        return st if dim is None else st[dim]
+
+    def storage_offset(self):
+        base = self._data
+        while base.base is not None and isinstance(base.base, np.ndarray):
+            base = base.base
+        return (self.data_ptr() - base.__array_interface__["data"][0]) // self._data.itemsize
 
     # -- basic facts
     @property
     def shape(self):
-        return self._a.shape
+        return Size(self._data.shape)
 
     def size(self, dim=None):
-        return self._a.shape if dim is None else self._a.shape[dim]
+        if dim is None:
+            return Size(self._data.shape)
+        return self._data.shape[_wrap(dim, self._data.ndim)]
 
     @property
     def ndim(self):
-        return self._a.ndim
+        return self._data.ndim
 
     def dim(self):
-        return self._a.ndim
+        return self._data.ndim
+
+    ndimension = dim
 
     def numel(self):
-        return int(self._a.size)
+        return int(self._data.size)
+
+    nelement = numel
+
+    def element_size(self):
+        return 8 if self.dtype is float64 else (
+            (self.dtype.bits + 7) // 8 if isinstance(self.dtype, Format)
+            else np.dtype(self.dtype.np_dtype).itemsize)
 
     def __len__(self):
-        return self._a.shape[0]
+        if self._data.ndim == 0:
+            raise FpemuTypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise FpemuTypeError("iteration over a 0-d tensor")
+        from .ops.shape import unbind
+        return iter(unbind(self, 0))
 
     @property
     def is_leaf(self):
-        return self._back is None
+        return self.grad_fn is None
+
+    @property
+    def requires_grad(self):
+        return self._requires_grad or self.grad_fn is not None
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        if self.grad_fn is not None:
+            if not requires_grad:
+                raise FpemuRuntimeError(
+                    "you can only change requires_grad flags of leaf variables. If you want to "
+                    "use a computed variable in a subgraph that doesn't require differentiation "
+                    "use var_no_grad = var.detach().")
+            return self
+        if requires_grad and not is_float(self.dtype):
+            raise FpemuRuntimeError("only Tensors of floating point dtype can require "
+                                    "gradients")
+        self._requires_grad = bool(requires_grad)
+        if not requires_grad:
+            self._acc = None
+        return self
+
+    @property
+    def grad(self):
+        if self.grad_fn is not None and not self._retain and self._grad is None:
+            return None
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None and not isinstance(value, Tensor):
+            raise FpemuTypeError(f"assigned grad expected to be a Tensor or None but got grad "
+                                 f"of type {type(value).__name__}")
+        if value is not None and tuple(value.shape) != tuple(self.shape):
+            raise FpemuRuntimeError(f"assigned grad has data of a different size: "
+                                    f"{tuple(value.shape)} vs {tuple(self.shape)}")
+        self._grad = value
+
+    def _edge(self):
+        """The node a gradient for this tensor flows into."""
+        if self.grad_fn is not None:
+            return self.grad_fn
+        if self._acc is None:
+            self._acc = AccumulateGrad(self)
+        return self._acc
 
     def is_floating_point(self):
         return is_float(self.dtype)
 
+    def is_complex(self):
+        return False
+
     @property
     def device(self):
-        return "cuda (emulated)"
+        return current_device()
+
+    @property
+    def is_cuda(self):
+        return get_profile().device == "cuda"
+
+    @property
+    def is_cpu(self):
+        return not self.is_cuda
+
+    @property
+    def layout(self):
+        return "torch.strided"
+
+    @property
+    def is_sparse(self):
+        return False
 
     @property
     def data(self):
-        """A tensor sharing these values, outside the graph."""
-        return Tensor(self._a, self.dtype)
+        """A tensor sharing this storage, outside the graph and with its own
+        version counter."""
+        return Tensor(self._data, self.dtype)
 
     @data.setter
     def data(self, other):
         if not isinstance(other, Tensor):
-            raise TypeError(f".data = expects a Tensor, got {type(other).__name__}")
-        self._a, self.dtype = other._a, other.dtype
+            raise FpemuTypeError(f".data = expects a Tensor, got {type(other).__name__}")
+        self._set_data(other._data, other.dtype)
 
-    def numpy(self):
-        if self.requires_grad and _State.grad_enabled:
-            raise RuntimeError("Can't call numpy() on a Tensor that requires grad; use "
-                               "tensor.detach().numpy()")
-        return self._a
+    def numpy(self, force=False):
+        if self.requires_grad and not force:
+            raise FpemuRuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                                    "tensor.detach().numpy() instead.")
+        return self._data
 
     def item(self):
-        if self._a.size != 1:
-            raise ValueError(f"item(): only a one-element tensor converts to a Python number; "
-                             f"this one has shape {self.shape}")
-        return self._a.reshape(-1)[0].item()
+        if self._data.size != 1:
+            raise FpemuRuntimeError(f"a Tensor with {self._data.size} elements cannot be "
+                                    f"converted to Scalar")
+        return self._data.reshape(-1)[0].item()
 
     def tolist(self):
-        return self._a.tolist()
+        return self._data.tolist()
 
     def detach(self):
-        return Tensor(self._a, self.dtype)
+        """This storage and version counter, outside the graph."""
+        return Tensor(self._data, self.dtype, _vc=self._vc)
 
-    def requires_grad_(self, flag=True):
-        if flag and not is_float(self.dtype):
-            raise RuntimeError(f"only floating-point tensors can require gradients; this one is "
-                               f"{self.dtype}")
-        self.requires_grad = bool(flag)
+    def detach_(self):
+        if self._base is not None and self._base.requires_grad:
+            raise FpemuRuntimeError("Can't detach views in-place. Use detach() instead.")
+        self.grad_fn = None
+        self._requires_grad = False
+        self._acc = None
         return self
 
     def retain_grad(self):
         """Keep ``.grad`` on a non-leaf tensor after backward()."""
+        if self.grad_fn is None:
+            if not self._requires_grad:
+                raise FpemuRuntimeError("can't retain_grad on Tensor that has "
+                                        "requires_grad=False")
+            return
         self._retain = True
+        self.grad_fn.retained = weakref.ref(self)
+
+    @property
+    def retains_grad(self):
+        return self._retain
 
     def register_hook(self, hook):
         """``hook(grad) -> Tensor or None``, called when this tensor's gradient
-        is complete; returning a tensor replaces the gradient."""
-        self._hooks.append(hook)
-        return _Handle(self._hooks, hook)
+        is computed; returning a tensor replaces the gradient."""
+        if not self.requires_grad:
+            raise FpemuRuntimeError("cannot register a hook on a tensor that doesn't require "
+                                    "gradient")
+        return self._edge().register_hook(hook)
 
     def cpu(self):
         return self
@@ -329,33 +659,79 @@ class Tensor:
     def cuda(self, *args, **kwargs):
         return self
 
+    def pin_memory(self, *args, **kwargs):
+        return self
+
+    def is_pinned(self, *args, **kwargs):
+        return False
+
+    def share_memory_(self):
+        return self
+
     def __repr__(self) -> str:
-        body = np.array2string(self._a, separator=", ", precision=8)
-        extra = ""
-        if self.dtype not in (float32, int64):
-            extra = f", dtype={self.dtype}"
-        if self._back is not None:
-            extra += f", grad_fn=<{self._back.__qualname__.split('.')[0]}>"
-        elif self.requires_grad:
-            extra += ", requires_grad=True"
-        return f"tensor({body}{extra})"
+        from ._print import tensor_repr
+        return tensor_repr(self)
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (np.array(self._data), _dtype_key(self.dtype), self.requires_grad,
+                           self._grad))
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise FpemuRuntimeError("Only Tensors created explicitly by the user (graph "
+                                    "leaves) support the deepcopy protocol at the moment.")
+        new = type(self).__new__(type(self))
+        Tensor.__init__(new, self._data.copy(), self.dtype, self.requires_grad)
+        new.__dict__.update({k: v for k, v in self.__dict__.items()
+                             if k not in new.__dict__})
+        if self._grad is not None:
+            new._grad = Tensor(self._grad._data.copy(), self._grad.dtype)
+        memo[id(self)] = new
+        return new
 
     # -- graph
-    def backward(self, gradient=None, retain_graph=None):
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into the ``.grad`` of every leaf."""
-        if not self.requires_grad:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have "
-                               "a grad_fn; call .requires_grad_() on an input first")
-        if gradient is None:
-            if self._a.size != 1:
-                raise RuntimeError(f"grad can be implicitly created only for one-element "
-                                   f"outputs; this one has shape {self.shape}: pass gradient=")
-            g = np.ones(self.shape, np_dtype(self.dtype))
-        else:
-            g = _store(gradient._a if isinstance(gradient, Tensor) else gradient, self.dtype)
-            if g.shape != self.shape:
-                raise RuntimeError(f"gradient has shape {g.shape}, the tensor {self.shape}")
-        _run_backward(self, g)
+        run_backward([self], [gradient], retain_graph, create_graph, inputs)
+
+
+class Size(tuple):
+    """``torch.Size``: a tuple of ints."""
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"torch.Size([{', '.join(str(s) for s in self)}])"
+
+    def __getitem__(self, i):
+        out = tuple.__getitem__(self, i)
+        return Size(out) if isinstance(i, slice) else out
+
+
+def _wrap(dim, ndim):
+    n = max(ndim, 1)
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+        raise FpemuTypeError(f"dim must be an int, got {type(dim).__name__} ({dim!r})")
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {dim})")
+    return int(dim) % n
+
+
+def _dtype_key(dtype):
+    return dtype.name
+
+
+def _rebuild(array, key, requires_grad, grad):
+    t = Tensor(array, as_dtype(key))
+    if requires_grad:
+        t.requires_grad_(True)
+    t._grad = grad
+    return t
 
 
 class _Handle:
@@ -367,8 +743,11 @@ class _Handle:
             self._hooks.remove(self._hook)
 
 
-def _topo(root):
-    order, seen, stack = [], set(), [(root, False)]
+# ------------------------------------------------------------------ the engine
+def _topo(roots):
+    """Nodes reachable from ``roots``, each after every node that feeds it a
+    gradient (reverse topological order of the forward)."""
+    order, seen, stack = [], set(), [(r, False) for r in roots]
     while stack:
         node, done = stack.pop()
         if done:
@@ -378,9 +757,10 @@ def _topo(root):
             continue
         seen.add(id(node))
         stack.append((node, True))
-        for p in node._parents:
-            if isinstance(p, Tensor) and p.requires_grad and id(p) not in seen:
-                stack.append((p, False))
+        for edge in node.inputs:
+            if edge is not None and id(edge[0]) not in seen:
+                stack.append((edge[0], False))
+    order.reverse()
     return order
 
 
@@ -391,46 +771,143 @@ def _accumulate(old, new, dtype):
     return _store(old.astype(dt) + new.astype(dt), dtype)
 
 
-def _run_backward(root, grad):
-    grads = {id(root): grad}
-    with _grad_mode(False):
-        for node in reversed(_topo(root)):
-            g = grads.pop(id(node), None)
+def _grad_array(t, g):
+    if g is None:
+        if t._data.size != 1:
+            raise FpemuRuntimeError("grad can be implicitly created only for scalar outputs")
+        if not is_float(t.dtype):
+            raise FpemuRuntimeError(f"grad can be implicitly created only for real scalar "
+                                    f"outputs but got {t.dtype}")
+        return np.ones(t.shape, np_dtype(t.dtype))
+    arr = _store(g._data if isinstance(g, Tensor) else np.asarray(g), t.dtype)
+    if arr.shape != t.shape:
+        raise FpemuRuntimeError(f"Mismatch in shape: grad_output[0] has a shape of "
+                                f"torch.Size({list(arr.shape)}) and output[0] has a shape of "
+                                f"torch.Size({list(t.shape)}).")
+    return arr.copy()
+
+
+def run_backward(tensors, grads, retain_graph=None, create_graph=False, inputs=None,
+                 capture=None):
+    """The backward pass from ``tensors`` (with gradients ``grads``). With
+    ``capture`` (a list of tensors), their gradients are returned instead of
+    accumulated into leaves (``autograd.grad``)."""
+    if create_graph:
+        raise FpemuNotImplementedError("fpemu's backward does not build a graph of the "
+                                       "backward pass (create_graph=True, higher-order "
+                                       "gradients); compute second derivatives in torch")
+    retain = bool(retain_graph)
+    roots, init = [], {}
+    for t, g in zip(tensors, grads):
+        if not t.requires_grad:
+            raise FpemuRuntimeError("element 0 of tensors does not require grad and does not "
+                                    "have a grad_fn")
+        arr = _grad_array(t, g)
+        node = t._edge()
+        roots.append(node)
+        init[id(node)] = _accumulate(init.get(id(node)), arr, t.dtype)
+    targets = only = None
+    if capture is not None:
+        targets = {id(t._edge()): i for i, t in enumerate(capture)}
+    elif inputs is not None:
+        inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        only = {id(t._edge()) for t in inputs}
+    captured = [None] * (len(capture) if capture is not None else 0)
+    grads_of = dict(init)
+    dtype_of = {id(t._edge()): t.dtype for t in tensors}
+    with grad_mode(False):
+        for node in _topo(roots):
+            g = grads_of.pop(id(node), None)
             if g is None:
                 continue
-            for hook in list(node._hooks):
-                out = hook(Tensor(g, node.dtype))
+            dt = dtype_of.get(id(node))
+            for hook in list(node.hooks):
+                out = hook(Tensor(g, dt))
                 if out is not None:
-                    g = _store(out._a, node.dtype)
-            if node._back is None or node._retain:
-                prev = None if node.grad is None else node.grad._a
-                node.grad = Tensor(_accumulate(prev, g, node.dtype).copy()
-                                   if prev is not None else g.copy(), node.dtype)
-            if node._back is None:
-                continue
-            for p, pg in zip(node._parents, node._back(g)):
-                if pg is None or not isinstance(p, Tensor) or not p.requires_grad:
+                    g = _store(out._data, dt)
+            if node.retained is not None:
+                t = node.retained()
+                if t is not None and t.grad_fn is node:
+                    prev = t._grad
+                    t._grad = Tensor(g.copy() if prev is None
+                                     else _accumulate(prev._data, g, dt), dt)
+            if targets is not None and id(node) in targets:
+                captured[targets[id(node)]] = Tensor(g.copy(), dt)
+                if isinstance(node, AccumulateGrad):
                     continue
-                pg = _store(pg, p.dtype)
-                if pg.shape != p.shape:
-                    pg = np.broadcast_to(pg, p.shape).copy()
-                grads[id(p)] = _accumulate(grads.get(id(p)), pg, p.dtype)
+            if isinstance(node, AccumulateGrad):
+                if capture is None and (only is None or id(node) in only):
+                    var = node.variable()
+                    if var is not None:
+                        _accumulate_into_leaf(var, g)
+                continue
+            _check_saved(node)
+            parts = node.back(g)
+            if not retain and node.saved:
+                node.freed = True
+            for edge, pg in zip(node.inputs, parts):
+                if edge is None or pg is None:
+                    continue
+                nxt, pdt, pshape = edge
+                pg = _store(pg, pdt)
+                if pg.shape != pshape:
+                    pg = _sum_to(np.broadcast_to(pg, np.broadcast_shapes(pg.shape, pshape)),
+                                 pshape, pdt)
+                grads_of[id(nxt)] = _accumulate(grads_of.get(id(nxt)), pg, pdt)
+                dtype_of[id(nxt)] = pdt
+    return captured
 
 
-def _result(array, dtype, parents, backward):
-    """The output tensor of an op; a graph node if any parent needs a grad."""
-    t = Tensor(array, dtype)
-    if _State.grad_enabled and any(isinstance(p, Tensor) and p.requires_grad
-                                   for p in parents):
-        t.requires_grad = True
-        t._parents = tuple(parents)
-        t._back = backward
+def _accumulate_into_leaf(var, g):
+    """AccumulateGrad: a new ``.grad`` holds a copy; later ones add into it in
+    place (so references to ``p.grad`` see the sum, as in torch)."""
+    if var._grad is None:
+        var._grad = Tensor(np.array(g, np_dtype(var.dtype), copy=True), var.dtype)
+    else:
+        var._grad._a = _accumulate(var._grad._data, g, var._grad.dtype)
+
+
+def _result(array, dtype, parents, backward, saved=(), view_of=None, op=None):
+    """The output tensor of an op; a graph node if any parent needs a grad.
+
+    ``saved``: the tensors ``backward`` reads (their versions are checked
+    when it runs; the string "out" stands for the output). ``view_of``: the
+    output is a view of that tensor's storage (shares its version counter).
+    """
+    if view_of is not None:
+        t = Tensor(array, dtype, _vc=view_of._vc,
+                   _base=view_of._base if view_of._base is not None else view_of)
+    else:
+        array = array if isinstance(array, np.ndarray) else np.asarray(array)
+        for p in parents:
+            if isinstance(p, Tensor) and np.may_share_memory(array, p._data):
+                array = array.copy()
+                break
+        t = Tensor(array, dtype)
+    if State.grad_enabled:
+        inputs, any_grad = [], False
+        for p in parents:
+            if isinstance(p, Tensor) and p.requires_grad:
+                inputs.append((p._edge(), p.dtype, tuple(p.shape)))
+                any_grad = True
+            else:
+                inputs.append(None)
+        if any_grad:
+            name = op or getattr(backward, "__qualname__", "Op").split(".")[0]
+            sv = tuple((t if s == "out" else s, (t if s == "out" else s)._vc[0])
+                       for s in saved if s is not None)
+            t.grad_fn = Node(_node_name(name), backward, tuple(inputs), sv)
     return t
 
 
+def _node_name(name):
+    return "".join(part[:1].upper() + part[1:] for part in name.strip("_").split("_"))
+
+
 def _sum_to(g, shape, dtype):
-    """Sum a gradient over broadcast axes (fp32 accumulation, one rounding)."""
-    if g.shape == tuple(shape):
+    """Sum a gradient over broadcast axes (float64 accumulation, one rounding)."""
+    shape = tuple(shape)
+    if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape)
@@ -440,92 +917,95 @@ def _sum_to(g, shape, dtype):
     return _store(s.reshape(shape), dtype)
 
 
+# ------------------------------------------------------------------------ casts
+def to_dtype(x, dtype):
+    """Cast (RNE, the target's overflow rule); the backward casts back."""
+    dtype = as_dtype(dtype, "to()")
+    if dtype == x.dtype:
+        return x
+    if is_float(dtype):
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = _store(x._data, dtype)
+    else:
+        if is_float(x.dtype) and not np.all(np.isfinite(x._data)):
+            raise FpemuRuntimeError(f"to({dtype}): the tensor holds inf or NaN, which have no "
+                                    f"integer value")
+        if dtype is bool_:
+            out = x._data != 0
+        elif is_float(x.dtype):
+            out = np.trunc(x._data).astype(dtype.np_dtype)
+        else:
+            out = x._data.astype(dtype.np_dtype)
+        return Tensor(out, dtype)
+
+    def backward(g):
+        return (g,)
+    return _result(out, dtype, (x,), backward, op="to_copy")
+
+
 # ------------------------------------------------------------------ factories
-def tensor(data, dtype=None, requires_grad=False, device=None):
-    """A tensor from nested lists, numbers, numpy arrays or a Tensor.
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A tensor from nested lists, numbers, numpy arrays or a Tensor (always a
+    copy).
 
     Python floats are doubles: as in PyTorch, they reach a 16-bit or 8-bit
-    dtype through float32 (two roundings, ``numerics-pytorch.md`` §1.3).
+    dtype through float32 (two roundings, ``docs/pytorch-numerics.md``).
     Without ``dtype``: float32 for floats, int64 for integers, bool for bools.
     """
     if isinstance(data, Tensor):
-        data = data._a
-    arr = np.asarray(data)
+        src = data
+        arr = data._data
+        if dtype is None:
+            dtype = src.dtype
+    elif isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in _flat(data)):
+        arr = np.asarray([_item_of(d) for d in data]) if all(
+            not isinstance(d, (list, tuple)) for d in data) else np.asarray(
+            _to_nested(data))
+    else:
+        arr = np.asarray(data)
     if arr.dtype.kind in "OUSVcmM":
-        raise TypeError(f"tensor(): expected numbers, got an array of dtype {arr.dtype}")
+        raise FpemuTypeError(f"tensor(): expected numbers, got an array of dtype {arr.dtype}")
     if dtype is None:
-        dtype = {"b": bool_, "i": int64, "u": int64}.get(arr.dtype.kind, float32)
+        dtype = {"b": bool_, "i": int64, "u": _unsigned(arr.dtype)}.get(arr.dtype.kind,
+                                                                        float32)
         if arr.dtype == np.float64 and isinstance(data, np.ndarray):
             dtype = float64
     dtype = as_dtype(dtype, "tensor()")
-    if is_float(dtype):
-        if dtype is float64:
-            values = arr.astype(np.float64)
-        else:
-            with np.errstate(over="ignore"):
-                values = _store(arr.astype(np.float32), dtype)
-    else:
-        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-            raise ValueError("tensor(): can't make an integer tensor from inf or NaN")
-        values = arr.astype(dtype.np_dtype)
-    t = Tensor(np.array(values, copy=True), dtype)
+    t = Tensor(_values_as(arr, dtype), dtype)
     if requires_grad:
         t.requires_grad_(True)
     return t
 
 
-def _shape(size):
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        return tuple(size[0])
-    return tuple(int(s) for s in size)
+def _unsigned(npdt):
+    return uint8 if npdt == np.uint8 else int64
 
 
-def full(size, fill_value, dtype=None, requires_grad=False, device=None):
-    size = size if isinstance(size, (tuple, list)) else (size,)
-    dtype = result_type(fill_value) if dtype is None else dtype
-    return tensor(np.full(tuple(size), fill_value), dtype, requires_grad)
+def _flat(data):
+    for d in data:
+        if isinstance(d, (list, tuple)):
+            yield from _flat(d)
+        else:
+            yield d
 
 
-def zeros(*size, dtype=None, requires_grad=False, device=None):
-    return tensor(np.zeros(_shape(size)), dtype or float32, requires_grad)
+def _item_of(d):
+    return d._data if isinstance(d, Tensor) else d
 
 
-def ones(*size, dtype=None, requires_grad=False, device=None):
-    return tensor(np.ones(_shape(size)), dtype or float32, requires_grad)
+def _to_nested(data):
+    return [_to_nested(d) if isinstance(d, (list, tuple)) else _item_of(d) for d in data]
 
 
-def zeros_like(t, dtype=None, requires_grad=False):
-    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
-
-
-def ones_like(t, dtype=None, requires_grad=False):
-    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
-
-
-def randn(*size, dtype=None, requires_grad=False, device=None, generator=None):
-    """Standard normal values from fpemu's generator (see :func:`manual_seed`),
-    drawn in float32 and rounded to ``dtype``."""
-    rng = generator or _State.rng
-    return tensor(rng.standard_normal(_shape(size), np.float32), dtype or float32,
-                  requires_grad)
-
-
-def rand(*size, dtype=None, requires_grad=False, device=None, generator=None):
-    rng = generator or _State.rng
-    return tensor(rng.random(_shape(size), np.float32), dtype or float32, requires_grad)
-
-
-def randint(low, high=None, size=(), dtype=None, device=None, generator=None):
-    if high is None:
-        low, high = 0, low
-    rng = generator or _State.rng
-    return tensor(rng.integers(low, high, size=tuple(size)), dtype or int64)
-
-
-def arange(start, end=None, step=1, dtype=None, requires_grad=False, device=None):
-    if end is None:
-        start, end = 0, start
-    values = np.arange(start, end, step)
-    if dtype is None:
-        dtype = float32 if values.dtype.kind == "f" else int64
-    return tensor(values, dtype, requires_grad)
+def _values_as(arr, dtype):
+    """A fresh array of ``arr``'s values in ``dtype``'s storage (floats reach a
+    small format through float32, as torch's casts)."""
+    if is_float(dtype):
+        if dtype is float64:
+            return np.array(arr, np.float64, copy=True)
+        with np.errstate(over="ignore"):
+            out = _store(np.asarray(arr).astype(np.float32), dtype)
+        return np.array(out, copy=True)
+    if np.asarray(arr).dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise FpemuValueError("tensor(): can't make an integer tensor from inf or NaN")
+    return np.array(np.asarray(arr).astype(dtype.np_dtype), copy=True)

@@ -1,102 +1,291 @@
-"""Tensor methods and operators, bound to the functions of ``_ops``."""
+"""Tensor methods and operators, bound to the ops of ``ops/`` and
+``nn/functional.py``. In-place methods (``add_``, ``x += y``, ``x[i] = v``,
+...) write into the tensor's storage (``ops/inplace.py``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _ops as F
-from ._core import DType, Tensor, as_dtype, bfloat16, float16, float32, float64, int32, int64
 from ..formats import Format
+from . import ops as O  # noqa: E741
+from ._core import (
+    DType, Tensor, as_dtype, bfloat16, bool_, float16, float32, float64, int16, int32, int64,
+    int8, is_float, to_dtype, uint8,
+)
+from ._state import State
+from .nn import functional as F
+from .ops import inplace as I  # noqa: E741
+from .ops import shape as S
 
 
 def _to(self, *args, **kwargs):
-    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(tensor)``;
-    devices are accepted and ignored (fpemu emulates one CUDA device)."""
+    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(tensor)``,
+    with ``non_blocking`` and ``copy``; devices are accepted (fpemu computes
+    as the active profile's device)."""
     dtype = kwargs.pop("dtype", None)
     kwargs.pop("device", None)
     kwargs.pop("non_blocking", None)
-    kwargs.pop("copy", None)
+    copy = kwargs.pop("copy", False)
+    kwargs.pop("memory_format", None)
     if kwargs:
-        raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+        raise TypeError(f"to() received an invalid combination of arguments: "
+                        f"{sorted(kwargs)}")
+    from ._core import device as _device
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
         elif isinstance(a, (Format, DType)):
             dtype = a
-        elif isinstance(a, str):
-            if not a.startswith(("cuda", "cpu")):
-                raise ValueError(f"to(): {a!r} is not a device; pass a dtype object such as "
-                                 f"fpemu.autograd.bfloat16")
-        elif a is not None:
+        elif isinstance(a, (str, _device)):
+            _device(a)                      # validates the name
+        elif isinstance(a, bool) or a is None:
+            continue
+        else:
             raise TypeError(f"to(): expected a dtype, a device or a tensor, got {a!r}")
+    if dtype is None or as_dtype(dtype, "to()") == self.dtype:
+        return O.clone(self) if copy else self
+    return to_dtype(self, as_dtype(dtype, "to()"))
+
+
+def _type(self, dtype=None, non_blocking=False):
     if dtype is None:
-        return self
-    return F.to_dtype(self, as_dtype(dtype, "to()"))
+        names = {"fp32": "Float", "float64": "Double", "fp16": "Half", "bf16": "BFloat16",
+                 "int64": "Long", "int32": "Int", "bool": "Bool", "uint8": "Byte",
+                 "int8": "Char", "int16": "Short"}
+        return f"torch.{names.get(self.dtype.name, self.dtype.name)}Tensor"
+    if isinstance(dtype, str):
+        table = {"torch.FloatTensor": float32, "torch.DoubleTensor": float64,
+                 "torch.HalfTensor": float16, "torch.BFloat16Tensor": bfloat16,
+                 "torch.LongTensor": int64, "torch.IntTensor": int32,
+                 "torch.cuda.FloatTensor": float32, "torch.cuda.LongTensor": int64}
+        dtype = table.get(dtype, dtype)
+    return _to(self, dtype)
 
 
-def _inplace_op(fn):
+def _inplace(op):
     def method(self, *args, **kwargs):
-        return F._inplace(self, fn(self, *args, **kwargs))
+        return I.apply_inplace(self, op, *args, **kwargs)
+    method.__name__ = op.__name__ + "_"
     return method
 
 
-def _sub_inplace(self, other, alpha=1):
-    with_grad = F._State.grad_enabled
-    F._State.grad_enabled = False
-    try:
-        return F.sub(self, other, alpha)._a
-    finally:
-        F._State.grad_enabled = with_grad
+def _new(factory):
+    def method(self, *size, dtype=None, device=None, requires_grad=False, **kwargs):
+        return factory(*size, dtype=self.dtype if dtype is None else dtype,
+                       requires_grad=requires_grad)
+    return method
 
 
-def _no_graph(op):
-    def values(self, *args, **kwargs):
-        with_grad = F._State.grad_enabled
-        F._State.grad_enabled = False
-        try:
-            return op(self, *args, **kwargs)._a
-        finally:
-            F._State.grad_enabled = with_grad
-    return values
+def _new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    return O.full(size, fill_value, dtype=self.dtype if dtype is None else dtype,
+                  requires_grad=requires_grad)
+
+
+def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    from ._core import tensor
+    return tensor(data, dtype=self.dtype if dtype is None else dtype,
+                  requires_grad=requires_grad)
+
+
+def _uniform_(self, a=0.0, b=1.0, generator=None):
+    """Uniform in [a, b) from the generator, torch's CPU numbers for float32."""
+    gen = State.generator if generator is None else generator
+    vals = gen.uniform(self.numel(), a, b, double=self.dtype is float64)
+    with _no_grad():
+        return I.write(self, vals.reshape(self.shape))
+
+
+def _normal_(self, mean=0.0, std=1.0, generator=None):
+    gen = State.generator if generator is None else generator
+    vals = gen.normal(self.numel(), mean, std, fill32=self.dtype is float32)
+    with _no_grad():
+        return I.write(self, vals.reshape(self.shape))
+
+
+def _random_(self, low=0, high=None, generator=None):
+    gen = State.generator if generator is None else generator
+    if high is None:
+        low, high = 0, low if low else 2 ** 24 + 1
+    return I.write(self, gen.randint(low, high, self.numel()).reshape(self.shape))
+
+
+def _bernoulli_(self, p=0.5, generator=None):
+    gen = State.generator if generator is None else generator
+    return I.write(self, (gen.uniform(self.numel()) < p).reshape(self.shape).astype(
+        np.float64))
+
+
+def _exponential_(self, lambd=1.0, generator=None):
+    gen = State.generator if generator is None else generator
+    u = gen.uniform(self.numel(), double=True)
+    return I.write(self, (-np.log1p(-u) / lambd).reshape(self.shape))
+
+
+class _no_grad:
+    def __enter__(self):
+        self._old = State.grad_enabled
+        State.grad_enabled = False
+
+    def __exit__(self, *exc):
+        State.grad_enabled = self._old
+
+
+def _bool(self):
+    if self._data.size != 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return bool(self._data.reshape(-1)[0])
+
+
+def _float(self):
+    if self._data.size != 1:
+        raise TypeError("only one element tensors can be converted to Python scalars")
+    return float(self._data.reshape(-1)[0])
+
+
+def _int(self):
+    if self._data.size != 1:
+        raise TypeError("only one element tensors can be converted to Python scalars")
+    return int(self._data.reshape(-1)[0])
+
+
+def _index(self):
+    if is_float(self.dtype) or self._data.size != 1:
+        raise TypeError("only integer tensors of a single element can be converted to an "
+                        "index")
+    return int(self._data.reshape(-1)[0])
+
+
+def _format(self, spec):
+    if self._data.ndim == 0:
+        return format(self.item(), spec)
+    if spec:
+        raise TypeError("unsupported format string passed to Tensor.__format__")
+    return repr(self)
+
+
+def _rpow(self, base):
+    return O.pow(base, self)
+
+
+def _iadd(self, other):
+    return I.apply_inplace(self, O.add, other)
+
+
+def _isub(self, other):
+    return I.apply_inplace(self, O.sub, other)
+
+
+def _imul(self, other):
+    return I.apply_inplace(self, O.mul, other)
+
+
+def _itruediv(self, other):
+    return I.apply_inplace(self, O.div, other)
+
+
+def _setitem(self, idx, value):
+    I.setitem(self, idx, value)
 
 
 _METHODS = dict(
-    __add__=F.add, __radd__=lambda a, b: F.add(b, a), add=F.add,
-    __sub__=F.sub, __rsub__=lambda a, b: F.add(F.neg(a), b), sub=F.sub,
-    __mul__=F.mul, __rmul__=lambda a, b: F.mul(b, a), mul=F.mul,
-    __truediv__=F.div, __rtruediv__=lambda a, b: F.rdiv(a, b), div=F.div,
-    __neg__=F.neg, neg=F.neg,
-    __pow__=F.pow, pow=F.pow,
-    __matmul__=F.matmul, __rmatmul__=lambda a, b: F.matmul(b, a), matmul=F.matmul,
-    __getitem__=F.getitem,
-    __eq__=F.eq, __ne__=F.ne, __lt__=F.lt, __le__=F.le, __gt__=F.gt, __ge__=F.ge,
-    eq=F.eq, ne=F.ne, lt=F.lt, le=F.le, gt=F.gt, ge=F.ge,
-    sum=F.sum, mean=F.mean, amax=F.amax, argmax=F.argmax,
-    exp=F.exp, log=F.log, sqrt=F.sqrt, tanh=F.tanh, sigmoid=F.sigmoid, relu=F.relu,
-    reciprocal=F.reciprocal,
-    softmax=F.softmax, log_softmax=F.log_softmax,
-    reshape=F.reshape, view=F.reshape, transpose=F.transpose, permute=F.permute,
-    unsqueeze=F.unsqueeze, squeeze=F.squeeze, flatten=F.flatten,
-    masked_fill=F.masked_fill, clone=F.clone,
-    to=_to,
-    float=lambda self: F.to_dtype(self, float32),
-    half=lambda self: F.to_dtype(self, float16),
-    bfloat16=lambda self: F.to_dtype(self, bfloat16),
-    double=lambda self: F.to_dtype(self, float64),
-    long=lambda self: F.to_dtype(self, int64),
-    int=lambda self: F.to_dtype(self, int32),
-    contiguous=lambda self: self,
-    zero_=_inplace_op(lambda self: np.zeros_like(self._a)),
-    fill_=_inplace_op(lambda self, v: np.full_like(self._a, v, dtype=np.float64)),
-    copy_=_inplace_op(lambda self, src: np.broadcast_to(
-        F._store(src._a, self.dtype), self.shape).copy()),
-    add_=_inplace_op(_no_graph(F.add)),
-    sub_=_inplace_op(_sub_inplace),
-    mul_=_inplace_op(_no_graph(F.mul)),
-    div_=_inplace_op(_no_graph(F.div)),
+    __add__=O.add, __radd__=lambda a, b: O.add(b, a), add=O.add,
+    __sub__=O.sub, __rsub__=lambda a, b: O.rsub(a, b), sub=O.sub, subtract=O.sub,
+    __mul__=O.mul, __rmul__=lambda a, b: O.mul(b, a), mul=O.mul, multiply=O.mul,
+    __truediv__=O.div, __rtruediv__=lambda a, b: O.elementwise.rdiv(a, b), div=O.div,
+    divide=O.div, true_divide=O.div,
+    __floordiv__=O.floor_divide, __mod__=O.remainder, remainder=O.remainder,
+    floor_divide=O.floor_divide,
+    __neg__=O.neg, neg=O.neg, negative=O.neg, __pos__=lambda self: self,
+    __abs__=O.abs, abs=O.abs, sign=O.sign,
+    __pow__=O.pow, pow=O.pow, __rpow__=_rpow, square=O.square,
+    __matmul__=O.matmul, __rmatmul__=lambda a, b: O.matmul(b, a), matmul=O.matmul,
+    mm=O.mm, bmm=O.bmm, mv=O.mv, dot=O.dot, outer=O.outer,
+    __getitem__=O.getitem, __setitem__=_setitem,
+    __eq__=O.eq, __ne__=O.ne, __lt__=O.lt, __le__=O.le, __gt__=O.gt, __ge__=O.ge,
+    eq=O.eq, ne=O.ne, lt=O.lt, le=O.le, gt=O.gt, ge=O.ge,
+    __and__=O.bitwise_and, __or__=O.bitwise_or, __xor__=O.bitwise_xor,
+    __invert__=O.bitwise_not, logical_not=O.logical_not, logical_and=O.logical_and,
+    logical_or=O.logical_or,
+    __bool__=_bool, __float__=_float, __int__=_int, __index__=_index, __format__=_format,
+    __iadd__=_iadd, __isub__=_isub, __imul__=_imul, __itruediv__=_itruediv,
+    isnan=O.isnan, isinf=O.isinf, isfinite=O.isfinite,
+    sum=O.sum, mean=O.mean, amax=O.amax, amin=O.amin, max=O.max, min=O.min,
+    argmax=O.argmax, argmin=O.argmin, topk=O.topk, sort=O.sort, argsort=O.argsort,
+    std=O.std, var=O.var, norm=O.norm, cumsum=O.cumsum, prod=O.prod, any=O.any, all=O.all,
+    logsumexp=O.logsumexp, count_nonzero=O.count_nonzero,
+    exp=O.exp, log=O.log, log1p=O.log1p, expm1=O.expm1, sqrt=O.sqrt, rsqrt=O.rsqrt,
+    tanh=O.tanh, sigmoid=O.sigmoid, relu=O.relu, cos=O.cos, sin=O.sin,
+    reciprocal=O.reciprocal, clamp=O.clamp, clip=O.clamp,
+    maximum=O.maximum, minimum=O.minimum,
+    softmax=lambda self, dim, dtype=None: F.softmax(self, dim, dtype=dtype),
+    log_softmax=lambda self, dim, dtype=None: F.log_softmax(self, dim, dtype=dtype),
+    reshape=O.reshape, view=O.view, view_as=O.view_as, reshape_as=S.reshape_as,
+    transpose=O.transpose, swapaxes=O.swapaxes, permute=O.permute, t=O.t,
+    movedim=O.movedim, unsqueeze=O.unsqueeze, squeeze=O.squeeze, flatten=O.flatten,
+    unflatten=O.unflatten, expand=O.expand, expand_as=O.expand_as, repeat=O.repeat,
+    repeat_interleave=O.repeat_interleave,
+    split=O.split, chunk=O.chunk, unbind=O.unbind, narrow=O.narrow, select=O.select,
+    tensor_split=O.tensor_split, flip=O.flip, roll=O.roll, tril=O.tril, triu=O.triu,
+    gather=O.gather, index_select=O.index_select, masked_select=O.masked_select,
+    nonzero=O.nonzero,
+    contiguous=O.contiguous, masked_fill=O.masked_fill, clone=O.clone,
+    where=lambda self, cond, other: O.where(cond, self, other),
+    to=_to, type=_type,
+    type_as=lambda self, other: _to(self, other.dtype),
+    float=lambda self: _to(self, float32),
+    half=lambda self: _to(self, float16),
+    bfloat16=lambda self: _to(self, bfloat16),
+    double=lambda self: _to(self, float64),
+    long=lambda self: _to(self, int64),
+    int=lambda self: _to(self, int32),
+    short=lambda self: _to(self, int16),
+    char=lambda self: _to(self, int8),
+    byte=lambda self: _to(self, uint8),
+    bool=lambda self: _to(self, bool_),
+    new_zeros=_new(O.zeros), new_ones=_new(O.ones), new_empty=_new(O.empty),
+    new_full=_new_full, new_tensor=_new_tensor,
+    zero_=I.zero, fill_=I.fill, copy_=lambda self, src, non_blocking=False: I.copy_into(
+        self, src),
+    add_=_inplace(O.add), sub_=_inplace(O.sub), mul_=_inplace(O.mul), div_=_inplace(O.div),
+    pow_=_inplace(O.pow), neg_=_inplace(O.neg), abs_=_inplace(O.abs),
+    clamp_=_inplace(O.clamp), clip_=_inplace(O.clamp), exp_=_inplace(O.exp),
+    log_=_inplace(O.log), sqrt_=_inplace(O.sqrt), rsqrt_=_inplace(O.rsqrt),
+    tanh_=_inplace(O.tanh), sigmoid_=_inplace(O.sigmoid), relu_=_inplace(O.relu),
+    reciprocal_=_inplace(O.reciprocal), masked_fill_=_inplace(O.masked_fill),
+    tril_=_inplace(O.tril), triu_=_inplace(O.triu),
+    uniform_=_uniform_, normal_=_normal_, random_=_random_, bernoulli_=_bernoulli_,
+    exponential_=_exponential_,
 )
+
+
+def _lerp(self, end, weight):
+    """start + weight * (end - start), ATen's two-sided formula in opmath."""
+    from . import _aten
+    from ._core import _result, _store, opmath, result_type
+    dt = result_type(self, end)
+    om = opmath(dt)
+    A, B = self._data.astype(om), end._data.astype(om)
+    if isinstance(weight, Tensor):
+        Wv = weight._data.astype(om)
+        with np.errstate(all="ignore"):
+            res = np.where(np.abs(Wv) < 0.5, A + Wv * (B - A), B - (B - A) * (om(1) - Wv))
+        res = _store(res, dt)
+    else:
+        res = _aten.lerp(A, B, weight, dt)
+        Wv = om(weight)
+
+    def backward(g):
+        G = g.astype(om)
+        return (_store(G * (om(1) - Wv), dt), _store(G * Wv, dt), None)
+    return _result(res, dt, (self, end, weight), backward, op="lerp")
+
+
+_METHODS["lerp"] = _lerp
+_METHODS["lerp_"] = _inplace(_lerp)
 
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
-Tensor.T = property(lambda self: F.permute(self, tuple(reversed(range(self.ndim)))))
-Tensor.mT = property(lambda self: F.transpose(self, -2, -1))
+Tensor.T = property(lambda self: O.permute(self, tuple(reversed(range(self.ndim)))))
+Tensor.mT = property(lambda self: O.transpose(self, -2, -1))
+Tensor.H = Tensor.T
+Tensor.itemsize = property(lambda self: self.element_size())

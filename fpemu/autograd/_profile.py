@@ -47,6 +47,8 @@ import contextlib
 import dataclasses
 import re
 
+from ._state import State
+
 DEVICES = ("cuda", "cpu")
 E4M3_SATURATES_FROM = (2, 12)
 
@@ -121,7 +123,8 @@ class Profile:
 
 
 CUDA = Profile("cuda", "2.13.0")
-_current = [CUDA]
+State.profiles[:] = [CUDA]
+_current = State.profiles
 
 
 def get_profile() -> Profile:

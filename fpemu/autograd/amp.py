@@ -21,7 +21,7 @@ import numpy as np
 
 from ._autocast import TORCH_CPU, TORCH_CUDA, Policy, autocast, get_autocast_dtype  # noqa: F401
 from ._core import Tensor, _store, float16, float32
-from ._ops import mul
+from .ops.elementwise import mul
 
 _f = np.float32
 READY, UNSCALED, STEPPED = "READY", "UNSCALED", "STEPPED"

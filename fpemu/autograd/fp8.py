@@ -42,6 +42,7 @@ from ..formats import e4m3fn, e5m2, e8m0
 from ..quantize import quantize
 from ._autocast import cast_inputs
 from ._core import _result, _store, result_type
+from ._state import State
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 _f = np.float32
@@ -128,12 +129,11 @@ class MXFP8BlockScaling(_Recipe):
 
 
 _RECIPES = (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
-_stack = []
 
 
 def active_recipe():
     """The recipe of the innermost enabled ``fp8_autocast``, or None."""
-    return _stack[-1][0] if _stack and _stack[-1][0] is not None else None
+    return State.fp8[-1][0] if State.fp8 and State.fp8[-1][0] is not None else None
 
 
 @contextlib.contextmanager
@@ -145,11 +145,11 @@ def fp8_autocast(enabled=True, fp8_recipe=None):
         raise TypeError(f"fp8_recipe must be one of DelayedScaling, Float8CurrentScaling, "
                         f"Float8BlockScaling, MXFP8BlockScaling; got {type(recipe).__name__}")
     used = []
-    _stack.append((recipe, used))
+    State.fp8.append((recipe, used))
     try:
         yield recipe
     finally:
-        _stack.pop()
+        State.fp8.pop()
         for state in used:
             for role in ("input", "weight"):
                 if role in state:
@@ -330,8 +330,8 @@ def fp8_linear(module, x, recipe):
                      "weight": DelayedState.new(recipe, fwd_fmt.max),
                      "grad_output": DelayedState.new(recipe, bwd_fmt.max)}
             module.fp8_state = state
-        if _stack and all(s is not state for s in _stack[-1][1]):
-            _stack[-1][1].append(state)
+        if State.fp8 and all(s is not state for s in State.fp8[-1][1]):
+            State.fp8[-1][1].append(state)
     X = x._a.reshape(-1, x.shape[-1]).astype(np.float32)
     W = weight._a.astype(np.float32)
     fprop, dgrad, wgrad = recipe.split_accumulator

@@ -35,7 +35,7 @@ import numpy as np
 from ..formats import Format
 from ._core import Tensor, _store, float32, float64, is_float
 from ._profile import get_profile
-from ._ops import _add_alpha, _fma as _fma_dt
+from ._aten import add_alpha as _add_alpha, fma as _fma_dt
 
 _f = np.float32
 

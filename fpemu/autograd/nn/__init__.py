@@ -8,50 +8,172 @@ N(0, 1) for Embedding) with fpemu's generator, so the numbers are not torch's.
 from __future__ import annotations
 
 import collections
+import collections.abc
+import math
 
 import numpy as np
 
-from .. import _ops as F
-from .._core import Tensor, _State, as_dtype, bfloat16, float16, float32, is_float, tensor
-from . import functional, utils  # noqa: F401
+from .._core import (
+    Tensor, as_dtype, bfloat16, device, float16, float32, is_float, no_grad, tensor, to_dtype,
+)
+from . import functional as F
+from . import functional, init, utils  # noqa: F401
+from . import parallel  # noqa: F401
 
 
 class Parameter(Tensor):
-    """A tensor that a Module registers as a parameter (requires grad)."""
+    """A tensor that a Module registers as a parameter (requires grad by
+    default). ``Parameter(t)`` shares ``t``'s storage, as in torch."""
 
-    def __init__(self, data, requires_grad=True):
+    def __init__(self, data=None, requires_grad=True):
+        if data is None:
+            data = tensor(np.zeros(0, np.float32))
         src = data if isinstance(data, Tensor) else tensor(data)
-        super().__init__(src._a, src.dtype, requires_grad)
+        super().__init__(src._data, src.dtype, requires_grad and is_float(src.dtype))
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
 
 
-class Module:
-    """Base class: parameters, submodules, train/eval, state_dict, hooks."""
+class Buffer(Tensor):
+    """``nn.Buffer(t, persistent=True)``: a tensor a Module registers as a buffer."""
 
-    def __init__(self):
-        object.__setattr__(self, "_parameters", collections.OrderedDict())
-        object.__setattr__(self, "_modules", collections.OrderedDict())
-        object.__setattr__(self, "_forward_hooks", [])
-        object.__setattr__(self, "training", True)
+    def __init__(self, data, persistent=True):
+        super().__init__(data._data, data.dtype)
+        self.persistent = persistent
+
+
+class _IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
+                                               ["missing_keys", "unexpected_keys"])):
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+
+def _typename(v):
+    if isinstance(v, Tensor):
+        return "torch.FloatTensor" if v.dtype is float32 else f"Tensor ({v.dtype})"
+    return type(v).__name__
+
+
+class Module:
+    """Base class: parameters, buffers, submodules, train/eval, state_dict,
+    hooks, with torch's attribute rules (``__setattr__``)."""
+
+    def __init__(self, *args, **kwargs):
+        d = self.__dict__
+        d["_parameters"] = collections.OrderedDict()
+        d["_buffers"] = collections.OrderedDict()
+        d["_non_persistent"] = set()
+        d["_modules"] = collections.OrderedDict()
+        d["_forward_hooks"] = []
+        d["_forward_pre_hooks"] = []
+        d["training"] = True
 
     def __setattr__(self, name, value):
-        if "_parameters" not in self.__dict__:
-            raise AttributeError("call Module.__init__() (super().__init__()) before assigning "
-                                 "attributes")
+        d = self.__dict__
+        if "_parameters" not in d:
+            raise AttributeError("cannot assign parameters before Module.__init__() call")
+        params, bufs, mods = d["_parameters"], d["_buffers"], d["_modules"]
         if isinstance(value, Parameter):
-            self._parameters[name] = value
+            d.pop(name, None)
+            bufs.pop(name, None)
+            mods.pop(name, None)
+            params[name] = value
+        elif name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{_typename(value)}' as parameter '{name}' "
+                                f"(torch.nn.Parameter or None expected)")
+            params[name] = None
         elif isinstance(value, Module):
-            self._modules[name] = value
-        elif value is None and name in self._parameters:
-            self._parameters[name] = None
-        object.__setattr__(self, name, value)
+            d.pop(name, None)
+            params.pop(name, None)
+            bufs.pop(name, None)
+            mods[name] = value
+        elif name in mods:
+            if value is not None:
+                raise TypeError(f"cannot assign '{_typename(value)}' as child module '{name}' "
+                                f"(torch.nn.Module or None expected)")
+            mods[name] = None
+        elif name in bufs:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign '{_typename(value)}' as buffer '{name}' "
+                                f"(torch.Tensor or None expected)")
+            bufs[name] = value
+        elif isinstance(value, Buffer):
+            self.register_buffer(name, value, value.persistent)
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            if store in d and name in d[store]:
+                return d[store][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for store in ("_parameters", "_buffers", "_modules"):
+            if name in self.__dict__[store]:
+                del self.__dict__[store][name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
+                      | set(self._modules))
+
+    def register_parameter(self, name, param):
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{_typename(param)}' object to parameter '{name}' "
+                            f"(torch.nn.Parameter or None required)")
+        if "." in name or not name:
+            raise KeyError('parameter name can\'t contain "." and can\'t be empty')
+        self.__dict__.pop(name, None)
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """A tensor that is part of the module's state but not a parameter:
+        in ``state_dict`` if persistent, cast by ``.to(dtype)``."""
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' "
+                            f"(torch Tensor or None required)")
+        if "." in name or not name:
+            raise KeyError('buffer name can\'t contain "." and can\'t be empty')
+        if name in self._parameters or (name in self.__dict__ and name not in self._buffers):
+            raise KeyError(f"attribute '{name}' already exists")
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+
+    def register_module(self, name, module):
+        setattr(self, name, module)
+
+    add_module = register_module
+
+    def get_submodule(self, target):
+        m = self
+        for part in target.split(".") if target else ():
+            m = getattr(m, part)
+        return m
+
+    def get_parameter(self, target):
+        mod, _, name = target.rpartition(".")
+        return getattr(self.get_submodule(mod), name)
 
     def forward(self, *args, **kwargs):
-        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required '
+                                  f'"forward" function')
 
     def __call__(self, *args, **kwargs):
+        for hook in list(self._forward_pre_hooks):
+            res = hook(self, args)
+            if res is not None:
+                args = res if isinstance(res, tuple) else (res,)
         out = self.forward(*args, **kwargs)
         for hook in list(self._forward_hooks):
             res = hook(self, args, out)
@@ -62,89 +184,181 @@ class Module:
     def register_forward_hook(self, hook):
         """``hook(module, inputs, output)``, called after every forward."""
         self._forward_hooks.append(hook)
-        hooks = self._forward_hooks
+        return _Removable(self._forward_hooks, hook)
 
-        class _H:
-            def remove(_self):
-                if hook in hooks:
-                    hooks.remove(hook)
-        return _H()
+    def register_forward_pre_hook(self, hook):
+        self._forward_pre_hooks.append(hook)
+        return _Removable(self._forward_pre_hooks, hook)
 
-    def named_modules(self, prefix=""):
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
-            yield from m.named_modules(f"{prefix}.{name}" if prefix else name)
+            if m is None:
+                continue
+            yield from m.named_modules(memo, f"{prefix}.{name}" if prefix else name,
+                                       remove_duplicate)
 
     def modules(self):
         return (m for _, m in self.named_modules())
 
-    def children(self):
-        return iter(self._modules.values())
-
-    def named_parameters(self, prefix=""):
+    def named_children(self):
         seen = set()
-        for mname, m in self.named_modules(prefix):
-            for pname, p in m._parameters.items():
-                if p is not None and id(p) not in seen:
-                    seen.add(id(p))
-                    yield (f"{mname}.{pname}" if mname else pname), p
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
 
-    def parameters(self):
-        return (p for _, p in self.named_parameters())
+    def children(self):
+        return (m for _, m in self.named_children())
+
+    def _named_members(self, store, prefix, recurse, remove_duplicate=True):
+        seen = set()
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mname, m in mods:
+            for pname, p in getattr(m, store).items():
+                if p is None or (remove_duplicate and id(p) in seen):
+                    continue
+                seen.add(id(p))
+                yield (f"{mname}.{pname}" if mname else pname), p
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """(name, parameter) pairs; a parameter shared by two modules (tied
+        weights) is listed once, under its first name."""
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse=True):
+        return (p for _, p in self.named_parameters(recurse=recurse))
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse=True):
+        return (b for _, b in self.named_buffers(recurse=recurse))
 
     def train(self, mode=True):
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
         for m in self.modules():
-            object.__setattr__(m, "training", bool(mode))
+            m.__dict__["training"] = mode
         return self
 
     def eval(self):
         return self.train(False)
 
-    def zero_grad(self, set_to_none=True):
+    def requires_grad_(self, requires_grad=True):
         for p in self.parameters():
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad._a = np.zeros_like(p.grad._a)
-
-    def state_dict(self):
-        return collections.OrderedDict((n, Tensor(p._a.copy(), p.dtype))
-                                       for n, p in self.named_parameters())
-
-    def load_state_dict(self, state):
-        own = dict(self.named_parameters())
-        missing = sorted(set(own) - set(state))
-        unexpected = sorted(set(state) - set(own))
-        if missing or unexpected:
-            raise RuntimeError(f"load_state_dict(): missing keys {missing}, unexpected keys "
-                               f"{unexpected}")
-        for name, value in state.items():
-            p = own[name]
-            if tuple(value.shape) != p.shape:
-                raise RuntimeError(f"load_state_dict(): {name} has shape {p.shape}, the state "
-                                   f"{tuple(value.shape)}")
-            p._a = F._store(value._a if isinstance(value, Tensor) else np.asarray(value),
-                            p.dtype).copy()
+            p.requires_grad_(requires_grad)
         return self
 
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad._a = np.zeros_like(p.grad._data)
+
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        """Parameters then persistent buffers, module by module, every name of
+        a tied parameter included; the values share storage with the module
+        (``detach()``), as in torch."""
+        out = collections.OrderedDict() if destination is None else destination
+        for name, p in self._parameters.items():
+            if p is not None:
+                out[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                out[prefix + name] = b if keep_vars else b.detach()
+        for name, m in self._modules.items():
+            if m is not None:
+                m.state_dict(destination=out, prefix=f"{prefix}{name}.", keep_vars=keep_vars)
+        return out
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Copy the values of ``state_dict`` into the parameters and
+        persistent buffers (cast to their dtypes, in place). With ``strict``,
+        missing or unexpected keys raise torch's report; returns
+        ``(missing_keys, unexpected_keys)``."""
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors = []
+        if strict:
+            if unexpected:
+                errors.append("Unexpected key(s) in state_dict: "
+                              + ", ".join(f'"{k}"' for k in unexpected) + ". ")
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: "
+                              + ", ".join(f'"{k}"' for k in missing) + ". ")
+        for k, target in own.items():
+            if k not in state_dict:
+                continue
+            value = _as_fpemu(state_dict[k])
+            if tuple(value.shape) != tuple(target.shape):
+                errors.append(f"size mismatch for {k}: copying a param with shape "
+                              f"torch.Size({list(value.shape)}) from checkpoint, the shape in "
+                              f"current model is torch.Size({list(target.shape)}).")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                               + "\n\t".join(errors))
+        from ..ops.inplace import copy_into
+        with no_grad():
+            for k, target in own.items():
+                if k in state_dict:
+                    copy_into(target, _as_fpemu(state_dict[k]))
+        return _IncompatibleKeys(missing, unexpected)
+
+    def _apply_to_tensors(self, fn):
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for name, t in store.items():
+                    if t is not None:
+                        fn(t)
+
     def to(self, *args, **kwargs):
-        """Cast every floating parameter in place (devices are ignored)."""
+        """Cast every floating parameter and buffer (their storage is replaced,
+        the objects stay, as torch's ``param.data = ...``); devices accepted."""
         dtype = kwargs.get("dtype")
         for a in args:
-            if not isinstance(a, str):
+            if isinstance(a, (str, device)) or a is None:
+                continue
+            if isinstance(a, Tensor):
+                dtype = a.dtype
+            else:
                 dtype = a
         if dtype is not None:
             dtype = as_dtype(dtype, "Module.to()")
-            for p in self.parameters():
-                if is_float(p.dtype):
-                    p._a = F._store(p._a, dtype)
-                    p.dtype = dtype
-                    if p.grad is not None:
-                        p.grad = None
+            if not is_float(dtype):
+                raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, "
+                                f"but got desired dtype={dtype}")
+
+            def cast(t):
+                if is_float(t.dtype) and t.dtype != dtype:
+                    t._set_data(np.array(to_dtype(t.detach(), dtype)._data), dtype)
+                    if t._grad is not None:
+                        g = t._grad
+                        t._grad = Tensor(np.array(to_dtype(g, dtype)._data), dtype)
+            self._apply_to_tensors(cast)
         return self
+
+    def type(self, dst_type):
+        return self.to(dst_type)
 
     def float(self):
         return self.to(float32)
+
+    def double(self):
+        from .._core import float64
+        return self.to(float64)
 
     def half(self):
         return self.to(float16)
@@ -155,13 +369,24 @@ class Module:
     def cuda(self, *args, **kwargs):
         return self
 
+    def cpu(self):
+        return self
+
+    def share_memory(self):
+        return self
+
     def apply(self, fn):
-        for m in self.modules():
-            fn(m)
+        """``fn(module)`` for every submodule (children first), then self."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
         return self
 
     def extra_repr(self):
         return ""
+
+    def _get_name(self):
+        return type(self).__name__
 
     def __repr__(self):
         lines = [f"{type(self).__name__}({self.extra_repr()}"]
@@ -171,8 +396,37 @@ class Module:
         return "\n".join(lines) + ("\n)" if self._modules else ")")
 
 
-def _uniform(shape, bound):
-    return tensor(_State.rng.uniform(-bound, bound, size=shape).astype(np.float32))
+class _Removable:
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+def _as_fpemu(v):
+    """A value of a state_dict: an fpemu tensor, a real torch tensor (read
+    exactly), or an array."""
+    if isinstance(v, Tensor):
+        return v
+    if type(v).__module__.startswith("torch"):
+        return from_torch(v)
+    return tensor(np.asarray(v))
+
+
+def from_torch(t):
+    """A real torch tensor as an fpemu tensor of the same dtype, exactly (its
+    bits decoded where numpy has no such dtype)."""
+    from ...quantize import _from_torch
+    name = str(t.dtype).replace("torch.", "")
+    arr = _from_torch(t, "load_state_dict")
+    return tensor(arr, dtype=as_dtype(name) if name != "float32" else float32,
+                  requires_grad=False)
+
+
+def _empty_param(*shape):
+    return Parameter(tensor(np.zeros(shape, np.float32)))
 
 
 class Linear(Module):
@@ -182,12 +436,17 @@ class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, dtype=None, device=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        bound = 1.0 / np.sqrt(in_features) if in_features else 0.0
-        self.weight = Parameter(_uniform((out_features, in_features), bound))
-        self.bias = Parameter(_uniform((out_features,), bound)) if bias else None
+        self.weight = _empty_param(out_features, in_features)
+        self.bias = _empty_param(out_features) if bias else None
         self.fp8_state = None
+        self.reset_parameters()
         if dtype is not None:
             self.to(dtype)
+
+    def reset_parameters(self):
+        """torch's: kaiming_uniform_(a=sqrt(5)) for the weight, uniform in
+        +-1/sqrt(fan_in) for the bias, drawn in that order."""
+        _reset_fan_in(self.weight, self.bias)
 
     def forward(self, x):
         from .. import fp8
@@ -201,16 +460,45 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
+def _reset_fan_in(weight, bias):
+    init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        fan_in, _ = init._calculate_fan_in_and_fan_out(weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        init.uniform_(bias, -bound, bound)
+
+
 class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim, dtype=None, device=None):
+    """A lookup table, N(0, 1) at init (torch's ``normal_``); the row of
+    ``padding_idx`` starts at zero and gets no gradient."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 _freeze=False, device=None, dtype=None):
         super().__init__()
-        self.weight = Parameter(tensor(_State.rng.standard_normal(
-            (num_embeddings, embedding_dim)).astype(np.float32)))
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is None:
+            self.weight = _empty_param(num_embeddings, embedding_dim)
+            init.normal_(self.weight)
+            if padding_idx is not None:
+                with no_grad():
+                    self.weight[padding_idx].fill_(0)
+        else:
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
         if dtype is not None:
             self.to(dtype)
 
     def forward(self, idx):
-        return F.embedding(idx, self.weight)
+        return F.embedding(idx, self.weight, self.padding_idx)
+
+    def extra_repr(self):
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
 
 class LayerNorm(Module):
@@ -247,9 +535,23 @@ class RMSNorm(Module):
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
-class ReLU(Module):
+class _Activation(Module):
+    _fn = None
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
     def forward(self, x):
-        return F.relu(x)
+        return type(self)._fn(x, inplace=True) if self.inplace else type(self)._fn(x)
+
+
+class ReLU(_Activation):
+    _fn = staticmethod(F.relu)
+
+
+class SiLU(_Activation):
+    _fn = staticmethod(F.silu)
 
 
 class GELU(Module):
@@ -266,28 +568,75 @@ class Tanh(Module):
         return F.tanh(x)
 
 
+class Sigmoid(Module):
+    def forward(self, x):
+        return F.sigmoid(x)
+
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return F.softmax(x, self.dim)
+
+
 class Dropout(Module):
     """Dropout with a mask from fpemu's seeded generator; identity in eval()."""
 
-    def __init__(self, p=0.5):
+    def __init__(self, p=0.5, inplace=False):
         super().__init__()
-        self.p = p
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p, self.inplace = p, inplace
 
     def forward(self, x):
-        return F.dropout(x, self.p, self.training)
+        return F.dropout(x, self.p, self.training, self.inplace)
 
 
 class Sequential(Module):
     def __init__(self, *modules):
         super().__init__()
-        for i, m in enumerate(modules):
-            setattr(self, str(i), m)
+        if len(modules) == 1 and isinstance(modules[0], collections.OrderedDict):
+            for name, m in modules[0].items():
+                setattr(self, name, m)
+        else:
+            for i, m in enumerate(modules):
+                setattr(self, str(i), m)
 
     def __getitem__(self, i):
-        return list(self._modules.values())[i]
+        mods = list(self._modules.values())
+        if isinstance(i, slice):
+            return Sequential(*mods[i])
+        return mods[i]
 
     def __len__(self):
         return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        setattr(self, str(len(self)), module)
+        return self
 
     def forward(self, x):
         for m in self._modules.values():
@@ -295,24 +644,253 @@ class Sequential(Module):
         return x
 
 
-class CrossEntropyLoss(Module):
-    def __init__(self, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+class ModuleList(Module):
+    def __init__(self, modules=None):
         super().__init__()
-        self.reduction, self.ignore_index = reduction, ignore_index
-        self.label_smoothing = label_smoothing
+        for m in modules or ():
+            self.append(m)
+
+    def __getitem__(self, i):
+        mods = list(self._modules.values())
+        if isinstance(i, slice):
+            return ModuleList(mods[i])
+        return mods[i]
+
+    def __setitem__(self, i, module):
+        key = list(self._modules)[i]
+        setattr(self, key, module)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index, module):
+        mods = list(self._modules.values())
+        mods.insert(index, module)
+        self._modules.clear()
+        for m in mods:
+            self.append(m)
+
+
+class ModuleDict(Module):
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        setattr(self, key, module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def update(self, modules):
+        items = modules.items() if isinstance(modules, collections.abc.Mapping) else modules
+        for k, m in items:
+            setattr(self, k, m)
+
+
+class ParameterList(Module):
+    def __init__(self, values=None):
+        super().__init__()
+        for v in values or ():
+            self.append(v)
+
+    def __getitem__(self, i):
+        return list(self._parameters.values())[i]
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters.values())
+
+    def append(self, value):
+        p = value if isinstance(value, Parameter) else Parameter(value)
+        self.register_parameter(str(len(self._parameters)), p)
+        return self
+
+    def extend(self, values):
+        for v in values:
+            self.append(v)
+        return self
+
+
+class ParameterDict(Module):
+    def __init__(self, parameters=None):
+        super().__init__()
+        for k, v in (parameters or {}).items():
+            self[k] = v
+
+    def __getitem__(self, key):
+        return self._parameters[key]
+
+    def __setitem__(self, key, value):
+        self.register_parameter(key, value if isinstance(value, Parameter) else Parameter(value))
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters)
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def items(self):
+        return self._parameters.items()
+
+    def values(self):
+        return self._parameters.values()
+
+
+class Conv2d(Module):
+    """2-D convolution (im2col + the emulated matmul), torch's init."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError("in_channels and out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise ValueError("Conv2d: only padding_mode='zeros' is emulated")
+        kh, kw = F._pair(kernel_size)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = (kh, kw), F._pair(stride)
+        self.padding = padding if isinstance(padding, str) else F._pair(padding)
+        self.dilation, self.groups = F._pair(dilation), groups
+        self.weight = _empty_param(out_channels, in_channels // groups, kh, kw)
+        self.bias = _empty_param(out_channels) if bias else None
+        _reset_fan_in(self.weight, self.bias)
+        if dtype is not None:
+            self.to(dtype)
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}")
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
+
+    def forward(self, x):
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        super().__init__()
+        self.args = (kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+    def forward(self, x):
+        return F.avg_pool2d(x, *self.args)
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+
+class _Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__()
+        self.reduction = F._reduction(reduction, size_average, reduce)
+
+
+class CrossEntropyLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean", label_smoothing=0.0):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):  # noqa: A002
-        return F.cross_entropy(input, target, self.reduction, self.ignore_index,
-                               self.label_smoothing)
+        return F.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                               reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
-class MSELoss(Module):
-    def __init__(self, reduction="mean"):
-        super().__init__()
-        self.reduction = reduction
+class NLLLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
 
     def forward(self, input, target):  # noqa: A002
-        return F.mse_loss(input, target, self.reduction)
+        return F.nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+                          reduction=self.reduction)
+
+
+class MSELoss(_Loss):
+    def forward(self, input, target):  # noqa: A002
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class L1Loss(_Loss):
+    def forward(self, input, target):  # noqa: A002
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction="mean", beta=1.0):
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input, target):  # noqa: A002
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class BCEWithLogitsLoss(_Loss):
+    def forward(self, input, target):  # noqa: A002
+        return F.binary_cross_entropy_with_logits(input, target, reduction=self.reduction)
 
 
 class MultiheadSelfAttention(Module):
@@ -372,6 +950,6 @@ class TinyTransformer(Module):
 
     def forward(self, idx):
         T = idx.shape[1]
-        pos = Tensor(np.arange(T, dtype=np.int64), idx.dtype)
+        pos = tensor(np.arange(T, dtype=np.int64))
         x = self.tok(idx) + self.pos(pos)
         return self.head(self.ln(self.blocks(x)))

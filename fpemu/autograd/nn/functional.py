@@ -1,6 +1,821 @@
-"""The functional forms, as ``torch.nn.functional``."""
+"""The functional forms, as ``torch.nn.functional``: activations, softmax,
+norms, losses, dropout, embedding, attention, convolution and pooling.
 
-from .._ops import (  # noqa: F401
-    cross_entropy, dropout, embedding, gelu, layer_norm, linear, log_softmax, mse_loss,
-    nll_loss, relu, rms_norm, scaled_dot_product_attention, sigmoid, softmax, tanh,
+Softmax, the norms and the losses compute in float64 and round once to the
+output dtype (tier 2: CUDA's fp32 reductions are within a few ulp of that).
+Attention follows the backend model of ``docs/pytorch-numerics.md``
+("Attention"); convolution is im2col followed by the emulated matmul.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+
+import numpy as np
+
+from ...errors import FpemuValueError
+from .._autocast import cast_inputs
+from .._core import Tensor, _result, _store, float32, float64, int64, is_float, to_dtype
+from .._profile import get_profile
+from .._state import State
+from ..ops import linalg as _linalg
+from ..ops._common import f64, float_dt, wrap_dim
+from ..ops.elementwise import (  # noqa: F401  (torch.nn.functional's names)
+    gelu, masked_fill, relu, sigmoid, silu, tanh,
 )
+from ..ops.linalg import linear  # noqa: F401
+from ..ops.reduce import sum as _sum
+
+
+def relu_(x):
+    return relu(x, inplace=True)
+
+
+def leaky_relu(x, negative_slope=0.01, inplace=False):
+    def op(v):
+        dt = v.dtype
+        X = v._data
+        s = _store(np.float32(negative_slope), dt) if is_float(dt) else negative_slope
+        res = _store(np.where(X > 0, X, X * np.float32(s)), dt)
+
+        def backward(g):
+            return (_store(np.where(X > 0, g, g * np.float32(s)), dt),)
+        return _result(res, dt, (v,), backward, saved=(v,), op="leaky_relu")
+    if inplace:
+        from ..ops.inplace import apply_inplace
+        return apply_inplace(x, op)
+    return op(x)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    (x,) = cast_inputs("softplus", x)
+    from ..ops.elementwise import _unary
+
+    def fwd(v):
+        return np.where(v * beta > threshold, v, np.log1p(np.exp(beta * v)) / beta)
+
+    def bwd(g, v, y):
+        return np.where(v * beta > threshold, g, g / (1 + np.exp(-beta * v)))
+    return _unary("softplus", x, fwd, bwd)
+
+
+# ------------------------------------------------------------------- softmax
+def _dim(dim, ndim, what):
+    if dim is None:
+        raise TypeError(f"{what}(): pass dim= explicitly (the implicit choice is deprecated "
+                        f"in PyTorch)")
+    d = wrap_dim(dim, ndim)
+    return d if ndim else None        # a 0-d tensor: softmax over itself
+
+
+def _softmax_input(op, x, dim, dtype):
+    if dtype is None:
+        (x,) = cast_inputs(op, x)
+    else:
+        x = to_dtype(x, dtype)
+    return x, float_dt(x), _dim(dim, x.ndim, op), f64(x)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+    """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output."""
+    x, dt, d, X = _softmax_input("softmax", input, dim, dtype)
+    with np.errstate(all="ignore"):
+        e = np.exp(X - X.max(axis=d, keepdims=True))
+        Y = e / e.sum(axis=d, keepdims=True)
+    res = _store(Y, dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        with np.errstate(all="ignore"):
+            return (_store(Y * (G - (G * Y).sum(axis=d, keepdims=True)), dt),)
+    return _result(res, dt, (x,), backward, saved=("out",), op="softmax")
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+    """x - max - log(sum(exp(x - max))), in float64. Autocast: fp32 output."""
+    x, dt, d, X = _softmax_input("log_softmax", input, dim, dtype)
+    with np.errstate(all="ignore"):
+        shifted = X - X.max(axis=d, keepdims=True)
+        Y = shifted - np.log(np.exp(shifted).sum(axis=d, keepdims=True))
+    res = _store(Y, dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        with np.errstate(all="ignore"):
+            return (_store(G - np.exp(Y) * G.sum(axis=d, keepdims=True), dt),)
+    return _result(res, dt, (x,), backward, saved=("out",), op="log_softmax")
+
+
+# --------------------------------------------------------------------- norms
+def _norm_axes(x, normalized_shape):
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.ndim - len(ns):]) != ns:
+        raise RuntimeError(f"Given normalized_shape={list(ns)}, expected input with shape "
+                           f"[*, {', '.join(map(str, ns))}], but got input of size"
+                           f"{list(x.shape)}")
+    return tuple(range(x.ndim - len(ns), x.ndim)), ns
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # noqa: A002
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dims, in
+    float64. Autocast: fp32 (input, weight and bias cast, fp32 output)."""
+    x, weight, bias = cast_inputs("layer_norm", input, weight, bias)
+    axes, ns = _norm_axes(x, normalized_shape)
+    dt = float_dt(x)
+    X = f64(x)
+    mu = X.mean(axis=axes, keepdims=True)
+    xc = X - mu
+    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
+    xhat = xc * rstd
+    Wv = f64(weight) if weight is not None else 1.0
+    Y = xhat * Wv + (f64(bias) if bias is not None else 0.0)
+    res = _store(Y, dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        lead = tuple(range(x.ndim - len(ns)))
+        gw = _store((G * xhat).sum(axis=lead), weight.dtype) if weight is not None else None
+        gb = _store(G.sum(axis=lead), bias.dtype) if bias is not None else None
+        gh = G * Wv
+        gx = rstd * (gh - gh.mean(axis=axes, keepdims=True)
+                     - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
+        return _store(gx, dt), gw, gb
+    return _result(res, dt, (x, weight, bias), backward,
+                   saved=tuple(t for t in (x, weight) if t is not None), op="native_layer_norm")
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
+    """x / sqrt(mean(x^2) + eps) * weight, in float64; eps None is the
+    machine epsilon of x's dtype (torch's default). Autocast: fp32."""
+    x, weight = cast_inputs("rms_norm", input, weight)
+    axes, ns = _norm_axes(x, normalized_shape)
+    dt = float_dt(x)
+    if eps is None:
+        eps = float(np.finfo(np.float64).eps) if dt is float64 else dt.eps
+    X = f64(x)
+    rstd = 1.0 / np.sqrt((X * X).mean(axis=axes, keepdims=True) + eps)
+    xhat = X * rstd
+    Wv = f64(weight) if weight is not None else 1.0
+    res = _store(xhat * Wv, dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        lead = tuple(range(x.ndim - len(ns)))
+        gw = _store((G * xhat).sum(axis=lead), weight.dtype) if weight is not None else None
+        gh = G * Wv
+        gx = rstd * (gh - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
+        return _store(gx, dt), gw
+    return _result(res, dt, (x, weight), backward,
+                   saved=tuple(t for t in (x, weight) if t is not None), op="rms_norm")
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002
+    from ..ops.elementwise import clamp, div
+    from ..ops.reduce import norm
+    return div(input, clamp(norm(input, p, dim, keepdim=True), min=eps))
+
+
+# -------------------------------------------------------------------- losses
+def _reduction(reduction, size_average=None, reduce=None):
+    if size_average is not None or reduce is not None:
+        size_average = True if size_average is None else size_average
+        reduce = True if reduce is None else reduce
+        return "none" if not reduce else ("mean" if size_average else "sum")
+    if reduction not in ("mean", "sum", "none"):
+        raise FpemuValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,  # noqa: A002
+             reduce=None, reduction="mean"):
+    """-w[t] * logp[n, t, ...] over the targets that are not ``ignore_index``;
+    "mean" divides by the sum of their weights (torch's weighted mean). Input
+    (N, C), (C,) or (N, C, d1, ...). Autocast: fp32."""
+    reduction = _reduction(reduction, size_average, reduce)
+    (logp,) = cast_inputs("nll_loss", input)
+    if not isinstance(target, Tensor) or is_float(target.dtype):
+        from ..ops.linalg import scalar_type
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
+                           f"{scalar_type(target.dtype)}" if isinstance(target, Tensor)
+                           else "nll_loss(): target must be a Tensor of class indices")
+    dt = float_dt(logp)
+    L = logp._data
+    t = target._data.astype(np.int64)
+    if logp.ndim == 1:
+        L, t = L[None, :], t.reshape(1)
+    if L.ndim < 2:
+        raise ValueError(f"Expected 1 or more dimensions (got {logp.ndim})")
+    N, C = L.shape[0], L.shape[1]
+    if t.shape[0] != N:
+        raise ValueError(f"Expected input batch_size ({N}) to match target batch_size "
+                         f"({t.shape[0]}).")
+    if t.shape != (N,) + L.shape[2:]:
+        raise RuntimeError(f"expected target of shape {[N] + list(L.shape[2:])}, got "
+                           f"{list(t.shape)}")
+    keep = t != ignore_index
+    if np.any((t[keep] < 0) | (t[keep] >= C)):
+        raise IndexError(f"Target {int(t[keep][(t[keep] < 0) | (t[keep] >= C)][0])} is out of "
+                         f"bounds.")
+    tc = np.where(keep, t, 0)
+    Lm = np.moveaxis(L, 1, -1)                             # (N, d..., C)
+    picked = np.take_along_axis(Lm, tc[..., None], axis=-1)[..., 0].astype(np.float64)
+    W = np.ones(C) if weight is None else f64(weight)
+    w = np.where(keep, W[tc], 0.0)
+    losses = -picked * w
+    if reduction == "none":
+        res, denom = _store(losses.reshape(target.shape), dt), None
+    elif reduction == "sum":
+        res, denom = _store(np.asarray(losses.sum()), dt), 1.0
+    else:
+        denom = w.sum()
+        with np.errstate(all="ignore"):
+            res = _store(np.asarray(losses.sum() / denom), dt)
+
+    def backward(g):
+        G = np.zeros(Lm.shape, np.float64)
+        gv = g.astype(np.float64).reshape(losses.shape) if denom is None else \
+            g.astype(np.float64) / denom
+        with np.errstate(all="ignore"):
+            vals = -w * gv
+        np.put_along_axis(G, tc[..., None], vals[..., None], axis=-1)
+        G = np.where(keep[..., None], G, 0.0)
+        G = np.moveaxis(G, -1, 1).reshape(logp.shape)
+        return (_store(G, dt),)
+    return _result(res, dt, (logp,), backward, op="nll_loss")
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,  # noqa: A002
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """log_softmax over dim 1, then nll_loss (both fp32 under autocast), as
+    torch decomposes it; label smoothing mixes in the (weighted) mean of
+    -logp over the classes. Class-probability targets (float) are supported."""
+    reduction = _reduction(reduction, size_average, reduce)
+    (input,) = cast_inputs("cross_entropy_loss", input)
+    cdim = 0 if input.ndim == 1 else 1
+    logp = log_softmax(input, dim=cdim)
+    if isinstance(target, Tensor) and is_float(target.dtype):
+        if tuple(target.shape) != tuple(input.shape):
+            from ..ops.linalg import scalar_type
+            raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
+                               f"{scalar_type(target.dtype)}")
+        return _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim)
+    loss = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if not label_smoothing:
+        return loss
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise FpemuValueError(f"label_smoothing must be between 0.0 and 1.0. Got: "
+                              f"{label_smoothing}")
+    from ..ops.elementwise import add, div, mul, neg
+    C = input.shape[cdim]
+    keep = (target._data != ignore_index)
+    lp = logp if weight is None else mul(logp, weight.reshape((-1,) + (1,) * (logp.ndim - 2)))
+    smooth = mul(neg(_sum(lp, dim=cdim)), Tensor(keep.astype(np.float32), float32))
+    if reduction == "mean":
+        if weight is None:
+            smooth = div(_sum(smooth), float(keep.sum()))
+        else:
+            wt = f64(weight)[np.where(keep, target._data, 0)] * keep
+            smooth = div(_sum(smooth), float(wt.sum()))
+    elif reduction == "sum":
+        smooth = _sum(smooth)
+    return add(mul(loss, 1.0 - label_smoothing), mul(smooth, label_smoothing / C))
+
+
+def _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim):
+    from ..ops.elementwise import add, div, mul, neg
+    C = logp.shape[cdim]
+    tgt = target
+    if label_smoothing:
+        tgt = add(mul(target, 1.0 - label_smoothing), label_smoothing / C)
+    lp = logp if weight is None else mul(logp, weight.reshape((-1,) + (1,) * (logp.ndim - 2)))
+    per = neg(_sum(mul(lp, tgt), dim=cdim))
+    if reduction == "mean":
+        return div(_sum(per), float(np.prod(per.shape)) if per.ndim else 1.0)
+    if reduction == "sum":
+        return _sum(per)
+    return per
+
+
+def _pointwise_loss(name, input, target, reduction, fwd, bwd):  # noqa: A002
+    input, target = cast_inputs(name, input, target)
+    dt = float_dt(input, target)
+    X = f64(input)
+    T = f64(target) if isinstance(target, Tensor) else np.float64(target)
+    with np.errstate(all="ignore"):
+        per = fwd(X - T)
+    if reduction == "none":
+        res, scale = _store(per, dt), None
+    else:
+        scale = per.size if reduction == "mean" else 1
+        with np.errstate(all="ignore"):
+            res = _store(np.asarray(per.sum() / scale), dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        with np.errstate(all="ignore"):
+            gi = bwd(X - T) * (G if scale is None else G / scale)
+        gi = np.broadcast_to(gi, np.broadcast_shapes(X.shape, np.shape(T)))
+        from ..ops._common import grad_part
+        return (grad_part(_store(gi, dt), input, dt),
+                grad_part(_store(-gi, dt), target, dt) if isinstance(target, Tensor) else None)
+    return _result(res, dt, (input, target), backward,
+                   saved=tuple(t for t in (input, target) if isinstance(t, Tensor)), op=name)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean",  # noqa: A002
+             weight=None):
+    """mean((input - target)^2) in float64, rounded once. Autocast: fp32."""
+    return _pointwise_loss("mse_loss", input, target, _reduction(reduction, size_average,
+                                                                 reduce),
+                           lambda d: d * d, lambda d: 2 * d)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  # noqa: A002
+    return _pointwise_loss("l1_loss", input, target, _reduction(reduction, size_average,
+                                                                reduce),
+                           np.abs, np.sign)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None,  # noqa: A002
+                   reduction="mean", beta=1.0):
+    if beta == 0:
+        return l1_loss(input, target, reduction=reduction)
+    return _pointwise_loss(
+        "smooth_l1_loss", input, target, _reduction(reduction, size_average, reduce),
+        lambda d: np.where(np.abs(d) < beta, 0.5 * d * d / beta, np.abs(d) - 0.5 * beta),
+        lambda d: np.where(np.abs(d) < beta, d / beta, np.sign(d)))
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
+    return _pointwise_loss(
+        "huber_loss", input, target, _reduction(reduction),
+        lambda d: np.where(np.abs(d) < delta, 0.5 * d * d, delta * (np.abs(d) - 0.5 * delta)),
+        lambda d: np.where(np.abs(d) < delta, d, delta * np.sign(d)))
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,  # noqa: A002
+                                     reduce=None, reduction="mean", pos_weight=None):
+    if weight is not None or pos_weight is not None:
+        raise FpemuValueError("binary_cross_entropy_with_logits: weight= and pos_weight= are "
+                              "not emulated; multiply the per-element loss "
+                              "(reduction='none') yourself")
+
+    (input, target) = cast_inputs("binary_cross_entropy_with_logits", input, target)
+    dt = float_dt(input, target)
+    X, T = f64(input), f64(target)
+    with np.errstate(all="ignore"):
+        per = np.maximum(X, 0) - X * T + np.log1p(np.exp(-np.abs(X)))
+    red = _reduction(reduction, size_average, reduce)
+    scale = None if red == "none" else (per.size if red == "mean" else 1)
+    res = _store(per if scale is None else np.asarray(per.sum() / scale), dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        with np.errstate(all="ignore"):
+            s = 1 / (1 + np.exp(-X))
+            gi = (s - T) * (G if scale is None else G / scale)
+            gt = -X * (G if scale is None else G / scale)
+        return _store(gi, dt), _store(gt, dt)
+    return _result(res, dt, (input, target), backward, saved=(input, target),
+                   op="binary_cross_entropy_with_logits")
+
+
+def binary_cross_entropy(input, target, weight=None, reduction="mean"):  # noqa: A002
+    input, target = cast_inputs("binary_cross_entropy", input, target)
+    dt = float_dt(input, target)
+    X, T = f64(input), f64(target)
+    with np.errstate(all="ignore"):
+        per = -(T * np.maximum(np.log(X), -100) + (1 - T) * np.maximum(np.log1p(-X), -100))
+    red = _reduction(reduction)
+    scale = None if red == "none" else (per.size if red == "mean" else 1)
+    res = _store(per if scale is None else np.asarray(per.sum() / scale), dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        with np.errstate(all="ignore"):
+            gi = (X - T) / np.maximum((1 - X) * X, 1e-12) * (G if scale is None else G / scale)
+        return _store(gi, dt), None
+    return _result(res, dt, (input, target), backward, saved=(input,), op="binary_cross_entropy")
+
+
+# ------------------------------------------------------------ dropout, embedding
+def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
+    """Zero each element with probability p and scale the rest by the float32
+    1/(1-p); the mask comes from fpemu's seeded generator (not torch's numbers)."""
+    if not 0.0 <= p <= 1.0:
+        raise FpemuValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if inplace:
+        from ..ops.inplace import apply_inplace
+        return apply_inplace(input, dropout, p, training)
+    x = input
+    dt = x.dtype
+    om = np.float64 if dt is float64 else np.float32
+    keep = ~State.generator.bernoulli(x.shape, p)
+    scale = om(0.0) if p == 1.0 else om(1.0) / om(1.0 - p)
+    res = _store(np.where(keep, x._data.astype(om) * scale, om(0)), dt)
+
+    def backward(g):
+        return (_store(np.where(keep, g.astype(om) * scale, om(0)), dt),)
+    return _result(res, dt, (x,), backward, op="native_dropout")
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
+              scale_grad_by_freq=False, sparse=False):
+    """weight[input]; the backward adds rows in float64, rounded once; the
+    row of ``padding_idx`` gets no gradient."""
+    if not isinstance(input, Tensor) or is_float(input.dtype):
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the "
+                           "following scalar types: Long, Int; but got a float tensor instead")
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise FpemuValueError("embedding(): max_norm, scale_grad_by_freq and sparse are not "
+                              "emulated")
+    idx = input._data.astype(np.int64)
+    rows = weight.shape[0]
+    if idx.size and (idx.min() < -rows or idx.max() >= rows):
+        raise IndexError("index out of range in self")
+    pad = None if padding_idx is None else (padding_idx % rows)
+    res = weight._data[idx]
+
+    def backward(g):
+        G = np.zeros(weight.shape, np.float64)
+        flat = idx.reshape(-1) % rows
+        np.add.at(G, flat, g.reshape(-1, weight.shape[1]).astype(np.float64))
+        if pad is not None:
+            G[pad] = 0.0
+        return (None, _store(G, weight.dtype))
+    return _result(res, weight.dtype, (input, weight), backward, op="embedding")
+
+
+def one_hot(tensor, num_classes=-1):
+    t = tensor._data.astype(np.int64)
+    n = int(t.max()) + 1 if num_classes == -1 else num_classes
+    return Tensor(np.eye(n, dtype=np.int64)[t], int64)
+
+
+def pad(input, pad, mode="constant", value=None):  # noqa: A002
+    """Pad the last dims: ``pad = (left, right, top, bottom, ...)``; modes
+    "constant", "reflect", "replicate", "circular"."""
+    x = input
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise FpemuValueError("Padding length must be divisible by 2 and at most twice the "
+                              "number of dimensions of the input")
+    widths = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        widths[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if any(a < 0 or b < 0 for a, b in widths):
+        raise FpemuValueError("negative padding (cropping) is not emulated; slice instead")
+    npmode = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
+              "circular": "wrap"}.get(mode)
+    if npmode is None:
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    kw = {}
+    if npmode == "constant":
+        fill = 0.0 if value is None else value
+        kw["constant_values"] = _store(np.float32(fill), x.dtype) if is_float(x.dtype) else fill
+    res = np.pad(x._data, widths, mode=npmode, **kw)
+    sl = tuple(slice(a, a + n) for (a, _), n in zip(widths, x.shape))
+
+    def backward(g):
+        if npmode == "constant":
+            return (g[sl],)
+        G = np.zeros(x.shape, np.float64)
+        src = np.arange(x._data.size).reshape(x.shape)
+        where = np.pad(src, widths, mode=npmode)
+        np.add.at(G.reshape(-1), where.reshape(-1), g.reshape(-1).astype(np.float64))
+        return (_store(G, x.dtype),)
+    return _result(res, x.dtype, (x,), backward, op="constant_pad_nd")
+
+
+# ------------------------------------------------------------------ attention
+class SDPBackend(enum.IntEnum):
+    """``torch.nn.attention.SDPBackend``."""
+
+    ERROR = -1
+    MATH = 0
+    FLASH_ATTENTION = 1
+    EFFICIENT_ATTENTION = 2
+    CUDNN_ATTENTION = 3
+    OVERRIDEABLE = 4
+
+
+_ALL_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                 SDPBackend.MATH, SDPBackend.CUDNN_ATTENTION)
+_sdpa_allowed = [_ALL_BACKENDS]
+
+
+@contextlib.contextmanager
+def sdpa_kernel(backends, set_priority=False):
+    """``with sdpa_kernel(SDPBackend.MATH):`` restricts attention to those
+    backends (``torch.nn.attention.sdpa_kernel``)."""
+    if isinstance(backends, SDPBackend):
+        backends = [backends]
+    backends = tuple(backends)
+    for b in backends:
+        if not isinstance(b, SDPBackend):
+            raise TypeError(f"sdpa_kernel expects SDPBackend values, got {b!r}")
+    _sdpa_allowed.append(backends)
+    try:
+        yield
+    finally:
+        _sdpa_allowed.pop()
+
+
+def sdpa_backend(q, dropout_p=0.0):
+    """The backend torch would pick: on the CUDA profile flash attention for
+    float16 / bfloat16 inputs, memory-efficient attention for float32 (both
+    the online-softmax model here), unless :func:`sdpa_kernel` allows only
+    math; the CPU profile runs its flash kernel (same model)."""
+    allowed = _sdpa_allowed[-1]
+    online = [b for b in allowed if b in (SDPBackend.FLASH_ATTENTION,
+                                          SDPBackend.EFFICIENT_ATTENTION,
+                                          SDPBackend.CUDNN_ATTENTION)]
+    if q.dtype is float64 or not online:
+        if SDPBackend.MATH not in allowed:
+            raise RuntimeError("No available kernel. Aborting execution.")
+        return SDPBackend.MATH
+    if get_profile().device == "cuda" and q.dtype is float32 and \
+            SDPBackend.EFFICIENT_ATTENTION not in allowed:
+        if SDPBackend.MATH in allowed:
+            return SDPBackend.MATH
+        raise RuntimeError("No available kernel. Aborting execution.")
+    return online[0]
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """softmax(q k^T * scale + mask) v, on (..., L, E) query and (..., S, E)
+    key / value, with a backend model (``docs/pytorch-numerics.md``):
+
+    * flash / memory-efficient (the default for 16-bit inputs on CUDA): the
+      scores q k^T accumulate in fp32 and stay fp32, the softmax runs in fp32,
+      the probabilities P are rounded to the input dtype before P v (fp32
+      accumulation), and the fp32 result is divided by the fp32 row sum, then
+      rounded once. Tier 2: the kernels' online softmax rescales block by
+      block, which moves the last bits;
+    * math (``with sdpa_kernel(SDPBackend.MATH)``, and float64): q, k and v are
+      cast to float32, q and k each scaled by sqrt(scale), and every step runs
+      in float32; the output is cast back to the input dtype.
+    """
+    q, k, v = cast_inputs("scaled_dot_product_attention", query, key, value)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
+                           f"query.dtype: {q.dtype} key.dtype: {k.dtype} and value.dtype: "
+                           f"{v.dtype} instead.")
+    if q.shape[-1] != k.shape[-1]:
+        raise RuntimeError("query and key must have the same last dimension")
+    if enable_gqa and q.ndim >= 3 and q.shape[-3] != k.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        from ..ops.shape import repeat_interleave
+        k, v = repeat_interleave(k, rep, -3), repeat_interleave(v, rep, -3)
+    if attn_mask is not None and is_causal:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
+                           "set when is_causal=True")
+    E = q.shape[-1]
+    sc = 1.0 / float(np.sqrt(E)) if scale is None else float(scale)
+    L, S = q.shape[-2], k.shape[-2]
+    mask_add = None
+    if is_causal:
+        mask_add = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf)
+    elif attn_mask is not None:
+        m = attn_mask._data if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
+        mask_add = np.where(m, 0.0, -np.inf) if m.dtype == bool else m.astype(np.float64)
+    backend = sdpa_backend(q, dropout_p)
+    if backend == SDPBackend.MATH:
+        return _sdpa_math(q, k, v, mask_add, dropout_p, sc)
+    return _sdpa_online(q, k, v, mask_add, dropout_p, sc)
+
+
+def _sdpa_math(q, k, v, mask_add, dropout_p, sc):
+    from ..ops.elementwise import add, mul
+    dt = q.dtype
+    q32, k32, v32 = (to_dtype(t, float32) if t.dtype is not float64 else t for t in (q, k, v))
+    s = float(np.sqrt(sc))
+    scores = _linalg._matmul(mul(q32, s), mul(k32, s).transpose(-2, -1), "matmul")
+    if mask_add is not None:
+        scores = add(scores, Tensor(mask_add.astype(scores._data.dtype), scores.dtype))
+    p = softmax(scores, dim=-1)
+    if dropout_p:
+        p = dropout(p, dropout_p)
+    out = _linalg._matmul(p, v32, "matmul")
+    return to_dtype(out, dt)
+
+
+def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
+    dt = q.dtype
+    Q, K, V = (t._data.astype(np.float32) for t in (q, k, v))
+    S32 = _linalg.mm_acc(Q, np.swapaxes(K, -1, -2), dt)          # fp32 scores
+    with np.errstate(all="ignore"):
+        Z = S32.astype(np.float64) * np.float32(sc)
+        if mask_add is not None:
+            Z = Z + mask_add
+        m = Z.max(axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        p = np.exp(Z - m).astype(np.float32)                    # fp32 probabilities
+        lsum = p.astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+    keep = None
+    if dropout_p:
+        keep = ~State.generator.bernoulli(p.shape, dropout_p)
+        p_used = np.where(keep, p / np.float32(1 - dropout_p), np.float32(0)).astype(
+            np.float32)
+    else:
+        p_used = p
+    P16 = _store(p_used, dt).astype(np.float32)
+    acc = _linalg.mm_acc(P16, V, dt)
+    with np.errstate(all="ignore"):
+        O32 = (acc / lsum).astype(np.float32)
+    res = _store(O32, dt)
+    qn, kn, vn = q.requires_grad, k.requires_grad, v.requires_grad
+
+    def backward(g):
+        G = g.astype(np.float32)
+        with np.errstate(all="ignore"):
+            Pn = (p_used / lsum).astype(np.float32)            # normalised, fp32
+            Pn16 = _store(Pn, dt).astype(np.float32)
+            dV = _linalg.mm_acc(np.swapaxes(Pn16, -1, -2), G, dt) if vn else None
+            dP = _linalg.mm_acc(G, np.swapaxes(V, -1, -2), dt)
+            if keep is not None:
+                dP = np.where(keep, dP / np.float32(1 - dropout_p), np.float32(0))
+            D = (G.astype(np.float64) * res.astype(np.float64)).sum(axis=-1, keepdims=True)
+            Pbase = (p / lsum).astype(np.float32)
+            dS = (Pbase * (dP - D.astype(np.float32))).astype(np.float32)
+            dS16 = _store(dS, dt).astype(np.float32)
+            dQ = _linalg.mm_acc(dS16, K, dt) * np.float32(sc) if qn else None
+            dK = _linalg.mm_acc(np.swapaxes(dS16, -1, -2), Q, dt) * np.float32(sc) if kn \
+                else None
+        return (None if dQ is None else _store(dQ, dt), None if dK is None else _store(dK, dt),
+                None if dV is None else _store(dV, dt))
+    return _result(res, dt, (q, k, v), backward, saved=(q, k, v),
+                   op="scaled_dot_product_flash_attention")
+
+
+# ------------------------------------------------------------- convolution
+def _pair(v, n=2):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+def _im2col(X, kh, kw, sh, sw, dh, dw):
+    """(N, C, H, W) -> (N, Ho, Wo, C*kh*kw) patches of an already padded input."""
+    N, C, H, W = X.shape
+    Ho = (H - dh * (kh - 1) - 1) // sh + 1
+    Wo = (W - dw * (kw - 1) - 1) // sw + 1
+    s = X.strides
+    view = np.lib.stride_tricks.as_strided(
+        X, (N, C, kh, kw, Ho, Wo), (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw),
+        writeable=False)
+    return view.transpose(0, 4, 5, 1, 2, 3).reshape(N, Ho, Wo, C * kh * kw), Ho, Wo
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    """2-D convolution as im2col and the emulated matmul (fp32 accumulation
+    under the matmul model, the bias added to the accumulator, one rounding).
+    Autocast: lower. Under the CUDA profile ``torch.backends.cudnn.allow_tf32``
+    (on by default, as in torch) reads float32 operands as tf32."""
+    x, w, b = cast_inputs("conv2d", input, weight, bias)
+    batched = x.ndim == 4
+    if not batched:
+        from ..ops.shape import unsqueeze
+        x = unsqueeze(x, 0)
+    N, C, H, W = x.shape
+    O, Cg, kh, kw = w.shape
+    if C != Cg * groups:
+        raise RuntimeError(f"Given groups={groups}, weight of size {list(w.shape)}, expected "
+                           f"input{list(x.shape)} to have {Cg * groups} channels, but got {C} "
+                           f"channels instead")
+    _linalg.same_mm_dtype(x.dtype, w.dtype)
+    dt = x.dtype
+    _linalg.check_mm_dtype(dt)
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dilation)
+    if isinstance(padding, str):
+        if padding == "valid":
+            ph = pw = 0
+        elif padding == "same":
+            ph, pw = dh * (kh - 1) // 2, dw * (kw - 1) // 2
+        else:
+            raise FpemuValueError(f"Invalid padding string '{padding}'")
+    else:
+        ph, pw = _pair(padding)
+    tf32 = _linalg._tf32_inputs(dt, conv=True)
+    Xp = np.pad(x._data.astype(np.float32), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    cols, Ho, Wo = _im2col(Xp, kh, kw, sh, sw, dh, dw)
+    Og = O // groups
+    Wm = w._data.astype(np.float32).reshape(O, Cg * kh * kw)
+    outs, colsg = [], []
+    for gi in range(groups):
+        cg = cols.reshape(N, Ho, Wo, groups, Cg * kh * kw)[..., gi, :].reshape(-1, Cg * kh * kw)
+        colsg.append(cg)
+        acc = _linalg.mm_acc(cg, Wm[gi * Og:(gi + 1) * Og].T, dt, tf32)
+        outs.append(acc)
+    acc = np.concatenate(outs, axis=1)
+    if b is not None:
+        acc = acc + b._data.astype(np.float32)
+    res = _store(acc.reshape(N, Ho, Wo, O).transpose(0, 3, 1, 2), dt)
+    res = np.ascontiguousarray(res)
+    xn, wn = x.requires_grad, w.requires_grad
+
+    def backward(g):
+        G = np.ascontiguousarray(g.astype(np.float32).transpose(0, 2, 3, 1)).reshape(-1, O)
+        gx = gw = gb = None
+        if wn:
+            parts = [_linalg.mm_acc(np.ascontiguousarray(G[:, gi * Og:(gi + 1) * Og].T),
+                                    colsg[gi], dt, tf32) for gi in range(groups)]
+            gw = _store(np.concatenate(parts, 0).reshape(w.shape), dt)
+        if xn:
+            dcols = np.concatenate(
+                [_linalg.mm_acc(G[:, gi * Og:(gi + 1) * Og], Wm[gi * Og:(gi + 1) * Og], dt,
+                                tf32) for gi in range(groups)], axis=1)
+            dcols = dcols.reshape(N, Ho, Wo, groups, Cg, kh, kw).astype(np.float64)
+            dX = np.zeros(Xp.shape, np.float64)
+            for i in range(kh):
+                for j in range(kw):
+                    hs, ws = i * dh, j * dw
+                    dX[:, :, hs:hs + sh * Ho:sh, ws:ws + sw * Wo:sw] += dcols[
+                        :, :, :, :, :, i, j].reshape(N, Ho, Wo, C).transpose(0, 3, 1, 2)
+            gx = _store(dX[:, :, ph:ph + H, pw:pw + W], dt)
+        if b is not None and b.requires_grad:
+            gb = _store(G.astype(np.float64).sum(axis=0), dt)
+        return gx, gw, gb
+    out = _result(res, dt, (x, w, b), backward, saved=(x, w), op="convolution")
+    if not batched:
+        from ..ops.shape import squeeze
+        out = squeeze(out, 0)
+    return out
+
+
+def _pool_windows(x, kernel_size, stride, padding, fill):
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride if stride is not None and stride != [] else kernel_size)
+    ph, pw = _pair(padding)
+    X = x._data.astype(np.float64)
+    Xp = np.pad(X, [(0, 0)] * (X.ndim - 2) + [(ph, ph), (pw, pw)], constant_values=fill)
+    lead = Xp.shape[:-2]
+    Xp4 = Xp.reshape((-1, 1) + Xp.shape[-2:])
+    cols, Ho, Wo = _im2col(Xp4, kh, kw, sh, sw, 1, 1)
+    return cols.reshape(lead + (Ho, Wo, kh * kw)), (kh, kw, sh, sw, ph, pw, Ho, Wo), Xp.shape
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+               ceil_mode=False, return_indices=False):
+    """The maximum over each window (exact); the gradient goes to the first
+    maximum of the window."""
+    if dilation not in (1, (1, 1)) or ceil_mode or return_indices:
+        raise FpemuValueError("max_pool2d: dilation, ceil_mode and return_indices are not "
+                              "emulated")
+    x = input
+    cols, (kh, kw, sh, sw, ph, pw, Ho, Wo), pshape = _pool_windows(x, kernel_size, stride,
+                                                                   padding, -np.inf)
+    arg = cols.argmax(axis=-1)
+    res = np.take_along_axis(cols, arg[..., None], -1)[..., 0].astype(x._data.dtype)
+
+    def backward(g):
+        G = np.zeros(pshape, np.float64)
+        i, j = np.divmod(arg, kw)
+        rows = i + sh * np.arange(Ho)[:, None]
+        colsn = j + sw * np.arange(Wo)[None, :]
+        lead = np.indices(arg.shape[:-2])
+        idx = tuple(np.broadcast_to(l_[..., None, None], arg.shape) for l_ in lead) + (
+            rows, colsn)
+        np.add.at(G, idx, g.astype(np.float64))
+        return (_store(G[..., ph:pshape[-2] - ph, pw:pshape[-1] - pw], x.dtype),)
+    return _result(np.ascontiguousarray(res), x.dtype, (x,), backward, saved=(x,),
+                   op="max_pool2d_with_indices")
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+               count_include_pad=True, divisor_override=None):
+    """The mean over each window in float64, rounded once."""
+    if ceil_mode:
+        raise FpemuValueError("avg_pool2d: ceil_mode is not emulated")
+    x = input
+    cols, (kh, kw, sh, sw, ph, pw, Ho, Wo), pshape = _pool_windows(x, kernel_size, stride,
+                                                                   padding, 0.0)
+    if divisor_override:
+        div = float(divisor_override)
+    elif count_include_pad or (ph == 0 and pw == 0):
+        div = float(kh * kw)
+    else:
+        ones = np.pad(np.ones(x.shape[-2:]), ((ph, ph), (pw, pw)))[None, None]
+        oc, _, _ = _im2col(ones, kh, kw, sh, sw, 1, 1)
+        div = oc.reshape(Ho, Wo, kh * kw).sum(-1)
+    res = _store(cols.sum(-1) / div, x.dtype)
+
+    def backward(g):
+        G = np.zeros(pshape, np.float64)
+        share = g.astype(np.float64) / div
+        for i in range(kh):
+            for j in range(kw):
+                G[..., i:i + sh * Ho:sh, j:j + sw * Wo:sw] += share
+        return (_store(G[..., ph:pshape[-2] - ph, pw:pshape[-1] - pw], x.dtype),)
+    return _result(res, x.dtype, (x,), backward, op="avg_pool2d")
+
+
+def adaptive_avg_pool2d(input, output_size):  # noqa: A002
+    oh, ow = _pair(output_size)
+    H, W = input.shape[-2:]
+    if H % oh or W % ow:
+        raise FpemuValueError("adaptive_avg_pool2d: only output sizes that divide the input "
+                              "are emulated")
+    return avg_pool2d(input, (H // oh, W // ow))

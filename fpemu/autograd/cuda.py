@@ -1,0 +1,84 @@
+"""``torch.cuda``: fpemu emulates one CUDA device; this namespace answers as
+torch.cuda does for it. ``cuda.amp`` holds the deprecated ``autocast`` and
+``GradScaler`` spellings that tutorials use."""
+
+from . import amp as _amp
+from ._core import manual_seed as _manual_seed
+
+
+def is_available():
+    return True
+
+
+def is_bf16_supported(including_emulation=True):
+    return True
+
+
+def device_count():
+    return 1
+
+
+def current_device():
+    return 0
+
+
+def set_device(device):
+    """Only device 0 exists."""
+    idx = device if isinstance(device, int) else getattr(device, "index", None)
+    if isinstance(device, str):
+        idx = int(device.split(":")[1]) if ":" in device else 0
+    if idx not in (None, 0):
+        raise RuntimeError(f"CUDA error: invalid device ordinal (fpemu emulates one device, "
+                           f"index 0; got {device!r})")
+
+
+def get_device_name(device=None):
+    return "fpemu emulated CUDA device"
+
+
+def get_device_capability(device=None):
+    return (9, 0)
+
+
+def synchronize(device=None):
+    return None
+
+
+def empty_cache():
+    return None
+
+
+def manual_seed(seed):
+    return _manual_seed(seed)
+
+
+def manual_seed_all(seed):
+    return _manual_seed(seed)
+
+
+def max_memory_allocated(device=None):
+    return 0
+
+
+def memory_allocated(device=None):
+    return 0
+
+
+def reset_peak_memory_stats(device=None):
+    return None
+
+
+class amp:
+    """``torch.cuda.amp`` (deprecated in torch, still in tutorials)."""
+
+    @staticmethod
+    def autocast(enabled=True, dtype=None, cache_enabled=True):
+        import fpemu.autograd as _ag
+        return _ag.autocast("cuda", dtype=dtype or _ag.float16, enabled=enabled,
+                            cache_enabled=cache_enabled)
+
+    @staticmethod
+    def GradScaler(init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,  # noqa: N802
+                   growth_interval=2000, enabled=True):
+        return _amp.GradScaler("cuda", init_scale, growth_factor, backoff_factor,
+                               growth_interval, enabled)

@@ -1,0 +1,30 @@
+"""The ops of fpemu.autograd, by kind: ``elementwise``, ``reduce``,
+``shape`` (views and indexing), ``linalg`` (matrix products), ``creation``
+(factories) and ``inplace`` (writes into storage)."""
+
+from .creation import (  # noqa: F401
+    arange, as_tensor, bernoulli, empty, empty_like, eye, from_numpy, full, full_like,
+    is_floating_point, is_tensor, linspace, multinomial, normal, numel, ones, ones_like, rand,
+    rand_like, randint, randint_like, randn, randn_like, randperm, zeros, zeros_like,
+)
+from .elementwise import (  # noqa: F401
+    abs, add, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clip, clone, cos, div,
+    eq, exp, expm1, floor_divide, ge, gelu, gt, isfinite, isinf, isnan, le, log, log1p,
+    logical_and, logical_not, logical_or, lt, masked_fill, maximum, minimum, mul, ne, neg,
+    pow, reciprocal, relu, remainder, rsqrt, rsub, sigmoid, sign, silu, sin, sqrt, square,
+    sub, tanh, where,
+)
+from .linalg import (  # noqa: F401
+    bmm, dot, ger, linear, matmul, matmul_model, mm, mv, outer, set_matmul_model,
+)
+from .reduce import (  # noqa: F401
+    all, amax, amin, any, argmax, argmin, argsort, count_nonzero, cumsum, logsumexp, max,
+    mean, min, norm, prod, sort, std, sum, topk, var,
+)
+from .shape import (  # noqa: F401
+    broadcast_to, cat, chunk, concat, concatenate, contiguous, expand, expand_as, flatten,
+    flip, gather, getitem, index_put, index_select, masked_select, movedim, narrow, nonzero,
+    permute, repeat, repeat_interleave, reshape, roll, select, split, squeeze, stack,
+    swapaxes, swapdims, t, tensor_split, transpose, tril, triu, unbind, unflatten, unsqueeze,
+    view, view_as,
+)

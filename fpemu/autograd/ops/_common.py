@@ -1,0 +1,78 @@
+"""Helpers shared by the ops: operands in opmath, output dtypes, gradient
+parts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import FpemuTypeError
+from .._core import Tensor, _store, _sum_to, float32, is_float, opmath, result_type
+
+
+def t_or_number(x, what):
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float, np.number)):
+        return x
+    raise FpemuTypeError(f"{what}: expected a Tensor or a Python number, got "
+                         f"{type(x).__name__}")
+
+
+def operand(x, dt):
+    """``x`` widened exactly to the opmath of ``dt`` (a Python number: one
+    conversion, as CUDA's wrapped scalars)."""
+    om = opmath(dt)
+    if isinstance(x, Tensor):
+        return x._data.astype(om, copy=False)
+    return om(x)
+
+
+def f64(x):
+    return x._data.astype(np.float64)
+
+
+def float_dt(*xs):
+    dt = result_type(*xs)
+    return dt if is_float(dt) else float32
+
+
+def grad_part(g, x, dt):
+    if not isinstance(x, Tensor):
+        return None
+    return _sum_to(g, x.shape, dt)
+
+
+def int_binary(npop, a, b, dt):
+    A = a._data if isinstance(a, Tensor) else a
+    B = b._data if isinstance(b, Tensor) else b
+    return Tensor(np.asarray(npop(A, B)).astype(dt.np_dtype), dt)
+
+
+def store(x, dt):
+    return _store(x, dt)
+
+
+def wrap_dim(dim, ndim):
+    """A dim in ``[-ndim, ndim)`` as an index, as torch's ``maybe_wrap_dim``: a
+    0-d tensor takes -1 and 0. Out of range is torch's IndexError."""
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+        raise FpemuTypeError(f"dim must be an int, got {type(dim).__name__} ({dim!r})")
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {dim})")
+    return int(dim) % n
+
+
+def shape_arg(size, what="shape"):
+    """``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` or ``f(torch.Size(...))`` as a tuple."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, Tensor):
+            s = s.item()
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+            raise FpemuTypeError(f"{what}: expected a sequence of ints, got {size!r}")
+        out.append(int(s))
+    return tuple(out)

@@ -1,0 +1,238 @@
+"""Factories: ``zeros``, ``ones``, ``full``, ``empty``, ``arange``,
+``linspace``, ``eye``, ``from_numpy`` and the random ones, which draw from
+the generator of :mod:`.._rng` (torch's CPU numbers for integers, uniforms
+and permutations)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import FpemuTypeError
+from .._core import (
+    Tensor, _values_as, as_dtype, bool_, float32, float64, int64, is_float, result_type,
+    tensor, uint8,
+)
+from .._state import State
+from ._common import shape_arg
+
+
+def _dtype(dtype, default=float32):
+    return default if dtype is None else as_dtype(dtype)
+
+
+def _make(array, dtype, requires_grad):
+    t = Tensor(_values_as(array, dtype), dtype)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+          pin_memory=False):
+    return _make(np.zeros(shape_arg(size, "zeros()")), _dtype(dtype), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+         pin_memory=False):
+    return _make(np.ones(shape_arg(size, "ones()")), _dtype(dtype), requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False,
+          memory_format=None):
+    """Uninitialised in torch; zeros here (deterministic)."""
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False, layout=None):
+    size = shape_arg(size if isinstance(size, (tuple, list)) else (size,), "full()")
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    dtype = result_type(fill_value) if dtype is None else as_dtype(dtype)
+    return _make(np.full(size, fill_value), dtype, requires_grad)
+
+
+def _like(t, dtype):
+    if not isinstance(t, Tensor):
+        raise FpemuTypeError(f"expected a Tensor, got {type(t).__name__}")
+    return t.dtype if dtype is None else as_dtype(dtype)
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return zeros(t.shape, dtype=_like(t, dtype), requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return ones(t.shape, dtype=_like(t, dtype), requires_grad=requires_grad)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return zeros(t.shape, dtype=_like(t, dtype), requires_grad=requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False,
+              memory_format=None):
+    return full(t.shape, fill_value, dtype=_like(t, dtype), requires_grad=requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    return rand(t.shape, dtype=_like(t, dtype), requires_grad=requires_grad)
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    return randn(t.shape, dtype=_like(t, dtype), requires_grad=requires_grad)
+
+
+def randint_like(t, low=0, high=None, dtype=None, device=None):
+    return randint(low, high, t.shape, dtype=_like(t, dtype))
+
+
+def _gen(generator):
+    return State.generator if generator is None else generator
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None):
+    """Uniform in [0, 1): torch's CPU numbers for float32 and float64."""
+    shape = shape_arg(size, "rand()")
+    dtype = _dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    vals = _gen(generator).uniform(n, double=dtype is float64).reshape(shape)
+    return _make(vals, dtype, requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None):
+    """Standard normal values, drawn as torch's CPU generator draws them."""
+    shape = shape_arg(size, "randn()")
+    dtype = _dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    vals = _gen(generator).normal(n, fill32=dtype is float32).reshape(shape)
+    return _make(vals, dtype, requires_grad)
+
+
+def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False,
+            low=None, high=None):
+    """``randint(high, size)`` or ``randint(low, high, size)``: integers in
+    [low, high), torch's CPU numbers. int64 unless ``dtype`` says otherwise."""
+    args = list(args)
+    if size is None and args and isinstance(args[-1], (tuple, list)):
+        size = args.pop()
+    if high is None and low is None:
+        if len(args) == 1:
+            low, high = 0, args[0]
+        elif len(args) == 2:
+            low, high = args
+        else:
+            raise FpemuTypeError("randint() received an invalid combination of arguments; "
+                                 "expected randint(high, size) or randint(low, high, size), "
+                                 f"got {len(args)} positional numbers and size={size!r}")
+    elif high is None:
+        low, high = 0, low if not args else args[0]
+    elif low is None:
+        low = args[0] if args else 0
+    if size is None:
+        raise FpemuTypeError("randint() missing 1 required positional argument: 'size'")
+    shape = shape_arg((size,), "randint()")
+    n = int(np.prod(shape, dtype=np.int64))
+    vals = _gen(generator).randint(int(low), int(high), n).reshape(shape)
+    return _make(vals, _dtype(dtype, int64), requires_grad)
+
+
+def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
+    """A permutation of 0..n-1, torch's CPU one for the same seed."""
+    return _make(_gen(generator).randperm(int(n)), _dtype(dtype, int64), requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=None, generator=None, dtype=None):
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        m = mean._data if isinstance(mean, Tensor) else mean
+        s = std._data if isinstance(std, Tensor) else std
+        shape = np.broadcast_shapes(np.shape(m), np.shape(s))
+        z = _gen(generator).normal(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+        dt = mean.dtype if isinstance(mean, Tensor) else std.dtype
+        return _make(z * s + m, dt, False)
+    shape = shape_arg((size,), "normal()")
+    dtype = _dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    return _make(_gen(generator).normal(n, mean, std, fill32=dtype is float32).reshape(shape),
+                 dtype, False)
+
+
+def multinomial(input, num_samples, replacement=False, generator=None):  # noqa: A002
+    """Category indices drawn with the given weights per row (torch's law, not
+    its numbers)."""
+    P = input._data.astype(np.float64)
+    if input.ndim not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if np.any(P < 0) or not np.all(np.isfinite(P)):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    if np.any(P.sum(axis=-1) <= 0):
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and num_samples > P.shape[-1]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without "
+                           "replacement")
+    return Tensor(_gen(generator).multinomial(P, int(num_samples), replacement), int64)
+
+
+def bernoulli(input, p=None, generator=None):  # noqa: A002
+    probs = input._data if p is None else np.full(input.shape, p)
+    draw = _gen(generator).uniform(int(np.prod(input.shape, dtype=np.int64))).reshape(
+        input.shape)
+    return Tensor(_values_as((draw < probs).astype(np.float64), input.dtype), input.dtype)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False, out=None):
+    if end is None:
+        start, end = 0, start
+    vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    values = np.arange(*vals)
+    if dtype is None:
+        dtype = float32 if any(isinstance(v, float) for v in vals) else int64
+    return _make(values, as_dtype(dtype), requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    return _make(np.linspace(start, end, int(steps)), _dtype(dtype), requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    return _make(np.eye(n, m), _dtype(dtype), requires_grad)
+
+
+def from_numpy(array):
+    """A tensor that shares ``array``'s memory (float32, float64 and integer
+    arrays; writes go both ways, as ``torch.from_numpy``)."""
+    if not isinstance(array, np.ndarray):
+        raise FpemuTypeError(f"expected np.ndarray (got {type(array).__name__})")
+    kinds = {np.dtype(np.float32): float32, np.dtype(np.float64): float64,
+             np.dtype(np.int64): int64, np.dtype(np.bool_): bool_, np.dtype(np.uint8): uint8}
+    from .._core import int8, int16, int32
+    kinds.update({np.dtype(np.int32): int32, np.dtype(np.int16): int16,
+                  np.dtype(np.int8): int8})
+    dt = kinds.get(array.dtype)
+    if dt is None:
+        raise FpemuTypeError(f"can't convert np.ndarray of type numpy.{array.dtype}. The only "
+                             f"supported types are: float64, float32, int64, int32, int16, "
+                             f"int8, uint8, and bool (float16 arrays: use "
+                             f"fpemu.autograd.tensor(array, dtype=float16), which copies)")
+    return Tensor(array, dt)
+
+
+def as_tensor(data, dtype=None, device=None):
+    if isinstance(data, Tensor) and (dtype is None or as_dtype(dtype) == data.dtype):
+        return data
+    if isinstance(data, np.ndarray) and dtype is None and data.dtype in (np.float32,
+                                                                          np.float64,
+                                                                          np.int64):
+        return from_numpy(data)
+    return tensor(data, dtype=dtype)
+
+
+def is_tensor(x):
+    return isinstance(x, Tensor)
+
+
+def is_floating_point(x):
+    return is_float(x.dtype)
+
+
+def numel(x):
+    return x.numel()

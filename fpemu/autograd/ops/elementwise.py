@@ -1,0 +1,583 @@
+"""Elementwise ops, forward and backward side by side.
+
+How each op computes (``docs/pytorch-numerics.md``, "Elementwise ops"):
+
+* inputs are widened exactly to opmath (float32; float64 for float64);
+* ``+ - * /``, ``sqrt`` and ``abs`` are IEEE float32 operations (numpy's),
+  so the float32 result is correctly rounded; ``add(a, b, alpha)`` with
+  alpha != 1 is the exact ``fma(alpha, b, a)`` nvcc contracts it to;
+* a Python number is converted once to float32 (CUDA's wrapped scalars);
+  ``tensor / number`` multiplies by the float32 reciprocal, as CUDA's
+  ``div_true`` kernel does (the formulas that differ on the CPU build are
+  in :mod:`.._aten`);
+* exp, log, tanh, sigmoid, silu, gelu, cos, sin and rsqrt compute in float64
+  and round to float32: CUDA's libdevice functions are within a few float32
+  ulp of that but not bit-defined (tier 2, ``docs/autograd.md``);
+* the float32 result is rounded once to the output dtype (RNE, the format's
+  PyTorch overflow rule).
+
+Backward formulas compute in the same way and round into the dtype of the
+op's output; the engine then casts each gradient to its input's dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import FpemuValueError
+from .. import _aten
+from .._autocast import cast_inputs
+from .._profile import get_profile
+from .._core import Tensor, _result, _store, as_dtype, bool_, is_float, opmath, result_type
+from .._special import erf as _erf
+from ._common import f64, float_dt, grad_part, int_binary, operand, t_or_number
+
+_SQRT1_2 = 0.7071067811865476
+_SQRT_2_PI = 0.7978845608028654
+
+
+# ------------------------------------------------------------------ arithmetic
+def add(a, b, alpha=1, out=None):
+    """a + alpha * b (alpha != 1: the exact fma nvcc makes of it)."""
+    a, b = t_or_number(a, "add()"), t_or_number(b, "add()")
+    dt = result_type(a, b)
+    if not is_float(dt):
+        return _out(int_binary(lambda x, y: x + alpha * y, a, b, dt), out)
+    A, B = operand(a, dt), operand(b, dt)
+    if _aten.cpu_rounds_scalars(dt):
+        # CPU ufuncs take alpha and a Python number as the tensor's dtype
+        A = A if isinstance(a, Tensor) else _aten.scalar(A, dt)
+        B = B if isinstance(b, Tensor) else _aten.scalar(B, dt)
+    with np.errstate(all="ignore"):
+        if alpha == 1:
+            res = _store(A + B, dt)
+        else:
+            res = _aten.add_alpha(A, B, _aten.scalar(alpha, dt), dt)
+    alpha_o = _aten.scalar(alpha, dt)
+
+    def backward(g):
+        gb = g if alpha == 1 else _store(g.astype(opmath(dt)) * alpha_o, dt)
+        return grad_part(g, a, dt), grad_part(gb, b, dt)
+    return _out(_result(res, dt, (a, b), backward, op="add"), out)
+
+
+def sub(a, b, alpha=1, out=None):
+    if isinstance(a, Tensor) and a.dtype is bool_ and isinstance(b, Tensor) and \
+            b.dtype is bool_:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    return add(a, neg(b) if isinstance(b, Tensor) else -b, alpha, out=out)
+
+
+def rsub(a, b, alpha=1):
+    """``b - alpha * a`` (``number - tensor``)."""
+    return add(neg(a) if alpha == 1 else mul(a, -alpha), b)
+
+
+def neg(a):
+    res = -a._data
+
+    def backward(g):
+        return (-g,)
+    return _result(res, a.dtype, (a,), backward, op="neg")
+
+
+def mul(a, b, out=None):
+    a, b = t_or_number(a, "mul()"), t_or_number(b, "mul()")
+    dt = result_type(a, b)
+    if not is_float(dt):
+        return _out(int_binary(np.multiply, a, b, dt), out)
+    A, B = operand(a, dt), operand(b, dt)
+    with np.errstate(all="ignore"):
+        res = _store(A * B, dt)
+    a_needs = isinstance(a, Tensor) and a.requires_grad
+    b_needs = isinstance(b, Tensor) and b.requires_grad
+
+    def backward(g):
+        G = g.astype(opmath(dt))
+        with np.errstate(all="ignore"):
+            return (grad_part(_store(G * B, dt), a, dt) if a_needs else None,
+                    grad_part(_store(G * A, dt), b, dt) if b_needs else None)
+    saved = ((b if a_needs else None), (a if b_needs else None))
+    return _out(_result(res, dt, (a, b), backward, saved=_tensors(saved), op="mul"), out)
+
+
+def _tensors(xs):
+    return tuple(x for x in xs if isinstance(x, Tensor))
+
+
+def div(a, b, rounding_mode=None, out=None):
+    """True division; on CUDA a tensor divided by a number multiplies by the
+    float32 reciprocal of the number (div_true with a scalar); the CPU profile
+    divides. ``rounding_mode`` "trunc" / "floor" as torch."""
+    a, b = t_or_number(a, "div()"), t_or_number(b, "div()")
+    if rounding_mode is not None:
+        return _out(_div_rounded(a, b, rounding_mode), out)
+    dt = float_dt(a, b)
+    om = opmath(dt)
+    A, B = operand(a, dt), operand(b, dt)
+    with np.errstate(all="ignore"):
+        if isinstance(b, Tensor):
+            inv = None
+            res = _store(A / B, dt)
+        else:
+            res = _aten.div_scalar(A, b, dt)
+            inv = None if get_profile().cpu else om(1) / B
+    b_needs = isinstance(b, Tensor) and b.requires_grad
+
+    def backward(g):
+        G = g.astype(om)
+        with np.errstate(all="ignore"):
+            ga = gb = None
+            if isinstance(a, Tensor):
+                ga = grad_part(_store(G / B if inv is None else G * inv, dt), a, dt)
+            if b_needs:
+                gb = grad_part(_store(-(G * (A / B)) / B, dt), b, dt)
+            return ga, gb
+    saved = (b, a if b_needs else None)
+    return _out(_result(res, dt, (a, b), backward, saved=_tensors(saved), op="div"), out)
+
+
+def _div_rounded(a, b, mode):
+    if mode not in ("trunc", "floor"):
+        raise FpemuValueError(f"div expected rounding_mode to be one of None, 'trunc', or "
+                              f"'floor' but found '{mode}'")
+    dt = result_type(a, b)
+    A = a._data if isinstance(a, Tensor) else a
+    B = b._data if isinstance(b, Tensor) else b
+    if not is_float(dt):
+        q = np.floor_divide(A, B) if mode == "floor" else np.trunc(np.divide(A, B))
+        return Tensor(np.asarray(q).astype(dt.np_dtype), dt)
+    Af, Bf = operand(a, dt), operand(b, dt)
+    with np.errstate(all="ignore"):
+        q = Af / Bf
+        q = np.floor(q) if mode == "floor" else np.trunc(q)
+    return Tensor(_store(q, dt), dt)
+
+
+def floor_divide(a, b):
+    return div(a, b, rounding_mode="floor")
+
+
+def remainder(a, b):
+    dt = result_type(a, b)
+    A = a._data if isinstance(a, Tensor) else a
+    B = b._data if isinstance(b, Tensor) else b
+    if not is_float(dt):
+        return Tensor(np.asarray(np.mod(A, B)).astype(dt.np_dtype), dt)
+    with np.errstate(all="ignore"):
+        return Tensor(_store(np.mod(operand(a, dt), operand(b, dt)), dt), dt)
+
+
+def rdiv(a, s):
+    """``s / a`` for a Python number s: ``reciprocal(a) * s`` (two roundings, as
+    torch's ``Tensor.__rdiv__``)."""
+    return mul(reciprocal(a), s)
+
+
+def reciprocal(a):
+    dt = float_dt(a)
+    A = operand(a, dt)
+    with np.errstate(all="ignore"):
+        res = _store(opmath(dt)(1) / A, dt)
+
+    def backward(g):
+        O = res.astype(opmath(dt))
+        with np.errstate(all="ignore"):
+            return (_store(-(g.astype(opmath(dt)) * O) * O, dt),)
+    return _result(res, dt, (a,), backward, saved=("out",), op="reciprocal")
+
+
+def pow(a, exponent):  # noqa: A001 - torch's name
+    """a ** exponent; exponents 2, 3, 0.5, -0.5, -1, -2 take the special
+    forms of CUDA's pow kernel (``x*x``, ``sqrt``, ...), others ``powf``."""
+    a = t_or_number(a, "pow()")
+    if not isinstance(a, Tensor):
+        return _pow_scalar_base(a, exponent)
+    (a, exponent) = cast_inputs("pow", a, exponent)
+    dt = float_dt(a, exponent) if is_float(a.dtype) or not _is_int(exponent) else a.dtype
+    if not is_float(dt):
+        return Tensor(np.power(a._data, exponent._data if isinstance(exponent, Tensor)
+                               else exponent).astype(dt.np_dtype), dt)
+    om = opmath(dt)
+    A = operand(a, dt)
+    with np.errstate(all="ignore"):
+        if isinstance(exponent, Tensor):
+            E = operand(exponent, dt)
+            R = _store(np.power(A.astype(np.float64), E.astype(np.float64)), dt)
+        else:
+            e = float(exponent)
+            special = {2.0: lambda x: x * x, 3.0: lambda x: x * x * x,
+                       0.5: np.sqrt, -0.5: lambda x: om(1) / np.sqrt(x),
+                       -1.0: lambda x: om(1) / x, -2.0: lambda x: om(1) / (x * x),
+                       1.0: lambda x: x}
+            if e in special:
+                R = _store(special[e](A), dt)
+            else:
+                R = _store(np.power(A.astype(np.float64), e), dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        X = A.astype(np.float64)
+        with np.errstate(all="ignore"):
+            if isinstance(exponent, Tensor):
+                Ev = E.astype(np.float64)
+                ga = G * Ev * np.power(X, Ev - 1)
+                gb = G * R.astype(np.float64) * np.log(X)
+                return (grad_part(_store(ga, dt), a, dt),
+                        grad_part(_store(gb, dt), exponent, dt))
+            ga = G * e * np.power(X, e - 1) if e != 0 else np.zeros_like(X)
+            return (_store(ga, dt), None)
+    return _result(R, dt, (a, exponent), backward, saved=_tensors((a, exponent)), op="pow")
+
+
+def _is_int(x):
+    if isinstance(x, Tensor):
+        return not is_float(x.dtype)
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _pow_scalar_base(s, exponent):
+    """``number ** tensor``: ``exp(exponent * log(s))`` in float64, rounded once."""
+    if not isinstance(exponent, Tensor):
+        raise TypeError("pow(): one of the arguments must be a Tensor")
+    dt = float_dt(exponent)
+    E = f64(exponent)
+    with np.errstate(all="ignore"):
+        R = np.power(float(s), E)
+    res = _store(R, dt)
+
+    def backward(g):
+        with np.errstate(all="ignore"):
+            return (_store(g.astype(np.float64) * R * np.log(float(s)), dt),)
+    return _result(res, dt, (exponent,), backward, saved=("out",), op="pow")
+
+
+def square(x):
+    return mul(x, x)
+
+
+# ------------------------------------------------------------------ elementwise
+def _unary(op, x, fwd, bwd, autocast=False, save_out=False):
+    """y = fwd(x) and dx = bwd(g, x, y), both in float64, each rounded once to
+    float32 and then to the dtype."""
+    if autocast:
+        (x,) = cast_inputs(op, x)
+    dt = float_dt(x)
+    X = f64(x)
+    with np.errstate(all="ignore"):
+        res = _store(fwd(X), dt)
+
+    def backward(g):
+        with np.errstate(all="ignore"):
+            return (_store(bwd(g.astype(np.float64), X, res.astype(np.float64)), dt),)
+    return _result(res, dt, (x,), backward, saved=("out",) if save_out else (x,), op=op)
+
+
+def exp(x):
+    return _unary("exp", x, np.exp, lambda g, x, y: g * y, autocast=True, save_out=True)
+
+
+def log(x):
+    return _unary("log", x, np.log, lambda g, x, y: g / x, autocast=True)
+
+
+def log1p(x):
+    return _unary("log1p", x, np.log1p, lambda g, x, y: g / (1 + x), autocast=True)
+
+
+def expm1(x):
+    return _unary("expm1", x, np.expm1, lambda g, x, y: g * (y + 1), autocast=True,
+                  save_out=True)
+
+
+def sqrt(x):
+    """IEEE square root in opmath; backward ``g / (2 * y)``."""
+    dt = float_dt(x)
+    res = _aten.sqrt(operand(x, dt), dt)
+
+    def backward(g):
+        om = opmath(dt)
+        with np.errstate(all="ignore"):
+            return (_store(g.astype(om) / (om(2) * res.astype(om)), dt),)
+    return _result(res, dt, (x,), backward, saved=("out",), op="sqrt")
+
+
+def rsqrt(x):
+    """1 / sqrt(x) (CUDA's ``rsqrtf``: within an ulp of the float64 value
+    rounded, tier 2). Autocast: fp32."""
+    (x,) = cast_inputs("rsqrt", x)
+    return _unary("rsqrt", x, lambda v: 1.0 / np.sqrt(v),
+                  lambda g, x, y: -0.5 * g * y * y * y, save_out=True)
+
+
+def tanh(x):
+    return _unary("tanh", x, np.tanh, lambda g, x, y: g * (1 - y * y), save_out=True)
+
+
+def sigmoid(x):
+    return _unary("sigmoid", x, lambda v: 1 / (1 + np.exp(-v)),
+                  lambda g, x, y: g * y * (1 - y), save_out=True)
+
+
+def silu(x, inplace=False):
+    """x * sigmoid(x), in float64, rounded once."""
+    if inplace:
+        from .inplace import apply_inplace
+        return apply_inplace(x, silu)
+
+    def fwd(v):
+        return v / (1 + np.exp(-v))
+
+    def bwd(g, v, y):
+        s = 1 / (1 + np.exp(-v))
+        return g * s * (1 + v * (1 - s))
+    return _unary("silu", x, fwd, bwd)
+
+
+def cos(x):
+    return _unary("cos", x, np.cos, lambda g, x, y: -g * np.sin(x))
+
+
+def sin(x):
+    return _unary("sin", x, np.sin, lambda g, x, y: g * np.cos(x))
+
+
+def abs(x):  # noqa: A001 - torch's name
+    """|x|, exact; the gradient is sign(x) * g (0 at 0)."""
+    if not is_float(x.dtype):
+        return Tensor(np.abs(x._data), x.dtype)
+    res = np.abs(x._data)
+
+    def backward(g):
+        return (np.sign(x._data).astype(g.dtype) * g,)
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op="abs")
+
+
+def sign(x):
+    return Tensor(np.sign(x._data).astype(x._data.dtype), x.dtype)
+
+
+def relu(x, inplace=False):
+    """max(x, 0), exact; the gradient passes where the output is > 0."""
+    if inplace:
+        from .inplace import apply_inplace
+        return apply_inplace(x, relu)
+    dt = x.dtype
+    res = np.where(x._data > 0, x._data, np.zeros((), x._data.dtype)).astype(x._data.dtype)
+
+    def backward(g):
+        return (np.where(res > 0, g, np.zeros((), g.dtype)),)
+    return _result(res, dt, (x,), backward, saved=("out",), op="relu")
+
+
+def gelu(x, approximate="none"):
+    """x * Phi(x) (erf form), or the tanh approximation."""
+    if approximate == "none":
+        def fwd(v):
+            return 0.5 * v * (1 + _erf(v * _SQRT1_2))
+
+        def bwd(g, v, y):
+            cdf = 0.5 * (1 + _erf(v * _SQRT1_2))
+            return g * (cdf + v * np.exp(-0.5 * v * v) * 0.3989422804014327)
+    elif approximate == "tanh":
+        def fwd(v):
+            return 0.5 * v * (1 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3)))
+
+        def bwd(g, v, y):
+            inner = _SQRT_2_PI * (v + 0.044715 * v ** 3)
+            t = np.tanh(inner)
+            d_inner = _SQRT_2_PI * (1 + 3 * 0.044715 * v * v)
+            return g * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * d_inner)
+    else:
+        raise FpemuValueError(f"gelu(): approximate must be 'none' or 'tanh', got "
+                              f"{approximate!r}")
+    return _unary("gelu", x, fwd, bwd)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
+    """min(max(x, min), max), exact; the gradient passes where x is inside.
+    Bounds are numbers (rounded to x's dtype) or tensors."""
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    dt = result_type(*(v for v in (x, min, max) if v is not None))
+    if not is_float(dt):
+        lo = None if min is None else (min._data if isinstance(min, Tensor) else min)
+        hi = None if max is None else (max._data if isinstance(max, Tensor) else max)
+        return Tensor(np.clip(x._data, lo, hi).astype(dt.np_dtype), dt)
+    X = operand(x, dt)
+    res = X
+    lo = hi = None
+    with np.errstate(invalid="ignore"):
+        if min is not None:
+            lo = operand(min, dt) if isinstance(min, Tensor) else _aten.scalar(min, dt)
+            res = np.where(np.isnan(X), X, np.maximum(res, lo))
+        if max is not None:
+            hi = operand(max, dt) if isinstance(max, Tensor) else _aten.scalar(max, dt)
+            res = np.where(np.isnan(X), X, np.minimum(res, hi))
+    res = _store(res, dt)
+
+    def backward(g):
+        keep = np.ones(X.shape, bool)
+        if lo is not None:
+            keep &= X >= lo
+        if hi is not None:
+            keep &= X <= hi
+        return (np.where(keep, g, np.zeros((), g.dtype)), None, None)
+    return _result(res, dt, (x, min, max), backward, saved=(x,), op="clamp")
+
+
+clip = clamp
+
+
+def maximum(a, b):
+    return _minmax(a, b, np.maximum, "maximum")
+
+
+def minimum(a, b):
+    return _minmax(a, b, np.minimum, "minimum")
+
+
+def _minmax(a, b, npop, name):
+    dt = result_type(a, b)
+    A, B = operand(a, dt), operand(b, dt)
+    res = _store(npop(A, B), dt)
+    if not is_float(dt):
+        return Tensor(res, dt)
+
+    def backward(g):
+        ta = (A > B) if npop is np.maximum else (A < B)
+        tie = A == B
+        G = g.astype(np.float64)
+        ga = np.where(ta, G, np.where(tie, G / 2, 0.0))
+        gb = np.where(ta, 0.0, np.where(tie, G / 2, G))
+        return grad_part(_store(ga, dt), a, dt), grad_part(_store(gb, dt), b, dt)
+    return _result(res, dt, (a, b), backward, saved=_tensors((a, b)), op=name)
+
+
+def to_dtype(x, dtype):
+    from .._core import to_dtype as _to
+    return _to(x, as_dtype(dtype, "to()"))
+
+
+def where(cond, a=None, b=None):
+    """``where(cond, a, b)``: a where cond else b; ``where(cond)`` is
+    ``nonzero(cond, as_tuple=True)``."""
+    if a is None and b is None:
+        c = cond._data if isinstance(cond, Tensor) else np.asarray(cond)
+        return tuple(Tensor(i.astype(np.int64), _int64()) for i in np.nonzero(c))
+    c = cond._data.astype(bool) if isinstance(cond, Tensor) else np.asarray(cond, bool)
+    dt = result_type(a, b)
+    A, B = operand(a, dt), operand(b, dt)
+    res = _store(np.where(c, A, B), dt)
+    if not is_float(dt):
+        return Tensor(res, dt)
+
+    def backward(g):
+        z = np.zeros((), g.dtype)
+        return (grad_part(np.where(c, g, z), a, dt), grad_part(np.where(c, z, g), b, dt))
+    return _result(res, dt, (a, b), backward, op="where")
+
+
+def _int64():
+    from .._core import int64
+    return int64
+
+
+def masked_fill(x, mask, value):
+    """x with ``value`` where mask is true: a number is rounded to x's dtype
+    (through float32, as torch's fill), a 0-d tensor is cast."""
+    m = mask._data.astype(bool) if isinstance(mask, Tensor) else np.asarray(mask, bool)
+    if isinstance(mask, Tensor) and mask.dtype is not bool_:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with "
+                           f"dtype {mask.dtype}")
+    if isinstance(value, Tensor):
+        if value.ndim:
+            raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but "
+                               f"got tensor with {value.ndim} dimension(s).")
+        value = value.item()
+    fill = _store(np.float32(value), x.dtype) if is_float(x.dtype) else value
+    res = np.where(m, fill, x._data).astype(x._data.dtype)
+
+    def backward(g):
+        return (np.where(m, np.zeros((), g.dtype), g),)
+    return _result(res, x.dtype, (x,), backward, op="masked_fill")
+
+
+def clone(x, memory_format=None):
+    def backward(g):
+        return (g,)
+    return _result(np.array(x._data, copy=True), x.dtype, (x,), backward, op="clone")
+
+
+def _out(t, out):
+    """Write ``t`` into ``out=`` (torch's out= argument) or return it."""
+    if out is None:
+        return t
+    from .inplace import copy_into
+    return copy_into(out, t)
+
+
+# ------------------------------------------------------------- comparisons
+def _compare(npop, name):
+    def op(a, b):
+        A = a._data if isinstance(a, Tensor) else a
+        B = b._data if isinstance(b, Tensor) else b
+        if not isinstance(B, (np.ndarray, bool, int, float, np.number)):
+            return NotImplemented
+        return Tensor(np.asarray(npop(A, B)), bool_)
+    op.__name__ = name
+    return op
+
+
+eq, ne, lt, le, gt, ge = (_compare(f, n) for f, n in (
+    (np.equal, "eq"), (np.not_equal, "ne"), (np.less, "lt"), (np.less_equal, "le"),
+    (np.greater, "gt"), (np.greater_equal, "ge")))
+
+
+def isnan(x):
+    return Tensor(np.isnan(x._data), bool_)
+
+
+def isinf(x):
+    return Tensor(np.isinf(x._data), bool_)
+
+
+def isfinite(x):
+    return Tensor(np.isfinite(x._data), bool_)
+
+
+def logical_not(x):
+    return Tensor(np.logical_not(x._data), bool_)
+
+
+def logical_and(a, b):
+    return Tensor(np.logical_and(_arr(a), _arr(b)), bool_)
+
+
+def logical_or(a, b):
+    return Tensor(np.logical_or(_arr(a), _arr(b)), bool_)
+
+
+def _arr(x):
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _bitwise(npop, name):
+    def op(a, b):
+        dt = result_type(a, b)
+        if is_float(dt):
+            raise RuntimeError(f'"{name}_cpu" not implemented for \'{dt}\'')
+        return Tensor(np.asarray(npop(_arr(a), _arr(b))).astype(dt.np_dtype), dt)
+    return op
+
+
+bitwise_and = _bitwise(np.bitwise_and, "bitwise_and")
+bitwise_or = _bitwise(np.bitwise_or, "bitwise_or")
+bitwise_xor = _bitwise(np.bitwise_xor, "bitwise_xor")
+
+
+def bitwise_not(x):
+    if is_float(x.dtype):
+        raise RuntimeError(f'"bitwise_not_cpu" not implemented for \'{x.dtype}\'')
+    return Tensor(np.invert(x._data), x.dtype)

@@ -1,0 +1,246 @@
+"""Matrix products: fp32 accumulation under an accumulation model of
+:mod:`fpemu.accumulate`, one rounding to the output dtype.
+
+The default model is ``"sequential"`` (fp32 adds in index order), run by a
+batched float32 kernel; ``set_matmul_model("h100")`` (or ``with
+matmul_model("a100"):``) chooses a tensor-core model. Under the CUDA profile
+``torch.backends.cuda.matmul.allow_tf32 = True`` rounds float32 operands to
+tf32 first (nearest, ties to even), as the GPU's TF32 tensor cores read them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from ... import accumulate as _acc
+from ..._jit import run_kernel
+from ...formats import tf32 as _tf32
+from ...quantize import quantize
+from .._autocast import cast_inputs
+from .._core import Tensor, _result, _store, _sum_to, float32, float64, is_float, result_type
+from .._profile import get_profile
+from .._state import State
+from ._bmm import bmm_sequential
+from ._common import operand
+
+
+def set_matmul_model(model="sequential", block=128, inner="sequential"):
+    """Choose the accumulation model of every matmul / linear (a name of
+    :data:`fpemu.accumulate.MODELS` or a tensor-core preset such as "h100")."""
+    _acc._resolve_model(model, "set_matmul_model")
+    m = State.matmul
+    m.model, m.block, m.inner = model, block, inner
+
+
+@contextlib.contextmanager
+def matmul_model(model, block=128, inner="sequential"):
+    """``with matmul_model("h100"):`` runs the region's matmuls under a model."""
+    m = State.matmul
+    old = (m.model, m.block, m.inner)
+    set_matmul_model(model, block, inner)
+    try:
+        yield
+    finally:
+        m.model, m.block, m.inner = old
+
+
+def _tf32_inputs(dt, conv=False):
+    """True when float32 operands are read as tf32 (CUDA profile, switch on)."""
+    if dt is not float32 or get_profile().device != "cuda":
+        return False
+    return State.matmul.cudnn_allow_tf32 if conv else State.matmul.allow_tf32
+
+
+def _in_fmt(dt, tf32):
+    return _tf32 if tf32 else dt
+
+
+def mm_acc(A, B, dt, tf32=False):
+    """The fp32 accumulator (float32 array; float64 for float64) of A @ B, both
+    at least 2-D with numpy's batch broadcasting, values of ``dt``."""
+    if dt is float64:
+        return np.matmul(A.astype(np.float64), B.astype(np.float64))
+    if tf32:
+        A = quantize(np.asarray(A, np.float32), "tf32")
+        B = quantize(np.asarray(B, np.float32), "tf32")
+    m = State.matmul
+    batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+    if m.model == "sequential":
+        A3 = np.ascontiguousarray(np.broadcast_to(A, batch + (M, K)), np.float32).reshape(
+            -1, M, K)
+        B3 = np.ascontiguousarray(np.broadcast_to(B, batch + (K, N)), np.float32).reshape(
+            -1, K, N)
+        out = np.empty((A3.shape[0], M, N), np.float32)
+        if out.size:
+            run_kernel(bmm_sequential, A3, B3, out)
+        return out.reshape(batch + (M, N))
+    fmt = _in_fmt(dt, tf32)
+    A = np.broadcast_to(A, batch + (M, K))
+    B = np.broadcast_to(B, batch + (K, N))
+    out = np.empty(batch + (M, N), np.float32)
+    for idx in np.ndindex(*batch):
+        out[idx] = _acc._matmul_values(A[idx], B[idx], fmt, "fp32", "fp32", m.model, m.block,
+                                       m.inner)
+    return out
+
+
+_C10_NAMES = {"fp32": "float", "float64": "double", "bf16": "c10::BFloat16", "fp16": "c10::Half",
+              "int64": "long int", "int32": "int", "bool": "bool"}
+
+
+def c10_name(dt):
+    """The dtype as ATen's error messages spell it (``c10::BFloat16``)."""
+    name = getattr(dt, "name", str(dt))
+    if name in _C10_NAMES:
+        return _C10_NAMES[name]
+    long = getattr(dt, "long_name", None) or name
+    return "c10::" + long[0].upper() + long[1:].replace("float8", "Float8")
+
+
+def scalar_type(dt):
+    """The dtype as ATen's ScalarType names it (``BFloat16``, ``Float``)."""
+    c10 = c10_name(dt).replace("c10::", "")
+    return {"float": "Float", "double": "Double", "long int": "Long", "int": "Int",
+            "bool": "Bool"}.get(c10, c10)
+
+
+def same_mm_dtype(da, db):
+    """torch's matmul does not promote: outside autocast, mixed dtypes raise."""
+    if da is not db:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                           f"{c10_name(da)} != {c10_name(db)}")
+
+
+def check_mm_dtype(dt):
+    if dt is not float64 and dt.bits <= 8:
+        raise TypeError(f"matmul of {dt} tensors: PyTorch has no plain fp8 matmul; use "
+                        f"fpemu.autograd.fp8.fp8_autocast with nn.Linear for scaled fp8 GEMMs")
+
+
+def matmul(a, b, out=None):
+    """a @ b: fp32 accumulation under the configured model, one rounding to
+    the output dtype. Autocast: ``lower`` (bf16/fp16 inputs and output)."""
+    a, b = cast_inputs("matmul", a, b)
+    return _matmul(a, b, "matmul")
+
+
+def _matmul(a, b, op):
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
+                           f"{a.ndim}D and {b.ndim}D")
+    if a.ndim == 1 and b.ndim == 1:
+        if a.shape[0] != b.shape[0]:
+            raise RuntimeError(f"inconsistent tensor size, expected tensor [{a.shape[0]}] and "
+                               f"src [{b.shape[0]}] to have the same number of elements, but "
+                               f"got {a.shape[0]} and {b.shape[0]} elements respectively")
+        return _matmul(a.reshape(1, -1), b.reshape(-1, 1), op).reshape(())
+    if a.ndim == 1:
+        return _matmul(a.reshape(1, -1), b, op).reshape(b.shape[:-2] + b.shape[-1:])
+    if b.ndim == 1:
+        return _matmul(a, b.reshape(-1, 1), op).reshape(a.shape[:-1])
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
+                           f"({int(np.prod(a.shape[:-1]))}x{a.shape[-1]} and "
+                           f"{b.shape[-2]}x{b.shape[-1]})")
+    same_mm_dtype(a.dtype, b.dtype)
+    dt = result_type(a, b)
+    if not is_float(dt):
+        return Tensor(np.matmul(a._data, b._data), dt)
+    check_mm_dtype(dt)
+    tf32 = _tf32_inputs(dt)
+    A, B = operand(a, dt), operand(b, dt)
+    res = _store(mm_acc(A, B, dt, tf32), dt)
+    a_needs, b_needs = a.requires_grad, b.requires_grad
+
+    def backward(g):
+        ga = gb = None
+        if a_needs:
+            ga = _sum_to(_store(mm_acc(g, np.swapaxes(B, -1, -2), dt, tf32), dt), a.shape, dt)
+        if b_needs:
+            if b.ndim == 2 and a.ndim > 2:
+                gb = _store(mm_acc(A.reshape(-1, A.shape[-1]).T, g.reshape(-1, g.shape[-1]),
+                                   dt, tf32), dt)
+            else:
+                gb = _sum_to(_store(mm_acc(np.swapaxes(A, -1, -2), g, dt, tf32), dt),
+                             b.shape, dt)
+        return ga, gb
+    saved = tuple(t for t, need in ((b, a_needs), (a, b_needs)) if need)
+    return _result(res, dt, (a, b), backward, saved=saved, op=op)
+
+
+def mm(a, b):
+    (a, b) = cast_inputs("mm", a, b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise RuntimeError(f"{'self' if a.ndim != 2 else 'mat2'} must be a matrix")
+    return _matmul(a, b, "mm")
+
+
+def bmm(a, b):
+    (a, b) = cast_inputs("bmm", a, b)
+    if a.ndim != 3 or b.ndim != 3:
+        raise RuntimeError("batch1 must be a 3D tensor" if a.ndim != 3 else
+                           "batch2 must be a 3D tensor")
+    if a.shape[0] != b.shape[0]:
+        raise RuntimeError("batch1 and batch2 must have same number of batches, got "
+                           f"{a.shape[0]} and {b.shape[0]}")
+    return _matmul(a, b, "bmm")
+
+
+def mv(a, v):
+    return _matmul(a, v, "mv")
+
+
+def dot(a, b):
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    return _matmul(a, b, "dot")
+
+
+def outer(a, b):
+    """a[:, None] * b[None, :], one rounding per product (exact in opmath
+    before it: torch's outer is a broadcast multiply)."""
+    from .elementwise import mul
+    return mul(a.reshape(-1, 1), b.reshape(1, -1))
+
+
+ger = outer
+
+
+def linear(x, weight, bias=None):
+    """x @ weight.T + bias; the bias is added to the fp32 accumulator before
+    the one rounding to the output dtype (cuBLASLt's bias epilogue)."""
+    x, weight, bias = cast_inputs("linear", x, weight, bias)
+    if weight.ndim != 2 or x.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
+                           f"({int(np.prod(x.shape[:-1]))}x{x.shape[-1]} and "
+                           f"{weight.shape[-1]}x{weight.shape[0]})")
+    same_mm_dtype(x.dtype, weight.dtype)
+    if bias is not None and bias.dtype is not x.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                           f"{scalar_type(bias.dtype)} and {scalar_type(x.dtype)}")
+    dt = result_type(x, weight) if bias is None else result_type(x, weight, bias)
+    check_mm_dtype(dt)
+    tf32 = _tf32_inputs(dt)
+    X = operand(x, dt).reshape(-1, x.shape[-1])
+    W = operand(weight, dt)
+    acc = mm_acc(X, W.T, dt, tf32)
+    if bias is not None:
+        acc = acc + operand(bias, dt)
+    res = _store(acc, dt).reshape(x.shape[:-1] + (W.shape[0],))
+    x_needs, w_needs = x.requires_grad, weight.requires_grad
+
+    def backward(g):
+        g2 = g.reshape(-1, g.shape[-1])
+        gx = gw = gb = None
+        if x_needs:
+            gx = _store(mm_acc(g2, W, dt, tf32), dt).reshape(x.shape)
+        if w_needs:
+            gw = _store(mm_acc(g2.T, X, dt, tf32), dt)
+        if bias is not None and bias.requires_grad:
+            gb = _store(g2.astype(np.float64).sum(axis=0), dt)
+        return gx, gw, gb
+    saved = tuple(t for t, need in ((weight, x_needs), (x, w_needs)) if need)
+    return _result(res, dt, (x, weight, bias), backward, saved=saved, op="addmm")

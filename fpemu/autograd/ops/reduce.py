@@ -1,0 +1,327 @@
+"""Reductions: float64 accumulation, one rounding to the output dtype.
+
+CUDA reduces in float32 with a tree whose order depends on the launch; the
+float64 sum rounded once is within a few float32 ulp of it (tier 2,
+``docs/autograd.md``). Max, min, argmax, topk and sort are exact.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+
+import numpy as np
+
+from .._autocast import cast_inputs
+from .._core import Tensor, _result, _store, bool_, int64, is_float, to_dtype
+from ._common import f64, wrap_dim
+
+_values_indices = collections.namedtuple("torch_return_types", ["values", "indices"])
+
+
+def _axes(dim, ndim):
+    """The numpy axes of a reduction over ``dim`` (None or () for all);
+    a 0-d tensor reduces over nothing."""
+    if dim is None:
+        return tuple(range(ndim))
+    dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+    axes = [wrap_dim(d, ndim) for d in dims]
+    for a in set(axes):
+        if axes.count(a) > 1:
+            raise RuntimeError(f"dim {a} appears multiple times in the list of dims")
+    if not dims:
+        return tuple(range(ndim))
+    return tuple(sorted(axes)) if ndim else ()
+
+
+def _expand_back(g, axes, keepdim, shape):
+    if not keepdim:
+        for ax in axes:
+            g = np.expand_dims(g, ax)
+    return np.broadcast_to(g, shape)
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch's name
+    """Sum with a float64 accumulator, rounded once to the output dtype.
+    Integer and bool inputs sum to int64. Under autocast the op runs with
+    dtype=float32 (fp32 output)."""
+    if dtype is None:
+        (x,) = cast_inputs("sum", x)
+    else:
+        x = to_dtype(x, dtype)
+    dt = x.dtype if is_float(x.dtype) else int64
+    axes = _axes(dim, x.ndim)
+    if not is_float(dt):
+        return Tensor(np.asarray(np.sum(x._data, axis=axes, keepdims=keepdim)).astype(
+            np.int64), int64)
+    res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim), dt)
+
+    def backward(g):
+        return (_expand_back(g, axes, keepdim, x.shape),)
+    return _result(res, dt, (x,), backward, op="sum")
+
+
+def mean(x, dim=None, keepdim=False, dtype=None):
+    """Mean with a float64 accumulator (not in the autocast lists: a bf16
+    input gives a bf16 output)."""
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    if not is_float(x.dtype):
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
+                           f"a floating point or complex dtype. Got: {_scalar_name(x.dtype)}")
+    dt = x.dtype
+    axes = _axes(dim, x.ndim)
+    n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    with np.errstate(all="ignore"):
+        res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim) / n, dt)
+
+    def backward(g):
+        return (_expand_back(_store(g.astype(np.float64) / n, dt), axes, keepdim, x.shape),)
+    return _result(res, dt, (x,), backward, op="mean")
+
+
+def _scalar_name(dt):
+    return {"int64": "Long", "int32": "Int", "bool": "Bool", "int16": "Short",
+            "int8": "Char", "uint8": "Byte"}.get(dt.name, dt.name)
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    """Variance in float64 (``correction`` 1 by default, as torch)."""
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    axes = _axes(dim, x.ndim)
+    n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    X = f64(x)
+    mu = X.mean(axis=axes, keepdims=True)
+    dev = X - mu
+    denom = builtins.max(n - correction, 0)
+    with np.errstate(all="ignore"):
+        v = (dev * dev).sum(axis=axes, keepdims=keepdim) / denom
+    res = _store(v, x.dtype)
+
+    def backward(g):
+        G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
+        with np.errstate(all="ignore"):
+            return (_store(G * 2 * dev / denom, x.dtype),)
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op="var")
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    from .elementwise import sqrt
+    return sqrt(var(x, dim, unbiased, keepdim, correction))
+
+
+def amax(x, dim=None, keepdim=False):
+    return _extreme(x, dim, keepdim, np.max, "amax")
+
+
+def amin(x, dim=None, keepdim=False):
+    return _extreme(x, dim, keepdim, np.min, "amin")
+
+
+def _extreme(x, dim, keepdim, npop, name):
+    axes = _axes(() if dim is None else dim, x.ndim)
+    if x._data.size == 0:
+        raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() "
+                         f"== 0. Specify the reduction dim with the 'dim' argument.")
+    res = np.asarray(npop(x._data, axis=axes, keepdims=keepdim))
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
+
+    def backward(g):
+        full = npop(x._data, axis=axes, keepdims=True)
+        hit = (x._data == full)
+        count = hit.sum(axis=axes, keepdims=True)
+        G = _expand_back(g, axes, keepdim, x.shape).astype(np.float64)
+        return (_store(np.where(hit, G / count, 0.0), x.dtype),)
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op=name)
+
+
+def _select_extreme(x, dim, keepdim, arg, name):
+    """max(x, dim) / min(x, dim): values and int64 indices (the first one
+    on ties; NaN propagates, as torch)."""
+    d = wrap_dim(dim, x.ndim)
+    if x.ndim == 0:
+        return _values_indices(x, Tensor(np.asarray(0, np.int64), int64))
+    idx = arg(x._data, axis=d)
+    nan = np.isnan(x._data).any(axis=d) if is_float(x.dtype) else None
+    if nan is not None and nan.any():
+        idx = np.where(nan, np.argmax(np.isnan(x._data), axis=d), idx)
+    idx_k = np.expand_dims(idx, d)
+    vals = np.take_along_axis(x._data, idx_k, axis=d)
+    if not keepdim:
+        vals, idx_out = np.squeeze(vals, d), idx
+    else:
+        idx_out = idx_k
+
+    def backward(g):
+        G = np.zeros(x.shape, g.dtype)
+        np.put_along_axis(G, idx_k, g if keepdim else np.expand_dims(g, d), axis=d)
+        return (G,)
+    values = _result(np.array(vals), x.dtype, (x,), backward, op=name) if is_float(
+        x.dtype) else Tensor(np.array(vals), x.dtype)
+    return _values_indices(values, Tensor(np.asarray(idx_out, np.int64), int64))
+
+
+def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
+    """``max(x)`` (all elements), ``max(x, dim)`` (values, indices) or
+    ``max(a, b)`` (elementwise, as ``maximum``)."""
+    if isinstance(dim, Tensor):
+        from .elementwise import maximum
+        return maximum(x, dim)
+    if dim is None:
+        return amax(x)
+    return _select_extreme(x, dim, keepdim, np.argmax, "max")
+
+
+def min(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
+    if isinstance(dim, Tensor):
+        from .elementwise import minimum
+        return minimum(x, dim)
+    if dim is None:
+        return amin(x)
+    return _select_extreme(x, dim, keepdim, np.argmin, "min")
+
+
+def argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return Tensor(np.asarray(np.argmax(x._data)), int64)
+    d = wrap_dim(dim, x.ndim)
+    return Tensor(np.argmax(x._data, axis=d, keepdims=keepdim).astype(np.int64), int64)
+
+
+def argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return Tensor(np.asarray(np.argmin(x._data)), int64)
+    d = wrap_dim(dim, x.ndim)
+    return Tensor(np.argmin(x._data, axis=d, keepdims=keepdim).astype(np.int64), int64)
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's name
+    """The k largest (or smallest) values along ``dim`` and their indices;
+    ties keep the lower index first (a stable sort)."""
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d] if x.ndim else 1
+    if not 0 <= k <= n:
+        raise RuntimeError("selected index k out of range")
+    key = -x._data if largest else x._data
+    if is_float(x.dtype):
+        key = np.where(np.isnan(x._data), -np.inf, key)       # NaN counts as largest
+    order = np.argsort(key, axis=d, kind="stable")
+    idx = np.take(order, np.arange(k), axis=d)
+    vals = np.take_along_axis(x._data, idx, axis=d)
+
+    def backward(g):
+        G = np.zeros(x.shape, g.dtype)
+        np.put_along_axis(G, idx, g, axis=d)
+        return (G,)
+    values = _result(np.array(vals), x.dtype, (x,), backward, op="topk") if is_float(
+        x.dtype) else Tensor(np.array(vals), x.dtype)
+    return _values_indices(values, Tensor(idx.astype(np.int64), int64))
+
+
+def sort(x, dim=-1, descending=False, stable=False):
+    d = wrap_dim(dim, x.ndim)
+    return topk(x, x.shape[d] if x.ndim else 1, d, largest=descending)
+
+
+def argsort(x, dim=-1, descending=False, stable=False):
+    return sort(x, dim, descending).indices
+
+
+def cumsum(x, dim, dtype=None):
+    """Running sum along ``dim`` in float64, each prefix rounded once."""
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    else:
+        (x,) = cast_inputs("cumsum", x)
+    d = wrap_dim(dim, x.ndim)
+    if not is_float(x.dtype):
+        return Tensor(np.cumsum(x._data, axis=d).astype(np.int64), int64)
+    res = _store(np.cumsum(f64(x), axis=d), x.dtype)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        return (_store(np.flip(np.cumsum(np.flip(G, d), axis=d), d), x.dtype),)
+    return _result(res, x.dtype, (x,), backward, op="cumsum")
+
+
+def prod(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    axes = _axes(dim, x.ndim)
+    if not is_float(x.dtype):
+        return Tensor(np.asarray(np.prod(x._data, axis=axes, keepdims=keepdim)).astype(
+            np.int64), int64)
+    X = f64(x)
+    P = np.prod(X, axis=axes, keepdims=True)
+    res = _store(np.prod(X, axis=axes, keepdims=keepdim), x.dtype)
+
+    def backward(g):
+        G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
+        with np.errstate(all="ignore"):
+            return (_store(G * P / X, x.dtype),)
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op="prod")
+
+
+def norm(x, p="fro", dim=None, keepdim=False):
+    """The p-norm (2 by default) in float64, rounded once."""
+    if p == "fro":
+        p = 2
+    p = float(p)
+    axes = _axes(dim, x.ndim)
+    X = f64(x)
+    with np.errstate(all="ignore"):
+        if p == np.inf:
+            n = np.max(np.abs(X), axis=axes, keepdims=True)
+        elif p == 0:
+            n = (X != 0).sum(axis=axes, keepdims=True).astype(np.float64)
+        else:
+            n = (np.abs(X) ** p).sum(axis=axes, keepdims=True) ** (1 / p)
+    res = _store(n if keepdim else np.squeeze(n, axis=axes), x.dtype)
+
+    def backward(g):
+        G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
+        with np.errstate(all="ignore"):
+            if p == np.inf:
+                hit = np.abs(X) == n
+                gx = G * np.sign(X) * hit / hit.sum(axis=axes, keepdims=True)
+            elif p == 0:
+                gx = np.zeros_like(X)
+            else:
+                gx = G * np.sign(X) * np.abs(X) ** (p - 1) / n ** (p - 1)
+                gx = np.where(n == 0, 0.0, gx)
+        return (_store(gx, x.dtype),)
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op="norm")
+
+
+def logsumexp(x, dim, keepdim=False):
+    (x,) = cast_inputs("logsumexp", x)
+    axes = _axes(dim, x.ndim)
+    X = f64(x)
+    m = np.max(X, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(all="ignore"):
+        s = np.log(np.exp(X - m).sum(axis=axes, keepdims=True)) + m
+    res = _store(s if keepdim else np.squeeze(s, axis=axes), x.dtype)
+
+    def backward(g):
+        G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
+        with np.errstate(all="ignore"):
+            return (_store(G * np.exp(X - s), x.dtype),)
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op="logsumexp")
+
+
+def any(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
+    axes = _axes(dim, x.ndim)
+    return Tensor(np.asarray(np.any(x._data, axis=axes, keepdims=keepdim)), bool_)
+
+
+def all(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
+    axes = _axes(dim, x.ndim)
+    return Tensor(np.asarray(np.all(x._data, axis=axes, keepdims=keepdim)), bool_)
+
+
+def count_nonzero(x, dim=None):
+    axes = _axes(dim, x.ndim)
+    return Tensor(np.asarray(np.count_nonzero(x._data, axis=axes)).astype(np.int64), int64)

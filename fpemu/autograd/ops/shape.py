@@ -1,0 +1,498 @@
+"""Shape ops and indexing. Views (``view``, ``transpose``, ``permute``,
+``squeeze``, ``unsqueeze``, ``expand``, ``split``, ``chunk``, ``unbind``,
+``narrow``, ``select`` and basic indexing) share their input's storage and
+version counter, as in torch; ``reshape`` and ``flatten`` are views when the
+layout allows, copies otherwise; advanced indexing copies."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import FpemuTypeError
+from .._core import Tensor, _result, _store, bool_, int64, is_float, result_type
+from ._common import shape_arg, wrap_dim
+
+
+def _infer(shape, numel, what):
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1]))
+        i = shape.index(-1)
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '[{', '.join(map(str, shape))}]' is invalid for input "
+                               f"of size {numel}")
+        shape[i] = numel // known
+    if int(np.prod(shape)) != numel:
+        raise RuntimeError(f"shape '[{', '.join(map(str, shape))}]' is invalid for input of "
+                           f"size {numel}")
+    return tuple(shape)
+
+
+def _view_array(arr, shape):
+    """A numpy view of ``arr`` with ``shape``, or None if the strides do not
+    allow one."""
+    v = arr.view()
+    try:
+        v.shape = shape
+    except AttributeError:
+        return None
+    return v
+
+
+def view(x, *shape):
+    """A view with a new shape; raises as torch when the layout has no view."""
+    if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int, np.integer)):
+        from .._core import as_dtype
+        return _view_dtype(x, as_dtype(shape[0]))
+    shape = _infer(shape_arg(shape, "view()"), x._data.size, "view")
+    v = _view_array(x._data, shape)
+    if v is None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                           "(at least one dimension spans across two contiguous subspaces). "
+                           "Use .reshape(...) instead.")
+    return _as_view(x, v, "view")
+
+
+def _view_dtype(x, dtype):
+    raise FpemuTypeError(f"view({dtype}): reinterpreting bits as another dtype is not "
+                         f"emulated; use fpemu.encode / fpemu.decode for bit patterns")
+
+
+def _as_view(x, v, op):
+    shape = x.shape
+
+    def backward(g):
+        return (g.reshape(shape),)
+    return _result(v, x.dtype, (x,), backward, view_of=x, op=op)
+
+
+def reshape(x, *shape):
+    shape = _infer(shape_arg(shape, "reshape()"), x._data.size, "reshape")
+    v = _view_array(x._data, shape)
+    if v is not None:
+        return _as_view(x, v, "view")
+    src = x.shape
+
+    def backward(g):
+        return (g.reshape(src),)
+    return _result(x._data.reshape(shape), x.dtype, (x,), backward, op="reshape")
+
+
+def view_as(x, other):
+    return view(x, other.shape)
+
+
+def reshape_as(x, other):
+    return reshape(x, other.shape)
+
+
+def contiguous(x, memory_format=None):
+    """The tensor itself if it is C-contiguous, else a contiguous copy."""
+    if x._data.flags.c_contiguous:
+        return x
+
+    def backward(g):
+        return (g,)
+    return _result(np.ascontiguousarray(x._data), x.dtype, (x,), backward, op="clone")
+
+
+def transpose(x, dim0, dim1):
+    d0, d1 = wrap_dim(dim0, x.ndim), wrap_dim(dim1, x.ndim)
+    if x.ndim == 0:
+        return _as_view(x, x._data.view(), "transpose")
+    v = np.swapaxes(x._data, d0, d1)
+
+    def backward(g):
+        return (np.swapaxes(g, d0, d1),)
+    return _result(v, x.dtype, (x,), backward, view_of=x, op="transpose")
+
+
+swapaxes = swapdims = transpose
+
+
+def t(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return transpose(x, 0, 1) if x.ndim == 2 else x
+
+
+def permute(x, *dims):
+    dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+    if len(dims) != x.ndim:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
+                           f"not match the length of the desired ordering of dimensions i.e. "
+                           f"input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}")
+    dims = tuple(wrap_dim(d, x.ndim) for d in dims)
+    v = np.transpose(x._data, dims)
+    inv = np.argsort(dims)
+
+    def backward(g):
+        return (np.transpose(g, inv),)
+    return _result(v, x.dtype, (x,), backward, view_of=x, op="permute")
+
+
+def movedim(x, source, destination):
+    v = np.moveaxis(x._data, source, destination)
+
+    def backward(g):
+        return (np.moveaxis(g, destination, source),)
+    return _result(v, x.dtype, (x,), backward, view_of=x, op="movedim")
+
+
+def unsqueeze(x, dim):
+    d = wrap_dim(dim, x.ndim + 1)
+    return _as_view(x, np.expand_dims(x._data, d), "unsqueeze")
+
+
+def squeeze(x, dim=None):
+    if dim is None:
+        return _as_view(x, np.squeeze(x._data), "squeeze")
+    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    axes = tuple(a for a in (wrap_dim(d, x.ndim) for d in dims)
+                 if x.ndim and x.shape[a] == 1)
+    return _as_view(x, np.squeeze(x._data, axis=axes) if axes else x._data.view(), "squeeze")
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        wrap_dim(start_dim, 0), wrap_dim(end_dim, 0)
+        return reshape(x, (1,))
+    s, e = wrap_dim(start_dim, x.ndim), wrap_dim(end_dim, x.ndim)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    shape = x.shape[:s] + (int(np.prod(x.shape[s:e + 1])),) + x.shape[e + 1:]
+    return reshape(x, shape)
+
+
+def unflatten(x, dim, sizes):
+    d = wrap_dim(dim, x.ndim)
+    sizes = _infer(tuple(sizes), x.shape[d], "unflatten")
+    return reshape(x, x.shape[:d] + sizes + x.shape[d + 1:])
+
+
+def expand(x, *sizes):
+    sizes = shape_arg(sizes, "expand()")
+    if len(sizes) < x.ndim:
+        raise RuntimeError(f"expand(torch.FloatTensor{{{list(x.shape)}}}, size={list(sizes)}): "
+                           f"the number of sizes provided ({len(sizes)}) must be greater or "
+                           f"equal to the number of dimensions in the tensor ({x.ndim})")
+    lead = len(sizes) - x.ndim
+    target = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    for i, s in enumerate(x.shape):
+        if s != 1 and s != target[i + lead]:
+            raise RuntimeError(f"The expanded size of the tensor ({target[i + lead]}) must "
+                               f"match the existing size ({s}) at non-singleton dimension "
+                               f"{i + lead}.  Target sizes: {list(sizes)}.  Tensor sizes: "
+                               f"{list(x.shape)}")
+    v = np.broadcast_to(x._data, target)
+    return _result(v, x.dtype, (x,), lambda g: (g,), view_of=x, op="expand")
+
+
+def expand_as(x, other):
+    return expand(x, other.shape)
+
+
+def broadcast_to(x, shape):
+    return expand(x, tuple(shape))
+
+
+def repeat(x, *sizes):
+    sizes = shape_arg(sizes, "repeat()")
+    if len(sizes) < x.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
+    lead = len(sizes) - x.ndim
+    src = x._data.reshape((1,) * lead + x.shape)
+    res = np.tile(src, sizes)
+    shape = src.shape
+
+    def backward(g):
+        G = g.astype(np.float64)
+        split = []
+        for r, s in zip(sizes, shape):
+            split += [r, s]
+        G = G.reshape(split).sum(axis=tuple(range(0, 2 * len(sizes), 2)))
+        return (_store(G.reshape(x.shape), x.dtype),)
+    return _result(res, x.dtype, (x,), backward, op="repeat")
+
+
+def repeat_interleave(x, repeats, dim=None):
+    """Each element repeated ``repeats`` times along ``dim`` (flattened if None)."""
+    if dim is None:
+        x, dim = reshape(x, (-1,)), 0
+    d = wrap_dim(dim, x.ndim)
+    reps = repeats._data if isinstance(repeats, Tensor) else int(repeats)
+    idx = np.repeat(np.arange(x.shape[d]), reps)
+    return index_select(x, d, Tensor(idx.astype(np.int64), int64))
+
+
+def narrow(x, dim, start, length):
+    d = wrap_dim(dim, x.ndim)
+    idx = [slice(None)] * x.ndim
+    idx[d] = slice(start, start + length)
+    return getitem(x, tuple(idx))
+
+
+def select(x, dim, index):
+    d = wrap_dim(dim, x.ndim)
+    idx = [slice(None)] * x.ndim
+    idx[d] = index
+    return getitem(x, tuple(idx))
+
+
+def split(x, split_size_or_sections, dim=0):
+    """Views of consecutive pieces along ``dim``: pieces of
+    ``split_size`` (the last smaller) or the given list of sizes."""
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {d}), but got "
+                               f"split_sizes={sizes}")
+    else:
+        step = int(split_size_or_sections)
+        if step <= 0 and n:
+            raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got "
+                               f"dimension size of {n}")
+        sizes = [min(step, n - i) for i in range(0, n, step)] if n else [0]
+    out, start = [], 0
+    for s in sizes:
+        out.append(narrow(x, d, start, s))
+        start += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    step = -(-n // chunks) if n else 1
+    return split(x, step, d) if n else (x,)
+
+
+def tensor_split(x, sections, dim=0):
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(sections, int):
+        q, r = divmod(n, sections)
+        sizes = [q + 1] * r + [q] * (sections - r)
+    else:
+        bounds = [0] + list(sections) + [n]
+        sizes = [max(b - a, 0) for a, b in zip(bounds[:-1], bounds[1:])]
+    return split(x, sizes, d)
+
+
+def unbind(x, dim=0):
+    d = wrap_dim(dim, x.ndim)
+    return tuple(select(x, d, i) for i in range(x.shape[d]))
+
+
+def cat(tensors, dim=0, out=None):
+    """Concatenate along ``dim`` (type promotion across the inputs)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    for t_ in tensors:
+        if not isinstance(t_, Tensor):
+            raise FpemuTypeError(f"cat(): expected a sequence of Tensors, got "
+                                 f"{type(t_).__name__}")
+    keep = [t_ for t_ in tensors if not (t_.ndim == 1 and t_.shape[0] == 0)] or tensors[:1]
+    d = wrap_dim(dim, keep[0].ndim)
+    dt = result_type(*keep)
+    parts = [_store(t_._data, dt) if t_.dtype != dt else t_._data for t_ in keep]
+    try:
+        res = np.concatenate(parts, axis=d)
+    except ValueError as err:
+        raise RuntimeError(f"Sizes of tensors must match except in dimension {d}: "
+                           f"{[tuple(t_.shape) for t_ in keep]} ({err})") from None
+    bounds = np.cumsum([t_.shape[d] for t_ in keep])[:-1]
+
+    def backward(g):
+        return tuple(np.split(g, bounds, axis=d))
+    res_t = _result(res, dt, tuple(keep), backward, op="cat")
+    if out is not None:
+        from .inplace import copy_into
+        return copy_into(out, res_t)
+    return res_t
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0, out=None):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    shapes = {tuple(t_.shape) for t_ in tensors}
+    if len(shapes) > 1:
+        i = next(i for i, t_ in enumerate(tensors) if t_.shape != tensors[0].shape)
+        raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                           f"{list(tensors[0].shape)} at entry 0 and {list(tensors[i].shape)} "
+                           f"at entry {i}")
+    d = wrap_dim(dim, tensors[0].ndim + 1)
+    return cat([unsqueeze(t_, d) for t_ in tensors], d, out=out)
+
+
+def flip(x, dims):
+    dims = tuple(wrap_dim(d, x.ndim) for d in (dims if isinstance(dims, (list, tuple))
+                                                else (dims,)))
+    res = np.flip(x._data, dims).copy()
+    return _result(res, x.dtype, (x,), lambda g: (np.flip(g, dims),), op="flip")
+
+
+def roll(x, shifts, dims=None):
+    res = np.roll(x._data, shifts, dims)
+    neg = tuple(-s for s in shifts) if isinstance(shifts, (tuple, list)) else -shifts
+    return _result(res, x.dtype, (x,), lambda g: (np.roll(g, neg, dims),), op="roll")
+
+
+def tril(x, diagonal=0):
+    return _triangle(x, diagonal, np.tril, "tril")
+
+
+def triu(x, diagonal=0):
+    return _triangle(x, diagonal, np.triu, "triu")
+
+
+def _triangle(x, k, npop, name):
+    if x.ndim < 2:
+        raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+    res = npop(x._data, k)
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
+    return _result(res, x.dtype, (x,), lambda g: (npop(g, k),), op=name)
+
+
+def gather(x, dim, index):
+    d = wrap_dim(dim, x.ndim)
+    idx = index._data.astype(np.int64)
+    res = np.take_along_axis(x._data, idx, axis=d)
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
+
+    def backward(g):
+        G = np.zeros(x.shape, np.float64)
+        _scatter_add(G, d, idx, g.astype(np.float64))
+        return (_store(G, x.dtype), None)
+    return _result(res, x.dtype, (x, index), backward, op="gather")
+
+
+def _scatter_add(G, d, idx, src):
+    grid = list(np.indices(idx.shape, sparse=True))
+    grid[d] = idx
+    np.add.at(G, tuple(grid), src)
+
+
+def index_select(x, dim, index):
+    d = wrap_dim(dim, x.ndim)
+    idx = [slice(None)] * x.ndim
+    idx[d] = index
+    return getitem(x, tuple(idx))
+
+
+# ---------------------------------------------------------------- indexing
+def _index(idx):
+    """A torch index as a numpy one; 0-d integer tensors act as ints."""
+    if isinstance(idx, Tensor):
+        if idx.ndim == 0 and idx.dtype is not bool_ and not is_float(idx.dtype):
+            return int(idx.item())
+        if is_float(idx.dtype):
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        return idx._data if idx.dtype is bool_ else idx._data.astype(np.int64)
+    if isinstance(idx, tuple):
+        return tuple(_index(i) for i in idx)
+    if isinstance(idx, list):
+        if any(isinstance(i, (Tensor, list, slice)) or i is None or i is Ellipsis
+               for i in idx):
+            return tuple(_index(i) for i in idx)
+        return np.asarray(idx, dtype=np.int64 if not any(isinstance(i, bool) for i in idx)
+                          else bool)
+    return idx
+
+
+def _is_basic(idx):
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    return all(isinstance(p, (int, np.integer, slice)) and not isinstance(p, (bool, np.bool_))
+               or p is None or p is Ellipsis for p in parts)
+
+
+def _basic(idx):
+    """A basic index with an Ellipsis, so that numpy returns a view even when
+    every dim is taken by an integer."""
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    if not any(p is Ellipsis for p in parts):
+        parts = parts + (Ellipsis,)
+    return parts
+
+
+def getitem(x, idx):
+    idx = _index(idx)
+    if _is_basic(idx):
+        try:
+            v = x._data[_basic(idx)]
+        except IndexError as err:
+            raise IndexError(str(err).replace("axis", "dimension")) from None
+
+        def backward_view(g):
+            G = np.zeros(x.shape, g.dtype)
+            G[_basic(idx)] = g
+            return (G,)
+        return _result(v, x.dtype, (x,), backward_view, view_of=x, op="select")
+    try:
+        res = np.array(x._data[idx], copy=True)
+    except IndexError as err:
+        raise IndexError(str(err)) from None
+
+    def backward(g):
+        G = np.zeros(x.shape, np.float64)
+        np.add.at(G, idx, g.astype(np.float64))
+        return (_store(G, x.dtype),)
+    return _result(res, x.dtype, (x,), backward, op="index")
+
+
+def index_put(x, idx, value, accumulate=False):
+    """``x[idx] = value`` as an out-of-place op (the graph form of
+    ``__setitem__``): value rounded to x's dtype; gradients flow to x where not
+    overwritten and to value from the written places."""
+    idx = _index(idx)
+    res = np.array(x._data, copy=True)
+    if isinstance(value, Tensor):
+        V = _store(value._data, x.dtype) if is_float(x.dtype) else value._data.astype(
+            res.dtype)
+    else:
+        V = _store(np.float32(value), x.dtype) if is_float(x.dtype) else value
+    if accumulate:
+        np.add.at(res, idx, V)
+    else:
+        res[idx] = V
+    res = _store(res, x.dtype) if is_float(x.dtype) else res
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
+    vshape = value.shape if isinstance(value, Tensor) else None
+
+    def backward(g):
+        gx = g.copy()
+        if not accumulate:
+            gx[idx] = 0
+        gv = None
+        if vshape is not None:
+            sel = np.broadcast_to(g[idx], np.broadcast_shapes(g[idx].shape, vshape))
+            from .._core import _sum_to
+            gv = _sum_to(np.array(sel), vshape, value.dtype) if sel.shape != tuple(vshape) \
+                else np.array(sel)
+        return gx, gv
+    return _result(res, x.dtype, (x, value), backward, op="index_put")
+
+
+def masked_select(x, mask):
+    return getitem(x, mask)
+
+
+def nonzero(x, as_tuple=False):
+    idx = np.nonzero(x._data)
+    if as_tuple:
+        return tuple(Tensor(i.astype(np.int64), int64) for i in idx)
+    return Tensor(np.stack(idx, axis=-1).astype(np.int64), int64)

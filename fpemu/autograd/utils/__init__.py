@@ -1,0 +1,3 @@
+"""``torch.utils``: ``data`` (datasets and the loader)."""
+
+from . import data  # noqa: F401
