@@ -32,10 +32,10 @@ import numbers
 
 import numpy as np
 
-from ..formats import Format
 from ._core import Tensor, _store, float32, float64, is_float
 from ._profile import get_profile
-from ._aten import add_alpha as _add_alpha, fma as _fma_dt
+from . import _aten as aten
+from ._aten import fma as _fma_dt
 
 _f = np.float32
 
@@ -43,14 +43,6 @@ _f = np.float32
 def _fma(a, b, c):
     """Exact float32 fma, then one rounding."""
     return _fma_dt(a, b, c, float32)
-
-
-def _scalar(x, D):
-    """A Python number (``alpha``, an added scalar) as the kernel sees it:
-    float32 on CUDA; the CPU profile first rounds it to a 16-bit dtype (§3.8)."""
-    if get_profile().cpu and isinstance(D, Format) and D.bits < 32:
-        return _f(_store(_f(x), D))
-    return _f(x)
 
 
 def _cpu_tail(n, D):
@@ -65,13 +57,6 @@ def _cpu_tail(n, D):
     for _, body_end, end in prof.cpu_fused_parts(n, itemsize, lanes):
         mask[body_end + (end - body_end) // 8 * 8:end] = True
     return mask
-
-
-def _mul_scalar(x, D, foreach):
-    """The factor of ``mul_(number)``: float32, except that CPU's
-    ``_foreach_mul_`` rounds it to a 16-bit dtype first (measured on 2.13:
-    bf16 x 0.9 multiplies by 0.8984375); the single-tensor ``mul_`` does not."""
-    return _scalar(x, D) if foreach else _f(x)
 
 
 class Optimizer:
@@ -260,18 +245,18 @@ class SGD(Optimizer):
             if maximize:
                 G = -G
             if wd:                                       # g.add(p, alpha=wd)
-                G = _add_alpha(G, P, _scalar(wd, D), D)
+                G = aten.add_alpha(G, P, aten.scalar(wd, D), D)
             if mom:
                 buf = st.get("momentum_buffer")
                 if buf is None:
                     buf = G.copy()
                 else:
-                    buf = L(buf._a * _mul_scalar(mom, D, self.impl == "foreach"))
+                    buf = aten.mul_scalar(buf._a, mom, D, self.impl == "foreach")
                     buf = (L(buf + G) if 1 - damp == 1
-                           else _add_alpha(buf, G, _scalar(1 - damp, D), D))
+                           else aten.add_alpha(buf, G, aten.scalar(1 - damp, D), D))
                 st["momentum_buffer"] = Tensor(buf, D)
-                G = _add_alpha(G, buf, _scalar(mom, D), D) if nesterov else buf
-            p._a = _add_alpha(P, G, _scalar(-lr, D), D)  # p.add_(g, alpha=-lr)
+                G = aten.add_alpha(G, buf, aten.scalar(mom, D), D) if nesterov else buf
+            p._a = aten.add_alpha(P, G, aten.scalar(-lr, D), D)  # p.add_(g, alpha=-lr)
 
     def _fused(self, p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale):
         G = p.grad._a.astype(np.float64)
@@ -372,35 +357,25 @@ class Adam(Optimizer):
                 self._op_by_op(p, st, group, single=self.impl == "single")
 
     def _op_by_op(self, p, st, group, single):
-        """_multi_tensor_adam / _single_tensor_adam, one kernel per line."""
+        """_multi_tensor_adam / _single_tensor_adam, one ATen kernel per line
+        (the kernels' CUDA and CPU formulas are in ``_aten``)."""
         D = p.dtype
-
-        def L(x):
-            return _store(x, D)
+        foreach = not single
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         st["step"] = _f(st["step"] + _f(1))
         t = float(st["step"])
-        P, G = p._a, L(p.grad._a)
+        P, G = p._a, _store(p.grad._a, D)
         M, V = st["exp_avg"]._a, st["exp_avg_sq"]._a
         if group["maximize"]:
             G = -G
         if wd != 0:
             if group["decoupled_weight_decay"]:
-                P = L(P * _mul_scalar(1 - lr * wd, D, not single))
+                P = aten.mul_scalar(P, 1 - lr * wd, D, foreach)      # param.mul_(1 - lr*wd)
             else:
-                G = _add_alpha(G, P, _scalar(wd, D), D)
-        w = _f(1 - b1)                                   # lerp(m, g, 1 - beta1)
-        diff = G - M
-        if abs(w) < 0.5:
-            M = L(_fma(w, diff, M))
-        else:
-            M = L(_fma(-diff, _f(1) - w, G))
-        cpu = get_profile().cpu
-        V = L(V * _mul_scalar(b2, D, not single))
-        if cpu:                                          # addcmul(v, g, g, 1 - beta2)
-            V = L(_fma(_f(1 - b2) * G, G, V))            #   CPU: fma(r(v*t1), t2, self)
-        else:
-            V = L(_fma(_f(1 - b2), G * G, V))            #   CUDA: fma(v, r(t1*t2), self)
+                G = aten.add_alpha(G, P, aten.scalar(wd, D), D)     # grad.add(param, alpha=wd)
+        M = aten.lerp(M, G, 1 - b1, D)                               # exp_avg.lerp_(grad, 1-b1)
+        V = aten.mul_scalar(V, b2, D, foreach)                       # exp_avg_sq.mul_(b2)
+        V = aten.addcmul(V, G, G, 1 - b2, D)                         # .addcmul_(g, g, 1-b2)
         bc1 = 1 - b1 ** t
         bc2 = 1 - b2 ** t
         step_size = (lr / bc1) * -1
@@ -412,16 +387,13 @@ class Adam(Optimizer):
         else:
             V_used = V
         with np.errstate(all="ignore"):
-            d = L(np.sqrt(V_used))
-            if single and not cpu:                       # CUDA tensor / number: * reciprocal
-                d = L(d * (_f(1) / _f(bc2_sqrt)))
+            d = aten.sqrt(V_used, D)                                 # exp_avg_sq.sqrt()
+            if foreach:
+                d = aten.foreach_div(d, bc2_sqrt, D)                 # _foreach_div_(., bc2_sqrt)
             else:
-                d = L(d / _f(bc2_sqrt))
-            d = L(d + _scalar(eps, D))
-            if cpu:                                      # addcdiv(p, m, d, step_size)
-                P = L(P + (_f(step_size) * M) / d)       #   CPU: r(self + r(r(v*t1)/t2))
-            else:
-                P = L(_fma(_f(step_size), M / d, P))     #   CUDA: fma(v, r(t1/t2), self)
+                d = aten.div_scalar(d, bc2_sqrt, D)                  # / bias_correction2_sqrt
+            d = aten.add_scalar(d, eps, D)                           # .add_(eps)
+            P = aten.addcdiv(P, M, d, step_size, D)                  # param.addcdiv_(m, d, ss)
         p._a = P
         st["exp_avg"] = Tensor(M, D)
         st["exp_avg_sq"] = Tensor(V, D)
