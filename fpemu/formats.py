@@ -322,7 +322,7 @@ tf32 = Format("tf32", 8, 10, long_name="tensorfloat32")
 fp16 = Format("fp16", 5, 10, long_name="float16")
 bf16 = Format("bf16", 8, 7, long_name="bfloat16")
 e4m3fn = Format("e4m3fn", 4, 3, nan_encoding="fn", long_name="float8_e4m3fn")
-# PyTorch's e5m2 cast gives NaN as 0x7F (numerics-pytorch.md §1.2).
+# PyTorch's e5m2 cast gives NaN as 0x7F (docs/pytorch-numerics.md §1.2).
 e5m2 = Format("e5m2", 5, 2, long_name="float8_e5m2", canonical_nan=0x7F)
 e4m3fnuz = Format("e4m3fnuz", 4, 3, bias=8, nan_encoding="fnuz", long_name="float8_e4m3fnuz")
 e5m2fnuz = Format("e5m2fnuz", 5, 2, bias=16, nan_encoding="fnuz", long_name="float8_e5m2fnuz")

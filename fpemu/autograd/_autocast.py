@@ -2,7 +2,7 @@
 
 A :class:`Policy` sorts op names into categories; :class:`autocast` makes a
 policy active in a region. ``TORCH_CUDA`` holds the CUDA lists of torch 2.13
-(``numerics-pytorch.md`` §5, from ``ATen/autocast_mode.h``):
+(``docs/pytorch-numerics.md`` §5, from ``ATen/autocast_mode.h``):
 
 * ``lower``: every eligible input (floating point, not float64) is cast to
   the autocast dtype; the op runs and returns in it;

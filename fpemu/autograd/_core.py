@@ -7,7 +7,7 @@ A tensor holds a numpy array of its values: float32 for every fpemu
 (float32 for every Format, float64 for float64), as CUDA's kernels do, and
 :func:`_store` rounds the opmath result once to the output dtype.
 
-Storage follows PyTorch (``docs/pytorch-numerics.md``, "Storage, views and
+Storage follows PyTorch (``docs/pytorch-numerics.md`` §9, "Storage, views and
 versions"): a view (``view``, ``transpose``, basic indexing, ``detach``,
 ``.data``, ``state_dict`` values, ...) is a numpy view of its base's array, so
 an in-place op on either writes into both. A view shares its base's version
@@ -136,7 +136,7 @@ def _store(x, dtype):
     x32 = np.asarray(x, np.float32)
     if dtype is fp32 or dtype.name == "fp32":
         return x32
-    if dtype.name == "e4m3fn":        # version-dependent (numerics-pytorch.md §1.1)
+    if dtype.name == "e4m3fn":        # version-dependent (docs/pytorch-numerics.md §1.1)
         return quantize(x32, dtype, overflow=get_profile().e4m3_overflow)
     return quantize(x32, dtype)
 

@@ -1,7 +1,7 @@
 """Which PyTorch build fpemu.autograd computes like: a *profile*.
 
 PyTorch's numbers depend on the device and, in a few places, on the version
-(``numerics-pytorch.md`` §1.1, §3.8). A :class:`Profile` names a device and a
+(``docs/pytorch-numerics.md`` §1.1, §3.8). A :class:`Profile` names a device and a
 torch version and answers the questions that differ:
 
 * ``device="cuda"`` (the default): the CUDA formulas of §3.2. A tensor divided

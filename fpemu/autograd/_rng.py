@@ -4,7 +4,7 @@ PyTorch's CPU generator is a 32-bit Mersenne Twister (mt19937) seeded by
 ``manual_seed(s)`` with the reference initialisation of Matsumoto and
 Nishimura, which is also NumPy's legacy ``RandomState`` seeding. Each
 distribution turns the 32-bit draws into numbers in a fixed way
-(``docs/pytorch-numerics.md``, "Random numbers"):
+(``docs/pytorch-numerics.md`` §10):
 
 * ``randint(low, high)``: ``low + draw % (high - low)``, one 32-bit draw per
   element, a 64-bit draw (two 32-bit ones, the first the high word) when the

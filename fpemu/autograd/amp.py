@@ -1,7 +1,7 @@
 """Automatic mixed precision: ``autocast`` and ``GradScaler``.
 
 ``GradScaler`` is PyTorch's state machine (``torch/amp/grad_scaler.py``,
-``numerics-pytorch.md`` §2), number for number:
+``docs/pytorch-numerics.md`` §2), number for number:
 
 * the scale is a float32; ``init_scale`` is rounded to float32 on first use;
 * ``unscale_`` multiplies each gradient by ``float32(1 / float64(scale))``

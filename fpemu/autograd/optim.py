@@ -2,7 +2,7 @@
 ``Profile("cpu", ...)``, on the CPU build: see ``docs/fidelity.md``).
 
 Each optimizer has the three implementations of torch 2.13 and computes each
-the way ``numerics-pytorch.md`` §3-4 writes it down:
+the way ``docs/pytorch-numerics.md`` §3-4 writes it down:
 
 * ``foreach`` (the default, as on CUDA): every ``torch._foreach_*`` call is a
   kernel of its own, computed in float32 and rounded to the parameter dtype

@@ -3,7 +3,7 @@
 Every recorded array carries the dtype it had in PyTorch. Two values are the
 same when their codes in that dtype are the same, so +0 and -0 differ; two NaNs
 are the same whatever their sign and payload, which PyTorch leaves to the code
-path (``numerics-pytorch.md`` §1.4). A difference is measured in ulps of the
+path (``docs/pytorch-numerics.md`` §1.4). A difference is measured in ulps of the
 storage dtype: the distance between the two codes on the number line.
 
 Each array is judged by a :class:`Tier`:

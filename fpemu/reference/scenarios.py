@@ -8,7 +8,7 @@ model trained with real PyTorch), and saved with the trace, so a replay
 feeds fpemu exactly what PyTorch was fed.
 
 Each scenario also states the tier of each of its arrays under a profile
-(``tiers(config, profile)``): bit-exact where ``numerics-pytorch.md`` §6 says
+(``tiers(config, profile)``): bit-exact where ``docs/pytorch-numerics.md`` §6 says
 the result is determined, a tolerance with its reason elsewhere.
 
 Inputs made with NumPy are bit-reproducible on any CPU: seeded generators,
@@ -441,7 +441,7 @@ def _replay_tiers(cfg, profile):
                  "momentum buffer as float32; fpemu computes what the scalar tail does")
             return {"*": Tier("none", 0, r)}
         if impl != "fused" and opt != "sgd" and fp32_state:
-            r = ("CPU torch's float32 sqrt is MKL VML, not correctly rounded (numerics-pytorch.md "
+            r = ("CPU torch's float32 sqrt is MKL VML, not correctly rounded (docs/pytorch-numerics.md "
                  "§7.1; replaying with torch's own sqrt makes p bit-exact); fpemu computes the "
                  "IEEE sqrt. One sqrt ulp moves an update by ≤ lr·2^-23 and p does not feed back "
                  "into m, v, so after 200 steps |Δp| ≤ 200·lr·2^-22 ≈ 5e-8, plus one rounding "
@@ -450,7 +450,7 @@ def _replay_tiers(cfg, profile):
         return {}
     if impl == "fused" and opt != "sgd":
         r = ("fused Adam's bias corrections use CUDA powf, which is not correctly rounded "
-             "(numerics-pytorch.md §6 E7); m and v do not depend on them")
+             "(docs/pytorch-numerics.md §6 E7); m and v do not depend on them")
         return {"p": Tier("ulps", 2, r), "model": Tier("ulps", 1, r)}
     if impl == "fused":
         r = "FusedSgdKernel.cu was read only in an older version (double intermediates, §4)"
@@ -639,7 +639,7 @@ def _e2e_run(env, cfg, inputs):
 def _e2e_tiers(cfg, profile):
     why = ("matmuls accumulate in cuBLAS / MKL order (fpemu: its sequential model), "
            "reductions have their own order, and exp / log / tanh / erf come from the "
-           "device's library (numerics-pytorch.md §6 E10-E12); the differences feed back "
+           "device's library (docs/pytorch-numerics.md §6 E10-E12); the differences feed back "
            "through 100 steps of training")
     # bounds: about 4x the largest deviation measured against torch 2.13 CPU over
     # the 100 steps (absolute loss difference, MLP / transformer: fp32 2.4e-7 /

@@ -3,7 +3,7 @@ norms, losses, dropout, embedding, attention, convolution and pooling.
 
 Softmax, the norms and the losses compute in float64 and round once to the
 output dtype (tier 2: CUDA's fp32 reductions are within a few ulp of that).
-Attention follows the backend model of ``docs/pytorch-numerics.md``
+Attention follows the backend model of ``docs/pytorch-numerics.md`` §11
 ("Attention"); convolution is im2col followed by the emulated matmul.
 """
 
@@ -547,7 +547,7 @@ def sdpa_backend(q, dropout_p=0.0):
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """softmax(q k^T * scale + mask) v, on (..., L, E) query and (..., S, E)
-    key / value, with a backend model (``docs/pytorch-numerics.md``):
+    key / value, with a backend model (``docs/pytorch-numerics.md`` §11):
 
     * flash / memory-efficient (the default for 16-bit inputs on CUDA): the
       scores q k^T accumulate in fp32 and stay fp32, the softmax runs in fp32,

@@ -1,6 +1,6 @@
 """Elementwise ops, forward and backward side by side.
 
-How each op computes (``docs/pytorch-numerics.md``, "Elementwise ops"):
+How each op computes (``docs/pytorch-numerics.md`` §3.2, §6):
 
 * inputs are widened exactly to opmath (float32; float64 for float64);
 * ``+ - * /``, ``sqrt`` and ``abs`` are IEEE float32 operations (numpy's),
