@@ -439,7 +439,6 @@ class Adam(Optimizer):
         st["exp_avg"] = Tensor(_store(M, D), D)
         st["exp_avg_sq"] = Tensor(_store(V, D), D)
 
-
     def _fused_cpu(self, p, st, group, grad_scale, found_inf):
         """FusedAdamKernel.cpp (CPU): bias corrections in double, coefficients
         rounded to float32, the arithmetic in float32 opmath, states rounded

@@ -219,9 +219,8 @@ def from_numpy(array):
 def as_tensor(data, dtype=None, device=None):
     if isinstance(data, Tensor) and (dtype is None or as_dtype(dtype) == data.dtype):
         return data
-    if isinstance(data, np.ndarray) and dtype is None and data.dtype in (np.float32,
-                                                                          np.float64,
-                                                                          np.int64):
+    if isinstance(data, np.ndarray) and dtype is None and \
+            data.dtype in (np.float32, np.float64, np.int64):
         return from_numpy(data)
     return tensor(data, dtype=dtype)
 

@@ -337,8 +337,8 @@ def stack(tensors, dim=0, out=None):
 
 
 def flip(x, dims):
-    dims = tuple(wrap_dim(d, x.ndim) for d in (dims if isinstance(dims, (list, tuple))
-                                                else (dims,)))
+    dims = dims if isinstance(dims, (list, tuple)) else (dims,)
+    dims = tuple(wrap_dim(d, x.ndim) for d in dims)
     res = np.flip(x._data, dims).copy()
     return _result(res, x.dtype, (x,), lambda g: (np.flip(g, dims),), op="flip")
 

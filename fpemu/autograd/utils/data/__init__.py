@@ -171,8 +171,11 @@ class DataLoader:
         self.batch_sampler = batch_sampler
         self.collate_fn = collate_fn or (default_collate if batch_size is not None
                                          else (lambda x: x))
+        self.generator = generator
 
     def __iter__(self):
+        # torch's loader iterator draws a 64-bit base seed (for its workers) first
+        (State.generator if self.generator is None else self.generator).draws64(1)
         if self.batch_sampler is None:
             for i in self.sampler:
                 yield self.collate_fn(self.dataset[i])

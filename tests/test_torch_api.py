@@ -1,0 +1,231 @@
+"""The wider torch API of fpemu.autograd against torch CPU: convolution,
+pooling, losses, embedding padding, the attention backends, data loading,
+save / load (including a real torch checkpoint) and the names programs use."""
+
+import io
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpemu.autograd as ft
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+FF = ft.nn.functional
+
+
+def pair(shape, seed, scale=1.0):
+    a = (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+    return (torch.tensor(a, requires_grad=True), ft.tensor(a, requires_grad=True))
+
+
+def close(a, b, rtol=1e-5, atol=1e-6):
+    np.testing.assert_allclose(b.detach().double().numpy(), a.detach().double().numpy(),
+                               rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 1),
+                                                            (1, "same", 2, 1), (1, 1, 1, 2)])
+def test_conv2d_forward_and_backward(stride, padding, dilation, groups):
+    xt, xf = pair((2, 4, 7, 6), 1)
+    wt, wf = pair((6, 4 // groups, 3, 3), 2)
+    bt, bf = pair((6,), 3)
+    yt = TF.conv2d(xt, wt, bt, stride, padding, dilation, groups)
+    ft.backends.cudnn.allow_tf32 = False      # on by default, as on the GPU; torch CPU has none
+    try:
+        yf = FF.conv2d(xf, wf, bf, stride, padding, dilation, groups)
+    finally:
+        ft.backends.cudnn.allow_tf32 = True
+    close(yt, yf)
+    g = np.random.default_rng(4).standard_normal(yt.shape).astype(np.float32)
+    (yt * torch.tensor(g)).sum().backward()
+    ft.backends.cudnn.allow_tf32 = False
+    try:
+        (yf * ft.tensor(g)).sum().backward()
+    finally:
+        ft.backends.cudnn.allow_tf32 = True
+    for a, b in ((xt, xf), (wt, wf), (bt, bf)):
+        close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_pools_forward_and_backward():
+    for fn_t, fn_f, kw in ((TF.max_pool2d, FF.max_pool2d, dict(kernel_size=2)),
+                           (TF.max_pool2d, FF.max_pool2d, dict(kernel_size=3, stride=2,
+                                                               padding=1)),
+                           (TF.avg_pool2d, FF.avg_pool2d, dict(kernel_size=2)),
+                           (TF.avg_pool2d, FF.avg_pool2d, dict(kernel_size=3, stride=1,
+                                                               padding=1,
+                                                               count_include_pad=False))):
+        xt, xf = pair((2, 3, 6, 6), 5)
+        yt, yf = fn_t(xt, **kw), fn_f(xf, **kw)
+        close(yt, yf)
+        yt.square().sum().backward()
+        yf.square().sum().backward()
+        close(xt.grad, xf.grad)
+
+
+def test_losses_with_weights_and_spatial_targets():
+    xt, xf = pair((3, 4, 2, 2), 6)
+    tgt = np.random.default_rng(7).integers(0, 4, (3, 2, 2))
+    tgt[0, 0, 0] = -100
+    w = np.array([0.5, 1.0, 2.0, 0.25], np.float32)
+    for red in ("mean", "sum", "none"):
+        a = TF.cross_entropy(xt, torch.tensor(tgt), weight=torch.tensor(w), reduction=red,
+                             label_smoothing=0.1)
+        b = FF.cross_entropy(xf, ft.tensor(tgt), weight=ft.tensor(w), reduction=red,
+                             label_smoothing=0.1)
+        close(a, b)
+    a = TF.nll_loss(TF.log_softmax(xt, 1), torch.tensor(tgt), weight=torch.tensor(w))
+    b = FF.nll_loss(FF.log_softmax(xf, 1), ft.tensor(tgt), weight=ft.tensor(w))
+    close(a, b)
+    a.backward()
+    b.backward()
+    close(xt.grad, xf.grad)
+    pt, pf = pair((5, 3), 8)
+    qt, qf = pair((5, 3), 9)
+    for name in ("l1_loss", "smooth_l1_loss", "mse_loss"):
+        close(getattr(TF, name)(pt, qt), getattr(FF, name)(pf, qf))
+
+
+def test_embedding_padding_idx_gets_no_gradient():
+    torch.manual_seed(0)
+    ft.manual_seed(0)
+    et, ef = torch.nn.Embedding(6, 3, padding_idx=2), ft.nn.Embedding(6, 3, padding_idx=2)
+    with torch.no_grad():
+        et.weight.copy_(torch.arange(18.0).reshape(6, 3))
+    with ft.no_grad():
+        ef.weight.copy_(ft.arange(18.0).reshape(6, 3))
+    idx = [[2, 1, 2], [0, 5, 2]]
+    et(torch.tensor(idx)).sum().backward()
+    ef(ft.tensor(idx)).sum().backward()
+    close(et.weight.grad, ef.weight.grad)
+    assert not ef.weight.grad.numpy()[2].any()
+
+
+def _bf16(a):
+    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def test_sdpa_flash_model_keeps_scores_fp32_and_rounds_p():
+    """Independent oracle: float64 numpy with the rounding points of the
+    flash model (scores exact in fp32 here: small integers; P rounded to bf16)."""
+    rng = np.random.default_rng(10)
+    q, k, v = (rng.integers(-3, 4, (2, 3, 5, 8)).astype(np.float32) / 4 for _ in range(3))
+    out = FF.scaled_dot_product_attention(*(ft.tensor(a, dtype=ft.bfloat16) for a in (q, k, v)),
+                                          is_causal=True)
+    assert out.dtype is ft.bfloat16
+    s = np.einsum("bhld,bhsd->bhls", q, k).astype(np.float64) * np.float32(8 ** -0.5)
+    s = np.where(np.tril(np.ones((5, 5), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True)).astype(np.float32).astype(np.float64)
+    l_ = p.sum(-1, keepdims=True).astype(np.float32)
+    o = (np.einsum("bhls,bhsd->bhld", _bf16(p), v.astype(np.float64)).astype(np.float32)
+         / l_).astype(np.float32)
+    np.testing.assert_array_equal(out.float().numpy(), _bf16(o).astype(np.float32))
+    # the old model rounded q k^T to bf16 first: a different result
+    with ft.nn.functional.sdpa_kernel(ft.nn.functional.SDPBackend.MATH):
+        math = FF.scaled_dot_product_attention(*(ft.tensor(a, dtype=ft.bfloat16)
+                                                 for a in (q, k, v)), is_causal=True)
+    assert math.dtype is ft.bfloat16
+
+
+def test_sdpa_math_backend_matches_torch_cpu_math():
+    qt, qf = pair((2, 2, 6, 4), 11)
+    kt, kf = pair((2, 2, 6, 4), 12)
+    vt, vf = pair((2, 2, 6, 4), 13)
+    mask = np.random.default_rng(14).random((6, 6)) > 0.3
+    np.fill_diagonal(mask, True)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):
+        a = TF.scaled_dot_product_attention(qt, kt, vt, attn_mask=torch.tensor(mask))
+    with FF.sdpa_kernel(FF.SDPBackend.MATH):
+        b = FF.scaled_dot_product_attention(qf, kf, vf, attn_mask=ft.tensor(mask))
+    close(a, b)
+    a.sum().backward()
+    b.sum().backward()
+    for x, y in ((qt, qf), (kt, kf), (vt, vf)):
+        close(x.grad, y.grad, rtol=1e-4, atol=1e-5)
+    # the default (online-softmax) model agrees with it in float32 to rounding
+    c = FF.scaled_dot_product_attention(ft.tensor(qf.numpy(force=True)),
+                                        ft.tensor(kf.numpy(force=True)),
+                                        ft.tensor(vf.numpy(force=True)),
+                                        attn_mask=ft.tensor(mask))
+    close(a, c, rtol=1e-5, atol=1e-6)
+
+
+def test_manual_attention_under_bf16_autocast_keeps_its_cuda_meaning():
+    q = ft.randn(2, 4, 8)
+    with ft.autocast("cuda", dtype=ft.bfloat16):
+        att = q @ q.transpose(-2, -1)
+        p = FF.softmax(att, dim=-1)
+        y = p @ q
+    assert (att.dtype, p.dtype, y.dtype) == (ft.bfloat16, ft.float32, ft.bfloat16)
+
+
+def test_dataloader_batches_and_shuffles_as_torch():
+    data = np.arange(20, dtype=np.float32).reshape(10, 2)
+    lab = np.arange(10)
+    torch.manual_seed(3)
+    ft.manual_seed(3)
+    lt = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.tensor(data), torch.tensor(lab)), batch_size=4, shuffle=True, drop_last=True)
+    lf = ft.utils.data.DataLoader(ft.utils.data.TensorDataset(
+        ft.tensor(data), ft.tensor(lab)), batch_size=4, shuffle=True, drop_last=True)
+    bt, bf = list(lt), list(lf)
+    assert len(bt) == len(bf) == 2
+    for (xa, ya), (xb, yb) in zip(bt, bf):
+        assert ya.tolist() == yb.tolist()
+        np.testing.assert_array_equal(xa.numpy(), xb.numpy())
+
+
+def test_save_load_and_a_real_torch_checkpoint(tmp_path):
+    m = ft.nn.Linear(3, 2)
+    opt = ft.optim.AdamW(m.parameters(), lr=1e-3)
+    m(ft.ones(1, 3)).sum().backward()
+    opt.step()
+    ft.save({"model": m.state_dict(), "opt": opt.state_dict(), "iter": 3}, tmp_path / "c.pt")
+    ck = ft.load(tmp_path / "c.pt")
+    m2 = ft.nn.Linear(3, 2)
+    m2.load_state_dict(ck["model"])
+    np.testing.assert_array_equal(m2.weight.numpy(force=True), m.weight.numpy(force=True))
+    assert ck["iter"] == 3
+    tm = torch.nn.Linear(3, 2).to(torch.bfloat16)
+    buf = io.BytesIO()
+    torch.save({"model": tm.state_dict()}, buf)
+    (tmp_path / "t.pt").write_bytes(buf.getvalue())
+    loaded = ft.load(tmp_path / "t.pt")["model"]
+    assert loaded["weight"].dtype is ft.bfloat16
+    np.testing.assert_array_equal(loaded["weight"].float().numpy(),
+                                  tm.weight.detach().float().numpy())
+
+
+def test_names_programs_use():
+    assert ft.compile(ft.nn.Linear(2, 2)).__class__.__name__ == "Linear"
+    assert ft.device("cuda:0").type == "cuda" and str(ft.device("cuda", 0)) == "cuda:0"
+    assert isinstance(ft.ones(2), ft.FloatTensor) and ft.LongTensor([1, 2]).dtype is ft.int64
+    assert ft.cuda.is_available() and ft.cuda.device_count() == 1
+    ft.cuda.set_device(0)
+    ft.cuda.synchronize()
+    ft.cuda.empty_cache()
+    ft.cuda.manual_seed_all(1)
+    assert ft.cuda.max_memory_allocated() == 0
+    ft.backends.cuda.matmul.allow_tf32 = True
+    try:
+        a = ft.tensor([[1 + 2 ** -12]])
+        assert (a @ a).item() == 1.0           # operands read as tf32 (10 fraction bits)
+    finally:
+        ft.backends.cuda.matmul.allow_tf32 = False
+    assert (ft.tensor([[1 + 2 ** -12]]) @ ft.tensor([[1 + 2 ** -12]])).item() > 1.0
+    with ft.inference_mode():
+        assert not ft.is_grad_enabled()
+    from fpemu.autograd.nn.parallel import DistributedDataParallel
+    from fpemu.autograd.nn.modules import Linear  # noqa: F401
+    with pytest.raises(NotImplementedError, match="one device"):
+        DistributedDataParallel(ft.nn.Linear(1, 1))
+    from fpemu.autograd.distributed import init_process_group
+    with pytest.raises(NotImplementedError, match="single device"):
+        init_process_group("nccl")
+    s = ft.cuda.amp.GradScaler(enabled=False)
+    assert not s.is_enabled()
+    with ft.cuda.amp.autocast(dtype=ft.bfloat16):
+        assert (ft.ones(2, 2) @ ft.ones(2, 2)).dtype is ft.bfloat16
