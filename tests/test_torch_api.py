@@ -229,3 +229,42 @@ def test_names_programs_use():
     assert not s.is_enabled()
     with ft.cuda.amp.autocast(dtype=ft.bfloat16):
         assert (ft.ones(2, 2) @ ft.ones(2, 2)).dtype is ft.bfloat16
+
+
+def _lr_trace(lib, make, steps=40, opt="sgd"):
+    p = lib.nn.Parameter(lib.ones(2))
+    o = (lib.optim.SGD([p], lr=0.1, momentum=0.9) if opt == "sgd"
+         else lib.optim.AdamW([p], lr=0.1))
+    sched = make(lib, o)
+    out = []
+    for _ in range(steps):
+        o.step()
+        sched.step()
+        g = o.param_groups[0]
+        out.append((g["lr"], g.get("momentum"), g.get("betas")))
+    return out
+
+
+@pytest.mark.parametrize("make,opt", [
+    (lambda lib, o: lib.optim.lr_scheduler.StepLR(o, 7, gamma=0.3), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.MultiStepLR(o, [5, 9, 9, 20]), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.LambdaLR(o, lambda e: 0.95 ** e), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.ExponentialLR(o, 0.9), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.ConstantLR(o, 0.5, 4), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.LinearLR(o, 0.1, 1.0, 10), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingLR(o, 13, 1e-4), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.SequentialLR(
+        o, [lib.optim.lr_scheduler.LinearLR(o, 0.01, total_iters=5),
+            lib.optim.lr_scheduler.CosineAnnealingLR(o, 30)], milestones=[5]), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.OneCycleLR(o, 0.5, total_steps=40), "sgd"),
+    (lambda lib, o: lib.optim.lr_scheduler.OneCycleLR(o, 0.5, total_steps=40,
+                                                       three_phase=True,
+                                                       anneal_strategy="linear"), "adam"),
+])
+def test_lr_schedulers_give_torch_doubles(make, opt):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = _lr_trace(torch, make, opt=opt)
+    b = _lr_trace(ft, make, opt=opt)
+    assert a == b                       # the same Python floats, step for step

@@ -32,10 +32,10 @@ import numbers
 
 import numpy as np
 
-from ._core import Tensor, _store, float32, float64, is_float
-from ._profile import get_profile
-from . import _aten as aten
-from ._aten import fma as _fma_dt
+from .._core import Tensor, _store, float32, float64, is_float
+from .._profile import get_profile
+from .. import _aten as aten
+from .._aten import fma as _fma_dt
 
 _f = np.float32
 
@@ -502,3 +502,6 @@ class AdamW(Adam):
                          maximize=maximize, capturable=capturable,
                          differentiable=differentiable, fused=fused,
                          decoupled_weight_decay=True, master_weights=master_weights)
+
+
+from . import lr_scheduler  # noqa: E402,F401  (torch.optim.lr_scheduler)
