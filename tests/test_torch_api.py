@@ -257,9 +257,8 @@ def _lr_trace(lib, make, steps=40, opt="sgd"):
         o, [lib.optim.lr_scheduler.LinearLR(o, 0.01, total_iters=5),
             lib.optim.lr_scheduler.CosineAnnealingLR(o, 30)], milestones=[5]), "sgd"),
     (lambda lib, o: lib.optim.lr_scheduler.OneCycleLR(o, 0.5, total_steps=40), "sgd"),
-    (lambda lib, o: lib.optim.lr_scheduler.OneCycleLR(o, 0.5, total_steps=40,
-                                                       three_phase=True,
-                                                       anneal_strategy="linear"), "adam"),
+    (lambda lib, o: lib.optim.lr_scheduler.OneCycleLR(
+        o, 0.5, total_steps=40, three_phase=True, anneal_strategy="linear"), "adam"),
 ])
 def test_lr_schedulers_give_torch_doubles(make, opt):
     import warnings
