@@ -25,8 +25,8 @@ TransformerEngine (``papers.md`` §3):
   ``"down"`` (OCP MX / microxcaling: floor(log2 amax) - emax, then
   saturate), ``"nearest"`` (ml_dtypes' float -> E8M0 cast of amax / fp8_max).
 
-``fp8_format``: ``Format.HYBRID`` (E4M3 forward, E5M2 gradients) or
-``Format.E4M3`` (everywhere). Casts saturate.
+``fp8_format``: ``Fp8Format.HYBRID`` (E4M3 forward, E5M2 gradients) or
+``Fp8Format.E4M3`` (everywhere). Casts saturate.
 """
 
 from __future__ import annotations
@@ -48,19 +48,25 @@ FLT_MAX = np.float32(np.finfo(np.float32).max)
 _f = np.float32
 
 
-class Format(enum.Enum):
-    """TransformerEngine's fp8 formats of a recipe."""
+class Fp8Format(enum.Enum):
+    """TransformerEngine's fp8 formats of a recipe (``Format`` in
+    ``transformer_engine.common.recipe``; fpemu names it ``Fp8Format`` so that
+    it does not clash with :class:`fpemu.Format`, and keeps ``Format`` as an
+    alias for TransformerEngine code)."""
 
     E4M3 = "E4M3"
     HYBRID = "HYBRID"
     E5M2 = "E5M2"
 
 
+Format = Fp8Format
+
+
 def _check_format(fmt):
-    fmt = Format(fmt) if not isinstance(fmt, Format) else fmt
-    if fmt is Format.E5M2:
-        raise ValueError("Pure E5M2 training is not supported; use Format.HYBRID (E4M3 "
-                         "forward, E5M2 backward) or Format.E4M3")
+    fmt = Fp8Format(fmt) if not isinstance(fmt, Fp8Format) else fmt
+    if fmt is Fp8Format.E5M2:
+        raise ValueError("Pure E5M2 training is not supported; use Fp8Format.HYBRID (E4M3 "
+                         "forward, E5M2 backward) or Fp8Format.E4M3")
     return fmt
 
 
@@ -71,18 +77,36 @@ class _Recipe:
 
     def formats(self):
         fwd = e4m3fn
-        bwd = e5m2 if self.fp8_format is Format.HYBRID else e4m3fn
+        bwd = e5m2 if self.fp8_format is Fp8Format.HYBRID else e4m3fn
         return fwd, bwd
+
+    def quantize(self, X, fmt, role, state=None):
+        """Quantize a (rows, K) float32 array for a GEMM over K: returns (q,
+        scale_inv, bk), the fp8 values, inverse scales of shape (rows, number
+        of K blocks) and the K block length."""
+        raise NotImplementedError
+
+    def transpose(self, X, q, sinv, fmt, role, state=None):
+        """The operand of a GEMM over the other axis of X (dgrad, wgrad):
+        block recipes quantize X.T again, with blocks along its rows."""
+        return self.quantize(np.ascontiguousarray(X.T), fmt, role + "_t")
+
+
+class _PerTensorRecipe(_Recipe):
+    def transpose(self, X, q, sinv, fmt, role, state=None):
+        """One scale for the whole tensor: the transpose reuses the fp8 values."""
+        return (np.ascontiguousarray(q.T), np.full((X.shape[1], 1), sinv[0, 0], np.float32),
+                max(1, X.shape[0]))
 
 
 @dataclasses.dataclass
-class DelayedScaling(_Recipe):
+class DelayedScaling(_PerTensorRecipe):
     """TE's ``DelayedScaling(margin=0, fp8_format=HYBRID, amax_history_len=1024,
     amax_compute_algo="max")``. ``split_accumulator`` (fprop, dgrad, wgrad)
     promotes partial sums into fp32 every 128 products, TE's defaults."""
 
     margin: int = 0
-    fp8_format: Format = Format.HYBRID
+    fp8_format: Fp8Format = Fp8Format.HYBRID
     amax_history_len: int = 1024
     amax_compute_algo: str = "max"
 
@@ -95,29 +119,66 @@ class DelayedScaling(_Recipe):
             raise ValueError(f"amax_history_len must be an int >= 1, got "
                              f"{self.amax_history_len!r}")
 
+    def quantize(self, X, fmt, role, state=None):
+        """The scale of the delayed state for ``role``; records this amax."""
+        R, K = X.shape
+        absx = np.abs(X.astype(np.float32))
+        st = state[role]
+        st.record(np.max(absx) if absx.size else 0.0)
+        q = _cast(X, np.full((R, 1), st.scale, np.float32), fmt)
+        return q, np.full((R, 1), st.scale_inv, np.float32), max(K, 1)
+
 
 @dataclasses.dataclass
-class Float8CurrentScaling(_Recipe):
-    fp8_format: Format = Format.HYBRID
+class Float8CurrentScaling(_PerTensorRecipe):
+    fp8_format: Fp8Format = Fp8Format.HYBRID
     power_2_scale: bool = False
     amax_epsilon: float = 0.0
 
     def __post_init__(self):
         self.fp8_format = _check_format(self.fp8_format)
 
+    def quantize(self, X, fmt, role, state=None):
+        """One scale from this tensor's amax."""
+        R, K = X.shape
+        absx = np.abs(X.astype(np.float32))
+        amax = np.max(absx) if absx.size else _f(0)
+        scale = scale_from_amax(amax, fmt.max, self.power_2_scale, self.amax_epsilon)
+        q = _cast(X, np.full((R, 1), scale, np.float32), fmt)
+        return q, np.full((R, 1), _f(_f(1) / scale), np.float32), max(K, 1)
+
 
 @dataclasses.dataclass
 class Float8BlockScaling(_Recipe):
-    fp8_format: Format = Format.E4M3
+    fp8_format: Fp8Format = Fp8Format.E4M3
     block: int = 128
 
     def __post_init__(self):
         self.fp8_format = _check_format(self.fp8_format)
 
+    def quantize(self, X, fmt, role, state=None):
+        """Power-of-two scales per 1 x block tile (activations, gradients) or
+        block x block tile (weights)."""
+        R, K = X.shape
+        absx = np.abs(X.astype(np.float32))
+        bk = self.block
+        spans = _blocks(K, bk)
+        tile_rows = bk if role == "weight" else 1
+        sinv = np.empty((R, len(spans)), np.float32)
+        scales = np.empty((R, K), np.float32)
+        for j, (s, e) in enumerate(spans):
+            for r0 in range(0, R, tile_rows):
+                r1 = min(R, r0 + tile_rows)
+                amax = np.max(absx[r0:r1, s:e]) if e > s else 0.0
+                sc = scale_from_amax(amax, fmt.max, power_2_scale=True)
+                scales[r0:r1, s:e] = sc
+                sinv[r0:r1, j] = _f(_f(1) / sc)
+        return _cast(X, scales, fmt), sinv, bk
+
 
 @dataclasses.dataclass
 class MXFP8BlockScaling(_Recipe):
-    fp8_format: Format = Format.E4M3
+    fp8_format: Fp8Format = Fp8Format.E4M3
     block: int = 32
     scale_rounding: str = "up"
 
@@ -126,6 +187,23 @@ class MXFP8BlockScaling(_Recipe):
         if self.scale_rounding not in ("up", "down", "nearest"):
             raise ValueError(f"scale_rounding must be 'up' (TransformerEngine), 'down' (OCP) "
                              f"or 'nearest' (ml_dtypes), got {self.scale_rounding!r}")
+
+    def quantize(self, X, fmt, role, state=None):
+        """E8M0 scales per 1 x block, elements x / 2**e saturated (exact
+        power-of-two scaling)."""
+        R, K = X.shape
+        absx = np.abs(X.astype(np.float32))
+        spans = _blocks(K, self.block)
+        sinv = np.empty((R, len(spans)), np.float32)
+        q = np.empty((R, K), np.float32)
+        for j, (s, e) in enumerate(spans):
+            amax = absx[:, s:e].max(axis=1) if e > s else np.zeros(R)
+            ex = mx_scale_exponent(amax, fmt, self.scale_rounding)
+            sinv[:, j] = np.ldexp(np.float32(1), ex)
+            with np.errstate(over="ignore"):
+                q[:, s:e] = quantize(np.ldexp(X[:, s:e].astype(np.float64), -ex[:, None]), fmt,
+                                     overflow="saturate")
+        return q, sinv, self.block
 
 
 _RECIPES = (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
@@ -246,49 +324,11 @@ def _cast(X, scale, fmt):
 
 
 def quantize_operand(X, fmt, recipe, role, state=None):
-    """Quantize a (rows, K) float32 array for a GEMM over K.
-
-    Returns (q, scale_inv, bk): fp8 values, inverse scales of shape
-    (rows, number of K blocks), and the K block length.
-    """
-    R, K = X.shape
-    absx = np.abs(X.astype(np.float32))
-    if isinstance(recipe, DelayedScaling):
-        st = state[role]
-        st.record(np.max(absx) if absx.size else 0.0)
-        q = _cast(X, np.full((R, 1), st.scale, np.float32), fmt)
-        return q, np.full((R, 1), st.scale_inv, np.float32), max(K, 1)
-    if isinstance(recipe, Float8CurrentScaling):
-        amax = np.max(absx) if absx.size else _f(0)
-        scale = scale_from_amax(amax, fmt.max, recipe.power_2_scale, recipe.amax_epsilon)
-        q = _cast(X, np.full((R, 1), scale, np.float32), fmt)
-        return q, np.full((R, 1), _f(_f(1) / scale), np.float32), max(K, 1)
-    bk = recipe.block
-    spans = _blocks(K, bk)
-    if isinstance(recipe, Float8BlockScaling):
-        tile_rows = bk if role == "weight" else 1
-        sinv = np.empty((R, len(spans)), np.float32)
-        scales = np.empty((R, K), np.float32)
-        for j, (s, e) in enumerate(spans):
-            for r0 in range(0, R, tile_rows):
-                r1 = min(R, r0 + tile_rows)
-                amax = np.max(absx[r0:r1, s:e]) if e > s else 0.0
-                sc = scale_from_amax(amax, fmt.max, power_2_scale=True)
-                scales[r0:r1, s:e] = sc
-                sinv[r0:r1, j] = _f(_f(1) / sc)
-        return _cast(X, scales, fmt), sinv, bk
-    # MX: E8M0 scales, elements = x / 2**e, saturated (exact power-of-two scaling)
-    nb = len(spans)
-    sinv = np.empty((R, nb), np.float32)
-    q = np.empty((R, K), np.float32)
-    for j, (s, e) in enumerate(spans):
-        amax = absx[:, s:e].max(axis=1) if e > s else np.zeros(R)
-        ex = mx_scale_exponent(amax, fmt, recipe.scale_rounding)
-        sinv[:, j] = np.ldexp(np.float32(1), ex)
-        with np.errstate(over="ignore"):
-            q[:, s:e] = quantize(np.ldexp(X[:, s:e].astype(np.float64), -ex[:, None]), fmt,
-                                 overflow="saturate")
-    return q, sinv, bk
+    """Quantize a (rows, K) float32 array for a GEMM over K under ``recipe``
+    (its :meth:`quantize`). Returns (q, scale_inv, bk)."""
+    if not isinstance(recipe, _Recipe):
+        raise TypeError(f"expected an fp8 recipe, got {type(recipe).__name__}")
+    return recipe.quantize(X, fmt, role, state)
 
 
 def scaled_gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, model, split):
@@ -351,22 +391,12 @@ def fp8_linear(module, x, recipe):
             qg, sg, bkg = quantize_operand(G, bwd_fmt, recipe, "grad_output")
         gx = gw = gb = None
         if x.requires_grad:                               # dgrad: K = out features
-            qwt, swt, _ = (quantize_operand(np.ascontiguousarray(W.T), fwd_fmt, recipe,
-                                            "weight", None)
-                           if state is None else (np.ascontiguousarray(qw.T),
-                                                  np.full((W.shape[1], 1), sw[0, 0]),
-                                                  None))
+            qwt, swt, _ = recipe.transpose(W, qw, sw, fwd_fmt, "weight", state)
             gx = _store(scaled_gemm(qg, sg, qwt, swt, bkg, bwd_fmt, fwd_fmt,
                                     recipe.accumulate_model, dgrad), dt).reshape(x.shape)
         if weight.requires_grad:                          # wgrad: K = batch
-            GT, XT = np.ascontiguousarray(G.T), np.ascontiguousarray(X.T)
-            if state is None:
-                qgt, sgt, bkt = quantize_operand(GT, bwd_fmt, recipe, "grad_output_t")
-                qxt, sxt, _ = quantize_operand(XT, fwd_fmt, recipe, "input_t")
-            else:
-                qgt, sgt, bkt = (np.ascontiguousarray(qg.T), np.full((GT.shape[0], 1),
-                                                                     sg[0, 0]), max(1, X.shape[0]))
-                qxt, sxt = np.ascontiguousarray(qx.T), np.full((XT.shape[0], 1), sx[0, 0])
+            qgt, sgt, bkt = recipe.transpose(G, qg, sg, bwd_fmt, "grad_output", state)
+            qxt, sxt, _ = recipe.transpose(X, qx, sx, fwd_fmt, "input", state)
             gw = _store(scaled_gemm(qgt, sgt, qxt, sxt, bkt, bwd_fmt, fwd_fmt,
                                     recipe.accumulate_model, wgrad), weight.dtype)
         if bias is not None and bias.requires_grad:
@@ -376,6 +406,6 @@ def fp8_linear(module, x, recipe):
     return _result(out, dt, (x, weight, bias), backward)
 
 
-__all__ = ["Format", "DelayedScaling", "Float8CurrentScaling", "Float8BlockScaling",
+__all__ = ["Fp8Format", "Format", "DelayedScaling", "Float8CurrentScaling", "Float8BlockScaling",
            "MXFP8BlockScaling", "fp8_autocast", "scale_from_amax", "mx_scale_exponent",
            "quantize_operand", "scaled_gemm", "DelayedState"]
