@@ -267,3 +267,24 @@ def test_lr_schedulers_give_torch_doubles(make, opt):
         a = _lr_trace(torch, make, opt=opt)
     b = _lr_trace(ft, make, opt=opt)
     assert a == b                       # the same Python floats, step for step
+
+
+def test_optimizer_default_implementation_follows_the_device():
+    """foreach=None: torch runs the single-tensor loop for CPU tensors and the
+    foreach kernels for CUDA ones; under the CPU profile fpemu's default
+    AdamW gives torch CPU's bf16 parameters bit for bit."""
+    p0 = (np.random.default_rng(20).standard_normal(40) * 0.1).astype(np.float32)
+    g0 = (np.random.default_rng(21).standard_normal((5, 40)) * 1e-3).astype(np.float32)
+    pt = torch.nn.Parameter(torch.tensor(p0).bfloat16())
+    ot = torch.optim.AdamW([pt], lr=1e-2)
+    with ft.use_profile(ft.Profile("cpu", "2.13.0")):
+        pf = ft.nn.Parameter(ft.tensor(p0).bfloat16())
+        of = ft.optim.AdamW([pf], lr=1e-2)
+        assert of.impl == "single"
+        for g in g0:
+            pt.grad = torch.tensor(g).bfloat16()
+            pf.grad = ft.tensor(g).bfloat16()
+            ot.step()
+            of.step()
+    np.testing.assert_array_equal(pf.detach().float().numpy(), pt.detach().float().numpy())
+    assert of.impl == "foreach"                     # the CUDA profile again

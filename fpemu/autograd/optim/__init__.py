@@ -179,13 +179,25 @@ class Optimizer:
 
     # -- for the subclasses
     def _impl(self, foreach, fused):
+        """"fused", "single", "foreach", or None: torch's default, decided at
+        each step from the device (foreach on CUDA, single-tensor on the CPU)."""
         if foreach and fused:
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         if fused:
             return "fused"
         if foreach is False:
             return "single"
-        return "foreach"
+        return "foreach" if foreach else None
+
+    @property
+    def impl(self):
+        if self._impl_arg is not None:
+            return self._impl_arg
+        return "single" if get_profile().cpu else "foreach"
+
+    @impl.setter
+    def impl(self, value):
+        self._impl_arg = value
 
     def _grad_scale_and_found_inf(self):
         scale = getattr(self, "grad_scale", None)
