@@ -288,3 +288,36 @@ def test_optimizer_default_implementation_follows_the_device():
             of.step()
     np.testing.assert_array_equal(pf.detach().float().numpy(), pt.detach().float().numpy())
     assert of.impl == "foreach"                     # the CUDA profile again
+
+
+OPTS = [("RMSprop", dict(lr=1e-2)), ("RMSprop", dict(lr=1e-2, momentum=0.9, centered=True,
+                                                      weight_decay=0.1)),
+        ("Adagrad", dict(lr=1e-1, lr_decay=0.01, weight_decay=0.1)),
+        ("Adadelta", dict(lr=1.0, weight_decay=0.05))]
+
+
+@pytest.mark.parametrize("name,kw", OPTS)
+@pytest.mark.parametrize("foreach", [True, False])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_rmsprop_adagrad_adadelta_follow_torch_cpu(name, kw, foreach, dtype):
+    """Under the CPU profile: bfloat16 parameters equal torch CPU's bit for
+    bit; float32 ones within the 1-ulp MKL sqrt of the CPU build (fpemu's
+    sqrt is IEEE, docs/pytorch-numerics.md §7)."""
+    rng = np.random.default_rng(30)
+    p0 = (rng.standard_normal(70) * 0.5).astype(np.float32)
+    grads = (rng.standard_normal((6, 70)) * 0.1).astype(np.float32)
+    pt = torch.nn.Parameter(torch.tensor(p0).to(getattr(torch, dtype)))
+    ot = getattr(torch.optim, name)([pt], foreach=foreach, **kw)
+    with ft.use_profile(ft.Profile("cpu", "2.13.0")):
+        pf = ft.nn.Parameter(ft.tensor(p0).to(getattr(ft, dtype)))
+        of = getattr(ft.optim, name)([pf], foreach=foreach, **kw)
+        for g in grads:
+            pt.grad = torch.tensor(g).to(pt.dtype)
+            pf.grad = ft.tensor(g).to(pf.dtype)
+            ot.step()
+            of.step()
+    a, b = pt.detach().double().numpy(), pf.detach().double().numpy()
+    if dtype == "bfloat16":
+        np.testing.assert_array_equal(b, a)
+    else:
+        np.testing.assert_allclose(b, a, rtol=2e-6, atol=1e-7)

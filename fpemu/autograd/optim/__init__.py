@@ -517,3 +517,150 @@ class AdamW(Adam):
 
 
 from . import lr_scheduler  # noqa: E402,F401  (torch.optim.lr_scheduler)
+
+
+class _Simple(Optimizer):
+    """Shared set-up of RMSprop, Adagrad and Adadelta: foreach and
+    single-tensor forms (torch has no fused form of them on CUDA)."""
+
+    def __init__(self, params, defaults, foreach, fused, maximize, master_weights):
+        _check_lr(defaults["lr"])
+        if fused:
+            raise NotImplementedError(f"{type(self).__name__}(fused=True): torch has a fused "
+                                      f"kernel only on the CPU, which fpemu does not emulate; "
+                                      f"use foreach=True or foreach=False")
+        for key in ("eps", "weight_decay"):
+            if key in defaults and not defaults[key] >= 0:
+                raise ValueError(f"Invalid {key.replace('_', ' ')} value: {defaults[key]}")
+        self.impl = self._impl(foreach, None)
+        defaults["maximize"] = maximize
+        super().__init__(params, defaults, master_weights)
+
+    def _update_group(self, group):
+        foreach = self.impl == "foreach"
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            st = self.state.setdefault(p, {})
+            D = p.dtype
+            G = _store(p.grad._a, D)
+            if group["maximize"]:
+                G = -G
+            if group["weight_decay"] != 0:
+                G = aten.add_alpha(G, p._a, aten.scalar(group["weight_decay"], D), D)
+            p._a = self._update(p._a, G, st, group, D, foreach)
+
+
+class RMSprop(_Simple):
+    """RMSprop(params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0,
+    momentum=0, centered=False, *, foreach=None, maximize=False), torch's
+    op sequence (``_single_tensor_rmsprop`` / ``_multi_tensor_rmsprop``)."""
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
+                 centered=False, capturable=False, foreach=None, maximize=False,
+                 differentiable=False, *, fused=None, master_weights=False):
+        if not momentum >= 0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if not alpha >= 0:
+            raise ValueError(f"Invalid alpha value: {alpha}")
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                                      momentum=momentum, centered=centered), foreach, fused,
+                         maximize, master_weights)
+
+    def _update(self, P, G, st, group, D, foreach):
+        lr, alpha, eps, mom = group["lr"], group["alpha"], group["eps"], group["momentum"]
+        if not st:
+            st["step"] = _f(0)
+            st["square_avg"] = Tensor(np.zeros_like(P), D)
+            if mom > 0:
+                st["momentum_buffer"] = Tensor(np.zeros_like(P), D)
+            if group["centered"]:
+                st["grad_avg"] = Tensor(np.zeros_like(P), D)
+        st["step"] = _f(st["step"] + _f(1))
+        V = aten.mul_scalar(st["square_avg"]._a, alpha, D, foreach)     # square_avg.mul_(alpha)
+        V = aten.addcmul(V, G, G, 1 - alpha, D)                         # .addcmul_(g, g, 1-a)
+        st["square_avg"] = Tensor(V, D)
+        with np.errstate(all="ignore"):
+            if group["centered"]:
+                GA = aten.lerp(st["grad_avg"]._a, G, 1 - alpha, D)        # grad_avg.lerp_(g, 1-a)
+                st["grad_avg"] = Tensor(GA, D)
+                avg = aten.sqrt(aten.addcmul(V, GA, GA, -1, D), D)     # addcmul(., -1).sqrt_()
+            else:
+                avg = aten.sqrt(V, D)                                   # square_avg.sqrt()
+            avg = aten.add_scalar(avg, eps, D)                          # .add_(eps)
+            if mom > 0:
+                B = aten.mul_scalar(st["momentum_buffer"]._a, mom, D, foreach)
+                B = aten.addcdiv(B, G, avg, 1, D)                       # buf.addcdiv_(g, avg)
+                st["momentum_buffer"] = Tensor(B, D)
+                return aten.add_alpha(P, B, aten.scalar(-lr, D), D)     # p.add_(buf, alpha=-lr)
+            return aten.addcdiv(P, G, avg, -lr, D)                      # p.addcdiv_(g, avg, -lr)
+
+
+class Adagrad(_Simple):
+    """Adagrad(params, lr=1e-2, lr_decay=0, weight_decay=0,
+    initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False),
+    torch's op sequences (the foreach form scales the gradient by -clr before
+    one addcdiv; the single-tensor form passes -clr to addcdiv)."""
+
+    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
+                 initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False,
+                 differentiable=False, fused=None, master_weights=False):
+        if not lr_decay >= 0:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        if not initial_accumulator_value >= 0:
+            raise ValueError(f"Invalid initial_accumulator_value value: "
+                             f"{initial_accumulator_value}")
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      eps=eps), foreach, fused, maximize, master_weights)
+        for group in self.param_groups:          # torch fills the state at construction
+            for p in group["params"]:
+                self.state[p] = {"step": _f(0), "sum": Tensor(
+                    _store(np.full(p.shape, group["initial_accumulator_value"], np.float64),
+                           p.dtype), p.dtype)}
+
+    def _update(self, P, G, st, group, D, foreach):
+        lr, decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        st["step"] = _f(st["step"] + _f(1))
+        clr = lr / (1 + (float(st["step"]) - 1) * decay)
+        S = aten.addcmul(st["sum"]._a, G, G, 1, D)                    # state_sum.addcmul_(g, g)
+        st["sum"] = Tensor(S, D)
+        with np.errstate(all="ignore"):
+            std = aten.add_scalar(aten.sqrt(S, D), eps, D)              # sqrt().add_(eps)
+            if foreach:
+                num = aten.mul_scalar(G, -clr, D, True)                 # _foreach_mul(g, -clr)
+                return aten.addcdiv(P, num, std, 1, D)                  # addcdiv_(p, num, std)
+            return aten.addcdiv(P, G, std, -clr, D)                     # p.addcdiv_(g, std, -clr)
+
+
+class Adadelta(_Simple):
+    """Adadelta(params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0,
+    foreach=None, *, maximize=False), torch's op sequence."""
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None,
+                 *, capturable=False, maximize=False, differentiable=False, fused=None,
+                 master_weights=False):
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay),
+                         foreach, fused, maximize, master_weights)
+
+    def _update(self, P, G, st, group, D, foreach):
+        lr, rho, eps = group["lr"], group["rho"], group["eps"]
+        if not st:
+            st["step"] = _f(0)
+            st["square_avg"] = Tensor(np.zeros_like(P), D)
+            st["acc_delta"] = Tensor(np.zeros_like(P), D)
+        st["step"] = _f(st["step"] + _f(1))
+        V = aten.mul_scalar(st["square_avg"]._a, rho, D, foreach)     # square_avg.mul_(rho)
+        V = aten.addcmul(V, G, G, 1 - rho, D)                           # .addcmul_(g, g, 1-rho)
+        st["square_avg"] = Tensor(V, D)
+        with np.errstate(all="ignore"):
+            std = aten.sqrt(aten.add_scalar(V, eps, D), D)              # add(eps).sqrt_()
+            delta = aten.sqrt(aten.add_scalar(st["acc_delta"]._a, eps, D), D)
+            delta = _store(delta / std, D)                              # delta.div_(std)
+            delta = _store(delta * G, D)                                # .mul_(grad)
+            A = aten.mul_scalar(st["acc_delta"]._a, rho, D, foreach)    # acc_delta.mul_(rho)
+            A = aten.addcmul(A, delta, delta, 1 - rho, D)               # .addcmul_(d, d, 1-rho)
+            st["acc_delta"] = Tensor(A, D)
+            return aten.add_alpha(P, delta, aten.scalar(-lr, D), D)     # p.add_(delta, -lr)
