@@ -290,8 +290,8 @@ def test_optimizer_default_implementation_follows_the_device():
     assert of.impl == "foreach"                     # the CUDA profile again
 
 
-OPTS = [("RMSprop", dict(lr=1e-2)), ("RMSprop", dict(lr=1e-2, momentum=0.9, centered=True,
-                                                      weight_decay=0.1)),
+OPTS = [("RMSprop", dict(lr=1e-2)),
+        ("RMSprop", dict(lr=1e-2, momentum=0.9, centered=True, weight_decay=0.1)),
         ("Adagrad", dict(lr=1e-1, lr_decay=0.01, weight_decay=0.1)),
         ("Adadelta", dict(lr=1.0, weight_decay=0.05))]
 
