@@ -40,7 +40,7 @@ def run(source, name):
 # 7e-8 (gpt), 1.8e-7 (cnn), 1e-7 (amp, bf16 autocast). They come from torch
 # CPU's summation order and libm, which depend on its SIMD path (MKL, oneDNN),
 # fed back through training; the tolerances leave room for other machines.
-CASES = [("gpt.py", 1e-5), ("cnn.py", 1e-5), ("amp.py", 1e-4)]
+CASES = [("gpt.py", 1e-5), ("cnn.py", 1e-5), ("lstm.py", 1e-5), ("amp.py", 1e-4)]
 
 
 @pytest.mark.parametrize("name,rtol", CASES)

@@ -321,3 +321,37 @@ def test_rmsprop_adagrad_adadelta_follow_torch_cpu(name, kw, foreach, dtype):
         np.testing.assert_array_equal(b, a)
     else:
         np.testing.assert_allclose(b, a, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("cls,kw", [("LSTM", dict(num_layers=2, batch_first=True)),
+                                    ("GRU", dict(bidirectional=True)),
+                                    ("RNN", dict(nonlinearity="relu", num_layers=2)),
+                                    ("LSTM", dict(bidirectional=True, bias=False))])
+def test_recurrent_layers_match_torch_from_the_same_seed(cls, kw):
+    torch.manual_seed(4)
+    ft.manual_seed(4)
+    mt, mf = getattr(torch.nn, cls)(5, 7, **kw), getattr(ft.nn, cls)(5, 7, **kw)
+    assert [n for n, _ in mt.named_parameters()] == [n for n, _ in mf.named_parameters()]
+    for (_, a), (_, b) in zip(mt.named_parameters(), mf.named_parameters()):
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    xt, xf = pair((3, 4, 5), 40)
+    yt, st = mt(xt)
+    yf, sf = mf(xf)
+    close(yt, yf)
+    (yt.square().sum() + (st[0] if cls == "LSTM" else st).sum()).backward()
+    (yf.square().sum() + (sf[0] if cls == "LSTM" else sf).sum()).backward()
+    close(xt.grad, xf.grad, rtol=1e-5, atol=1e-6)
+    for (_, a), (_, b) in zip(mt.named_parameters(), mf.named_parameters()):
+        close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_under_autocast_runs_in_bf16_with_fp32_gate_math():
+    """cuDNN's RNN is on autocast's lower-precision list: input, states and
+    output in bf16; the gates are computed in fp32 inside the cell."""
+    m = ft.nn.LSTM(4, 6)
+    x = ft.randn(3, 2, 4)
+    with ft.autocast("cuda", dtype=ft.bfloat16):
+        y, (h, c) = m(x)
+    assert (y.dtype, h.dtype, c.dtype) == (ft.bfloat16,) * 3
+    y32, _ = m(x)
+    np.testing.assert_allclose(y.detach().float().numpy(), y32.detach().numpy(), atol=2e-2)

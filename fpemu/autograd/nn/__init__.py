@@ -14,7 +14,8 @@ import math
 import numpy as np
 
 from .._core import (
-    Tensor, as_dtype, bfloat16, device, float16, float32, is_float, no_grad, tensor, to_dtype,
+    Tensor, as_dtype, bfloat16, device, float16, float32, float64, is_float, no_grad, tensor,
+    to_dtype,
 )
 from . import functional as F
 from . import functional, init, utils  # noqa: F401
@@ -953,3 +954,151 @@ class TinyTransformer(Module):
         pos = tensor(np.arange(T, dtype=np.int64))
         x = self.tok(idx) + self.pos(pos)
         return self.head(self.ln(self.blocks(x)))
+
+
+class _RNNBase(Module):
+    """LSTM, GRU and RNN over (seq, batch, feature) or, with ``batch_first``,
+    (batch, seq, feature) inputs; ``num_layers`` stacked, optionally
+    bidirectional. Weights are named, shaped and initialised as torch's
+    (uniform in +-1/sqrt(hidden_size), drawn in parameter order), gates in
+    cuDNN's order (LSTM: i, f, g, o; GRU: r, z, n). Each step composes torch's
+    CPU cell: the input projection of the whole sequence first, then per step
+    the hidden projection ``linear(h, w_hh, b_hh)``. Under autocast the
+    projections run in the autocast dtype and the gate math in float32, as
+    cuDNN's kernels do (tier 2, ``docs/autograd.md``)."""
+
+    _gates = 1
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None,
+                 nonlinearity="tanh"):
+        super().__init__()
+        if proj_size:
+            raise NotImplementedError("LSTM(proj_size=...) is not emulated")
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or "
+                             f"'relu'.")
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
+        self.bidirectional, self.nonlinearity = bidirectional, nonlinearity
+        dirs = 2 if bidirectional else 1
+        G = self._gates * hidden_size
+        for layer in range(num_layers):
+            for d in range(dirs):
+                sfx = f"_l{layer}" + ("_reverse" if d else "")
+                inp = input_size if layer == 0 else hidden_size * dirs
+                setattr(self, "weight_ih" + sfx, _empty_param(G, inp))
+                setattr(self, "weight_hh" + sfx, _empty_param(G, hidden_size))
+                if bias:
+                    setattr(self, "bias_ih" + sfx, _empty_param(G))
+                    setattr(self, "bias_hh" + sfx, _empty_param(G))
+        self.reset_parameters()
+        if dtype is not None:
+            self.to(dtype)
+
+    def reset_parameters(self):
+        std = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
+        for w in self.parameters():
+            init.uniform_(w, -std, std)
+
+    def flatten_parameters(self):
+        return None
+
+    def forward(self, input, hx=None):  # noqa: A002
+        from .._state import State
+        from ..ops.shape import cat, stack
+        x = input
+        batched = x.ndim == 3
+        if not batched:
+            x = x.unsqueeze(1)
+        elif self.batch_first:
+            x = x.transpose(0, 1)
+        T, B = x.shape[0], x.shape[1]
+        dirs = 2 if self.bidirectional else 1
+        lstm = self._gates == 4
+        if hx is None:
+            zeros = tensor(np.zeros((self.num_layers * dirs, B, self.hidden_size),
+                                    np.float32)).to(x.dtype)
+            h0, c0 = zeros, (zeros if lstm else None)
+        else:
+            h0, c0 = hx if lstm else (hx, None)
+            if not batched:
+                h0 = h0.unsqueeze(1)
+                c0 = c0.unsqueeze(1) if c0 is not None else None
+        auto = bool(State.autocast) and State.autocast[-1].enabled
+        if auto and x.dtype is not float64:         # _cudnn_rnn: lower-precision list
+            low = State.autocast[-1].dtype
+            x, h0 = x.to(low), h0.to(low)
+            c0 = c0.to(low) if c0 is not None else None
+        hs, cs = [], []
+        layer_in = x
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(dirs):
+                sfx = f"_l{layer}" + ("_reverse" if d else "")
+                w_ih, w_hh = getattr(self, "weight_ih" + sfx), getattr(self, "weight_hh" + sfx)
+                b_ih = getattr(self, "bias_ih" + sfx) if self.bias else None
+                b_hh = getattr(self, "bias_hh" + sfx) if self.bias else None
+                k = layer * dirs + d
+                h, c = h0[k], (c0[k] if c0 is not None else None)
+                pre = F.linear(layer_in, w_ih, b_ih)               # (T, B, G)
+                ys = [None] * T
+                for t in (range(T - 1, -1, -1) if d else range(T)):
+                    hh = F.linear(h, w_hh, b_hh)
+                    pt = pre[t]
+                    if auto:                                        # fp32 gate math
+                        pt, hh = pt.float(), hh.float()
+                    h, c = self._cell(pt, hh, h, c)
+                    ys[t] = h
+                outs.append(stack(ys, 0))
+                hs.append(h)
+                cs.append(c)
+            layer_in = outs[0] if dirs == 1 else cat(outs, 2)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                layer_in = F.dropout(layer_in, self.dropout, True)
+        out, h_n = layer_in, stack(hs, 0)
+        c_n = stack(cs, 0) if lstm else None
+        if not batched:
+            out, h_n = out.squeeze(1), h_n.squeeze(1)
+            c_n = c_n.squeeze(1) if lstm else None
+        elif self.batch_first:
+            out = out.transpose(0, 1)
+        return (out, (h_n, c_n)) if lstm else (out, h_n)
+
+    def extra_repr(self):
+        return f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"
+
+
+class LSTM(_RNNBase):
+    """torch's CPU cell: ``c' = f*c + i*g``, ``h' = o*tanh(c')``."""
+
+    _gates = 4
+
+    def _cell(self, pre, hh, h, c):
+        i, f, g, o = (pre + hh).chunk(4, 1)
+        i, f, g, o = F.sigmoid(i), F.sigmoid(f), F.tanh(g), F.sigmoid(o)
+        c_new = f * c.to(i.dtype) + i * g
+        h_new = o * F.tanh(c_new)
+        return h_new.to(h.dtype), c_new.to(c.dtype)
+
+
+class GRU(_RNNBase):
+    """torch's CPU cell: r, z = sigmoid(hh + pre), n = tanh(pre_n + r*hh_n),
+    ``h' = (h - n)*z + n``."""
+
+    _gates = 3
+
+    def _cell(self, pre, hh, h, c):
+        pr, pz, pn = pre.chunk(3, 1)
+        hr, hz, hn = hh.chunk(3, 1)
+        r, z = F.sigmoid(hr + pr), F.sigmoid(hz + pz)
+        n = F.tanh(pn + hn * r)
+        return ((h.to(n.dtype) - n) * z + n).to(h.dtype), None
+
+
+class RNN(_RNNBase):
+    """Elman RNN: ``h' = tanh(pre + hh)`` (or relu)."""
+
+    def _cell(self, pre, hh, h, c):
+        act = F.tanh if self.nonlinearity == "tanh" else F.relu
+        return act(pre + hh).to(h.dtype), None
