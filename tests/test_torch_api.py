@@ -355,3 +355,12 @@ def test_lstm_under_autocast_runs_in_bf16_with_fp32_gate_math():
     assert (y.dtype, h.dtype, c.dtype) == (ft.bfloat16,) * 3
     y32, _ = m(x)
     np.testing.assert_allclose(y.detach().float().numpy(), y32.detach().numpy(), atol=2e-2)
+
+
+def test_a_missing_name_says_what_fpemu_emulates():
+    assert hasattr(ft.nn.functional, "scaled_dot_product_attention")   # nanoGPT's probe
+    assert not hasattr(ft, "fft")
+    for get in (lambda: ft.fft, lambda: ft.nn.Bilinear, lambda: ft.nn.functional.ctc_loss,
+                lambda: ft.optim.LBFGS, lambda: ft.ones(2).stft):
+        with pytest.raises(AttributeError, match="fpemu.autograd emulates .* API coverage"):
+            get()

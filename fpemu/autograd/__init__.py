@@ -158,3 +158,8 @@ class accelerator:
 
 __all__ = sorted(n for n in list(globals()) if not n.startswith("_")) + [
     n for n in _ops_dict if not n.startswith("_")]
+
+
+from ._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr('fpemu.autograd (torch)')

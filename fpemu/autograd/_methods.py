@@ -289,3 +289,11 @@ Tensor.T = property(lambda self: O.permute(self, tuple(reversed(range(self.ndim)
 Tensor.mT = property(lambda self: O.transpose(self, -2, -1))
 Tensor.H = Tensor.T
 Tensor.itemsize = property(lambda self: self.element_size())
+
+
+def _tensor_getattr(self, name):
+    from ._missing import missing
+    raise missing("Tensor", name)
+
+
+Tensor.__getattr__ = _tensor_getattr

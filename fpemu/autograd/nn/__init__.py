@@ -1102,3 +1102,8 @@ class RNN(_RNNBase):
     def _cell(self, pre, hh, h, c):
         act = F.tanh if self.nonlinearity == "tanh" else F.relu
         return act(pre + hh).to(h.dtype), None
+
+
+from .._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr('fpemu.autograd.nn (torch.nn)')

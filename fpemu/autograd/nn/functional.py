@@ -819,3 +819,8 @@ def adaptive_avg_pool2d(input, output_size):  # noqa: A002
         raise FpemuValueError("adaptive_avg_pool2d: only output sizes that divide the input "
                               "are emulated")
     return avg_pool2d(input, (H // oh, W // ow))
+
+
+from .._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr('fpemu.autograd.nn.functional (torch.nn.functional)')

@@ -664,3 +664,8 @@ class Adadelta(_Simple):
             A = aten.addcmul(A, delta, delta, 1 - rho, D)               # .addcmul_(d, d, 1-rho)
             st["acc_delta"] = Tensor(A, D)
             return aten.add_alpha(P, delta, aten.scalar(-lr, D), D)     # p.add_(delta, -lr)
+
+
+from .._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr('fpemu.autograd.optim (torch.optim)')
