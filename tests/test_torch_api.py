@@ -364,3 +364,161 @@ def test_a_missing_name_says_what_fpemu_emulates():
                 lambda: ft.optim.LBFGS, lambda: ft.ones(2).stft):
         with pytest.raises(AttributeError, match="fpemu.autograd emulates .*API coverage"):
             get()
+
+
+def test_addmm_and_baddbmm_match_torch():
+    for beta, alpha in ((1, 1), (0.5, 2.0), (0, 1)):
+        it, i_f = pair((1, 4, 6), 50)
+        at, af = pair((3, 4, 5), 51)
+        bt, bf = pair((3, 5, 6), 52)
+        yt, yf = (torch.baddbmm(it, at, bt, beta=beta, alpha=alpha),
+                  ft.baddbmm(i_f, af, bf, beta=beta, alpha=alpha))
+        close(yt, yf)
+        (yt * yt).sum().backward()
+        (yf * yf).sum().backward()
+        for a, b in ((it, i_f), (at, af), (bt, bf)):
+            close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+    it, i_f = pair((6,), 53)
+    at, af = pair((4, 5), 54)
+    bt, bf = pair((5, 6), 55)
+    close(torch.addmm(it, at, bt), ft.addmm(i_f, af, bf))
+    close(it.addmm(at, bt, beta=2), i_f.addmm(af, bf, beta=2))
+
+
+def _same_init(kind, **kw):
+    """torch's and fpemu's module built from the same seed: same names, same
+    bits (uniform draws); normal draws (bias_k, bias_v) within the 5e-7 of
+    docs/pytorch-numerics.md §10, torch's vectorised log / sin / cos."""
+    torch.manual_seed(7)
+    ft.manual_seed(7)
+    mt, mf = getattr(torch.nn, kind)(**kw), getattr(ft.nn, kind)(**kw)
+    assert [n for n, _ in mt.named_parameters()] == [n for n, _ in mf.named_parameters()]
+    for (n, a), (_, b) in zip(mt.named_parameters(), mf.named_parameters()):
+        if n in ("bias_k", "bias_v"):
+            np.testing.assert_allclose(b.detach().numpy(), a.detach().numpy(), rtol=5e-7)
+        else:
+            np.testing.assert_array_equal(b.detach().numpy(), a.detach().numpy())
+    return mt, mf
+
+
+def _grads_close(mt, mf, rtol=1e-5, atol=1e-5):
+    for (n, a), (_, b) in zip(mt.named_parameters(), mf.named_parameters()):
+        close(a.grad, b.grad, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("kw", [dict(embed_dim=16, num_heads=4),
+                                dict(embed_dim=16, num_heads=2, batch_first=True,
+                                     add_bias_kv=True, add_zero_attn=True),
+                                dict(embed_dim=16, num_heads=4, kdim=8, vdim=12, bias=False)])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multihead_attention_matches_torch(kw, need_weights):
+    """Packed and separate projections, bias_kv, zero attention, a boolean
+    key-padding mask merged with a boolean attention mask; the explicit path
+    (weights returned) and the SDPA path."""
+    mt, mf = _same_init("MultiheadAttention", **kw)
+    L, S, N, bf = 5, 7, 3, kw.get("batch_first", False)
+    shape = (lambda n, e: (N, n, e)) if bf else (lambda n, e: (n, N, e))
+    (qt, qf), (kt, kf), (vt, vf) = (pair(shape(L, 16), 60), pair(shape(S, kw.get("kdim", 16)), 61),
+                                    pair(shape(S, kw.get("vdim", 16)), 62))
+    kpm = np.zeros((N, S), bool)
+    kpm[0, -2:] = True
+    am = np.triu(np.ones((L, S), bool), 3)
+    ot, wt = mt(qt, kt, vt, key_padding_mask=torch.tensor(kpm), attn_mask=torch.tensor(am),
+                need_weights=need_weights)
+    of, wf = mf(qf, kf, vf, key_padding_mask=ft.tensor(kpm), attn_mask=ft.tensor(am),
+                need_weights=need_weights)
+    close(ot, of)
+    if need_weights:
+        close(wt, wf)
+    else:
+        assert wf is None
+    g = np.random.default_rng(63).standard_normal(ot.shape).astype(np.float32)
+    (ot * torch.tensor(g)).sum().backward()
+    (of * ft.tensor(g)).sum().backward()
+    for a, b in ((qt, qf), (kt, kf), (vt, vf)):
+        close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    _grads_close(mt, mf)
+
+
+@pytest.mark.parametrize("batch_first,norm_first,activation", [
+    (False, False, "relu"), (True, True, "gelu"), (True, False, "relu")])
+def test_transformer_encoder_matches_torch(batch_first, norm_first, activation):
+    """Two deep-copied layers and a final norm; the causal float mask is
+    detected as causal (SDPA's is_causal path), as torch does."""
+    kw = dict(d_model=16, nhead=4, dim_feedforward=32, dropout=0.0, batch_first=batch_first,
+              norm_first=norm_first, activation=activation)
+    lt, lf = _same_init("TransformerEncoderLayer", **kw)
+    et = torch.nn.TransformerEncoder(lt, 2, norm=torch.nn.LayerNorm(16),
+                                     enable_nested_tensor=False)
+    ef = ft.nn.TransformerEncoder(lf, 2, norm=ft.nn.LayerNorm(16), enable_nested_tensor=False)
+    assert ef.layers[0].linear1.weight is not ef.layers[1].linear1.weight
+    xt, xf = pair((3, 6, 16) if batch_first else (6, 3, 16), 70)
+    yt = et(xt, mask=torch.nn.Transformer.generate_square_subsequent_mask(6))
+    yf = ef(xf, mask=ft.nn.Transformer.generate_square_subsequent_mask(6))
+    close(yt, yf)
+    g = np.random.default_rng(71).standard_normal(yt.shape).astype(np.float32)
+    (yt * torch.tensor(g)).sum().backward()
+    (yf * ft.tensor(g)).sum().backward()
+    close(xt.grad, xf.grad, rtol=1e-5, atol=1e-6)
+    _grads_close(et, ef)
+
+
+def test_transformer_matches_torch_from_the_same_seed():
+    """nn.Transformer re-initialises its matrices with xavier_uniform_: the
+    same seed gives torch's bits; encoder-decoder forward and backward agree."""
+    kw = dict(d_model=16, nhead=2, num_encoder_layers=2, num_decoder_layers=2,
+              dim_feedforward=32, dropout=0.0, batch_first=True)
+    mt, mf = _same_init("Transformer", **kw)
+    (st, sf), (tt, tf_) = pair((2, 7, 16), 80), pair((2, 5, 16), 81)
+    kpm = np.zeros((2, 7), bool)
+    kpm[1, 5:] = True
+    yt = mt(st, tt, tgt_mask=mt.generate_square_subsequent_mask(5), tgt_is_causal=True,
+            src_key_padding_mask=torch.tensor(kpm), memory_key_padding_mask=torch.tensor(kpm))
+    yf = mf(sf, tf_, tgt_mask=mf.generate_square_subsequent_mask(5), tgt_is_causal=True,
+            src_key_padding_mask=ft.tensor(kpm), memory_key_padding_mask=ft.tensor(kpm))
+    close(yt, yf)
+    g = np.random.default_rng(82).standard_normal(yt.shape).astype(np.float32)
+    (yt * torch.tensor(g)).sum().backward()
+    (yf * ft.tensor(g)).sum().backward()
+    _grads_close(mt, mf, rtol=1e-4, atol=1e-6)
+
+
+def test_transformer_encoder_eval_zeroes_padding_and_warns_as_torch():
+    """torch's eval path runs the layers on a nested tensor: the padded
+    positions come back as zeros. A layer that path refuses gets torch's warning."""
+    kw = dict(d_model=16, nhead=4, dim_feedforward=32, batch_first=True)
+    lt, lf = _same_init("TransformerEncoderLayer", **kw)
+    et, ef = torch.nn.TransformerEncoder(lt, 2), ft.nn.TransformerEncoder(lf, 2)
+    et.eval()
+    ef.eval()
+    kpm = np.zeros((3, 6), bool)
+    kpm[1, 4:] = kpm[2, 2:] = True
+    x = np.random.default_rng(90).standard_normal((3, 6, 16)).astype(np.float32)
+    with torch.no_grad(), pytest.warns(UserWarning, match="nested tensors is in prototype"):
+        yt = et(torch.tensor(x), src_key_padding_mask=torch.tensor(kpm))
+    with ft.no_grad():
+        yf = ef(ft.tensor(x), src_key_padding_mask=ft.tensor(kpm))
+    close(yt, yf)
+    assert not yf.numpy()[2, 2:].any() and yf.numpy()[2, :2].all()
+    et.train()
+    ef.train()                          # training: no nested tensor, padded rows computed
+    yf = ef(ft.tensor(x), src_key_padding_mask=ft.tensor(kpm))
+    assert yf.detach().numpy()[2, 2:].all()
+    msgs = []
+    for lib in (torch, ft):
+        layer = lib.nn.TransformerEncoderLayer(16, 4, 32)          # batch_first=False
+        with pytest.warns(UserWarning) as rec:
+            lib.nn.TransformerEncoder(layer, 1)
+        msgs.append(str(rec[0].message))
+    assert msgs[0] == msgs[1]
+
+
+def test_multihead_attention_under_bf16_autocast():
+    """Projections and the attention run in bf16 under autocast, as on the GPU."""
+    m = ft.nn.MultiheadAttention(16, 4, batch_first=True)
+    x = ft.randn(2, 5, 16)
+    with ft.autocast("cuda", dtype=ft.bfloat16):
+        y, w = m(x, x, x, need_weights=False)
+    assert y.dtype is ft.bfloat16 and w is None
+    y32, _ = m(x, x, x, need_weights=False)
+    np.testing.assert_allclose(y.detach().float().numpy(), y32.detach().numpy(), atol=3e-2)

@@ -199,7 +199,7 @@ _METHODS = dict(
     __abs__=O.abs, abs=O.abs, sign=O.sign,
     __pow__=O.pow, pow=O.pow, __rpow__=_rpow, square=O.square,
     __matmul__=O.matmul, __rmatmul__=lambda a, b: O.matmul(b, a), matmul=O.matmul,
-    mm=O.mm, bmm=O.bmm, mv=O.mv, dot=O.dot, outer=O.outer,
+    mm=O.mm, bmm=O.bmm, addmm=O.addmm, baddbmm=O.baddbmm, mv=O.mv, dot=O.dot, outer=O.outer,
     __getitem__=O.getitem, __setitem__=_setitem,
     __eq__=O.eq, __ne__=O.ne, __lt__=O.lt, __le__=O.le, __gt__=O.gt, __ge__=O.ge,
     eq=O.eq, ne=O.ne, lt=O.lt, le=O.le, gt=O.gt, ge=O.ge,

@@ -82,7 +82,20 @@ class _Cpu:
         return get_profile().cpu_capability
 
 
+class _Mha:
+    """``torch.backends.mha``: the fast-path switch. fpemu runs the op-by-op
+    path either way (the fast path computes the same operations)."""
+    _enabled = True
+
+    def get_fastpath_enabled(self):
+        return self._enabled
+
+    def set_fastpath_enabled(self, value):
+        type(self)._enabled = bool(value)
+
+
 cuda = _Cuda()
+mha = _Mha()
 cudnn = _Cudnn()
 mps = _Mps()
 cpu = _Cpu()

@@ -1104,6 +1104,10 @@ class RNN(_RNNBase):
         return act(pre + hh).to(h.dtype), None
 
 
+from .transformer import (  # noqa: E402,F401
+    MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
+    TransformerEncoder, TransformerEncoderLayer,
+)
 from .._missing import module_getattr as _module_getattr  # noqa: E402
 
 __getattr__ = _module_getattr('fpemu.autograd.nn (torch.nn)')

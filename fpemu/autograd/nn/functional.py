@@ -651,6 +651,185 @@ def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
                    op="scaled_dot_product_flash_attention")
 
 
+# ------------------------------------------------------ multi-head attention
+def _canonical_mask(mask, mask_name, other_type, other_name, target_type, check_other=True):
+    """A boolean mask (True = masked out) becomes an additive one of
+    ``target_type`` (0 and -inf); a float mask is returned as it is."""
+    if mask is None:
+        return None
+    if mask.dtype.name != "bool" and not is_float(mask.dtype):
+        raise AssertionError(f"only bool and floating types of {mask_name} are supported")
+    if check_other and other_type is not None and mask.dtype is not other_type:
+        import warnings
+        warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. "
+                      f"Use same type for both instead.", stacklevel=3)
+    if is_float(mask.dtype):
+        return mask
+    add = np.where(mask._data, -np.inf, 0.0)
+    return Tensor(_store(add, target_type), target_type)
+
+
+def _none_or_dtype(t):
+    return None if t is None else t.dtype
+
+
+def _in_projection_packed(q, k, v, w, b=None):
+    """The q, k, v projections of one packed (3E, E) weight, as torch forms
+    them: one GEMM for self-attention, q and (k, v) for encoder-decoder
+    attention, three otherwise (each a separately rounded GEMM)."""
+    E = q.shape[-1]
+    if k is v:
+        if q is k:
+            proj = linear(q, w, b).unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2)
+            proj = proj.squeeze(-2).contiguous()
+            return proj[0], proj[1], proj[2]
+        w_q, w_kv = w.split([E, 2 * E])
+        b_q, b_kv = (None, None) if b is None else b.split([E, 2 * E])
+        kv = linear(k, w_kv, b_kv).unflatten(-1, (2, E)).unsqueeze(0).transpose(0, -2)
+        kv = kv.squeeze(-2).contiguous()
+        return linear(q, w_q, b_q), kv[0], kv[1]
+    w_q, w_k, w_v = w.chunk(3)
+    b_q, b_k, b_v = (None, None, None) if b is None else b.chunk(3)
+    return linear(q, w_q, b_q), linear(k, w_k, b_k), linear(v, w_v, b_v)
+
+
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads,
+                                 in_proj_weight, in_proj_bias, bias_k, bias_v, add_zero_attn,
+                                 dropout_p, out_proj_weight, out_proj_bias, training=True,
+                                 key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None,
+                                 k_proj_weight=None, v_proj_weight=None, static_k=None,
+                                 static_v=None, average_attn_weights=True, is_causal=False):
+    """torch's multi-head attention on (L, N, E) query and (S, N, E) key /
+    value (unbatched (L, E) too), op for op: projections, masks merged into
+    one additive mask, then either the explicit path that returns the
+    weights (q scaled by 1/sqrt(head_dim), ``baddbmm`` with the mask, fp32
+    softmax, ``bmm``) or, with ``need_weights=False``,
+    :func:`scaled_dot_product_attention` under its backend model."""
+    from ..ops.creation import zeros
+    from ..ops.shape import cat
+    is_batched = query.ndim == 3
+    if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+        raise AssertionError(f"query, key and value should be all 3-D (batched) or all 2-D "
+                             f"(unbatched) tensors, but received query {query.ndim}-D, key "
+                             f"{key.ndim}-D and value {value.ndim}-D")
+    if not is_batched:
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+    tgt_len, bsz, embed_dim = query.shape
+    src_len = key.shape[0]
+    key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask",
+                                       _none_or_dtype(attn_mask), "attn_mask", query.dtype)
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
+                           "Transformer module method `generate_square_subsequent_mask` to "
+                           "create this mask.")
+    if is_causal and key_padding_mask is None and not need_weights:
+        attn_mask = None            # SDPA applies the causal mask itself
+    else:
+        attn_mask = _canonical_mask(attn_mask, "attn_mask", None, "", query.dtype,
+                                    check_other=False)
+        if key_padding_mask is not None:
+            is_causal = False
+    if embed_dim != embed_dim_to_check:
+        raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, "
+                             f"but got {embed_dim}")
+    head_dim = embed_dim // num_heads
+    if head_dim * num_heads != embed_dim:
+        raise AssertionError(f"embed_dim {embed_dim} not divisible by num_heads {num_heads}")
+    if use_separate_proj_weight:
+        if tuple(key.shape[:2]) != tuple(value.shape[:2]):
+            raise AssertionError(f"key's sequence and batch dims {tuple(key.shape[:2])} do "
+                                 f"not match value's {tuple(value.shape[:2])}")
+        b_q, b_k, b_v = (None,) * 3 if in_proj_bias is None else in_proj_bias.chunk(3)
+        q, k, v = (linear(query, q_proj_weight, b_q), linear(key, k_proj_weight, b_k),
+                   linear(value, v_proj_weight, b_v))
+    else:
+        if tuple(key.shape) != tuple(value.shape):
+            raise AssertionError(f"key shape {tuple(key.shape)} does not match value shape "
+                                 f"{tuple(value.shape)}")
+        q, k, v = _in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
+    if attn_mask is not None:
+        if attn_mask.ndim == 2:
+            if tuple(attn_mask.shape) != (tgt_len, src_len):
+                raise RuntimeError(f"The shape of the 2D attn_mask is "
+                                   f"{tuple(attn_mask.shape)}, but should be "
+                                   f"{(tgt_len, src_len)}.")
+            attn_mask = attn_mask.unsqueeze(0)
+        elif attn_mask.ndim == 3:
+            if tuple(attn_mask.shape) != (bsz * num_heads, tgt_len, src_len):
+                raise RuntimeError(f"The shape of the 3D attn_mask is "
+                                   f"{tuple(attn_mask.shape)}, but should be "
+                                   f"{(bsz * num_heads, tgt_len, src_len)}.")
+        else:
+            raise RuntimeError(f"attn_mask's dimension {attn_mask.ndim} is not supported")
+    if bias_k is not None and bias_v is not None:
+        k = cat([k, bias_k.repeat(1, bsz, 1)])
+        v = cat([v, bias_v.repeat(1, bsz, 1)])
+        if attn_mask is not None:
+            attn_mask = pad(attn_mask, (0, 1))
+        if key_padding_mask is not None:
+            key_padding_mask = pad(key_padding_mask, (0, 1))
+    elif (bias_k is None) != (bias_v is None):
+        raise AssertionError("bias_k and bias_v must both be given or both be None")
+    q = q.view(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)
+    k = (k.view(k.shape[0], bsz * num_heads, head_dim).transpose(0, 1) if static_k is None
+         else static_k)
+    v = (v.view(v.shape[0], bsz * num_heads, head_dim).transpose(0, 1) if static_v is None
+         else static_v)
+    if add_zero_attn:
+        zshape = (bsz * num_heads, 1, head_dim)
+        k = cat([k, zeros(zshape, dtype=k.dtype)], dim=1)
+        v = cat([v, zeros(zshape, dtype=v.dtype)], dim=1)
+        if attn_mask is not None:
+            attn_mask = pad(attn_mask, (0, 1))
+        if key_padding_mask is not None:
+            key_padding_mask = pad(key_padding_mask, (0, 1))
+    src_len = k.shape[1]
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (bsz, src_len):
+            raise AssertionError(f"expecting key_padding_mask shape of {(bsz, src_len)}, but "
+                                 f"got {tuple(key_padding_mask.shape)}")
+        kpm = key_padding_mask.view(bsz, 1, 1, src_len).expand(-1, num_heads, -1, -1)
+        kpm = kpm.reshape(bsz * num_heads, 1, src_len)
+        attn_mask = kpm if attn_mask is None else attn_mask + kpm
+    if not training:
+        dropout_p = 0.0
+    if need_weights:
+        E = q.shape[-1]
+        q_scaled = q * float(np.sqrt(1.0 / float(E)))
+        if attn_mask is not None:
+            w = _linalg.baddbmm(attn_mask, q_scaled, k.transpose(-2, -1))
+        else:
+            w = _linalg.bmm(q_scaled, k.transpose(-2, -1))
+        w = softmax(w, dim=-1)
+        if dropout_p > 0.0:
+            w = dropout(w, p=dropout_p)
+        out = _linalg.bmm(w, v).transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
+        out = linear(out, out_proj_weight, out_proj_bias).view(tgt_len, bsz, -1)
+        w = w.view(bsz, num_heads, tgt_len, src_len)
+        if average_attn_weights:
+            w = w.mean(dim=1)
+        if not is_batched:
+            out, w = out.squeeze(1), w.squeeze(0)
+        return out, w
+    if attn_mask is not None:
+        if attn_mask.shape[0] == 1 and attn_mask.ndim == 3:
+            attn_mask = attn_mask.unsqueeze(0)
+        else:
+            attn_mask = attn_mask.view(bsz, num_heads, -1, src_len)
+    q = q.view(bsz, num_heads, tgt_len, head_dim)
+    k = k.view(bsz, num_heads, src_len, head_dim)
+    v = v.view(bsz, num_heads, src_len, head_dim)
+    out = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
+    out = out.permute(2, 0, 1, 3).reshape(bsz * tgt_len, embed_dim)
+    out = linear(out, out_proj_weight, out_proj_bias).view(tgt_len, bsz, -1)
+    if not is_batched:
+        out = out.squeeze(1)
+    return out, None
+
+
 # ------------------------------------------------------------- convolution
 def _pair(v, n=2):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n

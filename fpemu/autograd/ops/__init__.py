@@ -15,7 +15,7 @@ from .elementwise import (  # noqa: F401
     sub, tanh, where,
 )
 from .linalg import (  # noqa: F401
-    bmm, dot, ger, linear, matmul, matmul_model, mm, mv, outer, set_matmul_model,
+    addmm, baddbmm, bmm, dot, ger, linear, matmul, matmul_model, mm, mv, outer, set_matmul_model,
 )
 from .reduce import (  # noqa: F401
     all, amax, amin, any, argmax, argmin, argsort, count_nonzero, cumsum, logsumexp, max,

@@ -244,3 +244,71 @@ def linear(x, weight, bias=None):
         return gx, gw, gb
     saved = tuple(t for t, need in ((weight, x_needs), (x, w_needs)) if need)
     return _result(res, dt, (x, weight, bias), backward, saved=saved, op="addmm")
+
+
+def _add_product(inp, a, b, beta, alpha, op):
+    """beta * inp + alpha * (a @ b): the fp32 accumulator meets ``inp`` in
+    opmath and is rounded once to the output dtype (a GEMM's beta epilogue)."""
+    same_mm_dtype(a.dtype, b.dtype)
+    dt = result_type(a, b)
+    check_mm_dtype(dt)
+    if not is_float(dt):
+        raise RuntimeError(f"{op}: fpemu emulates floating-point products only; got "
+                           f"{scalar_type(dt)} operands (use a float dtype)")
+    tf32 = _tf32_inputs(dt)
+    A, B = operand(a, dt), operand(b, dt)
+    C = operand(inp, dt)
+    acc = mm_acc(A, B, dt, tf32)
+    om = acc.dtype.type
+    if alpha != 1:
+        acc = acc * om(alpha)
+    if beta == 0:              # beta == 0 ignores inp, NaN and inf included (BLAS)
+        full = acc + np.zeros_like(C)
+    else:
+        full = acc + (C if beta == 1 else C * om(beta))
+    out_shape = np.broadcast_shapes(np.shape(C), acc.shape)
+    if out_shape != acc.shape:
+        raise RuntimeError(f"{op}: the input of shape {list(np.shape(C))} does not broadcast "
+                           f"to the product's shape {list(acc.shape)}; expected a tensor that "
+                           f"broadcasts to it")
+    res = _store(full, dt)
+    needs = (getattr(inp, "requires_grad", False), a.requires_grad, b.requires_grad)
+
+    def backward(g):
+        gi = ga = gb = None
+        if needs[0]:
+            gi = _sum_to(g if beta == 1 else _store(g * om(beta), dt), inp.shape, dt)
+        ga_src = g if alpha == 1 else _store(g * om(alpha), dt)
+        if needs[1]:
+            ga = _store(mm_acc(ga_src, np.swapaxes(B, -1, -2), dt, tf32), dt)
+        if needs[2]:
+            gb = _store(mm_acc(np.swapaxes(A, -1, -2), ga_src, dt, tf32), dt)
+        return gi, ga, gb
+    saved = tuple(t for t, need in ((b, needs[1]), (a, needs[2])) if need)
+    return _result(res, dt, (inp, a, b), backward, saved=saved, op=op)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
+    """beta * input + alpha * (mat1 @ mat2), one rounding (autocast ``lower``)."""
+    input, mat1, mat2 = cast_inputs("addmm", input, mat1, mat2)  # noqa: A001
+    if mat1.ndim != 2 or mat2.ndim != 2:
+        raise RuntimeError(f"{'mat1' if mat1.ndim != 2 else 'mat2'} must be a matrix, got "
+                           f"{mat1.ndim if mat1.ndim != 2 else mat2.ndim}-D tensor")
+    if mat1.shape[1] != mat2.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape[0]}x"
+                           f"{mat1.shape[1]} and {mat2.shape[0]}x{mat2.shape[1]})")
+    return _add_product(input, mat1, mat2, beta, alpha, "addmm")
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+    """beta * input + alpha * (batch1 @ batch2) per batch, one rounding
+    (autocast ``lower``; nn.MultiheadAttention adds its mask this way)."""
+    input, batch1, batch2 = cast_inputs("baddbmm", input, batch1, batch2)  # noqa: A001
+    if batch1.ndim != 3 or batch2.ndim != 3:
+        raise RuntimeError("batch1 must be a 3D tensor" if batch1.ndim != 3 else
+                           "batch2 must be a 3D tensor")
+    if batch1.shape[0] != batch2.shape[0] or batch1.shape[2] != batch2.shape[1]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{batch1.shape[0]}, {batch1.shape[2]}] but got: "
+                           f"[{batch2.shape[0]}, {batch2.shape[1]}].")
+    return _add_product(input, batch1, batch2, beta, alpha, "baddbmm")
