@@ -30,7 +30,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._jit import f64_bits, f64_from_bits, fma, jit, pjit
+from ._jit import f32_from_ubits, f64_bits, f64_from_bits, fma, fma32, jit, pjit
 from ._kernels import FLUSH, FNUZ, NO_ZERO, RDN, UNSIGNED, _quantize_one, _split_f64
 
 ADD, SUB, MUL, DIV, SQRT, FMA = range(6)
@@ -157,3 +157,17 @@ def arith_kernel(op, mode, flags):
         return bad
 
     return kernel
+
+
+@pjit
+def fma_fp32_rne(a, b, c, out):
+    """The fast path of :func:`fpemu.arith.fma` for float32 operands in fp32,
+    to nearest even, with subnormals and overflow to inf: the processor's
+    fused multiply-add (``llvm.fma.f32``, correctly rounded by definition;
+    libm's fmaf where the CPU has no FMA), NaN made the canonical
+    0x7fc00000 as the generic kernel makes it. Same bits as
+    :func:`arith_kernel` (``tests/test_arith.py``)."""
+    nan = f32_from_ubits(np.uint32(0x7FC00000))
+    for i in prange(out.size):
+        r = fma32(a[i], b[i], c[i])
+        out[i] = nan if r != r else r

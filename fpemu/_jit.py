@@ -10,16 +10,29 @@ OpenMP where TBB is not installed, and a process that used GNU OpenMP cannot
 is killed. Unless the user chose a layer (``NUMBA_THREADING_LAYER`` or
 ``NUMBA_THREADING_LAYER_PRIORITY``, or ``numba.config`` before importing
 fpemu), fpemu asks for tbb, then workqueue, then omp: both of the first two
-are fork-safe (Numba's threading-layer documentation). workqueue is not
-thread-safe, so while it is the layer :func:`run_kernel` launches one
-parallel kernel at a time; each kernel still uses every core.
-"""
+are fork-safe (Numba's threading-layer documentation). fpemu depends on the
+``tbb`` wheel where one exists (Linux and Windows on x86-64); a virtual
+environment does not put the wheel's ``libtbb.so.12`` on the loader's path,
+so on Linux it is loaded here by its full path before Numba looks for it.
+workqueue is not thread-safe, so while it is the layer :func:`run_kernel`
+launches one parallel kernel at a time; each kernel still uses every core.
 
+Small inputs. Starting a parallel loop costs about 6 us with tbb and about
+100 us with workqueue (measured with a 1024-element loop on this project's
+2-core test machine), more than the loop itself on a few thousand elements,
+and the autograd engine makes hundreds of such calls per training step. So
+:func:`run_kernel` runs a serial twin of a parallel kernel (the same Python
+function compiled without ``parallel=True``, cached under its own name) when
+its largest array is smaller than :data:`SERIAL_BELOW` elements.
+Both compile from one body and give the same bits: every element is
+computed on its own.
+"""
 from __future__ import annotations
 
 import functools
 import os
 import threading
+import types as types_mod
 
 import numba
 import numpy as np
@@ -29,6 +42,20 @@ from numba import types
 from numba.extending import intrinsic
 
 
+def _load_tbb_wheel():
+    """Make the tbb wheel's library visible to Numba (see the module note)."""
+    import ctypes
+    import sys
+    if not sys.platform.startswith("linux"):
+        return
+    path = os.path.join(sys.prefix, "lib", "libtbb.so.12")
+    if os.path.exists(path):
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError:                    # a broken install: Numba falls back
+            pass
+
+
 def _prefer_fork_safe_layers():
     if ("NUMBA_THREADING_LAYER" in os.environ or "NUMBA_THREADING_LAYER_PRIORITY" in os.environ
             or numba.config.THREADING_LAYER != "default"):
@@ -36,6 +63,7 @@ def _prefer_fork_safe_layers():
     numba.config.THREADING_LAYER_PRIORITY = ["tbb", "workqueue", "omp"]
 
 
+_load_tbb_wheel()
 _prefer_fork_safe_layers()
 
 jit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy")
@@ -62,6 +90,9 @@ f64_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
 f32_bits = _bitcast(types.float32, types.int32, ir.IntType(32))
 #: int64 -> float64 with the same bits
 f64_from_bits = _bitcast(types.int64, types.float64, ir.DoubleType())
+#: float32 -> uint32 with the same bits, and back
+f32_ubits = _bitcast(types.float32, types.uint32, ir.IntType(32))
+f32_from_ubits = _bitcast(types.uint32, types.float32, ir.FloatType())
 
 
 @intrinsic
@@ -77,6 +108,20 @@ def fma(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return types.float64(types.float64, types.float64, types.float64), codegen
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """float32 a * b + c with one rounding (llvm.fma.f32)."""
+    if not (a == b == c == types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        f = ir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f], ir.FunctionType(f, [f, f, f]))
+        return builder.call(fn, args)
+
+    return types.float32(types.float32, types.float32, types.float32), codegen
 
 
 class inlining:
@@ -128,16 +173,65 @@ def _layer_is_threadsafe() -> bool:
     return _threadsafe_layer
 
 
+#: arrays smaller than this run a kernel's serial twin (module note)
+SERIAL_BELOW = {"tbb": 1 << 14, "omp": 1 << 14}
+SERIAL_BELOW_DEFAULT = 1 << 17          # workqueue, and before the first launch
+_SERIAL = {}
+
+
+def _serial_twin(kernel):
+    """The kernel's body compiled without ``parallel`` (prange runs as range),
+    under a name of its own so that the two never share a cache entry."""
+    twin = _SERIAL.get(id(kernel))
+    if twin is None:
+        f = kernel.py_func
+        g = types_mod.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial",
+                                   f.__defaults__, f.__closure__)
+        g.__qualname__ = f.__qualname__ + "_serial"
+        g.__module__ = f.__module__
+        g.__doc__ = f.__doc__
+        twin = jit(g)
+        _SERIAL[id(kernel)] = twin
+        _SERIAL[id(twin)] = twin
+    return twin
+
+
+def _largest(args):
+    n = 0
+    for a in args:
+        if isinstance(a, np.ndarray) and a.size > n:
+            n = a.size
+    return n
+
+
 def run_kernel(kernel, *args):
     """kernel(*args), safely from any number of Python threads (see the
     module's note on the threading layer), inside :class:`inlining` only the
     first time a kernel sees a kind of arguments (when it compiles or loads
     from the cache): setting the LLVM option costs tens of microseconds, which
-    the many small calls of the autograd engine feel."""
+    the many small calls of the autograd engine feel. A parallel kernel on
+    small arrays runs as its serial twin (module note)."""
+    if getattr(kernel, "targetoptions", {}).get("parallel"):
+        layer = _layer_name()
+        if _largest(args) < SERIAL_BELOW.get(layer, SERIAL_BELOW_DEFAULT):
+            return _run(_serial_twin(kernel), args)
     if _layer_is_threadsafe():
         return _run(kernel, args)
     with _LAUNCH:
         return _run(kernel, args)
+
+
+_layer = None
+
+
+def _layer_name():
+    global _layer
+    if _layer is None:
+        try:
+            _layer = numba.threading_layer()
+        except ValueError:                           # no parallel launch yet
+            return None
+    return _layer
 
 
 def _run(kernel, args):

@@ -44,7 +44,7 @@ import numpy as np
 from numba import prange
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from ._jit import f32_bits, f64_bits, f64_from_bits, jit, pjit
+from ._jit import f32_bits, f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, jit, pjit
 
 RNE, RNA, RTZ, RUP, RDN, RTO, SR = range(7)
 OVF_INF, OVF_SATURATE, OVF_NAN = range(3)
@@ -303,3 +303,50 @@ def decode_kernel(flags):
             out[i] = np.float32(_decode_one(np.int64(codes[i]), p, flags))
 
     return decode
+
+
+# ------------------------------------------- fast path: IEEE-style formats, RNE
+@pjit
+def quantize_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic):
+    """Round float32 ``x`` to nearest, ties to even, into an IEEE-style format
+    (sign, exponent with inf / NaN reserved, subnormals, exponent range
+    within float32's) and write the values as float32: the fast path of
+    :func:`fpemu.quantize` for bf16, fp16, e5m2 and their kind.
+
+    ``shift`` = 23 - mantissa bits; ``normal_bits`` and ``overflow_bits`` are
+    the float32 bit patterns of 2**emin and of the halfway point above the
+    largest finite value (from there on the result is inf); ``magic`` is
+    2**(emin - mantissa bits + 23), whose float32 ulp is the format's
+    subnormal step.
+
+    * normal results: add half an ulp less one, plus the kept lowest bit
+      (ties to even), to the magnitude's bits and clear the dropped bits; a
+      carry into the exponent is the correct rounding up;
+    * subnormal results: ``(|x| + magic) - magic`` in float32 arithmetic,
+      whose addition rounds |x| to a multiple of the subnormal step, to
+      nearest even (the processor's float32 add; Numba sets no
+      flush-to-zero mode) and whose subtraction is exact;
+    * inf stays inf, NaN becomes the canonical quiet NaN 0x7fc00000, and the
+      sign is put back on every result (-0 stays -0).
+
+    The generic kernel gives the same bits on all 2**32 inputs
+    (``tests/test_quantize_fast_path.py``).
+    """
+    half = np.uint32((1 << (shift - 1)) - 1)
+    keep = ~np.uint32((1 << shift) - 1)
+    one = np.uint32(1)
+    sh = np.uint32(shift)
+    for i in prange(x.size):
+        u = f32_ubits(x[i])
+        sign = u & np.uint32(0x80000000)
+        a = u & np.uint32(0x7FFFFFFF)
+        if a > np.uint32(0x7F800000):
+            r = np.uint32(0x7FC00000)
+        elif a >= overflow_bits:
+            r = np.uint32(sign | np.uint32(0x7F800000))
+        elif a >= normal_bits:
+            r = np.uint32(sign | ((a + half + ((a >> sh) & one)) & keep))
+        else:
+            t = (abs(x[i]) + magic) - magic
+            r = np.uint32(sign | f32_ubits(t))
+        out[i] = f32_from_ubits(r)

@@ -30,7 +30,7 @@ from .quantize import (
     _seed_key,
     quantize,
 )
-from .rounding import parse_rounding
+from .rounding import Rounding, parse_rounding
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
 
@@ -92,6 +92,10 @@ def _elementwise(opname, values, fmt, rounding, subnormals, overflow, seed):
         a = flat[0]
         b = flat[1] if len(flat) > 1 else a
         c = flat[2] if len(flat) > 2 else a
+        if (opname == "fma" and fmt.name == "fp32" and mode is Rounding.RNE and flags == 0
+                and a.dtype == np.float32):
+            run_kernel(_arith_kernels.fma_fp32_rne, a, b, c, out.reshape(-1))
+            return out
         kernel = _arith_kernels.arith_kernel(_arith_kernels.OPS[opname], int(mode), flags)
         bad = run_kernel(kernel, a, b, c, out.reshape(-1), params, key, offset)
         if bad:

@@ -271,9 +271,35 @@ def _run(op, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
     if out is not None and np.may_share_memory(arr, result) and not _same_buffer(arr, result):
         arr = arr.copy()  # out overlaps x at an offset: elements would be read after written
     if arr.size:
+        fast = _fast_rne_params(fmt, mode, flags) if op == "quantize" else None
+        if fast is not None and arr.dtype == np.float32 and result.dtype == np.float32:
+            run_kernel(_kernels.quantize_rne_ieee, arr, result.reshape(-1), *fast)
+            return result
         kernel = _kernels.rounding_kernel(op, arr.dtype.str[1:], int(mode), flags)
         run_kernel(kernel, arr, result.reshape(-1), params, key, offset)
     return result
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_rne_params(fmt: Format, mode: Rounding, flags: int):
+    """The arguments of :func:`fpemu._kernels.quantize_rne_ieee` when ``fmt``
+    is an IEEE-style format (inf and NaN in the top exponent, subnormals, a
+    signed zero, exponents within float32's), ``mode`` is RNE and nothing
+    changes the IEEE behaviour (overflow to inf, no flush); else None."""
+    if mode is not Rounding.RNE or flags != int(Overflow.INF):
+        return None
+    m = fmt.mantissa_bits
+    if not (fmt.has_inf and fmt.has_nan and fmt.has_subnormals and fmt.signed
+            and fmt.nan_encoding == "ieee" and 1 <= m < 23 and -126 <= fmt.emin
+            and fmt.emax <= 127 and fmt.max == (2.0 - 2.0 ** -m) * 2.0 ** fmt.emax):
+        return None
+
+    def bits(v):
+        return np.uint32(np.array(v, np.float32).view(np.uint32))
+
+    overflow = (2.0 - 2.0 ** -(m + 1)) * 2.0 ** fmt.emax      # halfway above max: inf
+    return (23 - m, bits(2.0 ** fmt.emin), bits(overflow),
+            np.float32(2.0 ** (fmt.emin - m + 23)))
 
 
 # ------------------------------------------------------------------ public API

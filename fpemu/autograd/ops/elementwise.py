@@ -29,10 +29,10 @@ from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
 from .._core import Tensor, _result, _store, as_dtype, bool_, is_float, opmath, result_type
-from .._special import erf as _erf
+from .._special import gelu_erf as _gelu_erf
+from .._special import gelu_erf_grad as _gelu_erf_grad
 from ._common import f64, float_dt, grad_part, int_binary, operand, t_or_number
 
-_SQRT1_2 = 0.7071067811865476
 _SQRT_2_PI = 0.7978845608028654
 
 
@@ -375,11 +375,10 @@ def gelu(x, approximate="none"):
     """x * Phi(x) (erf form), or the tanh approximation."""
     if approximate == "none":
         def fwd(v):
-            return 0.5 * v * (1 + _erf(v * _SQRT1_2))
+            return _gelu_erf(v)
 
         def bwd(g, v, y):
-            cdf = 0.5 * (1 + _erf(v * _SQRT1_2))
-            return g * (cdf + v * np.exp(-0.5 * v * v) * 0.3989422804014327)
+            return _gelu_erf_grad(np.broadcast_to(g, v.shape), v)
     elif approximate == "tanh":
         def fwd(v):
             return 0.5 * v * (1 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3)))

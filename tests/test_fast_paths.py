@@ -1,0 +1,131 @@
+"""The fast paths against the generic kernels and independent oracles.
+
+* ``quantize`` of float32 to an IEEE-style format to nearest even runs a bit
+  trick (``_kernels.quantize_rne_ieee``); the generic kernel (float64 input
+  takes it) must give the same bits. The sample below covers every sign and
+  exponent with the mantissas around every rounding boundary; with
+  ``FPEMU_EXHAUSTIVE=1`` the test runs all 2**32 float32 inputs (about 30 s
+  per format).
+* ``fma`` of float32 operands in fp32 to nearest even runs the processor's
+  fused multiply-add; the generic kernel (float64 operands) and exact
+  rationals must agree.
+* Parallel kernels run as serial twins on small arrays: same bits.
+"""
+
+import os
+import sys
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu import _jit
+from fpemu.formats import Format
+from fpemu.rounding import Rounding
+from oracle import round_to_ieee
+
+Q = sys.modules["fpemu.quantize"]
+FORMATS = {"bf16": "bf16", "fp16": "fp16", "e5m2": "e5m2",
+           "e6m9": Format.custom(6, 9, name="e6m9")}
+
+
+def _bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def _mantissas(rng):
+    """Mantissa fields (23 bits) at and around the rounding boundary of every
+    target precision from 1 to 22 bits, plus random ones."""
+    m = {0, 1, 2, (1 << 23) - 1, (1 << 23) - 2}
+    for keep in range(1, 23):
+        s = 23 - keep
+        half = 1 << (s - 1)
+        for hi in (0, 1, 2, 3, (1 << keep) - 2, (1 << keep) - 1):
+            for lo in (half - 1, half, half + 1, 0, 1, (1 << s) - 1):
+                m.add(((hi << s) | lo) & ((1 << 23) - 1))
+    m.update(rng.integers(0, 1 << 23, 600).tolist())
+    return np.array(sorted(m), np.uint32)
+
+
+def _sample():
+    rng = np.random.default_rng(11)
+    top = np.arange(512, dtype=np.uint32) << np.uint32(23)        # sign and exponent
+    u = (top[:, None] | _mantissas(rng)[None, :]).reshape(-1)
+    return u.view(np.float32)
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_quantize_fast_path_matches_the_generic_kernel(name):
+    fmt = FORMATS[name]
+    assert Q._fast_rne_params(Q._as_format(fmt), Rounding.RNE, 0) is not None
+    if os.environ.get("FPEMU_EXHAUSTIVE"):
+        chunks = (np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32).view(
+            np.float32) for s in range(0, 1 << 32, 1 << 26))
+    else:
+        chunks = [_sample()]
+    for x in chunks:
+        fast = fpemu.quantize(x, fmt)
+        with np.errstate(invalid="ignore"):                     # signalling NaNs
+            x64 = x.astype(np.float64)
+        generic = fpemu.quantize(x64, fmt)                      # the generic kernel
+        np.testing.assert_array_equal(_bits(fast), _bits(generic))
+
+
+def test_quantize_fast_path_matches_ml_dtypes_and_numpy():
+    """Independent oracles: ml_dtypes' bfloat16 and float8_e5m2 casts and
+    numpy's float16 cast (all round to nearest even); NaNs compared as NaN."""
+    x = _sample()
+    with np.errstate(all="ignore"):
+        for name, oracle in (("bf16", ml_dtypes.bfloat16), ("fp16", np.float16),
+                             ("e5m2", ml_dtypes.float8_e5m2)):
+            want = x.astype(oracle).astype(np.float32)
+            got = fpemu.quantize(x, name)
+            nan = np.isnan(want)
+            np.testing.assert_array_equal(np.isnan(got), nan)
+            np.testing.assert_array_equal(_bits(got)[~nan], _bits(want)[~nan])
+
+
+@pytest.mark.parametrize("fmt,kw", [("e4m3fn", {}), ("e4m3fnuz", {}), ("bf16", {"rounding": "rtz"}),
+                                    ("bf16", {"overflow": "saturate"}),
+                                    ("fp16", {"subnormals": False}), ("e2m1", {})])
+def test_other_formats_and_modes_take_the_generic_kernel(fmt, kw):
+    f = Q._as_format(fmt)
+    mode = Q.parse_rounding(kw.get("rounding", "rne"))
+    pol = Q._resolve_overflow(f, kw.get("overflow"))
+    _, flags = Q._kernel_params(f, pol, kw.get("subnormals", True))
+    assert Q._fast_rne_params(f, mode, flags) is None
+
+
+def test_fp32_fma_fast_path_matches_the_generic_kernel_and_exact_rationals():
+    rng = np.random.default_rng(5)
+    n = 1 << 16
+    u = rng.integers(0, 1 << 32, (3, n), dtype=np.uint64).astype(np.uint32).view(np.float32)
+    g = (rng.standard_normal((3, n)) * 2.0 ** rng.integers(-140, 120, (3, n))).astype(
+        np.float32)
+    a, b, c = np.where(rng.random((3, n)) < 0.3, u, g)
+    with np.errstate(all="ignore"):
+        c[: n // 4] = (-(a[: n // 4].astype(np.float64) * b[: n // 4])).astype(np.float32)
+    fast = fpemu.fma(a, b, c, "fp32")
+    with np.errstate(invalid="ignore"):                         # signalling NaNs
+        a64, b64, c64 = (v.astype(np.float64) for v in (a, b, c))
+    generic = fpemu.fma(a64, b64, c64, "fp32")                  # the generic kernel
+    np.testing.assert_array_equal(_bits(fast), _bits(generic))
+    finite = np.flatnonzero(np.isfinite(a) & np.isfinite(b) & np.isfinite(c))[:400]
+    for i in finite:
+        want = round_to_ieee(Fraction(float(a[i])) * Fraction(float(b[i]))
+                             + Fraction(float(c[i])), 8, 23)
+        got = float(fast[i])
+        assert got == want or (got == 0 == want), (a[i], b[i], c[i], got, want)
+
+
+def test_small_arrays_run_the_serial_twin_with_the_same_bits():
+    x = np.random.default_rng(2).standard_normal(1 << 18).astype(np.float32) * 1e3
+    whole = fpemu.quantize(x, "e5m2")                 # parallel kernel
+    parts = np.concatenate([fpemu.quantize(x[i:i + 1000], "e5m2")
+                            for i in range(0, x.size, 1000)])
+    np.testing.assert_array_equal(_bits(whole), _bits(parts))
+    twins = [t for t in _jit._SERIAL.values() if "quantize_rne_ieee" in t.py_func.__name__]
+    assert twins and twins[0].py_func.__name__ == "quantize_rne_ieee_serial"
+    assert not twins[0].targetoptions.get("parallel")
