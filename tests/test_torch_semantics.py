@@ -160,6 +160,62 @@ def _relu_inplace(lib):
     return h, w.grad
 
 
+def _view_writes(case):
+    """In-place ops on views of graph tensors (torch's CopySlices), then a
+    weighted sum's backward: values and gradients."""
+    def run(lib):
+        a = lib.tensor(np.arange(12, dtype=np.float32).reshape(4, 3) / 7, requires_grad=True)
+        b = lib.tensor([-1.0, 0.25, 0.5], requires_grad=True)
+        if case == "column":
+            out = a * 2
+            out[:, 0].mul_(3)
+        elif case == "buffer":                      # a buffer becomes part of the graph
+            out = lib.zeros(6, 3)
+            out[1:5].copy_(a)
+            out[0].add_(b)
+        elif case == "transposed":
+            out = a.sin()
+            v = out.t()
+            v[0].add_(b.sum())
+            v[1].mul_(b[1])
+        elif case == "filled":                      # zero_ / fill_ cut the history
+            out = a * 2
+            out[2:].fill_(0.5)
+            out[0].zero_()
+            out = out + b
+        elif case == "strided":
+            out = a * 1
+            out.view(-1)[::2].zero_()
+            out[out > 0.5] = 0
+            out[1:][:, 1:] = b[1:] * 2
+        w = lib.tensor(np.random.default_rng(len(case)).standard_normal(
+            tuple(out.shape)).astype(np.float32))
+        (out * w).sum().backward()
+        return out, a.grad, b.grad if case != "column" else b.grad is None
+    return run
+
+
+@pytest.mark.parametrize("case", ["column", "buffer", "transposed", "filled", "strided"])
+def test_in_place_on_views_of_graph_tensors_rebases_as_torch(case):
+    """Within a few float32 ulps: torch's vectorised sin / cos and its
+    reduction order for the gradient of a broadcast scalar."""
+    got_torch, got_fpemu = both(_view_writes(case))
+    for x, y in zip(got_torch, got_fpemu):
+        np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-6, atol=1e-7)
+    y = ft.ones(3, requires_grad=True) * 2
+    y[1:].mul_(2)
+    assert y.grad_fn.name() == "CopySlicesBackward0"
+
+
+def test_in_place_on_a_view_of_a_saved_tensor_raises_as_torch():
+    for lib in (torch, ft):
+        x = lib.ones(2, 3, requires_grad=True)
+        y = x.exp()                                     # exp saves its output
+        y[0].zero_()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
 # ---------------------------------------------------------------- backward twice
 def test_backward_twice_raises_without_retain_graph():
     for lib in (torch, ft):

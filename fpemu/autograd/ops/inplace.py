@@ -4,8 +4,9 @@ alias sees the new values, and bump the shared version counter.
 Under grad mode an in-place op on a tensor in the graph (or with an operand
 that requires grad) is recorded as autograd records it: the tensor gets a
 new ``grad_fn`` whose input is the tensor's old node, with the old values
-saved where the backward needs them. As in torch, an in-place op on a leaf
-that requires grad, or on a view of one, raises.
+saved where the backward needs them. An in-place op on a view rewrites the
+base's history as torch's CopySlices does. As in torch, an in-place op on a
+leaf that requires grad, or on a view of one, raises.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from ...errors import FpemuNotImplementedError
 from .._core import (
-    Tensor, _store, bool_, is_float, np_dtype, result_type, to_dtype,
+    Node, Tensor, _store, bool_, is_float, np_dtype, result_type, to_dtype,
 )
 from .._state import State, grad_mode
 
@@ -75,13 +76,10 @@ def apply_inplace(x, op, *args, **kwargs):
     if x.is_leaf and x.requires_grad:
         raise RuntimeError(_LEAF)
     base = x._base
-    if base is not None and base.requires_grad:
-        if base.is_leaf:
+    if base is not None:
+        if base.requires_grad and base.is_leaf:
             raise RuntimeError(_VIEW_OF_LEAF)
-        raise FpemuNotImplementedError(
-            "an in-place op on a view of a tensor in the autograd graph (torch rebases the "
-            "base's history with CopySlices) is not emulated; write the op out of place, "
-            "e.g. x = torch.cat(...) or y = x.clone(); y[...] = ...")
+        return _inplace_on_view(x, base, op, args, kwargs)
     old = Tensor(x._data.copy(), x.dtype)
     old.grad_fn, old._requires_grad = x.grad_fn, x._requires_grad
     old._acc = x._acc
@@ -96,6 +94,63 @@ def apply_inplace(x, op, *args, **kwargs):
         x.grad_fn.saved = tuple((x, x._vc[0]) if t is out else (t, v)
                                 for t, v in x.grad_fn.saved)
     if x._retain and x.grad_fn is not None:
+        x.grad_fn.retained = weakref.ref(x)
+    return x
+
+
+def _inplace_on_view(x, base, op, args, kwargs):
+    """An in-place op on a view ``x`` of ``base`` under grad mode, as torch's
+    CopySlices records it: the op runs on the view's old values, whose
+    gradient flows back into the base's old history at the view's elements;
+    the base's new ``grad_fn`` (``CopySlicesBackward0``) sends the gradient of
+    the written elements to the op and the rest to the old history; the view
+    becomes a view of the new base. A base that did not require grad (a
+    buffer written with values that do) becomes part of the graph.
+
+    Other views of the base taken before the write keep their old history
+    (torch regenerates them; fpemu does not)."""
+    if not base._data.flags.c_contiguous or base._data.dtype != x._data.dtype:
+        raise FpemuNotImplementedError(
+            "an in-place op on a view of a base that is not contiguous in memory is not "
+            "emulated under autograd; call .contiguous() on the base first, or write the op "
+            "out of place")
+    item = x._data.itemsize
+    offset = (x.data_ptr() - base.data_ptr()) // item
+    steps = tuple(st // item for st in x._data.strides)
+    shape, bshape, dt = tuple(x.shape), tuple(base.shape), x.dtype
+
+    def at_view(G):
+        """The view's elements inside a base-shaped gradient array."""
+        flat = G.reshape(-1)
+        return np.lib.stride_tricks.as_strided(flat[offset:], shape,
+                                               tuple(st * flat.itemsize for st in steps))
+
+    def into_base(g):
+        G = np.zeros(bshape, g.dtype)
+        at_view(G)[...] = g
+        return (G,)
+
+    base_edge = (base._edge(), dt, bshape) if base.requires_grad else None
+    old = Tensor(x._data.copy(), dt)
+    if base_edge is not None:
+        old.grad_fn = Node("AsStrided", into_base, (base_edge,))
+    out = op(old, *args, **kwargs)
+    _check_cast(x, out.dtype)
+    if out.dtype != dt:
+        out = to_dtype(out, dt)
+    x._a = np.broadcast_to(out._data, shape)            # writes into the base
+    out_edge = (out._edge(), dt, shape) if out.requires_grad else None
+
+    def copy_slices(g):
+        rest = g.copy()
+        written = at_view(rest)
+        g_out = written.copy()
+        written[...] = 0
+        return (rest if base_edge is not None else None, g_out)
+    node = Node("CopySlices", copy_slices, (base_edge, out_edge))
+    base.grad_fn = node
+    x.grad_fn = Node("AsStrided", into_base, ((node, dt, bshape),))
+    if x._retain:
         x.grad_fn.retained = weakref.ref(x)
     return x
 
@@ -153,6 +208,19 @@ def setitem(x, idx, value):
     return apply_inplace(x, index_put, idx, value)
 
 
+def _constant(name, value):
+    """The op ``t -> value`` everywhere, whose gradient to ``t`` is zero (the
+    history of a tensor that ``fill_`` / ``zero_`` overwrite)."""
+    from .._core import _result
+
+    def op(t):
+        def backward(g):
+            return (np.zeros(t.shape, g.dtype),)
+        arr = np.array(np.broadcast_to(value, t.shape), dtype=t._data.dtype)
+        return _result(arr, t.dtype, (t,), backward, op=name)
+    return op
+
+
 def fill(x, value):
     """``x.fill_(value)``: a number through float32 to the dtype, or a 0-d tensor."""
     if isinstance(value, Tensor):
@@ -161,9 +229,15 @@ def fill(x, value):
                                f"with {value.ndim} dimensions.")
         return copy_into(x, value)
     if is_float(x.dtype):
-        return write(x, np.float32(value))
-    return write(x, np.asarray(value).astype(np_dtype(x.dtype)))
+        v = _store(np.float32(value), x.dtype)
+    else:
+        v = np.asarray(value).astype(np_dtype(x.dtype))
+    if _needs_graph(x, ()):
+        return apply_inplace(x, _constant("fill", v))
+    return write(x, v)
 
 
 def zero(x):
+    if _needs_graph(x, ()):
+        return apply_inplace(x, _constant("zero", np.zeros((), np_dtype(x.dtype))))
     return write(x, np.zeros((), np_dtype(x.dtype)))
