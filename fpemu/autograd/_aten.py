@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._arith_kernels import fma_fp32_rne
+from .._jit import run_kernel
 from ..arith import fma as _fma_exact
 from ..formats import Format
 from ._core import _store, float64, opmath
@@ -43,6 +45,16 @@ def fma(a, b, c, dt=None):
     operands: numpy's own arithmetic, as the 64-bit kernels)."""
     if dt is not None and opmath(dt) is np.float64:
         return a * b + c
+    ops = [np.asarray(v) for v in (a, b, c)]
+    if all(v.dtype == np.float32 for v in ops):
+        # float32 operands are fp32 values: fpemu.arith's fp32 fast path,
+        # called without its argument checks and conversions
+        shape = np.broadcast_shapes(*(v.shape for v in ops))
+        flat = [np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1) for v in ops]
+        out = np.empty(shape, np.float32)
+        if out.size:
+            run_kernel(fma_fp32_rne, *flat, out.reshape(-1))
+        return out
     return np.asarray(_fma_exact(a, b, c, "fp32"), np.float32)
 
 

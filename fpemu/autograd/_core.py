@@ -29,6 +29,8 @@ import numpy as np
 
 from ..formats import Format, format as _lookup
 from ..formats import bf16, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, fp16, fp32
+from .._jit import run_kernel
+from .._kernels import quantize_rne_ieee
 from ..quantize import quantize
 from ..errors import (
     FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError, FpemuValueError,
@@ -138,7 +140,28 @@ def _store(x, dtype):
         return x32
     if dtype.name == "e4m3fn":        # version-dependent (docs/pytorch-numerics.md §1.1)
         return quantize(x32, dtype, overflow=get_profile().e4m3_overflow)
+    fast = _fast_rne(dtype)
+    if fast is not None:              # bf16, fp16, e5m2: quantize's own fast path, called
+        src = x32 if x32.flags.c_contiguous else np.ascontiguousarray(x32)
+        out = np.empty(x32.shape, np.float32)            # (without its argument checks)
+        if out.size:
+            run_kernel(quantize_rne_ieee, src.reshape(-1), out.reshape(-1), *fast)
+        return out
     return quantize(x32, dtype)
+
+
+_FAST_RNE = {}
+
+
+def _fast_rne(dtype):
+    """The arguments of the IEEE-style nearest-even kernel for ``dtype``
+    under its default overflow and subnormal behaviour, or None."""
+    if dtype not in _FAST_RNE:
+        from ..quantize import _fast_rne_params, _kernel_params, _resolve_overflow
+        from ..rounding import Rounding
+        _, flags = _kernel_params(dtype, _resolve_overflow(dtype, None), True)
+        _FAST_RNE[dtype] = _fast_rne_params(dtype, Rounding.RNE, flags)
+    return _FAST_RNE[dtype]
 
 
 def _category(dtype) -> int:
