@@ -522,3 +522,55 @@ def test_multihead_attention_under_bf16_autocast():
     assert y.dtype is ft.bfloat16 and w is None
     y32, _ = m(x, x, x, need_weights=False)
     np.testing.assert_allclose(y.detach().float().numpy(), y32.detach().numpy(), atol=3e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1, lr_decay=0.01),
+                                dict(maximize=True, eps=1e-3)])
+def test_fused_adagrad_is_torch_cpu_bit_for_bit(dtype, kw):
+    """FusedAdagradKernel on the CPU: 16-bit parameters read the constants in
+    their own dtype in the vector body and as float32 in each chunk's tail
+    (1000 elements: two chunks, each with a tail); a GradScaler's scale is
+    applied inside the kernel."""
+    from fpemu.autograd import Profile, get_profile, set_profile
+    old = get_profile()
+    set_profile(Profile("cpu"))
+    try:
+        rng = np.random.default_rng(len(kw) + len(dtype))
+        p0 = rng.standard_normal(1000).astype(np.float32)
+        tp = torch.nn.Parameter(torch.tensor(p0).to(getattr(torch, dtype)))
+        fp = ft.nn.Parameter(ft.tensor(p0).to(getattr(ft, dtype)))
+        to = torch.optim.Adagrad([tp], lr=0.05, fused=True, **kw)
+        fo = ft.optim.Adagrad([fp], lr=0.05, fused=True, **kw)
+        for _ in range(4):
+            g = rng.standard_normal(1000).astype(np.float32)
+            tp.grad, fp.grad = torch.tensor(g).to(tp.dtype), ft.tensor(g).to(fp.dtype)
+            to.step()
+            fo.step()
+        for a, b in ((tp, fp), (to.state[tp]["sum"], fo.state[fp]["sum"])):
+            np.testing.assert_array_equal(b.detach().float().numpy().view(np.uint32),
+                                          a.detach().float().numpy().view(np.uint32))
+        ts, fs = torch.amp.GradScaler("cpu", init_scale=8.0), ft.amp.GradScaler(
+            "cpu", init_scale=8.0)
+        ts.scale(torch.tensor(1.0))
+        fs.scale(ft.tensor(1.0))
+        g = rng.standard_normal(1000).astype(np.float32)
+        tp.grad, fp.grad = (torch.tensor(g * 8).to(tp.dtype), ft.tensor(g * 8).to(fp.dtype))
+        ts.step(to)
+        fs.step(fo)
+        np.testing.assert_array_equal(fp.detach().float().numpy().view(np.uint32),
+                                      tp.detach().float().numpy().view(np.uint32))
+    finally:
+        set_profile(old)
+
+
+def test_fused_flags_follow_torch():
+    """RMSprop and Adadelta have no ``fused`` argument; Adagrad's fused kernel
+    is CPU-only, so the CUDA profile refuses it with the alternatives."""
+    for lib in (torch, ft):
+        p = [lib.nn.Parameter(lib.ones(3))]
+        for cls in (lib.optim.RMSprop, lib.optim.Adadelta):
+            with pytest.raises(TypeError, match="fused"):
+                cls(p, fused=True)
+    with pytest.raises(RuntimeError, match="CPU only.*foreach=True"):
+        ft.optim.Adagrad([ft.nn.Parameter(ft.ones(3))], fused=True)

@@ -525,23 +525,32 @@ class _Simple(Optimizer):
 
     def __init__(self, params, defaults, foreach, fused, maximize, master_weights):
         _check_lr(defaults["lr"])
-        if fused:
-            raise NotImplementedError(f"{type(self).__name__}(fused=True): torch has a fused "
-                                      f"kernel only on the CPU, which fpemu does not emulate; "
-                                      f"use foreach=True or foreach=False")
+        if fused and not get_profile().cpu:
+            raise RuntimeError(f"{type(self).__name__}(fused=True): torch's fused kernel of "
+                               f"this optimizer runs on the CPU only, and the CUDA profile "
+                               f"emulates a GPU; use foreach=True (the GPU default), or "
+                               f"set_profile(Profile('cpu')) to emulate torch on the CPU")
+        if fused and foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         for key in ("eps", "weight_decay"):
             if key in defaults and not defaults[key] >= 0:
                 raise ValueError(f"Invalid {key.replace('_', ' ')} value: {defaults[key]}")
-        self.impl = self._impl(foreach, None)
+        self.impl = "fused" if fused else self._impl(foreach, None)
+        self._step_supports_amp_scaling = self.impl == "fused"
         defaults["maximize"] = maximize
         super().__init__(params, defaults, master_weights)
 
     def _update_group(self, group):
         foreach = self.impl == "foreach"
+        if self.impl == "fused":
+            grad_scale, found_inf = self._grad_scale_and_found_inf()
         for p in group["params"]:
             if p.grad is None:
                 continue
             st = self.state.setdefault(p, {})
+            if self.impl == "fused":
+                self._fused_cpu(p, st, group, grad_scale, found_inf)
+                continue
             D = p.dtype
             G = _store(p.grad._a, D)
             if group["maximize"]:
@@ -558,13 +567,13 @@ class RMSprop(_Simple):
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
                  centered=False, capturable=False, foreach=None, maximize=False,
-                 differentiable=False, *, fused=None, master_weights=False):
+                 differentiable=False, *, master_weights=False):
         if not momentum >= 0:
             raise ValueError(f"Invalid momentum value: {momentum}")
         if not alpha >= 0:
             raise ValueError(f"Invalid alpha value: {alpha}")
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered), foreach, fused,
+                                      momentum=momentum, centered=centered), foreach, None,
                          maximize, master_weights)
 
     def _update(self, P, G, st, group, D, foreach):
@@ -619,6 +628,47 @@ class Adagrad(_Simple):
                     _store(np.full(p.shape, group["initial_accumulator_value"], np.float64),
                            p.dtype), p.dtype)}
 
+    def _fused_cpu(self, p, st, group, grad_scale, found_inf):
+        """FusedAdagradKernel.cpp (CPU): clr = lr / (1 + (step - 1) * lr_decay)
+        in double; float32 opmath; GCC contracts ``g + p * wd`` and
+        ``sum + g * g`` into fmas; ``p - clr * g / std`` stays three
+        roundings. For 16-bit parameters the vector body reads ``wd``,
+        ``eps`` and ``clr`` rounded to the parameter's dtype, the scalar tail
+        (the last ``n % lanes`` elements of each chunk) as float32; the sum
+        is stored rounded but ``std`` uses it unrounded."""
+        if found_inf is not None and found_inf == 1:
+            return
+        D = p.dtype
+        st["step"] = _f(st["step"] + _f(1))
+        clr = group["lr"] / (1.0 + (float(st["step"]) - 1.0) * group["lr_decay"])
+        wd, eps = group["weight_decay"], group["eps"]
+
+        def const(v):
+            """A double argument as the vector body and the tail read it."""
+            if D == float32:
+                return _f(v)
+            lanes = get_profile().cpu_lanes(2)
+            tail = np.zeros(p._a.size, bool)
+            for _, body_end, end in get_profile().cpu_fused_parts(p._a.size, 2, lanes):
+                tail[body_end:end] = True
+            body = _store(np.float32(v), D).astype(np.float32)
+            return np.where(tail.reshape(p._a.shape), _f(v), body).astype(np.float32)
+        with np.errstate(all="ignore"):
+            G = p.grad._a.astype(np.float32)
+            if grad_scale is not None:
+                G = G / _f(grad_scale)
+                p.grad._a = _store(G, p.grad.dtype)
+            if group["maximize"]:
+                G = G * _f(-1.0)
+            P = p._a.astype(np.float32)
+            if wd != 0:
+                G = _fma(P, const(wd), G)
+            S = _fma(G, G, st["sum"]._a.astype(np.float32))
+            std = np.sqrt(S) + const(eps)
+            P = P - (const(clr) * G) / std
+        st["sum"] = Tensor(_store(S, D), D)
+        p._a = _store(P, D)
+
     def _update(self, P, G, st, group, D, foreach):
         lr, decay, eps = group["lr"], group["lr_decay"], group["eps"]
         st["step"] = _f(st["step"] + _f(1))
@@ -638,12 +688,12 @@ class Adadelta(_Simple):
     foreach=None, *, maximize=False), torch's op sequence."""
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None,
-                 *, capturable=False, maximize=False, differentiable=False, fused=None,
+                 *, capturable=False, maximize=False, differentiable=False,
                  master_weights=False):
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"Invalid rho value: {rho}")
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay),
-                         foreach, fused, maximize, master_weights)
+                         foreach, None, maximize, master_weights)
 
     def _update(self, P, G, st, group, D, foreach):
         lr, rho, eps = group["lr"], group["rho"], group["eps"]
