@@ -1,4 +1,5 @@
-"""SGD, Adam and AdamW with PyTorch's op sequences on CUDA (or, under
+"""SGD, Adam and AdamW (and RMSprop, Adagrad, Adadelta) with PyTorch's op
+sequences on CUDA (or, under
 ``Profile("cpu", ...)``, on the CPU build: see ``docs/fidelity.md``).
 
 Each optimizer has the three implementations of torch 2.13 and computes each
@@ -521,7 +522,8 @@ from . import lr_scheduler  # noqa: E402,F401  (torch.optim.lr_scheduler)
 
 class _Simple(Optimizer):
     """Shared set-up of RMSprop, Adagrad and Adadelta: foreach and
-    single-tensor forms (torch has no fused form of them on CUDA)."""
+    single-tensor forms, and Adagrad's fused form (torch has it on the CPU
+    only, so only the CPU profile runs it)."""
 
     def __init__(self, params, defaults, foreach, fused, maximize, master_weights):
         _check_lr(defaults["lr"])
