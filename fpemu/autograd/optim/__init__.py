@@ -1,6 +1,6 @@
 """SGD, Adam and AdamW (and RMSprop, Adagrad, Adadelta) with PyTorch's op
-sequences on CUDA (or, under
-``Profile("cpu", ...)``, on the CPU build: see ``docs/fidelity.md``).
+sequences on CUDA (or, under ``Profile("cpu", ...)``, on the CPU build: see
+``docs/fidelity.md``).
 
 Each optimizer has the three implementations of torch 2.13 and computes each
 the way ``docs/pytorch-numerics.md`` §3-4 writes it down:
