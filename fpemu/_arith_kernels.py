@@ -166,7 +166,7 @@ def fma_fp32_rne(a, b, c, out):
     fused multiply-add (``llvm.fma.f32``, correctly rounded by definition;
     libm's fmaf where the CPU has no FMA), NaN made the canonical
     0x7fc00000 as the generic kernel makes it. Same bits as
-    :func:`arith_kernel` (``tests/test_arith.py``)."""
+    :func:`arith_kernel` (``tests/test_fast_paths.py``)."""
     nan = f32_from_ubits(np.uint32(0x7FC00000))
     for i in prange(out.size):
         r = fma32(a[i], b[i], c[i])

@@ -11,7 +11,7 @@ is killed. Unless the user chose a layer (``NUMBA_THREADING_LAYER`` or
 ``NUMBA_THREADING_LAYER_PRIORITY``, or ``numba.config`` before importing
 fpemu), fpemu asks for tbb, then workqueue, then omp: both of the first two
 are fork-safe (Numba's threading-layer documentation). fpemu depends on the
-``tbb`` wheel where one exists (Linux and Windows on x86-64); a virtual
+``tbb`` wheel on Linux x86-64, where one exists; a virtual
 environment does not put the wheel's ``libtbb.so.12`` on the loader's path,
 so on Linux it is loaded here by its full path before Numba looks for it.
 workqueue is not thread-safe, so while it is the layer :func:`run_kernel`
@@ -27,6 +27,7 @@ its largest array is smaller than :data:`SERIAL_BELOW` elements.
 Both compile from one body and give the same bits: every element is
 computed on its own.
 """
+
 from __future__ import annotations
 
 import functools
@@ -192,7 +193,6 @@ def _serial_twin(kernel):
         g.__doc__ = f.__doc__
         twin = jit(g)
         _SERIAL[id(kernel)] = twin
-        _SERIAL[id(twin)] = twin
     return twin
 
 

@@ -330,7 +330,7 @@ def quantize_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic):
       sign is put back on every result (-0 stays -0).
 
     The generic kernel gives the same bits on all 2**32 inputs
-    (``tests/test_quantize_fast_path.py``).
+    (``tests/test_fast_paths.py``).
     """
     half = np.uint32((1 << (shift - 1)) - 1)
     keep = ~np.uint32((1 << shift) - 1)

@@ -16,10 +16,7 @@ def _erf_loop(x, out):
 
 def erf(x):
     """erf of a float64 array (libm's, via Numba), same shape."""
-    x = np.ascontiguousarray(x, np.float64)
-    out = np.empty(x.size, np.float64)
-    _erf_loop(x.reshape(-1), out)
-    return out.reshape(x.shape)
+    return _flat_loop(_erf_loop, x)
 
 
 _SQRT1_2 = 0.7071067811865476
@@ -43,10 +40,11 @@ def _gelu_bwd_loop(g, v, out):
 
 def _flat_loop(loop, *arrays):
     from .._jit import run_kernel
-    arrays = [np.ascontiguousarray(a, np.float64) for a in arrays]
-    out = np.empty(arrays[-1].size, np.float64)
-    run_kernel(loop, *(a.reshape(-1) for a in arrays), out)
-    return out.reshape(arrays[-1].shape)
+    shape = np.shape(arrays[-1])
+    flat = [np.ascontiguousarray(a, np.float64).reshape(-1) for a in arrays]
+    out = np.empty(flat[-1].size, np.float64)
+    run_kernel(loop, *flat, out)
+    return out.reshape(shape)
 
 
 def gelu_erf(v):
