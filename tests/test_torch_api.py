@@ -574,3 +574,18 @@ def test_fused_flags_follow_torch():
                 cls(p, fused=True)
     with pytest.raises(RuntimeError, match="CPU only.*foreach=True"):
         ft.optim.Adagrad([ft.nn.Parameter(ft.ones(3))], fused=True)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 7), (4, 2, 3)])
+def test_orthogonal_init_follows_torch(shape):
+    """Same normals (to their last bits, docs/pytorch-numerics.md §10), same
+    Householder QR and sign fix: torch's matrix within 1e-6; and orthogonal."""
+    torch.manual_seed(3)
+    ft.manual_seed(3)
+    a, b = torch.empty(shape), ft.empty(*shape)
+    torch.nn.init.orthogonal_(a, gain=2.0)
+    ft.nn.init.orthogonal_(b, gain=2.0)
+    np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-6)
+    m = b.numpy().reshape(shape[0], -1).astype(np.float64) / 2.0
+    gram = m @ m.T if m.shape[0] <= m.shape[1] else m.T @ m
+    np.testing.assert_allclose(gram, np.eye(len(gram)), atol=1e-6)

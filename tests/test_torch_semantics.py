@@ -178,6 +178,10 @@ def _view_writes(case):
             v = out.t()
             v[0].add_(b.sum())
             v[1].mul_(b[1])
+        elif case == "noncontiguous":               # a base laid out column-major
+            out = a.t() * 1.5
+            out[1].mul_(3)
+            out[:, 0].add_(b[:3].sum())
         elif case == "filled":                      # zero_ / fill_ cut the history
             out = a * 2
             out[2:].fill_(0.5)
@@ -195,7 +199,8 @@ def _view_writes(case):
     return run
 
 
-@pytest.mark.parametrize("case", ["column", "buffer", "transposed", "filled", "strided"])
+@pytest.mark.parametrize("case", ["column", "buffer", "transposed", "noncontiguous", "filled",
+                                  "strided"])
 def test_in_place_on_views_of_graph_tensors_rebases_as_torch(case):
     """Within a few float32 ulps: torch's vectorised sin / cos and its
     reduction order for the gradient of a broadcast scalar."""

@@ -84,7 +84,9 @@ class _Recipe:
         """Quantize a (rows, K) float32 array for a GEMM over K: returns (q,
         scale_inv, bk), the fp8 values, inverse scales of shape (rows, number
         of K blocks) and the K block length."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} is not a scaling recipe: use "
+                                  f"DelayedScaling, Float8CurrentScaling, Float8BlockScaling "
+                                  f"or MXFP8BlockScaling, or define quantize() in a subclass")
 
     def transpose(self, X, q, sinv, fmt, role, state=None):
         """The operand of a GEMM over the other axis of X (dgrad, wgrad):

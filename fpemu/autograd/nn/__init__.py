@@ -974,7 +974,10 @@ class _RNNBase(Module):
                  nonlinearity="tanh"):
         super().__init__()
         if proj_size:
-            raise NotImplementedError("LSTM(proj_size=...) is not emulated")
+            raise NotImplementedError(
+                f"LSTM(proj_size={proj_size}): the projected LSTM (weight_hr) is not "
+                f"emulated; use proj_size=0, or apply an nn.Linear(hidden_size, proj_size) to "
+                f"the output (which, unlike torch's, does not feed the projection back)")
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or "
                              f"'relu'.")

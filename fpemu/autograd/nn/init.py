@@ -146,6 +146,28 @@ def eye_(tensor):
 
 
 def orthogonal_(tensor, gain=1, generator=None):
-    raise NotImplementedError("nn.init.orthogonal_ needs a QR decomposition, which fpemu does "
-                              "not emulate; initialise with torch and load the weights "
-                              "(load_state_dict)")
+    """torch's recipe: a (rows, numel / rows) matrix of standard normals from
+    the generator, transposed if wide, its QR decomposition (numpy's LAPACK
+    Householder QR, as torch's), Q's columns signed by R's diagonal, written
+    into the tensor and scaled by ``gain``. Agrees with torch to the
+    normals' last bits and LAPACK's rounding (tier 2)."""
+    if tensor.ndim < 2:
+        raise FpemuValueError(f"Only tensors with 2 or more dimensions are supported; got a "
+                              f"{tensor.ndim}-D tensor of shape {tuple(tensor.shape)}")
+    if tensor.numel() == 0:
+        return tensor
+    from ..ops.creation import empty
+    from ..ops.inplace import write
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    with no_grad():
+        flat = empty(rows, cols, dtype=tensor.dtype).normal_(0, 1, generator=generator)
+        A = flat._data.astype(np.float64)
+        if rows < cols:
+            A = A.T
+        q, r = np.linalg.qr(A)
+        q = q * np.sign(np.diag(r))
+        if rows < cols:
+            q = q.T
+        write(tensor, q.reshape(tensor.shape))
+        return tensor.mul_(gain)

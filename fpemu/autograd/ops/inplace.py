@@ -15,7 +15,6 @@ import weakref
 
 import numpy as np
 
-from ...errors import FpemuNotImplementedError
 from .._core import (
     Node, Tensor, _store, bool_, is_float, np_dtype, result_type, to_dtype,
 )
@@ -98,6 +97,27 @@ def apply_inplace(x, op, *args, **kwargs):
     return x
 
 
+def _byte_offsets(a):
+    """The byte offset of every element of ``a`` from its first element's
+    address in memory, in ``a``'s shape."""
+    off = np.zeros(a.shape, np.int64)
+    for axis, (n, step) in enumerate(zip(a.shape, a.strides)):
+        idx = [None] * a.ndim
+        idx[axis] = slice(None)
+        off = off + (np.arange(n, dtype=np.int64) * step)[tuple(idx)]
+    return off
+
+
+def _positions_in(base, view):
+    """For each element of ``view`` (an array into ``base``'s memory), the
+    flat C-order index of the same element of ``base``; any strides."""
+    start = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    where = _byte_offsets(base).reshape(-1)
+    order = np.argsort(where, kind="stable")
+    want = (_byte_offsets(view) + start).reshape(-1)
+    return order[np.searchsorted(where[order], want)].reshape(view.shape)
+
+
 def _inplace_on_view(x, base, op, args, kwargs):
     """An in-place op on a view ``x`` of ``base`` under grad mode, as torch's
     CopySlices records it: the op runs on the view's old values, whose
@@ -109,25 +129,12 @@ def _inplace_on_view(x, base, op, args, kwargs):
 
     Other views of the base taken before the write keep their old history
     (torch regenerates them; fpemu does not)."""
-    if not base._data.flags.c_contiguous or base._data.dtype != x._data.dtype:
-        raise FpemuNotImplementedError(
-            "an in-place op on a view of a base that is not contiguous in memory is not "
-            "emulated under autograd; call .contiguous() on the base first, or write the op "
-            "out of place")
-    item = x._data.itemsize
-    offset = (x.data_ptr() - base.data_ptr()) // item
-    steps = tuple(st // item for st in x._data.strides)
     shape, bshape, dt = tuple(x.shape), tuple(base.shape), x.dtype
-
-    def at_view(G):
-        """The view's elements inside a base-shaped gradient array."""
-        flat = G.reshape(-1)
-        return np.lib.stride_tricks.as_strided(flat[offset:], shape,
-                                               tuple(st * flat.itemsize for st in steps))
+    pos = _positions_in(base._data, x._data)
 
     def into_base(g):
         G = np.zeros(bshape, g.dtype)
-        at_view(G)[...] = g
+        G.reshape(-1)[pos] = g
         return (G,)
 
     base_edge = (base._edge(), dt, bshape) if base.requires_grad else None
@@ -142,10 +149,9 @@ def _inplace_on_view(x, base, op, args, kwargs):
     out_edge = (out._edge(), dt, shape) if out.requires_grad else None
 
     def copy_slices(g):
-        rest = g.copy()
-        written = at_view(rest)
-        g_out = written.copy()
-        written[...] = 0
+        rest = np.array(g, copy=True, order="C")
+        g_out = rest.reshape(-1)[pos]
+        rest.reshape(-1)[pos] = 0
         return (rest if base_edge is not None else None, g_out)
     node = Node("CopySlices", copy_slices, (base_edge, out_edge))
     base.grad_fn = node

@@ -51,7 +51,10 @@ class LRScheduler:
         return self._last_lr
 
     def get_lr(self):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}.get_lr(): LRScheduler is a base "
+                                  f"class; a scheduler defines get_lr(self) to return one "
+                                  f"learning rate per param group (or use one of "
+                                  f"lr_scheduler's schedulers)")
 
     def step(self, epoch=None):
         self._step_count += 1
