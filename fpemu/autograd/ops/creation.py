@@ -90,22 +90,24 @@ def _gen(generator):
     return State.generator if generator is None else generator
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None):
-    """Uniform in [0, 1): torch's CPU numbers for float32 and float64."""
-    shape = shape_arg(size, "rand()")
+def _drawn(size, name, dtype, generator, requires_grad, draw):
+    """A tensor of ``size`` filled by ``draw(gen, n, dtype)``."""
+    shape = shape_arg(size, name)
     dtype = _dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64))
-    vals = _gen(generator).uniform(n, double=dtype is float64).reshape(shape)
-    return _make(vals, dtype, requires_grad)
+    return _make(draw(_gen(generator), n, dtype).reshape(shape), dtype, requires_grad)
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None):
+    """Uniform in [0, 1): torch's CPU numbers for float32 and float64."""
+    return _drawn(size, "rand()", dtype, generator, requires_grad,
+                  lambda g, n, dt: g.uniform(n, double=dt is float64))
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None):
     """Standard normal values, drawn as torch's CPU generator draws them."""
-    shape = shape_arg(size, "randn()")
-    dtype = _dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64))
-    vals = _gen(generator).normal(n, fill32=dtype is float32).reshape(shape)
-    return _make(vals, dtype, requires_grad)
+    return _drawn(size, "randn()", dtype, generator, requires_grad,
+                  lambda g, n, dt: g.normal(n, fill32=dt is float32))
 
 
 def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False,

@@ -562,6 +562,23 @@ class _Simple(Optimizer):
             p._a = self._update(p._a, G, st, group, D, foreach)
 
 
+def _zero_state(st, P, D, *names):
+    """A new state: step 0 and zero buffers of the parameter's dtype."""
+    st["step"] = _f(0)
+    for name in names:
+        st[name] = Tensor(np.zeros_like(P), D)
+
+
+def _decay_square_avg(st, G, decay, D, foreach):
+    """step += 1; square_avg.mul_(decay).addcmul_(g, g, value=1 - decay), as
+    RMSprop and Adadelta write it; returns the new square_avg values."""
+    st["step"] = _f(st["step"] + _f(1))
+    V = aten.mul_scalar(st["square_avg"]._a, decay, D, foreach)
+    V = aten.addcmul(V, G, G, 1 - decay, D)
+    st["square_avg"] = Tensor(V, D)
+    return V
+
+
 class RMSprop(_Simple):
     """RMSprop(params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0,
     momentum=0, centered=False, *, foreach=None, maximize=False), torch's
@@ -581,16 +598,9 @@ class RMSprop(_Simple):
     def _update(self, P, G, st, group, D, foreach):
         lr, alpha, eps, mom = group["lr"], group["alpha"], group["eps"], group["momentum"]
         if not st:
-            st["step"] = _f(0)
-            st["square_avg"] = Tensor(np.zeros_like(P), D)
-            if mom > 0:
-                st["momentum_buffer"] = Tensor(np.zeros_like(P), D)
-            if group["centered"]:
-                st["grad_avg"] = Tensor(np.zeros_like(P), D)
-        st["step"] = _f(st["step"] + _f(1))
-        V = aten.mul_scalar(st["square_avg"]._a, alpha, D, foreach)     # square_avg.mul_(alpha)
-        V = aten.addcmul(V, G, G, 1 - alpha, D)                         # .addcmul_(g, g, 1-a)
-        st["square_avg"] = Tensor(V, D)
+            _zero_state(st, P, D, "square_avg", *(("momentum_buffer",) if mom > 0 else ()),
+                        *(("grad_avg",) if group["centered"] else ()))
+        V = _decay_square_avg(st, G, alpha, D, foreach)
         with np.errstate(all="ignore"):
             if group["centered"]:
                 GA = aten.lerp(st["grad_avg"]._a, G, 1 - alpha, D)        # grad_avg.lerp_(g, 1-a)
@@ -700,13 +710,8 @@ class Adadelta(_Simple):
     def _update(self, P, G, st, group, D, foreach):
         lr, rho, eps = group["lr"], group["rho"], group["eps"]
         if not st:
-            st["step"] = _f(0)
-            st["square_avg"] = Tensor(np.zeros_like(P), D)
-            st["acc_delta"] = Tensor(np.zeros_like(P), D)
-        st["step"] = _f(st["step"] + _f(1))
-        V = aten.mul_scalar(st["square_avg"]._a, rho, D, foreach)     # square_avg.mul_(rho)
-        V = aten.addcmul(V, G, G, 1 - rho, D)                           # .addcmul_(g, g, 1-rho)
-        st["square_avg"] = Tensor(V, D)
+            _zero_state(st, P, D, "square_avg", "acc_delta")
+        V = _decay_square_avg(st, G, rho, D, foreach)
         with np.errstate(all="ignore"):
             std = aten.sqrt(aten.add_scalar(V, eps, D), D)              # add(eps).sqrt_()
             delta = aten.sqrt(aten.add_scalar(st["acc_delta"]._a, eps, D), D)
