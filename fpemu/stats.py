@@ -42,7 +42,7 @@ from .formats import Format
 from .quantize import _as_format, _prepare_input, quantize
 from .rounding import parse_overflow, parse_rounding
 
-__all__ = ["Counts", "stats", "stats_chunked", "stats_dask", "CLASSES"]
+__all__ = ["Counts", "Survey", "stats", "stats_chunked", "stats_dask", "survey", "CLASSES"]
 
 CLASSES = ("nan", "inf", "zero", "flushed", "subnormal", "normal", "overflow")
 #: Default histogram range: floor(log2 |x|) from -160 to 159 (float32's
@@ -311,6 +311,93 @@ def stats_dask(x, fmt, **kwargs) -> Counts:
         raise ImportError("stats_dask() needs dask: pip install 'dask[array]'") from err
     parts = [dask.delayed(stats)(block, fmt, **kwargs) for block in x.to_delayed().ravel()]
     return dask.delayed(sum)(parts).compute()
+
+
+@dataclasses.dataclass(frozen=True)
+class Survey:
+    """Counts of one data set in several formats and scales (see :func:`survey`).
+
+    ``counts[(format_name, scale)]`` is the :class:`Counts` of rounding
+    ``x * scale`` into that format; ``survey[fmt, scale]`` reads it too.
+    """
+
+    formats: tuple
+    scales: tuple
+    counts: dict
+
+    def __getitem__(self, key) -> Counts:
+        fmt, scale = key
+        name = fmt if isinstance(fmt, str) else _as_format(fmt).name
+        try:
+            return self.counts[(_as_format(name).name, float(scale))]
+        except KeyError:
+            raise FpemuValueError(
+                f"this survey has no counts for ({name}, scale {scale:g}); it holds the "
+                f"formats {', '.join(self.formats)} and the scales "
+                f"{', '.join(f'{s:g}' for s in self.scales)}") from None
+
+    @property
+    def total(self) -> int:
+        return next(iter(self.counts.values())).total
+
+    def hist(self, scale=1.0):
+        """(bins, counts, zeros) of floor(log2 |x * scale|), the same for every format."""
+        c = self[self.formats[0], scale]
+        return c.bins, c.hist, c.zero_bin
+
+
+def survey(source, formats, *, scales=(1.0,), chunk=1 << 22, progress=None,
+           **kwargs) -> Survey:
+    """Counts of ``source`` in every format and scale, in one pass over the data.
+
+    ``source`` is an array (memory-mapped ones are read chunk by chunk), a path
+    to a ``.npy`` file, or an iterable of arrays (the tensors of a checkpoint,
+    the chunks of a file), which is read once. ``progress`` is called with the
+    number of elements of each chunk as it is counted (a progress bar's
+    ``update``). Other keywords go to :func:`stats`.
+
+    >>> import fpemu
+    >>> s = fpemu.stats.survey([1e-9, 1e-6, 1.0], ["fp16", "bf16"], scales=(1, 1024))
+    >>> s["fp16", 1].counts["flushed"], s["fp16", 1024].counts["flushed"]
+    (1, 0)
+    """
+    fmts = tuple(_as_format(f) for f in ([formats] if isinstance(formats, (str, Format))
+                                          else formats))
+    if not fmts:
+        raise FpemuValueError("survey(): formats is empty; pass at least one, e.g. ['fp16']")
+    scale_list = tuple(float(s) for s in scales)
+    if not scale_list:
+        raise FpemuValueError("survey(): scales is empty; pass at least one, e.g. (1.0,)")
+    if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
+        parts = [_load_npy(source)]
+    elif isinstance(source, (np.ndarray, list, tuple)) and not (
+            isinstance(source, (list, tuple)) and source
+            and all(isinstance(a, np.ndarray) for a in source)):
+        parts = [source]
+    else:
+        parts = source
+    totals = {}
+    for part in parts:
+        if not isinstance(part, np.ndarray) or isinstance(part, np.ma.MaskedArray):
+            pieces = [(0, part)]
+        else:
+            pieces = _chunks(part, int(chunk), ordered=False)
+        for _, piece in pieces:
+            n = 0
+            for f in fmts:
+                for s in scale_list:
+                    c = stats(np.asarray(piece) if not isinstance(piece, np.ma.MaskedArray)
+                              else piece, f, scale=s, **kwargs)
+                    key = (f.name, s)
+                    totals[key] = c if key not in totals else totals[key] + c
+                    n = c.total
+            if progress is not None:
+                progress(n)
+    if not totals:
+        for f in fmts:
+            for s in scale_list:
+                totals[(f.name, s)] = stats(np.zeros(0, np.float32), f, scale=s, **kwargs)
+    return Survey(tuple(f.name for f in fmts), scale_list, totals)
 
 
 make_callable(__name__)   # fpemu.stats(x, fmt) is stats(x, fmt); see fpemu._callable
