@@ -18,7 +18,7 @@ $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/fpemu demo
+	$(BIN)/fpemu demo --out out
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --nbmake notebooks tests fpemu

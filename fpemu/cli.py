@@ -1,7 +1,10 @@
 """The ``fpemu`` command.
 
-``fpemu demo``                     the format table and a cast table of telling values
+``fpemu demo [--out DIR]``         every experiment, written up as DIR/index.html (+ figures, JSON)
+``fpemu run NAME [--param V ...]`` one experiment, with its parameters overridden
+``fpemu hist FILE --formats F,..`` the underflow histogram of your own tensors
 ``fpemu formats``                  the table of all formats
+``fpemu casts``                    a cast table of telling values into every format
 ``fpemu explain X --format F``     one value rounded, bit by bit, and why
 ``fpemu table F``                  all codes of an 8-bit format as a 16x16 grid
 ``fpemu quantize --format F X..``  values rounded into a format, with their codes
@@ -87,11 +90,9 @@ def _render(rows) -> str:
     return "\n".join(lines)
 
 
-def _cmd_demo(args) -> int:
+def _cmd_casts(args) -> int:
     from .quantize import encode, quantize
-    print("fpemu: every format\n")
-    print(format_table())
-    print("\nCasts (float64 input, round to nearest even, each format's default overflow;")
+    print("Casts (float64 input, round to nearest even, each format's default overflow;")
     print("'error' = NaN into a format without NaN)\n")
     print(cast_table())
     print("\nRead it: 65520 overflows fp16 to inf; e4m3fn saturates 500 to 448 (PyTorch 2.13);")
@@ -100,6 +101,200 @@ def _cmd_demo(args) -> int:
           f"{_num(float(quantize(1e-8, 'bf16')))} in bf16.")
     code = int(encode(500.0, "e4m3fn"))
     print(f"encode(500, e4m3fn) = 0x{code:02X}.")
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from .report import demo
+    path, results, seconds = demo(args.out, quick=args.quick, progress=not args.no_progress)
+    print()
+    for r in results:
+        print(f"{r.title}: {r.conclusion}\n")
+    print(f"{len(results)} experiments in {seconds:.0f} s; report written to {path}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    import dataclasses
+
+    from . import experiments
+    try:
+        mod = experiments.module(args.name)
+    except KeyError as err:
+        raise CliError(err.args[0]) from None
+    fields = {f.name: f for f in dataclasses.fields(mod.Config)}
+    defaults = mod.Config()
+    overrides = dict(mod.QUICK) if args.quick else {}
+    rest = list(args.params)
+    while rest:
+        flag = rest.pop(0).strip()
+        if not flag.startswith("--"):
+            raise CliError(f"expected --PARAM VALUE after the experiment name, got {flag!r}; "
+                           f"the parameters of {args.name} are "
+                           + ", ".join("--" + n.replace("_", "-") for n in fields))
+        name = flag[2:].replace("-", "_")
+        if name not in fields:
+            raise CliError(f"{args.name} has no parameter {flag}; its parameters are "
+                           + ", ".join("--" + n.replace("_", "-") for n in fields))
+        if not rest:
+            raise CliError(f"{flag} needs a value (default {getattr(defaults, name)!r})")
+        overrides[name] = _parse_param(flag, rest.pop(0).strip(), getattr(defaults, name))
+    try:
+        r = mod.run(None, **overrides)
+    except (TypeError, ValueError) as err:
+        raise CliError(str(err)) from None
+    print(r.summary())
+    print()
+    print(r.conclusion)
+    if args.out:
+        from .report import write_report
+        path = write_report(args.out, [r], r.seconds, extra_figures=False)
+        print(f"\nreport written to {path}")
+    return 0
+
+
+def _parse_param(flag, text, default):
+    """A parameter value of the default's type; tuples are comma-separated."""
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return text.lower() in ("true", "1", "yes")
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+        if isinstance(default, tuple):
+            items = [t.strip() for t in text.split(",") if t.strip()]
+            kind = type(default[0]) if default else str
+            return tuple(kind(t) if kind is not float else float(t) for t in items)
+        return text
+    except ValueError:
+        kind = type(default).__name__ if not isinstance(default, tuple) else \
+            f"comma-separated {type(default[0]).__name__}s" if default else "values"
+        raise CliError(f"{flag} expects {kind} (default {default!r}), got {text!r}") from None
+
+
+def _hist_sources(path):
+    """(total elements or None, an iterable of arrays) read lazily from a tensor file."""
+    from .stats import _load_npy
+    low = path.lower()
+    if low.endswith(".npy"):
+        arr = _load_npy(path)
+        return arr.size, [arr]
+    if low.endswith(".npz"):
+        import numpy as np
+        try:
+            z = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise CliError(f"cannot read {path} as a .npz archive: {err}") from None
+        return None, (z[k] for k in z.files)
+    if low.endswith((".pt", ".pth", ".bin")):
+        try:
+            import torch
+        except ImportError:
+            raise CliError(f"{path} is a PyTorch file; reading it needs torch: "
+                           "pip install torch (or save the tensors with numpy.save)") from None
+        try:
+            obj = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except Exception as err:   # torch raises many kinds for a bad file
+            raise CliError(f"cannot read {path} with torch.load: {err}") from None
+        tensors = list(_torch_tensors(obj))
+        if not tensors:
+            raise CliError(f"{path} holds no floating-point tensors")
+        return sum(t.numel() for t in tensors), (_torch_numpy(t) for t in tensors)
+    if low.endswith(".safetensors"):
+        try:
+            from safetensors.numpy import safe_open
+        except ImportError:
+            try:
+                from safetensors import safe_open
+            except ImportError:
+                raise CliError(f"{path} is a safetensors file; reading it needs the safetensors "
+                               "package: pip install safetensors") from None
+        return None, _safetensors_arrays(path, safe_open)
+    raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
+                   "(torch) or .safetensors")
+
+
+def _torch_tensors(obj):
+    import torch
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point():
+            yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _torch_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _torch_tensors(v)
+
+
+def _torch_numpy(t, chunk=1 << 22):
+    """A torch tensor as float32 numpy, without a whole-tensor copy of a 16-bit tensor."""
+    import numpy as np
+    import torch
+    flat = t.detach().reshape(-1)
+    if flat.dtype in (torch.float32, torch.float64):
+        return flat.numpy()
+    return np.concatenate([flat[i:i + chunk].to(torch.float32).numpy()
+                           for i in range(0, flat.numel(), chunk)]) if flat.numel() else \
+        np.zeros(0, np.float32)
+
+
+def _safetensors_arrays(path, safe_open):
+    try:
+        fh = safe_open(path, framework="numpy")
+    except Exception as err:
+        raise CliError(f"cannot read {path} as safetensors: {err}") from None
+    with fh:
+        for k in fh.keys():
+            a = fh.get_tensor(k)
+            if a.dtype.kind == "f" or a.dtype.name in ("bfloat16",):
+                yield a
+
+
+def _cmd_hist(args) -> int:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plotting import plot_underflow_histogram, save_figure
+    from .stats import survey
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    from .formats import format as lookup
+    for f in formats:
+        lookup(f)                       # an unknown name raises with the list of formats
+    total, parts = _hist_sources(args.file)
+    bar = None
+    if not args.no_progress:
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=total, unit="val", unit_scale=True, desc="counting",
+                       disable=total is not None and total < (1 << 24))
+        except ImportError:                # pragma: no cover - tqdm is in the plot extra
+            bar = None
+    scales = sorted({1.0, float(args.scale)})
+    sv = survey(parts, formats, scales=scales, progress=bar.update if bar else None)
+    if bar is not None:
+        bar.close()
+    if sv.total == 0:
+        raise CliError(f"{args.file} holds no values to count")
+    for f in formats:
+        for s in scales:
+            print(sv[f, s])
+    fig_ax = None
+    from .plotting import new_axes
+    fig_ax = new_axes(figsize=(12, 6 + 0.45 * len(formats)))
+    plot_underflow_histogram(sv, formats, scale=args.scale, ax=fig_ax[1], yscale=args.yscale,
+                             title=f"{os.path.basename(args.file)}: {sv.total} values")
+    base, ext = os.path.splitext(args.output)
+    kinds = (ext.lstrip(".").lower(),) if ext.lstrip(".").lower() in ("svg", "pdf", "png") \
+        else ("svg", "pdf", "png")
+    written = save_figure(fig_ax[0], base if kinds != ("svg", "pdf", "png") else args.output,
+                          formats=kinds)
+    plt.close(fig_ax[0])
+    print("figure written to " + ", ".join(written))
     return 0
 
 
@@ -234,8 +429,49 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fpemu", description="Bit-exact emulation of low-precision floating point."
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    d = sub.add_parser("demo", help="print the format table and a cast table of telling values")
+    d = sub.add_parser("demo", help="run every experiment and write the report (HTML, "
+                                    "figures, JSON)",
+                       description="Run every lesson experiment on its defaults (under 3 "
+                                   "minutes on two cores) and write OUT/index.html, the figures "
+                                   "as SVG / PDF / PNG and OUT/results.json.")
+    d.add_argument("--out", default="out", metavar="DIR", help="output folder (default out)")
+    d.add_argument("--quick", action="store_true",
+                   help="reduced sizes (seconds; for tests), not the lesson's settings")
+    d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)
+    from .experiments import ORDER
+    rn = sub.add_parser("run", help="run one experiment, with parameters overridden",
+                        description="Run one experiment and print its numbers and "
+                                    "conclusion. Experiments: " + ", ".join(ORDER) + ". "
+                                    "Override any config field: --steps 100 --lr 1e-3; "
+                                    "tuples comma-separated: --scales 1,8,1024.")
+    rn.add_argument("name", metavar="NAME", help="the experiment: " + ", ".join(ORDER))
+    rn.add_argument("--out", default=None, metavar="DIR",
+                    help="also write a one-section report with its figures here")
+    rn.add_argument("--quick", action="store_true", help="start from the reduced sizes")
+    rn.add_argument("params", nargs=argparse.REMAINDER, metavar="--PARAM VALUE",
+                    help="config overrides")
+    rn.set_defaults(func=_cmd_run)
+    h = sub.add_parser("hist", help="underflow histogram of your own tensors (.npy, .npz, "
+                                    ".pt, .safetensors)",
+                       description="Count, in every format, what your tensors would "
+                                   "become (exactly, chunk by chunk: a file larger than "
+                                   "memory works), print the counts and draw the underflow "
+                                   "histogram.")
+    h.add_argument("file", metavar="FILE",
+                   help=".npy / .npz, or .pt / .safetensors when torch / safetensors are "
+                        "installed")
+    h.add_argument("--formats", default="fp16,bf16,e4m3fn,e5m2", metavar="F1,F2",
+                   help="comma-separated formats (default fp16,bf16,e4m3fn,e5m2)")
+    h.add_argument("--scale", type=_number, default=1.0,
+                   help="a loss scale to overlay (default 1: none)")
+    h.add_argument("--yscale", choices=("linear", "log"), default="linear")
+    h.add_argument("-o", "--output", default="hist.png", metavar="FIG",
+                   help="figure file: .png, .svg or .pdf (no extension: all three)")
+    h.add_argument("--no-progress", action="store_true", help="no progress bar")
+    h.set_defaults(func=_cmd_hist)
+    cs = sub.add_parser("casts", help="a cast table of telling values into every format")
+    cs.set_defaults(func=_cmd_casts)
     f = sub.add_parser("formats", help="print the table of all formats")
     f.set_defaults(func=_cmd_formats)
     e = sub.add_parser("explain", help="one value rounded into a format, bit by bit, and why",

@@ -370,8 +370,8 @@ def plot_layer_histograms(layers, fmt="fp16", scale=1.0, ax=None, title=None):
     ax.grid(False)
     ax.set_xlabel("|value| (log2 bins)" + (f", after × {scale:g}" if scale != 1 else ""))
     ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, fontsize=11)
-    ax.set_title(title or f"Per layer, against {name}" + (f" (× {scale:g})" if scale != 1
-                                                           else ""), loc="left", pad=34)
+    suffix = f" (× {scale:g})" if scale != 1 else ""
+    ax.set_title(title or f"Per layer, against {name}{suffix}", loc="left", pad=34)
     return ax
 
 
@@ -498,10 +498,14 @@ def plot_loss_scale(steps, scales, skipped=None, ax=None, title=None):
     return ax
 
 
-def plot_training_curves(curves, ax=None, ylabel="loss", logy=True, title=None, xlabel="step"):
+def plot_training_curves(curves, ax=None, ylabel="loss", logy=True, title=None, xlabel="step",
+                         smooth=1, reference=None):
     """Training curves, one per label; a run that turns inf / NaN ends with a red cross.
 
     ``curves`` maps a label to a sequence of values (or to ``(steps, values)``).
+    ``smooth=k`` draws the running mean over k steps (one pass over a cycled
+    data set removes the batch-to-batch zigzag). ``reference`` names the curve
+    drawn dashed on top (fp32), so that a run that matches it stays visible.
     """
     ax = _axes(ax)
     for label, c in curves.items():
@@ -511,12 +515,17 @@ def plot_training_curves(curves, ax=None, ylabel="loss", logy=True, title=None, 
             vals = np.asarray(c, dtype=np.float64)
             steps = np.arange(vals.size)
         bad = ~np.isfinite(vals)
-        color = FORMAT_COLORS.get(label.split()[0]) if label.split() else None
-        line, = ax.plot(steps[~bad], vals[~bad], label=label, color=color)
+        first = int(np.argmax(bad)) if bad.any() else vals.size
+        shown_s, shown = steps[:first], vals[:first]
+        if smooth > 1 and shown.size >= smooth:
+            shown = np.convolve(shown, np.ones(smooth) / smooth, mode="valid")
+            shown_s = shown_s[smooth - 1:]
+        style = dict(color="black", linestyle=(0, (4, 3)), linewidth=1.8, zorder=4) \
+            if label == reference else dict(color=FORMAT_COLORS.get(label.split()[0]) if
+                                            label.split() else None)
+        ax.plot(shown_s, shown, label=label, **style)
         if bad.any():
-            first = int(np.argmax(bad))
-            last_ok = vals[:first][np.isfinite(vals[:first])]
-            y = last_ok[-1] if last_ok.size else np.nanmax(vals[np.isfinite(vals)], initial=1.0)
+            y = shown[-1] if shown.size else 1.0
             ax.plot([steps[first]], [y], "X", color="#bd1f01", markersize=12, zorder=5)
             ax.annotate(f"{'NaN' if np.isnan(vals[first]) else 'inf'} at step {steps[first]}",
                         (steps[first], y), textcoords="offset points", xytext=(6, 8),
@@ -524,7 +533,7 @@ def plot_training_curves(curves, ax=None, ylabel="loss", logy=True, title=None, 
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(ylabel + (f" (mean of {smooth} steps)" if smooth > 1 else ""))
     ax.legend(loc="best")
     if title:
         ax.set_title(title, loc="left")

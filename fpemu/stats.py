@@ -361,8 +361,8 @@ def survey(source, formats, *, scales=(1.0,), chunk=1 << 22, progress=None,
     >>> s["fp16", 1].counts["flushed"], s["fp16", 1024].counts["flushed"]
     (1, 0)
     """
-    fmts = tuple(_as_format(f) for f in ([formats] if isinstance(formats, (str, Format))
-                                          else formats))
+    single = isinstance(formats, (str, Format))
+    fmts = tuple(_as_format(f) for f in ([formats] if single else formats))
     if not fmts:
         raise FpemuValueError("survey(): formats is empty; pass at least one, e.g. ['fp16']")
     scale_list = tuple(float(s) for s in scales)

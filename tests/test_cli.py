@@ -12,8 +12,9 @@ import pytest
 from fpemu import cli
 
 
-def test_demo_prints_both_tables(capsys):
-    assert cli.main(["demo"]) == 0
+def test_formats_and_casts_print_both_tables(capsys):
+    assert cli.main(["formats"]) == 0
+    assert cli.main(["casts"]) == 0
     out = capsys.readouterr().out
     for name in ("fp32", "tf32", "fp16", "bf16", "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz",
                  "e4m3", "e3m4", "e2m3", "e3m2", "e2m1", "e8m0"):
@@ -195,3 +196,60 @@ def test_seed_and_scale_arguments_are_checked(capsys):
             cli.main(argv)
         assert e.value.code == 2
         assert "expected an int >= 0" in capsys.readouterr().err
+
+
+def test_demo_writes_the_report_end_to_end(tmp_path, capsys):
+    """The README's first command, with reduced sizes."""
+    import html
+    import json
+
+    from fpemu.experiments import ORDER
+    assert cli.main(["demo", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(ORDER)} experiments in" in out and "index.html" in out
+    page = (tmp_path / "index.html").read_text()
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert [e["name"] for e in res["experiments"]] == list(ORDER)
+    for e in res["experiments"]:
+        assert f'<section id="{e["name"]}">' in page
+        assert e["conclusion"] in html.unescape(page)
+        for stem in e["figures"]:
+            for ext in ("svg", "pdf", "png"):
+                assert (tmp_path / "figures" / f"{stem}.{ext}").stat().st_size > 1000
+            assert f'src="figures/{stem}.png"' in page
+    assert res["experiments"][3]["numbers"]["eps_in_fp16"] == 0.0
+
+
+def test_run_overrides_parameters_and_rejects_unknown_ones(capsys):
+    assert cli.main(["run", "accumulation", "--ks", "128,256", "--rows", "2",
+                     "--cols", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ks" in out and "[128, 256]" in out and "At K = 256" in out
+    assert cli.main(["run", "accumulation", "--kz", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "has no parameter --kz; its parameters are --ks, --rows, --cols, --seed" in err
+    assert cli.main(["run", "accumulation", "--rows", "two"]) == 2
+    assert "--rows expects int (default 8), got 'two'" in capsys.readouterr().err
+    assert cli.main(["run", "nothing"]) == 2
+    assert "unknown experiment 'nothing'" in capsys.readouterr().err
+
+
+def test_hist_on_npy_npz_and_pt_files(tmp_path, capsys):
+    g = (np.arange(1, 2001) * 2.0**-40).astype(np.float32)
+    np.save(tmp_path / "g.npy", g)
+    out_png = tmp_path / "h.png"
+    assert cli.main(["hist", str(tmp_path / "g.npy"), "--formats", "fp16,bf16", "--scale",
+                     "1024", "-o", str(out_png), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "2000 values into fp16 (scale 1024" in text and out_png.stat().st_size > 1000
+    np.savez(tmp_path / "g.npz", a=g[:1000], b=g[1000:])
+    assert cli.main(["hist", str(tmp_path / "g.npz"), "--formats", "e5m2", "-o",
+                     str(tmp_path / "z.svg"), "--no-progress"]) == 0
+    assert "2000 values into e5m2" in capsys.readouterr().out
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.tensor(g).to(torch.bfloat16), "step": 3}, tmp_path / "g.pt")
+    assert cli.main(["hist", str(tmp_path / "g.pt"), "--formats", "fp16", "-o",
+                     str(tmp_path / "t.png"), "--no-progress"]) == 0
+    assert "2000 values into fp16" in capsys.readouterr().out
+    assert cli.main(["hist", str(tmp_path / "g.txt"), "-o", str(tmp_path / "x.png")]) == 2
+    assert "unknown file type" in capsys.readouterr().err

@@ -240,7 +240,8 @@ def linear(x, weight, bias=None):
         if w_needs:
             gw = _store(mm_acc(g2.T, X, dt, tf32), dt)
         if bias is not None and bias.requires_grad:
-            gb = _store(g2.astype(np.float64).sum(axis=0), dt)
+            with np.errstate(invalid="ignore"):      # inf + -inf is NaN, as on the GPU
+                gb = _store(g2.astype(np.float64).sum(axis=0), dt)
         return gx, gw, gb
     saved = tuple(t for t, need in ((weight, x_needs), (x, w_needs)) if need)
     return _result(res, dt, (x, weight, bias), backward, saved=saved, op="addmm")

@@ -1,0 +1,182 @@
+"""The demo report: every experiment run, its figures saved, one HTML page.
+
+``fpemu demo --out out/`` calls :func:`write_report`, which writes
+
+* ``out/index.html``: one section per experiment with the question, the
+  set-up, the figures, the key numbers and the conclusion computed from them;
+* ``out/figures/*.svg|pdf|png``: every figure, deterministic bytes;
+* ``out/results.json``: the numbers, the configs and the conclusions.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import platform
+import time
+
+from . import __version__
+from .experiments import ORDER, module
+from .experiments._base import _jsonable, _show
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
+       max-width: 1180px; padding: 24px 32px 64px; color: #1d1d1f; line-height: 1.5; }
+h1 { font-size: 2.1em; margin-bottom: 0.1em; }
+h2 { border-top: 2px solid #3f90da; padding-top: 18px; margin-top: 48px; }
+.lead { color: #4a4f55; font-size: 1.1em; }
+.question { font-size: 1.2em; font-weight: 600; }
+.setup { color: #4a4f55; }
+.conclusion { background: #eef5fc; border-left: 4px solid #3f90da; padding: 10px 16px; }
+figure { margin: 18px 0; }
+figure img { max-width: 100%; border: 1px solid #e4e4e4; }
+figcaption { color: #717581; font-size: 0.9em; }
+table { border-collapse: collapse; font-size: 0.92em; margin: 8px 0; }
+td, th { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: left;
+         vertical-align: top; }
+td.num { font-family: ui-monospace, monospace; }
+nav a { margin-right: 14px; }
+details summary { cursor: pointer; color: #3f90da; }
+"""
+
+
+def run_all(names=ORDER, quick=False, progress=True, overrides=None):
+    """Run the experiments in order; a tqdm progress bar when ``progress``."""
+    overrides = overrides or {}
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+        except ImportError:       # pragma: no cover - tqdm comes with the plot extra
+            tqdm = None
+        if tqdm is not None:
+            bar = tqdm(total=len(names), desc="experiments", unit="exp")
+    results = []
+    for name in names:
+        if bar is not None:
+            bar.set_postfix_str(name)
+        mod = module(name)
+        kw = {**(mod.QUICK if quick else {}), **overrides.get(name, {})}
+        results.append(mod.run(None, **kw))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return results
+
+
+def write_report(out_dir, results, seconds=None, extra_figures=True):
+    """Save every figure and write index.html and results.json into out_dir."""
+    import matplotlib.pyplot as plt
+    from .plotting import lecture_style, new_axes, plot_bit_layout, plot_number_line, \
+        save_figure
+    figdir = os.path.join(out_dir, "figures")
+    os.makedirs(figdir, exist_ok=True)
+    sections, figures = [], {}
+    intro = []
+    if extra_figures:
+        with lecture_style():
+            fig, ax = new_axes(figsize=(13, 4.6))
+            plot_number_line(ax=ax)
+            save_figure(fig, os.path.join(figdir, "formats-number-line"))
+            plt.close(fig)
+            fig, ax = new_axes(figsize=(16, 5.6))
+            plot_bit_layout(value=0.1, ax=ax)
+            save_figure(fig, os.path.join(figdir, "formats-bit-layout"))
+            plt.close(fig)
+        intro = ["formats-number-line", "formats-bit-layout"]
+    for r in results:
+        names = []
+        for key, fig in r.plot().items():
+            stem = f"{r.name}-{key}"
+            save_figure(fig, os.path.join(figdir, stem))
+            plt.close(fig)
+            names.append(stem)
+        figures[r.name] = names
+        sections.append(_section(r, names))
+    with open(os.path.join(out_dir, "results.json"), "w") as fh:
+        json.dump({"fpemu": __version__, "seconds": round(seconds, 1) if seconds else None,
+                   "experiments": [dict(r.to_json(), figures=figures[r.name])
+                                   for r in results]}, fh, indent=2)
+        fh.write("\n")
+    page = _page(results, sections, intro, seconds)
+    path = os.path.join(out_dir, "index.html")
+    with open(path, "w") as fh:
+        fh.write(page)
+    return path
+
+
+def _figure(stem, caption=""):
+    return (f'<figure><a href="figures/{stem}.svg"><img src="figures/{stem}.png" '
+            f'alt="{html.escape(stem)}"></a><figcaption>{html.escape(caption)} '
+            f'<a href="figures/{stem}.svg">SVG</a> · <a href="figures/{stem}.pdf">PDF</a>'
+            f'</figcaption></figure>')
+
+
+def _cell(v):
+    if isinstance(v, dict):
+        return _table(v)
+    return f'<span class="num">{html.escape(_show(v))}</span>'
+
+
+def _table(d):
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td class='num'>{_cell(v)}</td></tr>"
+                   for k, v in d.items())
+    return f"<table>{rows}</table>"
+
+
+def _section(r, figs):
+    flat = {k: v for k, v in r.numbers.items() if not isinstance(v, dict)}
+    nested = {k: v for k, v in r.numbers.items() if isinstance(v, dict)}
+    parts = [f'<section id="{r.name}"><h2>{html.escape(r.title)}</h2>',
+             f'<p class="question">{html.escape(r.question)}</p>',
+             f'<p class="setup"><b>Set-up.</b> {html.escape(r.setup)}</p>',
+             f'<p class="conclusion">{html.escape(r.conclusion)}</p>']
+    parts += [_figure(s) for s in figs]
+    parts.append("<h3>Numbers</h3>" + _table(flat))
+    for k, v in nested.items():
+        parts.append(f"<details><summary>{html.escape(k)}</summary>{_table(v)}</details>")
+    parts.append(f'<p class="setup">Run time {r.seconds:.1f} s · '
+                 f'<code>fpemu run {r.name}</code> runs it again; options: '
+                 f'{html.escape(", ".join(f"--{k.replace(chr(95), chr(45))}" for k in _fields(r)))}'
+                 f'</p></section>')
+    return "\n".join(parts)
+
+
+def _fields(r):
+    import dataclasses
+    return [f.name for f in dataclasses.fields(r.config)]
+
+
+def _page(results, sections, intro, seconds):
+    nav = " ".join(f'<a href="#{r.name}">{html.escape(r.title)}</a>' for r in results)
+    when = f"{seconds:.0f} s" if seconds else "—"
+    head = (f"<h1>fpemu: mixed precision, measured</h1>"
+            f'<p class="lead">Every number below was computed by fpemu {__version__}\'s '
+            f"bit-exact emulation of the formats and of PyTorch's CUDA numerics, on "
+            f"{html.escape(platform.machine())} in {when}. Each section asks one question, "
+            f"runs one experiment, and draws its conclusion from the numbers it got.</p>"
+            f"<nav>{nav}</nav>")
+    if intro:
+        head += ("<h2>The formats</h2><p>Where each format's values lie (log axis: the "
+                 "density of ticks is the precision, their extent the range), and the bits "
+                 "of 0.1 in each.</p>" + "".join(_figure(s) for s in intro))
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>fpemu demo report</title><style>{CSS}</style></head><body>"
+            f"{head}{''.join(sections)}"
+            f"<p class='setup'>Written by <code>fpemu demo</code>; the numbers are in "
+            f"<a href='results.json'>results.json</a>.</p></body></html>\n")
+
+
+def demo(out_dir="out", quick=False, progress=True):
+    """Run every experiment and write the report; returns (index path, results, seconds)."""
+    t0 = time.perf_counter()
+    results = run_all(quick=quick, progress=progress)
+    seconds = time.perf_counter() - t0
+    path = write_report(out_dir, results, seconds)
+    return path, results, time.perf_counter() - t0
+
+
+__all__ = ["run_all", "write_report", "demo", "_jsonable"]
