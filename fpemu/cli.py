@@ -202,7 +202,7 @@ def _hist_sources(path):
         tensors = list(_torch_tensors(obj))
         if not tensors:
             raise CliError(f"{path} holds no floating-point tensors")
-        return sum(t.numel() for t in tensors), (_torch_numpy(t) for t in tensors)
+        return sum(t.numel() for t in tensors), (c for t in tensors for c in _torch_chunks(t))
     if low.endswith(".safetensors"):
         try:
             from safetensors.numpy import safe_open
@@ -230,16 +230,16 @@ def _torch_tensors(obj):
             yield from _torch_tensors(v)
 
 
-def _torch_numpy(t, chunk=1 << 22):
-    """A torch tensor as float32 numpy, without a whole-tensor copy of a 16-bit tensor."""
-    import numpy as np
+def _torch_chunks(t, chunk=1 << 22):
+    """A torch tensor as float32 / float64 numpy chunks (16-bit and fp8 values widen
+    exactly); only one chunk is in memory at a time."""
     import torch
     flat = t.detach().reshape(-1)
-    if flat.dtype in (torch.float32, torch.float64):
-        return flat.numpy()
-    return np.concatenate([flat[i:i + chunk].to(torch.float32).numpy()
-                           for i in range(0, flat.numel(), chunk)]) if flat.numel() else \
-        np.zeros(0, np.float32)
+    for i in range(0, flat.numel(), chunk):
+        part = flat[i:i + chunk]
+        if part.dtype not in (torch.float32, torch.float64):
+            part = part.to(torch.float32)
+        yield part.numpy()
 
 
 def _safetensors_arrays(path, safe_open):

@@ -116,6 +116,14 @@ def finish(name, module, config, numbers, conclusion, data, plotter, t0):
                   conclusion, data, time.perf_counter() - t0, plotter)
 
 
+def num(x):
+    """A number for prose: powers of two as 2^k, others with 6 significant digits."""
+    m, e = np.frexp(x)
+    if x > 0 and m == 0.5 and abs(e - 1) > 4:
+        return f"2^{int(e) - 1}"
+    return f"{x:g}"
+
+
 def pct(x):
     """A share as a short percentage for prose."""
     if x == 0:

@@ -38,8 +38,9 @@ QUICK = dict(width=8, steps=20, batch=32)
 
 
 def setup(c):
-    return (f"MLP {c.depth} x {c.width} (tanh), regression, MSE x {c.loss_weight:g}, SGD lr "
-            f"{c.lr:g} (so the step is lr x weight x gradient), {c.steps} steps, batch "
+    return (f"MLP {c.depth} x {c.width} (tanh), regression, MSE x {_base.num(c.loss_weight)}, SGD "
+            f"lr {c.lr:g} / {_base.num(c.loss_weight)} (the weighted loss's step equals the "
+            f"unweighted one with lr {c.lr:g}), {c.steps} steps, batch "
             f"{c.batch}; parameters and arithmetic all in fp32, bf16 or fp16.")
 
 

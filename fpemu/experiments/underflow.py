@@ -48,8 +48,8 @@ QUICK = dict(depth=6, width=16, outputs=16, steps=12, batch=64, record_steps=2)
 
 def setup(c):
     return (f"{c.depth} tanh layers of width {c.width}, weights x {c.gain:g} at init, "
-            f"{c.outputs} regression outputs, MSE x {c.loss_weight:g}, batch {c.batch}, Adam "
-            f"lr {c.lr:g} for {c.steps} steps (fp32); gradients of the "
+            f"{c.outputs} regression outputs, MSE x {_base.num(c.loss_weight)}, batch "
+            f"{c.batch}, Adam lr {c.lr:g} for {c.steps} steps (fp32); gradients of the "
             f"last {c.record_steps} steps counted in {', '.join(c.formats)} at scales "
             f"{', '.join(f'{s:g}' for s in c.scales)}. Then fp16 autocast without scaling "
             "and with GradScaler (init 2^16, growth every 50 steps).")
@@ -171,12 +171,12 @@ def _plot(r):
     from .. import plotting as fp
     c = r.config
     figs = {}
-    fig, axes = fp.new_axes(1, 2, figsize=(22, 7.4))
-    fp.plot_underflow_histogram(r.data["survey_act"], c.formats, scale=1024, ax=axes[0],
-                                title="Activation gradients, linear y")
-    fp.plot_underflow_histogram(r.data["survey_act"], c.formats, scale=1024, ax=axes[1],
-                                yscale="log", title="Activation gradients, log y")
-    figs["histogram"] = fig
+    for yscale in ("linear", "log"):
+        fig, ax = fp.new_axes(figsize=(13, 7.4))
+        fp.plot_underflow_histogram(r.data["survey_act"], c.formats, scale=1024, ax=ax,
+                                    yscale=yscale,
+                                    title=f"Activation gradients of all layers, {yscale} y")
+        figs["histogram" if yscale == "linear" else "histogram_log"] = fig
     fig, ax = fp.new_axes(figsize=(12, 1.6 + 0.55 * len(r.data["act"])))
     fp.plot_layer_histograms(r.data["act"], "fp16", ax=ax,
                              title="Activation gradients per layer, against fp16")
