@@ -52,12 +52,6 @@ REGION_COLORS = {
 #: Darker shades of the region colours, readable as text on white.
 _TEXT_COLORS = {"flushed": "#4a4f55", "subnormal": "#b35a00", "normal": "#1f5fa0",
                 "overflow": "#bd1f01"}
-#: Line colours for formats, fixed so that fp16 has one colour in every figure.
-FORMAT_COLORS = {
-    "fp32": "#717581", "tf32": "#92dadd", "fp16": "#e76300", "bf16": "#3f90da",
-    "e4m3fn": "#832db6", "e5m2": "#a96b59", "e4m3fnuz": "#b9ac70", "e5m2fnuz": "#94a4a2",
-    "e2m1": "#bd1f01", "e2m3": "#ffa90e", "e3m2": "#92dadd",
-}
 
 
 def _plt():
@@ -242,7 +236,7 @@ def plot_underflow_histogram(values, formats=("fp16",), scale=1.0, ax=None, ysca
            alpha=0.55 if scale != 1 else 0.85, edgecolor="white", linewidth=0.4,
            label="values" if scale == 1 else "values, unscaled", zorder=2)
     ax.bar([zero_x], [zeros * norm], width=1.6, align="edge", color="#3a3a3a",
-           label="exact zeros", zorder=2)
+           label=f"exact zeros ({_pct(zeros / total if total else 0.0)})", zorder=2)
     if scale != 1:
         on = np.flatnonzero(hist_s[sel])
         keep = slice(max(on[0] - 1, 0), on[-1] + 2) if on.size else slice(0, 0)
@@ -521,8 +515,7 @@ def plot_training_curves(curves, ax=None, ylabel="loss", logy=True, title=None, 
             shown = np.convolve(shown, np.ones(smooth) / smooth, mode="valid")
             shown_s = shown_s[smooth - 1:]
         style = dict(color="black", linestyle=(0, (4, 3)), linewidth=1.8, zorder=4) \
-            if label == reference else dict(color=FORMAT_COLORS.get(label.split()[0]) if
-                                            label.split() else None)
+            if label == reference else {}
         ax.plot(shown_s, shown, label=label, **style)
         if bad.any():
             y = shown[-1] if shown.size else 1.0
@@ -545,8 +538,7 @@ def plot_lines(x, series, ax=None, xlabel="", ylabel="", logx=False, logy=False,
     """Several y series over one x: ``series`` maps a label to values."""
     ax = _axes(ax)
     for label, y in series.items():
-        color = FORMAT_COLORS.get(label.split()[0]) if label.split() else None
-        ax.plot(x, y, marker="o" if markers else None, label=label, color=color)
+        ax.plot(x, y, marker="o" if markers else None, label=label)
     if logx:
         ax.set_xscale("log", base=2)
     if logy:

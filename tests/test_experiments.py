@@ -99,7 +99,7 @@ def test_underflow_counts_match_an_independent_fp16_oracle(quick):
 
 
 def test_underflow_default_run_stalls_without_scaling_and_matches_with_it():
-    r = experiments.run("underflow", steps=60, record_steps=1)
+    r = experiments.run("underflow", steps=120, record_steps=1)
     keys = ("final_loss_fp32", "final_loss_fp16_no_scaling", "final_loss_fp16_dynamic_scaling")
     f = {k: r.numbers[k] for k in keys}
     assert f["final_loss_fp16_no_scaling"] > 1.1 * f["final_loss_fp32"]

@@ -107,6 +107,10 @@ def run(config=None, **overrides):
                         data, _plot, t0)
 
 
+#: where a step of exactly 0 is drawn on the log axis
+NO_MOVE = 0.1
+
+
 def _plot(r):
     from .. import plotting as fp
     fig, ax = fp.new_axes(figsize=(12, 6))
@@ -115,13 +119,18 @@ def _plot(r):
     for label, p in r.data["params"].items():
         step = (1.0 - p[1:]) / lr
         ok = np.isfinite(step)
-        line, = ax.plot(g[ok], step[ok], label=label, linewidth=1.8)
+        # a parameter that did not move (step 0) is drawn on the "no move" line
+        shown = np.where(step == 0, NO_MOVE, step)
+        line, = ax.plot(g[ok], shown[ok], label=label, linewidth=1.8)
         if (~ok).any():
             ax.plot(g[~ok], np.full((~ok).sum(), 2e3), "|", color=line.get_color(),
                     markersize=14)
     ax.axhline(2e3, color="#bd1f01", linewidth=0.8)
     ax.text(g[0], 2.6e3, "non-finite parameter (-inf / NaN) marked on this line", fontsize=11,
             color="#bd1f01")
+    ax.axhline(NO_MOVE, color="#4a4f55", linewidth=0.8)
+    ax.text(g[0], NO_MOVE * 1.25, "parameter did not move (step 0) drawn on this line",
+            fontsize=11, color="#4a4f55")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("gradient g (every fp16 value)")

@@ -142,23 +142,32 @@ def _plot(r):
                ("loss_rel_error", "loss error (rel.)"))
     x = np.arange(len(metrics))
     w = 0.8 / len(labels)
+    colors = dict(zip(labels, ("#717581", "#3f90da", "#ffa90e", "#bd1f01")))
     for i, label in enumerate(labels):
         vals = [max(rows[label][m], 1e-12) for m, _ in metrics]
-        axes[0].bar(x + (i - (len(labels) - 1) / 2) * w, vals, w, label=label)
+        axes[0].bar(x + (i - (len(labels) - 1) / 2) * w, vals, w, label=label,
+                    color=colors[label])
     axes[0].set_xticks(x, [t for _, t in metrics], rotation=12)
     axes[0].set_yscale("log")
     axes[0].set_ylabel("error against float64")
-    axes[0].legend(loc="upper left", fontsize=10)
-    axes[0].set_title("Errors of four ways to compute attention", loc="left")
-    p_ref = r.data["P_ref"][0]
-    row = int(np.argmax(p_ref.max(axis=-1) < 0.6))
-    keys = np.arange(p_ref.shape[-1])
-    axes[1].plot(keys, p_ref[row], color="black", linewidth=1.2, label="float64")
-    for label in (labels[1], labels[3]):
-        axes[1].plot(keys, r.data["P"][label][0, row], linewidth=1.4, label=label,
-                     linestyle=(0, (3, 2)))
-    axes[1].set_xlabel("key position")
-    axes[1].set_ylabel("attention weight")
-    axes[1].legend(loc="upper right", fontsize=10)
-    axes[1].set_title(f"One row of attention weights (head 0, query {row})", loc="left")
+    axes[0].legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=11)
+    axes[0].set_title("Errors of four ways to compute attention", loc="left", pad=58)
+    # each attention weight's error against its size (head 0)
+    p_ref = r.data["P_ref"][0].ravel()
+    keep = p_ref > 1e-6
+    for label in labels[1:]:
+        err = np.abs(r.data["P"][label][0].ravel() - p_ref)[keep]
+        axes[1].scatter(p_ref[keep], np.maximum(err, 1e-12), s=3, alpha=0.35, label=label,
+                        color=colors[label], rasterized=True)
+    x = np.array([1e-6, 1.0])
+    axes[1].plot(x, x * 2.0**-9, color="black", linewidth=1.2,
+                 label="half an ulp of bf16 (relative $2^{-9}$)")
+    axes[1].set_xscale("log")
+    axes[1].set_yscale("log")
+    axes[1].set_ylim(bottom=1e-10)
+    axes[1].set_xlabel("attention weight (float64)")
+    axes[1].set_ylabel("|error|")
+    axes[1].legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=11,
+                   markerscale=4)
+    axes[1].set_title("Each weight's error against its size (head 0)", loc="left", pad=58)
     return {"errors": fig}

@@ -49,16 +49,19 @@ def setup(c):
             "and bf16 / fp16 with fp32 master weights.")
 
 
-def _sgd_steps(torch, p0, g, lr, steps, dtype, master):
+def _sgd_steps(torch, p0, g, lr, steps, dtype, master, trajectory=False):
+    """p after each of the given step counts (and the fp32 master); with trajectory,
+    also p after every step from 0 to max(steps)."""
     p = torch.tensor([p0], dtype=dtype, requires_grad=True)
     opt = torch.optim.SGD([p], lr=lr, master_weights=master)
-    out = []
+    out = [p.item()]
     for _ in range(max(steps)):
         p.grad = torch.tensor([g], dtype=dtype)
         opt.step()
         out.append(p.item())
     master_value = opt.param_groups[0]["params"][0].item() if master else None
-    return [out[s - 1] for s in steps], master_value
+    picked = [out[s] for s in steps]
+    return (picked, master_value, out) if trajectory else (picked, master_value)
 
 
 def run(config=None, **overrides):
@@ -69,14 +72,17 @@ def run(config=None, **overrides):
     fp16_only, _ = _sgd_steps(torch, c.weight, c.update, 1.0, steps, torch.float16, False)
     fp16_model, fp16_master = _sgd_steps(torch, c.weight, c.update, 1.0, steps, torch.float16,
                                          True)
-    table = {}
+    table, paths = {}, {}
     for lr in c.lrs:
-        pure, _ = _sgd_steps(torch, 1.0, 1.0, lr, c.table_steps, torch.bfloat16, False)
+        pure, _, p_bf16 = _sgd_steps(torch, 1.0, 1.0, lr, c.table_steps, torch.bfloat16, False,
+                                     trajectory=True)
         model, master = _sgd_steps(torch, 1.0, 1.0, lr, (max(c.table_steps),), torch.bfloat16,
                                    True)
-        fp32, _ = _sgd_steps(torch, 1.0, 1.0, lr, c.table_steps, torch.float32, False)
+        fp32, _, p_fp32 = _sgd_steps(torch, 1.0, 1.0, lr, c.table_steps, torch.float32, False,
+                                     trajectory=True)
         table[f"{lr:g}"] = {"pure_bf16": pure, "fp32_master": master,
                             "bf16_of_master": model[0], "fp32": fp32}
+        paths[f"{lr:g}"] = (p_bf16, p_fp32)
     curves, final = _training(torch, c)
     numbers = {
         "fp16_weight_after_updates": fp16_only[0],
@@ -94,7 +100,7 @@ def run(config=None, **overrides):
         f"Training with pure {worst} weights ends at loss {final[f'pure {worst}']:.4g} against "
         f"{final['fp32']:.4g} in fp32, and fp32 master weights bring it to "
         f"{final[f'{worst} + fp32 master']:.4g}.")
-    data = {"curves": curves, "table": table}
+    data = {"curves": curves, "table": table, "paths": paths}
     return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
                         data, _plot, t0)
 
@@ -135,16 +141,22 @@ def _plot(r):
     fp.plot_training_curves(r.data["curves"], ax=ax, smooth=8, reference="fp32",
                             title="Pure 16-bit weights against fp32 master weights (SGD)")
     figs = {"training": fig}
-    fig, ax = fp.new_axes(figsize=(12, 5.5))
-    t = r.config.table_steps
-    series = {}
-    for lr, v in r.data["table"].items():
-        series[f"pure bf16, lr {lr}"] = v["pure_bf16"]
-        series[f"fp32, lr {lr}"] = v["fp32"]
-    fp.plot_lines(list(t), series, ax=ax, xlabel="step", ylabel="p (p0 = 1, g = 1)",
-                  logx=False, title="bf16 SGD: updates below half an ulp (2^-9) are lost")
-    for line in ax.get_lines():
-        if line.get_label().startswith("fp32"):
-            line.set_linestyle((0, (4, 3)))
+    fig, ax = fp.new_axes(figsize=(12, 6))
+    colors = ("#3f90da", "#e76300", "#832db6")
+    for (lr, (bf, f32)), color in zip(r.data["paths"].items(), colors):
+        steps = np.arange(len(bf))
+        ax.step(steps, bf, where="post", color=color, label=f"pure bf16, lr {lr}")
+        ax.plot(steps, f32, color=color, linestyle=(0, (4, 3)), linewidth=1.6,
+                label=f"fp32, lr {lr}")
+    frozen = [lr for lr, (bf, _) in r.data["paths"].items() if len(set(bf)) == 1]
+    if frozen:
+        ax.annotate(f"pure bf16 at lr {' and '.join(frozen)}: p never moves from 1.0",
+                    (len(bf) * 0.45, 1.0), xytext=(0, -18), textcoords="offset points",
+                    fontsize=12, ha="center")
+    ax.set_xlabel("step")
+    ax.set_ylabel("p (p0 = 1, g = 1)")
+    ax.legend(loc="lower left", ncol=3, fontsize=11)
+    ax.set_title("bf16 SGD: an update below half an ulp of p ($2^{-9}$ just below 1) is lost",
+                 loc="left")
     figs["stagnation"] = fig
     return figs

@@ -99,10 +99,13 @@ def _plot(r):
     st = r.data["stats"]
     names = list(st)
     x = np.arange(len(names))
-    axes[1].bar(x - 0.2, [100 * st[n]["zero_gradients"] for n in names], 0.4,
-                color=fp.REGION_COLORS["flushed"], label="zero weight gradients (range)")
-    axes[1].bar(x + 0.2, [100 * st[n]["lost_updates"] for n in names], 0.4,
-                color=fp.REGION_COLORS["subnormal"], label="lost updates (precision)")
+    for dx, key, region, label in ((-0.2, "zero_gradients", "flushed",
+                                    "zero weight gradients (range)"),
+                                   (0.2, "lost_updates", "subnormal",
+                                    "lost updates (precision)")):
+        bars = axes[1].bar(x + dx, [100 * st[n][key] for n in names], 0.4,
+                           color=fp.REGION_COLORS[region], label=label)
+        axes[1].bar_label(bars, fmt="%.1f%%", fontsize=11)
     axes[1].set_xticks(x, names)
     axes[1].set_ylabel("% of weights, all steps")
     axes[1].legend(loc="upper left")

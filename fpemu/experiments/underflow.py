@@ -1,7 +1,7 @@
 """Gradient underflow and loss scaling (Micikevicius et al. 2018, §3.2).
 
 A deep, narrow tanh network with small initial weights is trained in fp32 with
-Adam on a regression task whose loss carries a small weight (2^-12, as an
+Adam on a regression task whose loss carries a small weight (2^-6, as an
 auxiliary loss or a loss normalised over many elements does); its gradients
 are small and shrink layer by layer, as the SSD gradients of the paper's
 Figure 3 did. Adam's step does not depend on the gradients' scale, so fp32
@@ -32,7 +32,7 @@ class Config:
     depth: int = 8               # hidden layers
     width: int = 32
     gain: float = 0.6            # initial weights x gain: gradients shrink with depth
-    loss_weight: float = 2.0**-12
+    loss_weight: float = 2.0**-6
     outputs: int = 64
     batch: int = 256
     steps: int = 200
