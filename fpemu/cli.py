@@ -106,7 +106,9 @@ def _cmd_casts(args) -> int:
 
 def _cmd_demo(args) -> int:
     from .report import demo
-    path, results, seconds = demo(args.out, quick=args.quick, progress=not args.no_progress)
+    kinds = ("svg", "png") + (("pdf",) if args.pdf else ())
+    path, results, seconds = demo(args.out, quick=args.quick, progress=not args.no_progress,
+                                  figure_formats=kinds)
     print()
     for r in results:
         print(f"{r.title}: {r.conclusion}\n")
@@ -205,13 +207,10 @@ def _hist_sources(path):
         return sum(t.numel() for t in tensors), (c for t in tensors for c in _torch_chunks(t))
     if low.endswith(".safetensors"):
         try:
-            from safetensors.numpy import safe_open
+            from safetensors import safe_open
         except ImportError:
-            try:
-                from safetensors import safe_open
-            except ImportError:
-                raise CliError(f"{path} is a safetensors file; reading it needs the safetensors "
-                               "package: pip install safetensors") from None
+            raise CliError(f"{path} is a safetensors file; reading it needs the safetensors "
+                           "package: pip install safetensors") from None
         return None, _safetensors_arrays(path, safe_open)
     raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
                    "(torch) or .safetensors")
@@ -243,15 +242,26 @@ def _torch_chunks(t, chunk=1 << 22):
 
 
 def _safetensors_arrays(path, safe_open):
+    """The floating-point tensors of a safetensors file, one at a time: through torch
+    when it is installed (bf16 and fp8 tensors need it), else through numpy."""
+    import importlib.util
+    framework = "pt" if importlib.util.find_spec("torch") is not None else "numpy"
     try:
-        fh = safe_open(path, framework="numpy")
-    except Exception as err:
+        fh = safe_open(path, framework=framework)
+    except Exception as err:       # safetensors raises its own error types for a bad file
         raise CliError(f"cannot read {path} as safetensors: {err}") from None
     with fh:
         for k in fh.keys():
-            a = fh.get_tensor(k)
-            if a.dtype.kind == "f" or a.dtype.name in ("bfloat16",):
-                yield a
+            try:
+                t = fh.get_tensor(k)
+            except (TypeError, ValueError) as err:
+                raise CliError(f"{path}: tensor {k!r} cannot be read without torch ({err}); "
+                               "pip install torch") from None
+            if framework == "pt":
+                if t.is_floating_point():
+                    yield from _torch_chunks(t)
+            elif t.dtype.kind == "f":
+                yield t
 
 
 def _cmd_hist(args) -> int:
@@ -283,17 +293,17 @@ def _cmd_hist(args) -> int:
     for f in formats:
         for s in scales:
             print(sv[f, s])
-    fig_ax = None
     from .plotting import new_axes
-    fig_ax = new_axes(figsize=(12, 6 + 0.45 * len(formats)))
-    plot_underflow_histogram(sv, formats, scale=args.scale, ax=fig_ax[1], yscale=args.yscale,
+    fig, ax = new_axes(figsize=(12, 6 + 0.45 * len(formats)))
+    plot_underflow_histogram(sv, formats, scale=args.scale, ax=ax, yscale=args.yscale,
                              title=f"{os.path.basename(args.file)}: {sv.total} values")
     base, ext = os.path.splitext(args.output)
-    kinds = (ext.lstrip(".").lower(),) if ext.lstrip(".").lower() in ("svg", "pdf", "png") \
-        else ("svg", "pdf", "png")
-    written = save_figure(fig_ax[0], base if kinds != ("svg", "pdf", "png") else args.output,
-                          formats=kinds)
-    plt.close(fig_ax[0])
+    kind = ext.lstrip(".").lower()
+    if kind in ("svg", "pdf", "png"):
+        written = save_figure(fig, base, formats=(kind,))
+    else:                                   # no known extension: all three next to the name
+        written = save_figure(fig, args.output)
+    plt.close(fig)
     print("figure written to " + ", ".join(written))
     return 0
 
@@ -433,11 +443,12 @@ def build_parser() -> argparse.ArgumentParser:
                                     "figures, JSON)",
                        description="Run every lesson experiment on its defaults (under 3 "
                                    "minutes on two cores) and write OUT/index.html, the figures "
-                                   "as SVG / PDF / PNG and OUT/results.json.")
+                                   "as SVG and PNG (--pdf: also PDF) and OUT/results.json.")
     d.add_argument("--out", default="out", metavar="DIR", help="output folder (default out)")
     d.add_argument("--quick", action="store_true",
                    help="reduced sizes (seconds; for tests), not the lesson's settings")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
+    d.add_argument("--pdf", action="store_true", help="also write every figure as PDF")
     d.set_defaults(func=_cmd_demo)
     from .experiments import ORDER
     rn = sub.add_parser("run", help="run one experiment, with parameters overridden",

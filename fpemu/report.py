@@ -4,7 +4,8 @@
 
 * ``out/index.html``: one section per experiment with the question, the
   set-up, the figures, the key numbers and the conclusion computed from them;
-* ``out/figures/*.svg|pdf|png``: every figure, deterministic bytes;
+* ``out/figures/*.svg|png``: every figure, deterministic bytes (``figure_formats``
+  adds ``"pdf"``);
 * ``out/results.json``: the numbers, the configs and the conclusions.
 """
 
@@ -18,7 +19,7 @@ import time
 
 from . import __version__
 from .experiments import ORDER, module
-from .experiments._base import _jsonable, _show
+from .experiments._base import _show
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
@@ -66,8 +67,9 @@ def run_all(names=ORDER, quick=False, progress=True, overrides=None):
     return results
 
 
-def write_report(out_dir, results, seconds=None, extra_figures=True):
-    """Save every figure and write index.html and results.json into out_dir."""
+def write_report(out_dir, results, seconds=None, extra_figures=True,
+                 figure_formats=("svg", "png")):
+    """Save every figure (SVG and PNG by default) and write index.html and results.json."""
     import matplotlib.pyplot as plt
     from .plotting import lecture_style, new_axes, plot_bit_layout, plot_number_line, \
         save_figure
@@ -79,39 +81,39 @@ def write_report(out_dir, results, seconds=None, extra_figures=True):
         with lecture_style():
             fig, ax = new_axes(figsize=(13, 4.6))
             plot_number_line(ax=ax)
-            save_figure(fig, os.path.join(figdir, "formats-number-line"))
+            save_figure(fig, os.path.join(figdir, "formats-number-line"), figure_formats)
             plt.close(fig)
             fig, ax = new_axes(figsize=(16, 5.6))
             plot_bit_layout(value=0.1, ax=ax)
-            save_figure(fig, os.path.join(figdir, "formats-bit-layout"))
+            save_figure(fig, os.path.join(figdir, "formats-bit-layout"), figure_formats)
             plt.close(fig)
         intro = ["formats-number-line", "formats-bit-layout"]
     for r in results:
         names = []
         for key, fig in r.plot().items():
             stem = f"{r.name}-{key}"
-            save_figure(fig, os.path.join(figdir, stem))
+            save_figure(fig, os.path.join(figdir, stem), figure_formats)
             plt.close(fig)
             names.append(stem)
         figures[r.name] = names
-        sections.append(_section(r, names))
+        sections.append(_section(r, names, figure_formats))
     with open(os.path.join(out_dir, "results.json"), "w") as fh:
         json.dump({"fpemu": __version__, "seconds": round(seconds, 1) if seconds else None,
                    "experiments": [dict(r.to_json(), figures=figures[r.name])
                                    for r in results]}, fh, indent=2)
         fh.write("\n")
-    page = _page(results, sections, intro, seconds)
+    page = _page(results, sections, intro, seconds, figure_formats)
     path = os.path.join(out_dir, "index.html")
     with open(path, "w") as fh:
         fh.write(page)
     return path
 
 
-def _figure(stem, caption=""):
-    return (f'<figure><a href="figures/{stem}.svg"><img src="figures/{stem}.png" '
-            f'alt="{html.escape(stem)}"></a><figcaption>{html.escape(caption)} '
-            f'<a href="figures/{stem}.svg">SVG</a> · <a href="figures/{stem}.pdf">PDF</a>'
-            f'</figcaption></figure>')
+def _figure(stem, kinds=("svg", "png")):
+    links = " · ".join(f'<a href="figures/{stem}.{k}">{k.upper()}</a>' for k in kinds)
+    img = "png" if "png" in kinds else kinds[0]
+    return (f'<figure><img src="figures/{stem}.{img}" alt="{html.escape(stem)}">'
+            f'<figcaption>{links}</figcaption></figure>')
 
 
 def _cell(v):
@@ -126,21 +128,21 @@ def _table(d):
     return f"<table>{rows}</table>"
 
 
-def _section(r, figs):
+def _section(r, figs, kinds):
     flat = {k: v for k, v in r.numbers.items() if not isinstance(v, dict)}
     nested = {k: v for k, v in r.numbers.items() if isinstance(v, dict)}
     parts = [f'<section id="{r.name}"><h2>{html.escape(r.title)}</h2>',
              f'<p class="question">{html.escape(r.question)}</p>',
              f'<p class="setup"><b>Set-up.</b> {html.escape(r.setup)}</p>',
              f'<p class="conclusion">{html.escape(r.conclusion)}</p>']
-    parts += [_figure(s) for s in figs]
+    parts += [_figure(s, kinds) for s in figs]
     parts.append("<h3>Numbers</h3>" + _table(flat))
     for k, v in nested.items():
         parts.append(f"<details><summary>{html.escape(k)}</summary>{_table(v)}</details>")
+    options = ", ".join("--" + k.replace("_", "-") for k in _fields(r))
     parts.append(f'<p class="setup">Run time {r.seconds:.1f} s · '
                  f'<code>fpemu run {r.name}</code> runs it again; options: '
-                 f'{html.escape(", ".join(f"--{k.replace(chr(95), chr(45))}" for k in _fields(r)))}'
-                 f'</p></section>')
+                 f'{html.escape(options)}</p></section>')
     return "\n".join(parts)
 
 
@@ -149,7 +151,7 @@ def _fields(r):
     return [f.name for f in dataclasses.fields(r.config)]
 
 
-def _page(results, sections, intro, seconds):
+def _page(results, sections, intro, seconds, kinds):
     nav = " ".join(f'<a href="#{r.name}">{html.escape(r.title)}</a>' for r in results)
     when = f"{seconds:.0f} s" if seconds else "—"
     head = (f"<h1>fpemu: mixed precision, measured</h1>"
@@ -161,7 +163,7 @@ def _page(results, sections, intro, seconds):
     if intro:
         head += ("<h2>The formats</h2><p>Where each format's values lie (log axis: the "
                  "density of ticks is the precision, their extent the range), and the bits "
-                 "of 0.1 in each.</p>" + "".join(_figure(s) for s in intro))
+                 "of 0.1 in each.</p>" + "".join(_figure(s, kinds) for s in intro))
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>fpemu demo report</title><style>{CSS}</style></head><body>"
@@ -170,13 +172,13 @@ def _page(results, sections, intro, seconds):
             f"<a href='results.json'>results.json</a>.</p></body></html>\n")
 
 
-def demo(out_dir="out", quick=False, progress=True):
+def demo(out_dir="out", quick=False, progress=True, figure_formats=("svg", "png")):
     """Run every experiment and write the report; returns (index path, results, seconds)."""
     t0 = time.perf_counter()
     results = run_all(quick=quick, progress=progress)
     seconds = time.perf_counter() - t0
-    path = write_report(out_dir, results, seconds)
+    path = write_report(out_dir, results, seconds, figure_formats=figure_formats)
     return path, results, time.perf_counter() - t0
 
 
-__all__ = ["run_all", "write_report", "demo", "_jsonable"]
+__all__ = ["run_all", "write_report", "demo"]

@@ -214,7 +214,7 @@ def test_demo_writes_the_report_end_to_end(tmp_path, capsys):
         assert f'<section id="{e["name"]}">' in page
         assert e["conclusion"] in html.unescape(page)
         for stem in e["figures"]:
-            for ext in ("svg", "pdf", "png"):
+            for ext in ("svg", "png"):
                 assert (tmp_path / "figures" / f"{stem}.{ext}").stat().st_size > 1000
             assert f'src="figures/{stem}.png"' in page
     assert res["experiments"][3]["numbers"]["eps_in_fp16"] == 0.0
@@ -251,5 +251,12 @@ def test_hist_on_npy_npz_and_pt_files(tmp_path, capsys):
     assert cli.main(["hist", str(tmp_path / "g.pt"), "--formats", "fp16", "-o",
                      str(tmp_path / "t.png"), "--no-progress"]) == 0
     assert "2000 values into fp16" in capsys.readouterr().out
+    from safetensors.torch import save_file
+    save_file({"a": torch.tensor(g[:500]).to(torch.bfloat16), "b": torch.tensor(g[500:]),
+               "i": torch.arange(3)}, str(tmp_path / "g.safetensors"))
+    assert cli.main(["hist", str(tmp_path / "g.safetensors"), "--formats", "fp16", "-o",
+                     str(tmp_path / "s"), "--no-progress"]) == 0
+    assert "2000 values into fp16" in capsys.readouterr().out     # the int tensor is skipped
+    assert (tmp_path / "s.svg").exists() and (tmp_path / "s.pdf").exists()
     assert cli.main(["hist", str(tmp_path / "g.txt"), "-o", str(tmp_path / "x.png")]) == 2
     assert "unknown file type" in capsys.readouterr().err
