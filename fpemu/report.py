@@ -140,7 +140,7 @@ def _section(r, figs, kinds):
     for k, v in nested.items():
         parts.append(f"<details><summary>{html.escape(k)}</summary>{_table(v)}</details>")
     options = ", ".join("--" + k.replace("_", "-") for k in _fields(r))
-    parts.append(f'<p class="setup">Run time {r.seconds:.1f} s · '
+    parts.append(f'<p class="setup">Run time {r.seconds:.2f} s · '
                  f'<code>fpemu run {r.name}</code> runs it again; options: '
                  f'{html.escape(options)}</p></section>')
     return "\n".join(parts)

@@ -134,7 +134,7 @@ def run(config=None, **overrides):
 
 def _plot(r):
     from .. import plotting as fp
-    fig, axes = fp.new_axes(1, 2, figsize=(20, 6.5))
+    fig, axes = fp.new_axes(2, 1, figsize=(12, 13))
     rows = r.data["rows"]
     labels = list(rows)
     metrics = (("max_abs_error_P", "max |P - P64|"), ("max_row_sum_error", "max |row sum - 1|"),

@@ -170,7 +170,7 @@ def run(config=None, **overrides):
 
 def _plot(r):
     from .. import plotting as fp
-    fig, axes = fp.new_axes(1, 2, figsize=(20, 6.5))
+    fig, axes = fp.new_axes(2, 1, figsize=(12, 13))
     fp.plot_training_curves(r.data["curves"], ax=axes[0], reference="bf16 (no fp8)",
                             title="Loss under each recipe", logy=False)
     steps = np.arange(len(r.data["amax"]))

@@ -88,7 +88,7 @@ def run(config=None, **overrides):
         f"Of {c.steps} steps, {sk.size} were skipped ({numbers['spike_steps_skipped']} at the "
         f"outlier batches, {numbers['other_steps_skipped']} elsewhere); each halved the scale, "
         f"and {grew} growths after {c.growth_interval} clean steps each took it back up, from "
-        f"{_base._show(numbers['min_scale'])} to {_base._show(numbers['final_scale'])}. "
+        f"{_base.num(numbers['min_scale'])} to {_base.num(numbers['final_scale'])}. "
         f"A skipped step costs one batch; the weights never see an inf or a NaN.")
     data = {"scales": scales_a, "skipped": np.array(skipped), "losses": np.array(losses)}
     return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,

@@ -93,7 +93,7 @@ def run(config=None, **overrides):
 
 def _plot(r):
     from .. import plotting as fp
-    fig, axes = fp.new_axes(1, 2, figsize=(20, 6))
+    fig, axes = fp.new_axes(2, 1, figsize=(12, 12))
     fp.plot_training_curves(r.data["curves"], ax=axes[0], smooth=8, reference="fp32",
                             title="Same task, three formats")
     st = r.data["stats"]

@@ -181,7 +181,7 @@ def _plot(r):
     fp.plot_layer_histograms(r.data["act"], "fp16", ax=ax,
                              title="Activation gradients per layer, against fp16")
     figs["layers"] = fig
-    fig, axes = fp.new_axes(1, 2, figsize=(20, 6))
+    fig, axes = fp.new_axes(2, 1, figsize=(12, 12))
     fp.plot_training_curves(r.data["losses"], ax=axes[0], title="Training loss (MSE)",
                             logy=False, smooth=8, reference="fp32")
     if r.data["scales"]:
