@@ -41,6 +41,12 @@ def test_unknown_parameter_and_experiment_say_what_exists():
         experiments.run("loss_scaling", stepz=3)
     with pytest.raises(KeyError, match="the experiments are underflow, loss_scaling"):
         experiments.run("nope")
+    with pytest.raises(ValueError, match="loss_scaling: steps must be an int >= 1, got 0"):
+        experiments.run("loss_scaling", steps=0)
+    with pytest.raises(ValueError, match="attention: temperature must be a finite number > 0"):
+        experiments.run("attention", temperature=float("nan"))
+    with pytest.raises(ValueError, match="spike_step must be below steps \\(10\\), got 40"):
+        experiments.run("fp8_training", steps=10)
 
 
 def test_master_weights_reproduce_the_numerics_tables():

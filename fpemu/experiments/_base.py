@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
+import sys
 import time
 
 import numpy as np
@@ -108,12 +108,44 @@ def make_config(cls, config=None, **overrides):
     if unknown:
         raise TypeError(f"{cls.__module__.rsplit('.', 1)[-1]} has no parameter "
                         f"{', '.join(unknown)}; its parameters are {', '.join(sorted(names))}")
+    for name, value in overrides.items():
+        _check_value(cls, name, value, getattr(config, name))
     return dataclasses.replace(config, **overrides)
 
 
-def finish(name, module, config, numbers, conclusion, data, plotter, t0):
-    return Result(name, module.TITLE, module.QUESTION, module.setup(config), config, numbers,
-                  conclusion, data, time.perf_counter() - t0, plotter)
+#: int parameters that may be 0 (the others count steps, sizes, layers: at least 1)
+_ZERO_OK = ("seed", "spike_step")
+
+
+def _check_value(cls, name, value, default):
+    """A ValueError naming the parameter, what it needs and what it got."""
+    where = f"{cls.__module__.rsplit('.', 1)[-1]}: {name}"
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+        need = "True or False"
+    elif isinstance(default, int):
+        lo = 0 if name in _ZERO_OK else 1
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo
+        need = f"an int >= {lo}"
+    elif isinstance(default, float):
+        ok = (isinstance(value, (int, float, np.integer, np.floating))
+              and not isinstance(value, bool) and math.isfinite(value) and value > 0)
+        need = "a finite number > 0"
+    elif isinstance(default, tuple):
+        ok = isinstance(value, (tuple, list)) and len(value) > 0
+        need = f"a non-empty tuple like {default!r}"
+    else:
+        return
+    if not ok:
+        raise FpemuValueError(f"{where} must be {need}, got {value!r} (default {default!r})")
+
+
+def finish(module_name, config, numbers, conclusion, data, plotter, t0):
+    """The Result of the experiment module ``module_name`` (its NAME, TITLE, QUESTION and
+    setup text), timed from ``t0``."""
+    m = sys.modules[module_name]
+    return Result(m.NAME, m.TITLE, m.QUESTION, m.setup(config), config, numbers, conclusion,
+                  data, time.perf_counter() - t0, plotter)
 
 
 def num(x):
@@ -133,10 +165,6 @@ def pct(x):
     return f"{100 * x:.1f}%"
 
 
-def to_json_text(results) -> str:
-    return json.dumps([r.to_json() for r in results], indent=2, sort_keys=False)
-
-
 # -- small models and data shared by the experiments --------------------------------------
 
 def regression_data(n, d_in, d_out, seed):
@@ -153,16 +181,6 @@ def regression_data(n, d_in, d_out, seed):
     return X, y
 
 
-def classification_data(n, d_in, classes, seed):
-    """Gaussian-free blobs: class c's inputs around a fixed centre, exact in float32."""
-    rng = np.random.default_rng(seed)
-    centres = (rng.integers(-2**10, 2**10, size=(classes, d_in)) * 2.0**-10)
-    labels = rng.integers(0, classes, size=n)
-    noise = rng.integers(-2**12, 2**12, size=(n, d_in)) * 2.0**-13
-    X = (centres[labels] + noise).astype(np.float32)
-    return X, labels.astype(np.int64)
-
-
 def mlp(torch, d_in, width, depth, d_out, gain=1.0, act="tanh", seed=0):
     """A plain MLP (Linear + activation) x depth, then a Linear head; weights scaled by gain."""
     nn = torch.nn
@@ -176,11 +194,3 @@ def mlp(torch, d_in, width, depth, d_out, gain=1.0, act="tanh", seed=0):
         d = width
     layers.append(nn.Linear(d, d_out))
     return nn.Sequential(*layers)
-
-
-def check_positive(name, value, integer=True):
-    if integer and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                    or value < 1):
-        raise FpemuValueError(f"{name} must be an int >= 1, got {value!r}")
-    if not integer and not (isinstance(value, (int, float)) and value > 0):
-        raise FpemuValueError(f"{name} must be a number > 0, got {value!r}")

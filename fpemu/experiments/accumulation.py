@@ -83,7 +83,7 @@ def run(config=None, **overrides):
         f"products brings it to {p:.3%}. A bf16 accumulator is off by "
         f"{numbers[f'bf16_acc_at_K{kmax}']:.1%} at the same K, an fp32 one by "
         f"{numbers[f'fp32_acc_at_K{kmax}']:.1e}.")
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         {"series": series}, _plot, t0)
 
 

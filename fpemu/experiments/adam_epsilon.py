@@ -103,7 +103,7 @@ def run(config=None, **overrides):
         f"fp32 master weights and bf16 leave "
         f"{sum(rows[k]['nan'] + rows[k]['neg_inf'] for k in list(rows)[2:5])} non-finite.")
     data = {"g": g, "params": params}
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         data, _plot, t0)
 
 

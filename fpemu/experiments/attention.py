@@ -128,7 +128,7 @@ def run(config=None, **overrides):
         f"{scores['max_abs_error_P']:.2g}, "
         f"{scores['max_abs_error_P'] / max(flash['max_abs_error_P'], 1e-300):.2g} times the "
         f"flash-style error.")
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         {"rows": rows, "P": ps, "P_ref": p_ref}, _plot, t0)
 
 

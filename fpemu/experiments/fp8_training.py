@@ -93,6 +93,10 @@ def run(config=None, **overrides):
     from ..autograd import fp8
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
+    if c.spike_step >= c.steps:
+        from ..errors import FpemuValueError
+        raise FpemuValueError(f"fp8_training: spike_step must be below steps ({c.steps}), got "
+                              f"{c.spike_step}; pass a larger steps or a smaller spike_step")
     rng = np.random.default_rng(c.seed)
     data = rng.integers(0, c.vocab, size=(c.steps, c.batch, c.seq))
     curves, saturated, amax_hist, scale_hist = {}, {}, [], []
@@ -164,7 +168,7 @@ def run(config=None, **overrides):
         f"({base:.4g}) on this task.")
     data_out = {"curves": curves, "saturated": saturated, "amax": amax_hist,
                 "scale": scale_hist}
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         data_out, _plot, t0)
 
 

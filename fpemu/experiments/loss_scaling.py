@@ -91,7 +91,7 @@ def run(config=None, **overrides):
         f"{_base.num(numbers['min_scale'])} to {_base.num(numbers['final_scale'])}. "
         f"A skipped step costs one batch; the weights never see an inf or a NaN.")
     data = {"scales": scales_a, "skipped": np.array(skipped), "losses": np.array(losses)}
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         data, _plot, t0)
 
 

@@ -101,7 +101,7 @@ def run(config=None, **overrides):
         f"{final['fp32']:.4g} in fp32, and fp32 master weights bring it to "
         f"{final[f'{worst} + fp32 master']:.4g}.")
     data = {"curves": curves, "table": table, "paths": paths}
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         data, _plot, t0)
 
 

@@ -87,7 +87,7 @@ def run(config=None, **overrides):
         f"{_base.pct(stats_['fp16']['lost_updates'])}). Final losses: fp32 "
         f"{stats_['fp32']['final_loss']:.4g}, bf16 {stats_['bf16']['final_loss']:.4g}, fp16 "
         f"{stats_['fp16']['final_loss']:.4g}.")
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         {"curves": curves, "stats": stats_}, _plot, t0)
 
 

@@ -91,7 +91,7 @@ def run(config=None, **overrides):
         f"rounds {_base.pct(lost['bf16 sr'])} of them back to the old weight, but keeps each "
         f"update in expectation, reaching {final['bf16 sr']:.4g}. fp32 master weights reach "
         f"{final['bf16 + fp32 master']:.4g} and fp32 {final['fp32']:.4g}.")
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         {"losses": runs}, _plot, t0)
 
 

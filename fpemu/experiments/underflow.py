@@ -163,7 +163,7 @@ def run(config=None, **overrides):
             "losses": {"fp32": losses32, "fp16, no scaling": losses16,
                        "fp16, dynamic loss scaling": losses_sc},
             "scales": scale_traj}
-    return _base.finish(NAME, __import__(__name__, fromlist=["x"]), c, numbers, conclusion,
+    return _base.finish(__name__, c, numbers, conclusion,
                         data, _plot, t0)
 
 
