@@ -376,27 +376,36 @@ def survey(source, formats, *, scales=(1.0,), chunk=1 << 22, progress=None,
         parts = [source]
     else:
         parts = source
+    # stochastic rounding: each element draws the bits of its index in the whole
+    # (concatenated, C-order) data, as in one call; the chunking does not matter
+    sr = parse_rounding(kwargs.get("rounding", "rne")).name == "SR"
+    seed, offset = kwargs.pop("seed", None), 0
+    if isinstance(seed, tuple) and len(seed) == 2:
+        seed, offset = seed
     totals = {}
     for part in parts:
         if not isinstance(part, np.ndarray) or isinstance(part, np.ma.MaskedArray):
+            part = part if isinstance(part, np.ma.MaskedArray) else np.asarray(part)
             pieces = [(0, part)]
         else:
-            pieces = _chunks(part, int(chunk), ordered=False)
-        for _, piece in pieces:
+            pieces = _chunks(part, int(chunk), ordered=sr)
+        for start, piece in pieces:
             n = 0
+            kw = dict(kwargs, seed=(seed, offset + start) if sr else seed)
             for f in fmts:
                 for s in scale_list:
-                    c = stats(np.asarray(piece) if not isinstance(piece, np.ma.MaskedArray)
-                              else piece, f, scale=s, **kwargs)
+                    c = stats(piece, f, scale=s, **kw)
                     key = (f.name, s)
                     totals[key] = c if key not in totals else totals[key] + c
                     n = c.total
             if progress is not None:
                 progress(n)
+        offset += int(np.size(part))
     if not totals:
         for f in fmts:
             for s in scale_list:
-                totals[(f.name, s)] = stats(np.zeros(0, np.float32), f, scale=s, **kwargs)
+                totals[(f.name, s)] = stats(np.zeros(0, np.float32), f, scale=s, seed=seed,
+                                            **kwargs)
     return Survey(tuple(f.name for f in fmts), scale_list, totals)
 
 

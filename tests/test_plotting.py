@@ -110,3 +110,9 @@ def test_survey_counts_every_format_and_scale_in_one_pass(grads):
             assert sv[f, s] == fpemu.stats(grads, f, scale=s)
     with pytest.raises(fpemu.errors.FpemuValueError, match="no counts for \\(bf16"):
         sv["bf16", 1]
+    # stochastic rounding: the same counts as one call, however the data are cut
+    parts = [grads[:1234], grads[1234:]]
+    sr = fpemu.stats.survey(parts, "e4m3fn", scales=(2.0**20,), rounding="sr", seed=7,
+                            chunk=100)
+    assert sr["e4m3fn", 2.0**20] == fpemu.stats(grads, "e4m3fn", scale=2.0**20, rounding="sr",
+                                                seed=7)
