@@ -156,6 +156,11 @@ def num(x):
     return f"{x:g}"
 
 
+def rel(x):
+    """A signed relative difference for prose: +44.8%, or ±0.0% when it rounds to zero."""
+    return "±0.0%" if round(abs(100 * x), 1) == 0 else f"{x:+.1%}"
+
+
 def pct(x):
     """A share as a short percentage for prose."""
     if x == 0:

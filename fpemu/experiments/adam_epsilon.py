@@ -94,11 +94,12 @@ def run(config=None, **overrides):
         "variants": rows,
     }
     first = f"fp16, eps {c.eps:g}"
+    g0 = _base._show(rows[first]["g0_result"]).replace("nan", "NaN")
     conclusion = (
         f"In fp16, eps = {c.eps:g} rounds to {numbers['eps_in_fp16']:g} and v = 0.001 g^2 "
         f"underflows for |g| <= {numbers['largest_g_giving_minus_inf']:.5g}, so "
         f"{rows[first]['neg_inf']} of {g.size - 1} parameters become -inf and g = 0 gives "
-        f"{rows[first]['g0_result']}. eps = {c.big_eps:g} keeps all finite but steps up to "
+        f"{g0}. eps = {c.big_eps:g} keeps all finite but steps up to "
         f"{rows[f'fp16, eps {c.big_eps:g}']['max_step_over_lr']:.3g} x lr, while fused Adam, "
         f"fp32 master weights and bf16 leave "
         f"{sum(rows[k]['nan'] + rows[k]['neg_inf'] for k in list(rows)[2:5])} non-finite.")

@@ -157,8 +157,9 @@ def run(config=None, **overrides):
         f"leaves {_base.pct(numbers['fp16_flushed_activation_grads_x8'])} and 32768 leaves "
         f"{_base.pct(numbers['fp16_flushed_activation_grads_x32768'])}. "
         f"Trained with fp16 autocast and no scaling the loss ends at {final['fp16']:.4g} "
-        f"({gap16 / final['fp32']:+.1%} from fp32's {final['fp32']:.4g}); with dynamic loss "
-        f"scaling it ends at {final['fp16+scaler']:.4g} ({gapsc / final['fp32']:+.1%}).")
+        f"({_base.rel(gap16 / final['fp32'])} from fp32's {final['fp32']:.4g}); with dynamic "
+        f"loss scaling it ends at {final['fp16+scaler']:.4g} "
+        f"({_base.rel(gapsc / final['fp32'])}).")
     data = {"act": grads_act, "weight": grads_w, "survey_act": sv_act,
             "losses": {"fp32": losses32, "fp16, no scaling": losses16,
                        "fp16, dynamic loss scaling": losses_sc},
