@@ -37,8 +37,9 @@ QUICK = dict(g_lo=2.0**-9, g_hi=2.0**-7)
 
 def setup(c):
     return (f"One Adam step (lr {c.lr:g}) per parameter, p0 = 1, gradient = each fp16 value "
-            f"in [{_base.num(c.g_lo)}, {_base.num(c.g_hi)}] and 0; variants: fp16 eps {c.eps:g}, fp16 eps "
-            f"{c.big_eps:g}, fp16 fused, fp16 with fp32 master weights, bf16, fp32.")
+            f"in [{_base.num(c.g_lo)}, {_base.num(c.g_hi)}] and 0; variants: fp16 eps "
+            f"{c.eps:g}, fp16 eps {c.big_eps:g}, fp16 fused, fp16 with fp32 master weights, "
+            "bf16, fp32.")
 
 
 def _grads(c):
