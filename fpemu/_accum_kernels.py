@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 
+import numba
 import numpy as np
 from numba import prange
 from numba.cpython.unsafe.numbers import leading_zeros
@@ -178,6 +179,59 @@ def _tc_dot(A, BT, i, j, k0, k1, c, tc):
     return c
 
 
+@jit
+def _dot_one(A, BT, i, j, k0, k1, c, p, tc, key, model, mode, flags):
+    """dot(A[i, k0:k1], BT[j, k0:k1]) + c under one model, mode and flags
+    (compile-time constants: one lean function per combination)."""
+    numba.literally(model)
+    numba.literally(mode)
+    numba.literally(flags)
+    K = A.shape[1]
+    base = (i * BT.shape[0] + j) * K
+    if model == TC:
+        return _tc_dot(A, BT, i, j, k0, k1, c, tc)
+    if model == EXACT:
+        limbs = np.zeros(_NL, np.int64)
+        _limb_add(limbs, c)
+        all_neg = np.signbit(c)
+        any_neg = np.signbit(c)
+        for k in range(k0, k1):
+            pr = A[i, k] * BT[j, k]
+            _limb_add(limbs, pr)
+            all_neg = all_neg & np.signbit(pr)
+            any_neg = any_neg | np.signbit(pr)
+        neg_zero = any_neg if mode == RDN else all_neg
+        return _limb_round(limbs, neg_zero, mode, p, flags, key, base)
+    if model == FMA_MODEL:
+        for k in range(k0, k1):
+            s, st = _exact_op(FMA, mode, A[i, k], BT[j, k], c)
+            c = _round_acc(s, st, mode, p, flags, key, base + k)
+        return c
+    if model == SEQUENTIAL:
+        for k in range(k0, k1):
+            pr = _round_acc(A[i, k] * BT[j, k], 0, mode, p, flags, key, base + k)
+            c = _add_acc(c, pr, mode, p, flags, key, base + k)
+        return c
+    # PAIRWISE
+    n = k1 - k0
+    buf = np.empty(max(n, 1), np.float64)
+    for k in range(k0, k1):
+        buf[k - k0] = _round_acc(A[i, k] * BT[j, k], 0, mode, p, flags, key, base + k)
+    step = 0
+    while n > 1:
+        half = n // 2
+        for t in range(half):
+            buf[t] = _add_acc(buf[2 * t], buf[2 * t + 1], mode, p, flags, key,
+                              base + step * K + t)
+        if n % 2 == 1:
+            buf[half] = buf[n - 1]
+        n = half + n % 2
+        step += 1
+    if k1 > k0:
+        return _add_acc(c, buf[0], mode, p, flags, key, base)
+    return c
+
+
 # -------------------------------------------------------------- the kernels
 @functools.lru_cache(maxsize=None)
 def dot_kernel(model, mode, flags, block, native, paired):
@@ -188,54 +242,13 @@ def dot_kernel(model, mode, flags, block, native, paired):
     each block into an fp32 accumulator; ``native`` takes the float32 loop
     for the sequential fp32/rne model. ``tc`` = (L, F, out_f, e_zero,
     emin_a, emin_b) for the tensor-core model.
-    """
 
-    @jit
-    def one(A, BT, i, j, k0, k1, c, p, tc, key):
-        K = A.shape[1]
-        base = (i * BT.shape[0] + j) * K
-        if model == TC:
-            return _tc_dot(A, BT, i, j, k0, k1, c, tc)
-        if model == EXACT:
-            limbs = np.zeros(_NL, np.int64)
-            _limb_add(limbs, c)
-            all_neg = np.signbit(c)
-            any_neg = np.signbit(c)
-            for k in range(k0, k1):
-                pr = A[i, k] * BT[j, k]
-                _limb_add(limbs, pr)
-                all_neg = all_neg & np.signbit(pr)
-                any_neg = any_neg | np.signbit(pr)
-            neg_zero = any_neg if mode == RDN else all_neg
-            return _limb_round(limbs, neg_zero, mode, p, flags, key, base)
-        if model == FMA_MODEL:
-            for k in range(k0, k1):
-                s, st = _exact_op(FMA, mode, A[i, k], BT[j, k], c)
-                c = _round_acc(s, st, mode, p, flags, key, base + k)
-            return c
-        if model == SEQUENTIAL:
-            for k in range(k0, k1):
-                pr = _round_acc(A[i, k] * BT[j, k], 0, mode, p, flags, key, base + k)
-                c = _add_acc(c, pr, mode, p, flags, key, base + k)
-            return c
-        # PAIRWISE
-        n = k1 - k0
-        buf = np.empty(max(n, 1), np.float64)
-        for k in range(k0, k1):
-            buf[k - k0] = _round_acc(A[i, k] * BT[j, k], 0, mode, p, flags, key, base + k)
-        step = 0
-        while n > 1:
-            half = n // 2
-            for t in range(half):
-                buf[t] = _add_acc(buf[2 * t], buf[2 * t + 1], mode, p, flags, key,
-                                  base + step * K + t)
-            if n % 2 == 1:
-                buf[half] = buf[n - 1]
-            n = half + n % 2
-            step += 1
-        if k1 > k0:
-            return _add_acc(c, buf[0], mode, p, flags, key, base)
-        return c
+    The kernel's closure holds only ints and bools and reaches
+    :func:`_dot_one` as a global, so that Numba's disk cache hits in a new
+    process (see the note above :func:`fpemu._kernels.rounding_kernel`).
+    """
+    model, mode, flags, block = int(model), int(mode), int(flags), int(block)
+    paired = bool(paired)
 
     if native:
         @pjit
@@ -265,11 +278,13 @@ def dot_kernel(model, mode, flags, block, native, paired):
                 if block > 0:
                     total = np.float32(C[i, jj])
                     for k0 in range(0, K, block):
-                        part = one(A, BT, i, j, k0, min(k0 + block, K), 0.0, p, tc, key)
+                        part = _dot_one(A, BT, i, j, k0, min(k0 + block, K), 0.0, p, tc, key,
+                                        model, mode, flags)
                         total = total + np.float32(part)
                     out[i, jj] = total
                 else:
-                    out[i, jj] = np.float32(one(A, BT, i, j, 0, K, C[i, jj], p, tc, key))
+                    out[i, jj] = np.float32(_dot_one(A, BT, i, j, 0, K, C[i, jj], p, tc,
+                                                     key, model, mode, flags))
 
     return kernel
 

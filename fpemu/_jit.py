@@ -96,6 +96,30 @@ f32_ubits = _bitcast(types.float32, types.uint32, ir.IntType(32))
 f32_from_ubits = _bitcast(types.uint32, types.float32, ir.FloatType())
 
 
+def _shift(method, ty):
+    @intrinsic
+    def shift(typingctx, a, s):
+        if not (a == ty and s == ty):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return getattr(builder, method)(args[0], args[1])
+
+        return ty(ty, ty), codegen
+
+    return shift
+
+
+#: 32-bit shifts of int32 by int32 (uint32 by uint32 for ``lshr32``). Numba
+#: widens ``a << s`` on 32-bit integers to 64 bits, and LLVM cannot narrow a
+#: variable shift back, so a loop of them fits half as many lanes per vector.
+#: As in LLVM, a shift count outside 0..31 gives an undefined result: the
+#: callers clamp it.
+shl32 = _shift("shl", types.int32)
+ashr32 = _shift("ashr", types.int32)
+lshr32 = _shift("lshr", types.uint32)
+
+
 @intrinsic
 def fma(typingctx, a, b, c):
     """a * b + c with one rounding (LLVM's llvm.fma.f64: the FMA instruction,

@@ -44,7 +44,8 @@ import numpy as np
 from numba import prange
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from ._jit import f32_bits, f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, jit, pjit
+from ._jit import (ashr32, f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, jit,
+                   pjit, shl32)
 
 RNE, RNA, RTZ, RUP, RDN, RTO, SR = range(7)
 OVF_INF, OVF_SATURATE, OVF_NAN = range(3)
@@ -79,35 +80,14 @@ def _split_f64(x, flags):
     """(negative, e, sig, special, fraction != 0) of a float64.
 
     float64 subnormals lie far below every format's smallest value, so they
-    are never normalised (``flags`` is there to match :func:`_split_f32`).
+    are never normalised (``flags`` is unused: the float32 input path,
+    :func:`_rounded32`, normalises them under NORMALIZE).
     """
     b = f64_bits(x)
     ef = (b >> 52) & 0x7FF
     fr = b & 0xFFFFFFFFFFFFF
     sig = fr | (np.int64(ef != 0) << 52)
     return b < 0, max(ef, 1) - 1023, sig, ef == 0x7FF, fr != 0
-
-
-#   float32:  s | eeeeeeee | fffffff(23)ffffff
-@jit
-def _split_f32(x, flags):
-    """(negative, e, sig, special, fraction != 0) of a float32.
-
-    With NORMALIZE, subnormal inputs are normalised (``sig`` gets its leading
-    1 at bit 23): formats such as e8m0 have binades below float32's normal
-    range, where the quantum depends on the true exponent.
-    """
-    numba.literally(flags)
-    b = np.int64(f32_bits(x))
-    ef = (b >> 23) & 0xFF
-    fr = b & 0x7FFFFF
-    sig = fr | (np.int64(ef != 0) << 23)
-    e = max(ef, 1) - 127
-    if flags & NORMALIZE:
-        lz = min(np.int64(leading_zeros(sig)) - 40, 23)  # 0 unless subnormal
-        e = e - lz
-        sig = sig << lz
-    return b < 0, e, sig, ef == 0xFF, fr != 0
 
 
 # ---------------------------------------------------------------- the rounding
@@ -242,7 +222,233 @@ def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, inde
     return _mag_value(mag, negative, nan, p, flags)
 
 
+# ------------------------------------------- float32 input, in 32-bit lanes
+#
+# The same rounding for float32 input, written so that every integer stays 32
+# bits wide (each result wrapped in np.int32 / np.uint32, constants typed):
+# LLVM then packs 8 lanes per AVX2 vector and 16 per AVX-512 vector, where the
+# int64 code above fits 4 and 8. The significand is below 2**24, so a shift
+# clamped to 30 drops exactly what the int64 code drops (any shift >= 25
+# drops everything, and half of 2**30 is still positive in int32). Only
+# stochastic rounding reaches 64 bits, for its random draw, which stays the
+# splitmix64 of :func:`_random63`: the bits do not depend on the input's
+# width. ``tests/test_fast_paths.py`` checks these
+# kernels against the float64-input kernels above, bit for bit.
+_I0 = np.int32(0)
+_I1 = np.int32(1)
+_U1 = np.uint32(1)
+
+
+@jit
+def _pow2_f32(k):
+    """2.0**k as float32 for k in -149..127 (a subnormal below -126)."""
+    normal = np.uint32(shl32(np.int32(max(k, np.int32(-126)) + np.int32(127)), np.int32(23)))
+    sub = np.uint32(shl32(_I1, min(max(np.int32(k + np.int32(149)), _I0), np.int32(22))))
+    return f32_from_ubits(normal if k >= np.int32(-126) else sub)
+
+
+@jit
+def _rounded32(u, mode, p, flags, key, index):
+    """(magnitude code, negative, nan) of the float32 with bits ``u`` rounded
+    to the format: the split of the float32 into sign, exponent and integer
+    significand (subnormals normalised under NORMALIZE: formats such as e8m0
+    have binades below float32's normal range), :func:`_round` and
+    :func:`_finish`, in int32 arithmetic."""
+    numba.literally(mode)
+    numba.literally(flags)
+    M = np.int32(p[0])
+    emin = np.int32(p[1])
+    emax = np.int32(p[2])
+    neg = (u >> np.uint32(31)) != np.uint32(0)
+    a = u & np.uint32(0x7FFFFFFF)
+    ef = np.int32(a >> np.uint32(23))
+    fr = np.int32(a & np.uint32(0x7FFFFF))
+    special = ef == np.int32(255)
+    frac_nz = fr != _I0
+    sig = np.int32(fr | shl32(np.int32(ef != _I0), np.int32(23)))
+    e = np.int32(max(ef, _I1) - np.int32(127))
+    if flags & NORMALIZE:
+        lz = np.int32(min(np.int32(leading_zeros(sig)) - np.int32(8), np.int32(23)))
+        e = np.int32(e - lz)
+        sig = shl32(sig, lz)
+    shift = np.int32(np.int32(23) - M + max(np.int32(emin - e), _I0))
+    s = np.int32(min(shift, np.int32(30)))
+    kept = ashr32(sig, s)
+    rem = np.int32(sig & np.int32(shl32(_I1, s) - _I1))
+    half = ashr32(shl32(_I1, s), _I1)
+    inexact = rem != _I0
+    if mode == RNE:
+        # add half an ulp, less one unless the kept lowest bit is odd (ties
+        # to even), and drop the low bits: the carry is the increment
+        up = np.int32(half - _I1 + np.int32(kept & _I1)) if s > _I0 else _I0
+        kept = ashr32(np.int32(sig + up), s)
+    elif mode == RNA:
+        kept = ashr32(np.int32(sig + half), s)
+    else:
+        if mode == RTZ:
+            inc = False
+        elif mode == RUP:
+            inc = inexact & (not neg)
+        elif mode == RDN:
+            inc = inexact & neg
+        elif mode == RTO:
+            inc = inexact & ((kept & _I1) == _I0)
+        else:
+            # up with probability rem / 2**shift, read as a 63-bit threshold
+            sh = np.int64(shift)
+            r64 = np.int64(rem)
+            up64 = r64 << (63 - min(sh, 63))
+            down64 = r64 >> min(max(sh - 63, 0), 63)
+            threshold = up64 if sh <= 63 else down64
+            inc = _random63(key, index) < threshold
+        kept = np.int32(kept + np.int32(inc))
+    q = np.int32(min(max(e, emin), emax))
+    mag = np.int32(shl32(np.int32(q + np.int32(p[3]) - _I1), M) + kept)
+    maxmag = np.int32(p[4])
+    ovf = (e > emax) | (mag > maxmag)
+    if mode == RTZ or mode == RTO:
+        to_inf = False
+    elif mode == RUP:
+        to_inf = not neg
+    elif mode == RDN:
+        to_inf = neg
+    else:
+        to_inf = True
+    ovf_to_inf = ovf & to_inf
+    # _finish, in int32
+    policy = flags & POLICY_MASK
+    to_policy = ovf_to_inf | (special & (not frac_nz))
+    mag = maxmag if ovf else mag
+    if policy == OVF_INF:
+        mag = np.int32(p[5]) if to_policy else mag
+    else:
+        mag = maxmag if to_policy else mag
+    if flags & FLUSH:
+        mag = _I0 if mag < shl32(_I1, M) else mag
+    if flags & NO_ZERO:
+        mag = max(mag, _I0)
+    nan = special & frac_nz
+    if policy == OVF_NAN:
+        nan = nan | to_policy
+    if flags & UNSIGNED:
+        nan = nan | neg | ((sig == _I0) & (not special))
+    if flags & FNUZ:
+        negative = neg & (mag != _I0)
+    else:
+        negative = neg
+    return mag, negative, nan
+
+
+@jit
+def _encode32(u, mode, p, flags, key, index):
+    """The code of the float32 with bits ``u`` (uint32)."""
+    numba.literally(mode)
+    numba.literally(flags)
+    mag, negative, nan = _rounded32(u, mode, p, flags, key, index)
+    code = np.uint32(mag | shl32(np.int32(negative), np.int32(p[7])))
+    return np.uint32(p[6]) if nan else code
+
+
+@jit
+def _value32(mag, negative, nan, p, flags):
+    """The float32 value of magnitude code ``mag``.
+
+    Where the format's normal binades are float32 normals (emin >= -126:
+    every format but e8m0 and some custom ones), a normal code's float32 bits
+    are the code shifted into place plus the difference of the biases, and a
+    subnormal code is the integer ``mag`` times the subnormal step, one exact
+    product. Otherwise the integer significand is converted exactly and
+    multiplied by 2**ex in one or two exact products (two when 2**ex is below
+    float32's range; every value of a format fits float32).
+    """
+    numba.literally(flags)
+    M = np.int32(p[0])
+    emin = np.int32(p[1])
+    bias = np.int32(p[3])
+    if (emin >= np.int32(-126)) and not (flags & NO_ZERO):
+        normal = np.uint32(shl32(mag, np.int32(np.int32(23) - M))
+                           + shl32(np.int32(np.int32(127) - bias), np.int32(23)))
+        sub = f32_ubits(np.float32(mag) * _pow2_f32(np.int32(emin - M)))
+        bits = sub if mag < shl32(_I1, M) else normal
+    else:
+        field = ashr32(mag, M)
+        frac = np.int32(mag & np.int32(shl32(_I1, M) - _I1))
+        if flags & NO_ZERO:
+            sig = np.int32(frac | shl32(_I1, M))
+            ex = np.int32(field - bias - M)
+        else:
+            sig = np.int32(frac | shl32(np.int32(field != _I0), M))
+            ex = np.int32(max(field, _I1) - bias - M)
+        low = ex < np.int32(-100)
+        v = np.float32(sig) * _pow2_f32(np.int32(ex + np.int32(24)) if low else ex)
+        bits = f32_ubits(v * _pow2_f32(np.int32(-24) if low else _I0))
+    bits = np.uint32(0x7F800000) if mag == np.int32(p[5]) else bits
+    bits = np.uint32(bits | np.uint32(np.uint32(negative) << np.uint32(31)))
+    return f32_from_ubits(np.uint32(0x7FC00000) if nan else bits)
+
+
+@jit
+def _quantize32(u, mode, p, flags, key, index):
+    """The rounded value (float32) of the float32 with bits ``u``."""
+    numba.literally(mode)
+    numba.literally(flags)
+    mag, negative, nan = _rounded32(u, mode, p, flags, key, index)
+    return _value32(mag, negative, nan, p, flags)
+
+
 # --------------------------------------------------------------- array kernels
+#
+# Each factory below returns a parallel loop whose closure holds only ints
+# (the rounding mode and the flags, constants to the compiler), and which
+# reaches its helpers as module globals. Numba's on-disk cache keys a closure
+# by the pickle of its cells: a cell holding a dispatcher pickles differently
+# in every process, so such a kernel would never hit the cache (every process
+# recompiled it and added another file). ``tests/test_cache.py`` checks that a
+# second process loads every kernel from the cache.
+def _encode_f4(mode, flags):
+    @pjit
+    def encode_f4(x, out, p, key, offset):
+        for i in prange(x.size):
+            out[i] = _encode32(f32_ubits(x[i]), mode, p, flags, key, offset + i)
+
+    return encode_f4
+
+
+def _quantize_f4(mode, flags):
+    @pjit
+    def quantize_f4(x, out, p, key, offset):
+        for i in prange(x.size):
+            out[i] = _quantize32(f32_ubits(x[i]), mode, p, flags, key, offset + i)
+
+    return quantize_f4
+
+
+def _encode_f8(mode, flags):
+    @pjit
+    def encode_f8(x, out, p, key, offset):
+        for i in prange(x.size):
+            neg, e, sig, special, frac_nz = _split_f64(x[i], flags)
+            out[i] = _encode_one(neg, e, sig, special, frac_nz, 52, mode, p, flags, key,
+                                 offset + i)
+
+    return encode_f8
+
+
+def _quantize_f8(mode, flags):
+    @pjit
+    def quantize_f8(x, out, p, key, offset):
+        for i in prange(x.size):
+            neg, e, sig, special, frac_nz = _split_f64(x[i], flags)
+            out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, flags,
+                                              key, offset + i))
+
+    return quantize_f8
+
+
+_FACTORIES = {("encode", "f4"): _encode_f4, ("quantize", "f4"): _quantize_f4,
+              ("encode", "f8"): _encode_f8, ("quantize", "f8"): _quantize_f8}
+
+
 @functools.lru_cache(maxsize=None)
 def rounding_kernel(op, in_dtype, mode, flags):
     """The parallel loop for ``op`` ("quantize" or "encode") on float32 or
@@ -252,29 +458,9 @@ def rounding_kernel(op, in_dtype, mode, flags):
     ``mode`` and ``flags`` are constants of the closure, so each combination
     compiles to its own lean loop that LLVM vectorises, and Numba caches each
     on disk. (Passing them as ``numba.literally`` arguments instead made the
-    parallel loop twice as slow.)
+    parallel loop twice as slow.) float32 input runs the 32-bit kernels.
     """
-    split = _split_f32 if in_dtype == "f4" else _split_f64
-    in_m = 23 if in_dtype == "f4" else 52
-    if op == "encode":
-
-        @pjit
-        def encode(x, out, p, key, offset):
-            for i in prange(x.size):
-                neg, e, sig, special, frac_nz = split(x[i], flags)
-                out[i] = _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key,
-                                     offset + i)
-
-        return encode
-
-    @pjit
-    def quantize(x, out, p, key, offset):
-        for i in prange(x.size):
-            neg, e, sig, special, frac_nz = split(x[i], flags)
-            out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags,
-                                              key, offset + i))
-
-    return quantize
+    return _FACTORIES[(op, in_dtype)](int(mode), int(flags))
 
 
 #   code:  [sign] | exponent field | mantissa      (no sign bit with UNSIGNED)

@@ -9,6 +9,9 @@
 * ``fma`` of float32 operands in fp32 to nearest even runs the processor's
   fused multiply-add; the generic kernel (float64 operands) and exact
   rationals must agree.
+* Other roundings of float32 input run 32-bit kernels; the float64-input
+  kernels (64-bit integers) must give the same bits, in every mode and
+  overflow policy.
 * Parallel kernels run as serial twins on small arrays: same bits.
 """
 
@@ -71,6 +74,76 @@ def test_quantize_fast_path_matches_the_generic_kernel(name):
             x64 = x.astype(np.float64)
         generic = fpemu.quantize(x64, fmt)                      # the generic kernel
         np.testing.assert_array_equal(_bits(fast), _bits(generic))
+
+
+# One format per kind of flags the 32-bit kernels compile for: IEEE with inf
+# (fp32, tf32, bf16, fp16, e5m2), fn (e4m3fn, the MX fp6 / fp4), fnuz, e8m0
+# (unsigned, no zero, binades below float32's normal range) and a custom
+# format without subnormals whose normal range reaches float32's subnormals.
+WIDE = ("fp32", "tf32", "bf16", "fp16", "e5m2", "e4m3fn", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3",
+        "e2m1", "e8m0", Format.custom(8, 3, bias=136, has_subnormals=False, name="e8m3low"))
+POLICIES = ({}, {"overflow": "saturate"}, {"overflow": "nan"}, {"subnormals": False})
+MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto", "sr")
+
+
+def _cases():
+    """Every format and policy to nearest even (the policies live in code that
+    all modes share), and every other mode for formats with three different
+    sets of flags. Each new (mode, flags) pair compiles four kernels."""
+    for fmt in WIDE:
+        for kw in POLICIES:
+            yield fmt, kw, "rne"
+    for fmt in ("bf16", "e4m3fn", "e8m0"):
+        for mode in MODES[1:]:
+            yield fmt, {}, mode
+
+
+def _compare(fmt, kw, mode, x):
+    if not fmt.has_nan:
+        x = np.where(np.isnan(x), np.float32(0), x)
+    if not fmt.signed:
+        x = np.abs(x)
+    with np.errstate(invalid="ignore"):                         # signalling NaNs
+        x64 = x.astype(np.float64)
+    for op in (fpemu.encode, fpemu.quantize):
+        got = op(x, fmt, rounding=mode, seed=7, **kw)
+        want = op(x64, fmt, rounding=mode, seed=7, **kw)
+        if got.dtype == np.float32:
+            got, want = _bits(got), _bits(want)
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, (fmt.name, mode, kw, op.__name__, bad.size, x[bad[:5]],
+                               got[bad[:5]], want[bad[:5]])
+
+
+def test_float32_kernels_match_the_float64_kernels():
+    """float32 input runs the 32-bit kernels (``_kernels._rounded32``), float64
+    input the int64 ones: the same rounding written twice, in different
+    integer widths. Codes and values, every policy; the fast rne path of
+    ``quantize`` is not taken where the format or policy rules it out, and
+    the codes never take it. SR: the same seed, and the same slices, for both."""
+    x = _sample()
+    for fmt, kw, mode in _cases():
+        fmt = Q._as_format(fmt)
+        if kw.get("overflow") == "nan" and not fmt.has_nan:
+            continue
+        if kw.get("subnormals") is False and not fmt.has_subnormals:
+            continue
+        # slices below _jit.SERIAL_BELOW run the serial twins, which compile
+        # in about half the time of the parallel loops (the twins give the
+        # same bits: test_small_arrays_run_the_serial_twin_with_the_same_bits)
+        for i in range(0, x.size, 16000):
+            _compare(fmt, kw, mode, x[i:i + 16000])
+
+
+@pytest.mark.skipif(not os.environ.get("FPEMU_EXHAUSTIVE"), reason="FPEMU_EXHAUSTIVE=1 runs it")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3fn", "e5m2", "e2m1"])
+def test_float32_kernels_match_the_float64_kernels_on_all_inputs(name, mode):
+    """All 2**32 float32 inputs (about a minute per format and mode)."""
+    fmt = Q._as_format(name)
+    for s in range(0, 1 << 32, 1 << 26):
+        x = np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32).view(np.float32)
+        _compare(fmt, {}, mode, x)
 
 
 def test_quantize_fast_path_matches_ml_dtypes_and_numpy():

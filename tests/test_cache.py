@@ -1,0 +1,95 @@
+"""Numba's on-disk cache: a second process loads every kernel it uses.
+
+The first process compiles a workload that reaches every family of kernels
+(quantize / encode from float32 and float64 in several modes and policies,
+decode, the fast paths, elementwise arithmetic, each accumulation model,
+the tensor-core matmul, and one autograd training step) into an empty cache
+directory. A second process runs the same workload: it must compile nothing
+(Numba's ``numba:compile`` event fires only when a function is compiled, not
+when it is loaded from the cache) and must leave the cache directory exactly
+as it found it (no new entries: the cache does not grow from run to run).
+
+A kernel whose closure holds a Numba dispatcher breaks both: the pickle of a
+dispatcher differs in every process, Numba keys closures by that pickle, so
+each process compiled the kernel again and appended another cache entry.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+WORKLOAD = textwrap.dedent("""
+    import json, sys, time
+    import numba.core.event as ev
+    compiled = ev.install_recorder("numba:compile")
+    start = time.perf_counter()
+    with compiled as rec:
+        import numpy as np
+        import fpemu
+        from fpemu import accumulate
+        x = np.linspace(-300.0, 300.0, 999, dtype=np.float32)
+        for fmt in ("bf16", "fp16", "e4m3fn", "e5m2", "e2m1", "e8m0"):
+            for rounding in ("rne", "rtz", "sr"):
+                fpemu.quantize(np.abs(x) + 1 if fmt == "e8m0" else x, fmt,
+                               rounding=rounding, seed=1)
+                fpemu.encode(x.astype(np.float64) if fmt != "e8m0" else np.abs(x) + 1,
+                             fmt, rounding=rounding, seed=1)
+        codes = fpemu.encode(x, "e4m3fn")
+        fpemu.decode(codes, "e4m3fn")
+        fpemu.quantize(x, "fp16", overflow="saturate", subnormals=False)
+        xb16 = fpemu.quantize(x, "bf16")
+        fpemu.add(xb16, xb16, "bf16")
+        fpemu.fma(x, x, x, "fp32")
+        a = fpemu.quantize(np.linspace(-1, 1, 48).reshape(6, 8), "bf16")
+        b = a.T.copy()
+        for model in ("exact", "sequential", "pairwise", "blocked", "fma", "h100"):
+            accumulate.matmul(a, b, "bf16", model=model, block=4)
+        accumulate.dot(a[0], a[1], "bf16")
+        from fpemu.autograd import nn, optim
+        import fpemu.autograd as torch
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        opt = optim.Adam(net.parameters(), lr=1e-3)
+        xb = torch.randn(32, 8)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = net(xb).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+    names = sorted({e.data["dispatcher"].py_func.__qualname__
+                    for _, e in rec.buffer if e.is_start})
+    json.dump({"compiled": names, "seconds": time.perf_counter() - start}, sys.stdout)
+""")
+
+
+def _run(cache):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONHASHSEED="random")
+    res = subprocess.run([sys.executable, "-c", WORKLOAD], env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return json.loads(res.stdout)
+
+
+def _snapshot(cache):
+    files = {}
+    for root, _, names in os.walk(cache):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, cache)] = hashlib.sha256(f.read()).hexdigest()
+    return files
+
+
+def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
+    first = _run(tmp_path)
+    assert first["compiled"], "the first process must compile into the empty cache"
+    before = _snapshot(tmp_path)
+    assert any(name.endswith(".nbc") for name in before)
+    second = _run(tmp_path)
+    assert second["compiled"] == [], (
+        f"compiled again in a second process (cache miss): {second['compiled']}")
+    after = _snapshot(tmp_path)
+    assert sorted(set(after) - set(before)) == [], "the cache grew"
+    assert after == before, "cache entries were rewritten"
