@@ -536,3 +536,122 @@ def quantize_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic):
             t = (abs(x[i]) + magic) - magic
             r = np.uint32(sign | f32_ubits(t))
         out[i] = f32_from_ubits(r)
+
+
+# ------------------------------------------------------------------ statistics
+# Slots of the per-block count rows of :func:`stats_kernel` (fpemu.stats).
+S_NAN, S_INF, S_ZERO, S_FLUSHED, S_SUBNORMAL, S_NORMAL, S_OVERFLOW = range(7)
+S_TO_INF, S_TO_NAN, S_SATURATED, S_ZERO_BIN, S_HIST = 7, 8, 9, 10, 11
+
+
+_STATS_BLOCK = 2048
+
+
+@jit
+def _stats_one(v, scale, mode, p, flags, key, index, fmax, min_normal, has_zero, signed, lo,
+               nbins):
+    """(class slot, histogram slot, |v| if finite else 0) of one element;
+    branch-free, so that the first pass over a block vectorises. Elements
+    that are not binned (NaN, inf, zero) get the histogram slot past the
+    end of the row (``S_HIST + nbins``), which the caller drops."""
+    numba.literally(mode)
+    numba.literally(flags)
+    a = abs(v)
+    nan_in = v != v
+    inf_in = a == np.inf
+    finite = not (nan_in | inf_in)
+    xs = (v if finite else 0.0) * scale
+    neg, e, sig, special, frac_nz = _split_f64(xs, flags)
+    q = _quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, flags, key, index)
+    aq = abs(q)
+    invalid = finite & (((q != q) & (xs == 0.0)) | ((not signed) & (xs < 0.0)))
+    big = abs(xs) > fmax
+    cls = (S_NAN if nan_in | invalid else S_INF if inf_in else S_ZERO if v == 0.0
+           else S_OVERFLOW if big else S_FLUSHED if aq == 0.0
+           else S_SUBNORMAL if has_zero & (aq < min_normal) else S_NORMAL)
+    to = S_TO_NAN if q != q else S_TO_INF if aq == np.inf else S_SATURATED
+    # floor(log2 |xs|) from the float64 bits; inf (a finite x times a huge
+    # scale) falls in the last bin, an underflow to zero in the first
+    b = f64_bits(abs(xs))
+    ef = b >> 52
+    sub_e = -1011 - np.int64(leading_zeros(b | 1))
+    k = nbins - 1 if ef == 0x7FF else (sub_e if ef == 0 else ef - 1023) - lo
+    k = 0 if b == 0 else k
+    binned = finite & (v != 0.0)
+    slot = S_HIST + (min(max(k, 0), nbins - 1) if binned else nbins)
+    code = cls | (np.int64(to) << 8 if cls == S_OVERFLOW else 0)
+    return code, slot, a if finite else 0.0
+
+
+def _stats_factory(mode, flags):
+    @pjit
+    def stats_blocks(x, p, key, offset, scale, fmax, min_normal, has_zero, signed, lo,
+                     counts, amax):
+        n = x.size
+        nblocks = counts.shape[0]
+        nbins = counts.shape[1] - S_HIST - 1
+        step = (n + nblocks - 1) // nblocks
+        for t in prange(nblocks):
+            c = counts[t]
+            # four histograms, element j into j % 4: a run of equal bins would
+            # otherwise wait on one counter's store before each increment
+            h = np.zeros((4, nbins + 1), np.int64)
+            slots = np.empty(_STATS_BLOCK, np.int64)
+            # the largest |x| as the largest bit pattern (non-negative floats
+            # order as their bits): an integer max vectorises, a float one not
+            am = 0
+            n_nan = n_inf = n_zero = n_flushed = n_sub = n_normal = n_over = 0
+            n_to_inf = n_to_nan = n_sat = n_zero_bin = 0
+            end = min(n, (t + 1) * step)
+            for start in range(t * step, end, _STATS_BLOCK):
+                m = min(_STATS_BLOCK, end - start)
+                for j in range(m):                     # vectorised; sums, no stores
+                    v = np.float64(x[start + j])
+                    code, slot, a = _stats_one(v, scale, mode, p, flags, key,
+                                               offset + start + j, fmax, min_normal,
+                                               has_zero, signed, lo, nbins)
+                    cls = code & 255
+                    to = code >> 8
+                    n_nan += cls == S_NAN
+                    n_inf += cls == S_INF
+                    n_zero += cls == S_ZERO
+                    n_flushed += cls == S_FLUSHED
+                    n_sub += cls == S_SUBNORMAL
+                    n_normal += cls == S_NORMAL
+                    n_over += cls == S_OVERFLOW
+                    n_to_inf += to == S_TO_INF
+                    n_to_nan += to == S_TO_NAN
+                    n_sat += to == S_SATURATED
+                    n_zero_bin += v == 0.0
+                    slots[j] = slot - S_HIST
+                    am = max(am, f64_bits(a))
+                for j in range(m):
+                    h[j & 3, slots[j]] += 1
+            c[S_NAN] = n_nan
+            c[S_INF] = n_inf
+            c[S_ZERO] = n_zero
+            c[S_FLUSHED] = n_flushed
+            c[S_SUBNORMAL] = n_sub
+            c[S_NORMAL] = n_normal
+            c[S_OVERFLOW] = n_over
+            c[S_TO_INF] = n_to_inf
+            c[S_TO_NAN] = n_to_nan
+            c[S_SATURATED] = n_sat
+            c[S_ZERO_BIN] = n_zero_bin
+            for k in range(nbins + 1):
+                c[S_HIST + k] = h[0, k] + h[1, k] + h[2, k] + h[3, k]
+            amax[t] = f64_from_bits(am)
+
+    return stats_blocks
+
+
+@functools.lru_cache(maxsize=None)
+def stats_kernel(mode, flags):
+    """The loop behind :func:`fpemu.stats.stats`: one pass over ``x`` that
+    scales each element (in float64), rounds it to the format and counts its
+    class, overflow target and log2 bin into row ``t`` of ``counts`` (one row
+    per block of elements, so that threads never share a counter) and the
+    block's largest finite magnitude into ``amax[t]``; no per-element
+    temporaries. Called as ``kernel(x, p, key, offset, scale, fmax,
+    min_normal, has_zero, signed, lo, counts, amax)``."""
+    return _stats_factory(int(mode), int(flags))

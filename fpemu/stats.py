@@ -21,7 +21,11 @@ exactly one class:
 
 plus the largest finite magnitude (``amax``, before scaling) and a histogram
 of ``floor(log2 |x * scale|)`` for the finite nonzero values, with a separate
-zero bin. Masked elements of a ``numpy.ma`` array are skipped. Counts add:
+zero bin (a finite value that the scaling takes to ±inf counts in the last
+bin, one it takes to zero in the first). One kernel does it all in a single
+pass over the data, without per-element temporaries: the memory it takes
+does not grow with the data. Masked elements
+of a ``numpy.ma`` array are skipped. Counts add:
 ``stats(a) + stats(b) == stats(concat(a, b))``, so
 :func:`stats_chunked` walks arrays larger than memory (memory-mapped
 ``.npy`` files) and :func:`stats_dask` reduces the blocks of a
@@ -39,7 +43,10 @@ import numpy as np
 from ._callable import make_callable
 from .errors import FpemuValueError
 from .formats import Format
-from .quantize import _as_format, _prepare_input, quantize
+from . import _kernels
+from ._jit import run_kernel
+from .quantize import (_as_format, _kernel_params, _prepare_input, _resolve_overflow,
+                       _seed_key)
 from .rounding import parse_overflow, parse_rounding
 
 __all__ = ["Counts", "Survey", "stats", "stats_chunked", "stats_dask", "survey", "CLASSES"]
@@ -158,37 +165,28 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     res = _empty(fmt, scale, mode, lo, hi)
     if flat.size == 0:
         return res
-    x64 = flat.astype(np.float64, copy=False)
-    nan_in = np.isnan(x64)
-    inf = np.isinf(x64)
-    finite = ~nan_in & ~inf
-    xs = np.where(finite, x64, 0.0) * float(scale)
-    ax = np.abs(xs)
-    q = quantize(np.where(finite, xs, 0.0), fmt, rounding=rounding, subnormals=subnormals,
-                 overflow=overflow, seed=seed).astype(np.float64)
-    aq = np.abs(q)
-    # a finite value the format cannot hold at all (e8m0: negative or zero) becomes NaN
-    invalid = finite & (xs == 0) & np.isnan(q)
-    if not fmt.signed:
-        invalid |= finite & (xs < 0)
-    big = finite & ~invalid & (ax > fmt.max)
-    zero = finite & ~invalid & (x64 == 0)
-    rest = finite & ~invalid & ~zero & ~big
-    flushed = rest & (aq == 0)
-    sub = rest & (aq > 0) & (aq < fmt.min_normal) if fmt.has_zero else np.zeros_like(rest)
-    normal = rest & ~flushed & ~sub
-    counts = {"nan": int(nan_in.sum() + invalid.sum()), "inf": int(inf.sum()),
-              "zero": int(zero.sum()), "flushed": int(flushed.sum()), "subnormal": int(sub.sum()),
-              "normal": int(normal.sum()), "overflow": int(big.sum())}
-    overflow_to = {"inf": int((big & np.isinf(q)).sum()), "nan": int((big & np.isnan(q)).sum()),
-                   "saturated": int((big & np.isfinite(q)).sum())}
-    nz = finite & (x64 != 0)
-    _, e = np.frexp(ax[nz])
-    k = np.clip(e.astype(np.int64) - 1, lo, hi - 1) - lo
-    hist = np.bincount(k, minlength=hi - lo).astype(np.int64)
-    amax = float(np.abs(x64[finite]).max()) if finite.any() else 0.0
-    return dataclasses.replace(res, counts=counts, overflow_to=overflow_to, amax=amax,
-                               hist=hist, zero_bin=int((finite & (x64 == 0)).sum()))
+    mode_ = parse_rounding(rounding)
+    pol = _resolve_overflow(fmt, overflow)
+    params, flags = _kernel_params(fmt, pol, subnormals)
+    key, offset = _seed_key(seed, mode_)
+    # one block per 2**16 elements (at most 64): each thread counts its blocks
+    # into rows of its own, summed here; memory is O(blocks x bins)
+    nblocks = int(min(64, max(1, flat.size >> 16)))
+    counts = np.zeros((nblocks, _kernels.S_HIST + hi - lo + 1), np.int64)   # + a spare slot
+    amaxes = np.zeros(nblocks, np.float64)
+    run_kernel(_kernels.stats_kernel(int(mode_), flags), flat, params, key, offset,
+               float(scale), float(fmt.max), float(fmt.min_normal), bool(fmt.has_zero),
+               bool(fmt.signed), int(lo), counts, amaxes)
+    c = counts.sum(axis=0)
+    names = {"nan": _kernels.S_NAN, "inf": _kernels.S_INF, "zero": _kernels.S_ZERO,
+             "flushed": _kernels.S_FLUSHED, "subnormal": _kernels.S_SUBNORMAL,
+             "normal": _kernels.S_NORMAL, "overflow": _kernels.S_OVERFLOW}
+    return dataclasses.replace(
+        res, counts={k: int(c[v]) for k, v in names.items()},
+        overflow_to={"inf": int(c[_kernels.S_TO_INF]), "nan": int(c[_kernels.S_TO_NAN]),
+                     "saturated": int(c[_kernels.S_SATURATED])},
+        amax=float(amaxes.max()), hist=c[_kernels.S_HIST:-1].copy(),
+        zero_bin=int(c[_kernels.S_ZERO_BIN]))
 
 
 #: floor(log2 |x|) of a finite nonzero float64 is in -1074 .. 1023
