@@ -6,6 +6,8 @@ least 7 repeats, in million elements per second (M/s). Ratios are fpemu / peer
 at the same thread count (peers without threads: against fpemu at 1 thread).
 The slow pure-Python emulators (gfloat, pychop) run on a 2**16-element slice.
 
+Then: thread scaling, the per-call time of small arrays, and fpemu.stats.
+
     python bench/bench_quantize.py [--size-log2 24] [--repeats 7]
 """
 
@@ -158,6 +160,59 @@ def main(argv=None):
                       f"{ratio(one, peer.get(('gfloat', f, 1), 0))} "
                       f"{ratio(one, peer.get(('pychop', f, 1), 0))} "
                       f"{ratio(one, ours.get((op, f, 'rne', 1), 0))}")
+
+
+    print()
+    print("threads: 2T / 1T throughput on 2**20 elements or more (target >= 1.7)")
+    for op in ("encode", "quantize"):
+        for f in FORMATS:
+            one, two = ours.get((op, f, "rne", 1), 0.0), ours.get((op, f, "rne", 2), 0.0)
+            if one and two:
+                print(f"  {op:8s} {f:7s} rne {two / one:5.2f}")
+    overhead(x)
+    stats_table(x, ours, copy, args.repeats)
+
+
+def overhead(x):
+    """Per-call time of small arrays at 1 thread and at every thread, in us:
+    small arrays run the serial twin, so more threads must not cost more."""
+    print()
+    print("per-call time, us (small arrays: the serial twin; target: all threads <= 1 thread)")
+    print(f"  {'elements':>8s} {'quantize 1T':>12s} {'quantize nT':>12s} {'encode 1T':>10s} "
+          f"{'encode nT':>10s}")
+    before = numba.get_num_threads()
+    for n in (1, 16, 256, 4096):
+        row = []
+        for op in (fpemu.quantize, fpemu.encode):
+            for threads in (1, numba.config.NUMBA_NUM_THREADS):
+                numba.set_num_threads(threads)
+                part = x[:n]
+                row.append(timed(lambda: [op(part, "e4m3fn") for _ in range(100)], 7) / 100 * 1e6)
+        print(f"  {n:8d} {row[0]:12.1f} {row[1]:12.1f} {row[2]:10.1f} {row[3]:10.1f}")
+    numba.set_num_threads(before)
+
+
+def stats_table(x, ours, copy, repeats):
+    """fpemu.stats: one fused pass per (format, scale); throughput against
+    quantize's, and the memory it takes on top of the input."""
+    import tracemalloc
+
+    print()
+    print("stats (target: >= 0.5x quantize rne, <= 16 bytes/element extra)")
+    before = numba.get_num_threads()
+    for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        numba.set_num_threads(threads)
+        for f in FORMATS:
+            rate = x.size / timed(lambda: fpemu.stats(x, f, scale=1024.0), repeats) / 1e6
+            q = ours.get(("quantize", f, "rne", threads), 0.0)
+            print(f"  {threads}T {f:7s} {rate:8.1f} M/s  {rate / q if q else 0:5.2f}x quantize  "
+                  f"{rate / copy:5.2f}x copyto")
+    numba.set_num_threads(before)
+    tracemalloc.start()
+    fpemu.stats(x, "fp16")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    print(f"  memory: {peak / x.size:.3f} bytes per element (Python heap peak)")
 
 
 if __name__ == "__main__":

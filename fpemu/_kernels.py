@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import functools
 
-import numba
 import numpy as np
 from numba import prange
 from numba.cpython.unsafe.numbers import leading_zeros
@@ -99,7 +98,6 @@ def _round(neg, e, sig, in_m, mode, p, key, index):
     unless ``ovf`` (it exceeds max), in which case IEEE 754 §7.4 sends it to
     infinity when ``ovf_to_inf`` and to max otherwise.
     """
-    numba.literally(mode)  # one small function per mode, so LLVM inlines it
     M = p[0]
     emin = p[1]
     emax = p[2]
@@ -151,7 +149,6 @@ def _finish(neg, mag, ovf, ovf_to_inf, zero_in, special, nan_in, p, flags):
     Returns ``(mag, negative, nan)``: the final magnitude code, whether the
     result carries a minus sign, and whether it is NaN.
     """
-    numba.literally(flags)
     maxmag = p[4]
     policy = flags & POLICY_MASK
     to_policy = ovf_to_inf | (special & (not nan_in))  # overflow to inf, or ±inf input
@@ -179,7 +176,6 @@ def _finish(neg, mag, ovf, ovf_to_inf, zero_in, special, nan_in, p, flags):
 @jit
 def _mag_value(mag, negative, nan, p, flags):
     """The float64 value of magnitude code ``mag`` (and sign, NaN flag)."""
-    numba.literally(flags)
     M = p[0]
     field = mag >> M
     frac = mag & ((np.int64(1) << M) - 1)
@@ -198,8 +194,6 @@ def _mag_value(mag, negative, nan, p, flags):
 @jit
 def _rounded(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
     """(magnitude code, negative, nan) of one input rounded to the format."""
-    numba.literally(mode)
-    numba.literally(flags)
     mag, ovf, ovf_inf = _round(neg, e, sig, in_m, mode, p, key, index)
     zero_in = (sig == 0) & (not special)
     return _finish(neg, mag, ovf, ovf_inf, zero_in, special, frac_nz, p, flags)
@@ -207,8 +201,6 @@ def _rounded(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
 
 @jit
 def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
-    numba.literally(mode)
-    numba.literally(flags)
     mag, negative, nan = _rounded(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
     code = mag | (np.int64(negative) << p[7])
     return p[6] if nan else code
@@ -216,8 +208,6 @@ def _encode_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
 
 @jit
 def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index):
-    numba.literally(mode)
-    numba.literally(flags)
     mag, negative, nan = _rounded(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, index)
     return _mag_value(mag, negative, nan, p, flags)
 
@@ -254,8 +244,6 @@ def _rounded32(u, mode, p, flags, key, index):
     significand (subnormals normalised under NORMALIZE: formats such as e8m0
     have binades below float32's normal range), :func:`_round` and
     :func:`_finish`, in int32 arithmetic."""
-    numba.literally(mode)
-    numba.literally(flags)
     M = np.int32(p[0])
     emin = np.int32(p[1])
     emax = np.int32(p[2])
@@ -342,8 +330,6 @@ def _rounded32(u, mode, p, flags, key, index):
 @jit
 def _encode32(u, mode, p, flags, key, index):
     """The code of the float32 with bits ``u`` (uint32)."""
-    numba.literally(mode)
-    numba.literally(flags)
     mag, negative, nan = _rounded32(u, mode, p, flags, key, index)
     code = np.uint32(mag | shl32(np.int32(negative), np.int32(p[7])))
     return np.uint32(p[6]) if nan else code
@@ -361,7 +347,6 @@ def _value32(mag, negative, nan, p, flags):
     multiplied by 2**ex in one or two exact products (two when 2**ex is below
     float32's range; every value of a format fits float32).
     """
-    numba.literally(flags)
     M = np.int32(p[0])
     emin = np.int32(p[1])
     bias = np.int32(p[3])
@@ -390,8 +375,6 @@ def _value32(mag, negative, nan, p, flags):
 @jit
 def _quantize32(u, mode, p, flags, key, index):
     """The rounded value (float32) of the float32 with bits ``u``."""
-    numba.literally(mode)
-    numba.literally(flags)
     mag, negative, nan = _rounded32(u, mode, p, flags, key, index)
     return _value32(mag, negative, nan, p, flags)
 
@@ -407,28 +390,31 @@ def _quantize32(u, mode, p, flags, key, index):
 # second process loads every kernel from the cache.
 def _encode_f4(mode, flags):
     @pjit
-    def encode_f4(x, out, p, key, offset):
+    def encode_f4(x, out, p, key, offset, flags_arg):
+        fl = flags_arg if flags < 0 else flags
         for i in prange(x.size):
-            out[i] = _encode32(f32_ubits(x[i]), mode, p, flags, key, offset + i)
+            out[i] = _encode32(f32_ubits(x[i]), mode, p, fl, key, offset + i)
 
     return encode_f4
 
 
 def _quantize_f4(mode, flags):
     @pjit
-    def quantize_f4(x, out, p, key, offset):
+    def quantize_f4(x, out, p, key, offset, flags_arg):
+        fl = flags_arg if flags < 0 else flags
         for i in prange(x.size):
-            out[i] = _quantize32(f32_ubits(x[i]), mode, p, flags, key, offset + i)
+            out[i] = _quantize32(f32_ubits(x[i]), mode, p, fl, key, offset + i)
 
     return quantize_f4
 
 
 def _encode_f8(mode, flags):
     @pjit
-    def encode_f8(x, out, p, key, offset):
+    def encode_f8(x, out, p, key, offset, flags_arg):
+        fl = flags_arg if flags < 0 else flags
         for i in prange(x.size):
-            neg, e, sig, special, frac_nz = _split_f64(x[i], flags)
-            out[i] = _encode_one(neg, e, sig, special, frac_nz, 52, mode, p, flags, key,
+            neg, e, sig, special, frac_nz = _split_f64(x[i], fl)
+            out[i] = _encode_one(neg, e, sig, special, frac_nz, 52, mode, p, fl, key,
                                  offset + i)
 
     return encode_f8
@@ -436,10 +422,11 @@ def _encode_f8(mode, flags):
 
 def _quantize_f8(mode, flags):
     @pjit
-    def quantize_f8(x, out, p, key, offset):
+    def quantize_f8(x, out, p, key, offset, flags_arg):
+        fl = flags_arg if flags < 0 else flags
         for i in prange(x.size):
-            neg, e, sig, special, frac_nz = _split_f64(x[i], flags)
-            out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, flags,
+            neg, e, sig, special, frac_nz = _split_f64(x[i], fl)
+            out[i] = np.float32(_quantize_one(neg, e, sig, special, frac_nz, 52, mode, p, fl,
                                               key, offset + i))
 
     return quantize_f8
@@ -452,13 +439,18 @@ _FACTORIES = {("encode", "f4"): _encode_f4, ("quantize", "f4"): _quantize_f4,
 @functools.lru_cache(maxsize=None)
 def rounding_kernel(op, in_dtype, mode, flags):
     """The parallel loop for ``op`` ("quantize" or "encode") on float32 or
-    float64 input (``in_dtype`` "f4" / "f8"), one rounding mode and one set of
-    flags, called as ``kernel(x, out, p, key, offset)``.
+    float64 input (``in_dtype`` "f4" / "f8") and one rounding mode, called as
+    ``kernel(x, out, p, key, offset, flags)``; float32 input runs the 32-bit
+    kernels.
 
-    ``mode`` and ``flags`` are constants of the closure, so each combination
-    compiles to its own lean loop that LLVM vectorises, and Numba caches each
-    on disk. (Passing them as ``numba.literally`` arguments instead made the
-    parallel loop twice as slow.) float32 input runs the 32-bit kernels.
+    ``flags`` >= 0 compiles a loop for those flags alone (the constant folds
+    into lean code that LLVM vectorises); ``flags`` = -1 compiles one loop
+    for every set of flags, which reads them at run time: about 15 % slower
+    for codes and 40 % for values, but compiled once per mode instead of once
+    per set of flags (each compilation takes about half a second).
+    :func:`fpemu.quantize` specialises the flags of the named formats'
+    defaults. (Passing ``mode`` and ``flags`` as ``numba.literally``
+    arguments instead made the parallel loop twice as slow.)
     """
     return _FACTORIES[(op, in_dtype)](int(mode), int(flags))
 
@@ -466,7 +458,6 @@ def rounding_kernel(op, in_dtype, mode, flags):
 #   code:  [sign] | exponent field | mantissa      (no sign bit with UNSIGNED)
 @jit
 def _decode_one(code, p, flags):
-    numba.literally(flags)
     sign_shift = p[7]
     mag = code & ((np.int64(1) << sign_shift) - 1)
     if flags & UNSIGNED:
@@ -554,8 +545,6 @@ def _stats_one(v, scale, mode, p, flags, key, index, fmax, min_normal, has_zero,
     branch-free, so that the first pass over a block vectorises. Elements
     that are not binned (NaN, inf, zero) get the histogram slot past the
     end of the row (``S_HIST + nbins``), which the caller drops."""
-    numba.literally(mode)
-    numba.literally(flags)
     a = abs(v)
     nan_in = v != v
     inf_in = a == np.inf
@@ -586,7 +575,8 @@ def _stats_one(v, scale, mode, p, flags, key, index, fmax, min_normal, has_zero,
 def _stats_factory(mode, flags):
     @pjit
     def stats_blocks(x, p, key, offset, scale, fmax, min_normal, has_zero, signed, lo,
-                     counts, amax):
+                     counts, amax, flags_arg):
+        fl = flags_arg if flags < 0 else flags
         n = x.size
         nblocks = counts.shape[0]
         nbins = counts.shape[1] - S_HIST - 1
@@ -607,7 +597,7 @@ def _stats_factory(mode, flags):
                 m = min(_STATS_BLOCK, end - start)
                 for j in range(m):                     # vectorised; sums, no stores
                     v = np.float64(x[start + j])
-                    code, slot, a = _stats_one(v, scale, mode, p, flags, key,
+                    code, slot, a = _stats_one(v, scale, mode, p, fl, key,
                                                offset + start + j, fmax, min_normal,
                                                has_zero, signed, lo, nbins)
                     cls = code & 255
@@ -653,5 +643,6 @@ def stats_kernel(mode, flags):
     per block of elements, so that threads never share a counter) and the
     block's largest finite magnitude into ``amax[t]``; no per-element
     temporaries. Called as ``kernel(x, p, key, offset, scale, fmax,
-    min_normal, has_zero, signed, lo, counts, amax)``."""
+    min_normal, has_zero, signed, lo, counts, amax, flags)``; ``flags`` as in
+    :func:`rounding_kernel`."""
     return _stats_factory(int(mode), int(flags))

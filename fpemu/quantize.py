@@ -275,9 +275,24 @@ def _run(op, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
         if fast is not None and arr.dtype == np.float32 and result.dtype == np.float32:
             run_kernel(_kernels.quantize_rne_ieee, arr, result.reshape(-1), *fast)
             return result
-        kernel = _kernels.rounding_kernel(op, arr.dtype.str[1:], int(mode), flags)
-        run_kernel(kernel, arr, result.reshape(-1), params, key, offset)
+        kernel = _kernels.rounding_kernel(op, arr.dtype.str[1:], int(mode), specialise(flags))
+        run_kernel(kernel, arr, result.reshape(-1), params, key, offset, flags)
     return result
+
+
+@functools.lru_cache(maxsize=None)
+def _common_flags() -> frozenset:
+    """The kernel flags of every named format with its default overflow
+    policy and subnormals: the configurations worth a kernel of their own."""
+    from .formats import FORMATS
+    return frozenset(_kernel_params(f, _resolve_overflow(f, None), True)[1] for f in FORMATS)
+
+
+def specialise(flags: int) -> int:
+    """``flags`` if a kernel compiled for them alone pays (a named format's
+    defaults), else -1: the kernel that reads the flags at run time (see
+    :func:`fpemu._kernels.rounding_kernel`)."""
+    return flags if flags in _common_flags() else -1
 
 
 @functools.lru_cache(maxsize=None)

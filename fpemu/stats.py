@@ -46,7 +46,7 @@ from .formats import Format
 from . import _kernels
 from ._jit import run_kernel
 from .quantize import (_as_format, _kernel_params, _prepare_input, _resolve_overflow,
-                       _seed_key)
+                       _seed_key, specialise)
 from .rounding import parse_overflow, parse_rounding
 
 __all__ = ["Counts", "Survey", "stats", "stats_chunked", "stats_dask", "survey", "CLASSES"]
@@ -174,9 +174,9 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     nblocks = int(min(64, max(1, flat.size >> 16)))
     counts = np.zeros((nblocks, _kernels.S_HIST + hi - lo + 1), np.int64)   # + a spare slot
     amaxes = np.zeros(nblocks, np.float64)
-    run_kernel(_kernels.stats_kernel(int(mode_), flags), flat, params, key, offset,
+    run_kernel(_kernels.stats_kernel(int(mode_), specialise(flags)), flat, params, key, offset,
                float(scale), float(fmt.max), float(fmt.min_normal), bool(fmt.has_zero),
-               bool(fmt.signed), int(lo), counts, amaxes)
+               bool(fmt.signed), int(lo), counts, amaxes, flags)
     c = counts.sum(axis=0)
     names = {"nan": _kernels.S_NAN, "inf": _kernels.S_INF, "zero": _kernels.S_ZERO,
              "flushed": _kernels.S_FLUSHED, "subnormal": _kernels.S_SUBNORMAL,
