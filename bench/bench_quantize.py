@@ -133,6 +133,17 @@ def main(argv=None):
                 ours[("encode", f, mode, threads)] = n / timed(
                     lambda: fpemu.encode(x, f, rounding=mode, seed=1, out=out_c),
                     args.repeats) / 1e6
+    # the int64 kernels (float64 input: what float32 input ran before the
+    # 32-bit kernels), 1 thread, rne and rtz
+    numba.set_num_threads(1)
+    x64 = x.astype(np.float64)
+    for f in FORMATS:
+        out_c = np.empty(n, fpemu.format(f).code_dtype)
+        for mode in ("rne", "rtz"):
+            ours[("int64 encode", f, mode, 1)] = n / timed(
+                lambda: fpemu.encode(x64, f, rounding=mode, out=out_c), args.repeats) / 1e6
+            ours[("int64 quantize", f, mode, 1)] = n / timed(
+                lambda: fpemu.quantize(x64, f, rounding=mode, out=out_f), args.repeats) / 1e6
     numba.set_num_threads(before)
 
     def ratio(a, b):
@@ -161,7 +172,14 @@ def main(argv=None):
                       f"{ratio(one, peer.get(('pychop', f, 1), 0))} "
                       f"{ratio(one, ours.get((op, f, 'rne', 1), 0))}")
 
-
+    print()
+    print("32-bit kernels (float32 input) against the int64 kernels (the same values as "
+          "float64), 1 thread, M/s")
+    for op in ("encode", "quantize"):
+        for f in FORMATS:
+            for mode in ("rne", "rtz"):
+                new, old = ours[(op, f, mode, 1)], ours[("int64 " + op, f, mode, 1)]
+                print(f"  {op:8s} {f:7s} {mode:4s} {new:8.1f} {old:8.1f} {new / old:6.2f}x")
     print()
     print("threads: 2T / 1T throughput on 2**20 elements or more (target >= 1.7)")
     for op in ("encode", "quantize"):
