@@ -382,7 +382,7 @@ def _quantize32(u, mode, p, flags, key, index):
 # --------------------------------------------------------------- array kernels
 #
 # Each factory below returns a parallel loop whose closure holds only ints
-# (the rounding mode and the flags, constants to the compiler), and which
+# (the rounding mode, and the flags or -1: constants to the compiler), and which
 # reaches its helpers as module globals. Numba's on-disk cache keys a closure
 # by the pickle of its cells: a cell holding a dispatcher pickles differently
 # in every process, so such a kernel would never hit the cache (every process

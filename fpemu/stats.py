@@ -24,8 +24,8 @@ of ``floor(log2 |x * scale|)`` for the finite nonzero values, with a separate
 zero bin (a finite value that the scaling takes to ±inf counts in the last
 bin, one it takes to zero in the first). One kernel does it all in a single
 pass over the data, without per-element temporaries: the memory it takes
-does not grow with the data. Masked elements
-of a ``numpy.ma`` array are skipped. Counts add:
+does not grow with the data. Masked elements of a ``numpy.ma`` array are
+skipped. Counts add:
 ``stats(a) + stats(b) == stats(concat(a, b))``, so
 :func:`stats_chunked` walks arrays larger than memory (memory-mapped
 ``.npy`` files) and :func:`stats_dask` reduces the blocks of a
