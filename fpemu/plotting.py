@@ -35,7 +35,7 @@ from .quantize import _as_format
 __all__ = [
     "STYLE", "REGION_COLORS", "lecture_style", "new_axes", "save_figure", "format_regions",
     "plot_underflow_histogram", "plot_layer_histograms", "plot_number_line",
-    "plot_bit_layout", "plot_loss_scale", "plot_training_curves", "plot_lines",
+    "plot_bit_layout", "plot_rounding", "plot_loss_scale", "plot_training_curves", "plot_lines",
     "plot_stacked_fractions",
 ]
 
@@ -67,16 +67,32 @@ def _plt():
 @contextlib.contextmanager
 def lecture_style():
     """A context in which new figures use the lecture style sheet."""
-    _, plt = _plt()
-    with plt.style.context(STYLE):
-        yield
+    matplotlib, plt = _plt()
+    try:
+        with plt.style.context(STYLE):
+            yield
+            on = matplotlib.is_interactive()
+    finally:
+        _keep_interactive(matplotlib, locals().get("on"))
+
+
+def _keep_interactive(matplotlib, on):
+    # A style context restores every rcParam on exit, "interactive" included. The
+    # backend is chosen at the first figure, and Jupyter's inline backend turns
+    # interactive mode on then; restoring it would stop every later figure from
+    # showing at the end of its cell. Keep what the backend set.
+    if on is not None:
+        matplotlib.interactive(on)
 
 
 def new_axes(nrows=1, ncols=1, figsize=None, **kwargs):
     """A new figure in the lecture style: (fig, axes) as ``plt.subplots``."""
-    _, plt = _plt()
+    matplotlib, plt = _plt()
     with plt.style.context(STYLE):
-        return plt.subplots(nrows, ncols, figsize=figsize, **kwargs)
+        made = plt.subplots(nrows, ncols, figsize=figsize, **kwargs)
+        on = matplotlib.is_interactive()
+    _keep_interactive(matplotlib, on)
+    return made
 
 
 def _axes(ax, figsize=None):
@@ -456,7 +472,7 @@ def plot_bit_layout(formats=("fp32", "tf32", "bf16", "fp16", "e5m2", "e4m3fn", "
         label = f"{f.name}: 1+{f.exponent_bits}+{f.mantissa_bits}" if f.signed else \
             f"{f.name}: {f.exponent_bits}+{f.mantissa_bits}"
         if code is not None:
-            label += f"  = {float(quantize(float(value), f)):.8g}"
+            label += f"  = {float(quantize(float(value), f)):.10g}"
         ax.text(f.bits + 0.4, y, label, va="center", fontsize=12)
     ax.set_xlim(-0.2, width + 9)
     ax.set_ylim(-0.7, len(fmts) - 0.3)
@@ -465,6 +481,75 @@ def plot_bit_layout(formats=("fp32", "tf32", "bf16", "fp16", "e5m2", "e4m3fn", "
     ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=11)
     title = "Bit layouts" if value is None else f"Bit layouts of {value!r}"
     ax.set_title(title, loc="left", pad=28)
+    return ax
+
+
+_MODE_LABELS = {"rne": "nearest, ties to even", "rna": "nearest, ties away",
+                "rtz": "toward zero", "rup": "toward +inf", "rdn": "toward -inf",
+                "rto": "to odd"}
+
+
+def plot_rounding(x, fmt="bf16", modes=("rne", "rna", "rtz", "rup", "rdn", "rto"),
+                  neighbours=2, ax=None):
+    """Where one number lands in each rounding mode, on a zoomed number line.
+
+    The top row shows the format's values around ``x`` (``neighbours`` on each
+    side of the two that bracket it) with the interval of reals that rounds to
+    each under round-to-nearest-even shaded in alternating tones; a triangle at
+    each midpoint points to the value that takes the tie (the one with the
+    even code). Below, one row per mode: an arrow from ``x`` to what
+    :func:`fpemu.quantize` returns in that mode. ``x`` may be any float; values
+    are read exactly, and the axis is linear in the format's units.
+    """
+    from .lessons import rounding_interval
+    from .quantize import next_down, next_up, quantize
+    f = _as_format(fmt)
+    x = float(x)
+    if not math.isfinite(x):
+        raise FpemuValueError(f"plot_rounding(): x must be finite, got {x!r}")
+    lo = float(quantize(x, f, rounding="rdn", overflow="saturate"))
+    hi = float(quantize(x, f, rounding="rup", overflow="saturate"))
+    vals = [lo] if lo == hi else [lo, hi]
+    for _ in range(neighbours):
+        d, u = float(next_down(vals[0], f)), float(next_up(vals[-1], f))
+        if math.isfinite(d):
+            vals.insert(0, d)
+        if math.isfinite(u):
+            vals.append(u)
+    vals = np.array(vals)
+    span = vals[-1] - vals[0]
+    ax = _axes(ax, figsize=(11, 1.6 + 0.45 * len(modes)))
+    top = len(modes) + 0.6
+    tones = ("#d7e7f6", "#9cc3ea")
+    for i, v in enumerate(vals):
+        iv = rounding_interval(v, f)
+        a, b = max(iv[0], vals[0] - span * 0.08), min(iv[1], vals[-1] + span * 0.08)
+        ax.fill_between([a, b], top - 0.3, top + 0.3, color=tones[i % 2], linewidth=0)
+        end = iv[1]                   # the tie above v points to the value that takes it
+        if vals[0] - span * 0.08 < end < vals[-1] + span * 0.08:
+            ax.plot([end], [top - 0.42], marker="<" if iv[3] else ">", markersize=8,
+                    color="#1f5fa0", linestyle="none", zorder=4)
+        ax.vlines(v, top - 0.3, top + 0.3, color="#1f5fa0", linewidth=2)
+        ax.text(v, top + 0.42 + 0.42 * (i % 2), f"{v:.10g}", ha="center", va="bottom",
+                fontsize=10)
+    ax.axvline(x, color="#bd1f01", linewidth=1.2, linestyle=(0, (4, 3)), zorder=1)
+    ax.text(x, -0.8, f" x = {x:.12g}", ha="left", va="center", color="#bd1f01", fontsize=11)
+    for r, m in enumerate(modes):
+        y = len(modes) - 1 - r
+        q = float(quantize(x, f, rounding=m, overflow="saturate"))
+        if q != x:
+            ax.annotate("", xy=(q, y), xytext=(x, y),
+                        arrowprops=dict(arrowstyle="->", color="#3f90da", lw=2))
+        ax.plot([q], [y], "o", color="#3f90da", markersize=7)
+        ax.text(vals[-1] + span * 0.1, y, f"{q:.10g}", va="center", fontsize=11)
+    ax.set_yticks([top] + list(range(len(modes) - 1, -1, -1)),
+                  [f"{f.name} values"] + [f"{m}: {_MODE_LABELS.get(m, m)}" for m in modes])
+    ax.set_ylim(-1.2, top + 1.4)
+    ax.set_xlim(vals[0] - span * 0.08, vals[-1] + span * 0.08)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("shaded: the reals that round to each value (nearest even); "
+                  "each triangle points to the value that takes the tie there", fontsize=11)
+    ax.set_title(f"Rounding {x:.12g} into {f.name}", loc="left")
     return ax
 
 
