@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+DOCSTAMP := $(VENV)/.installed-docs
 export MPLBACKEND := Agg
 
-.PHONY: demo test bench clean venv record parity
+.PHONY: demo test docs lab bench clean venv record parity
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,21 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --nbmake notebooks tests fpemu
 
+# The documentation site: docs/_build/html/index.html. Warnings are errors; the
+# lesson notebooks are executed and the gallery is drawn during the build.
+docs: $(STAMP) $(DOCSTAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
+$(DOCSTAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,docs]"
+	touch $@
+
+# The lessons in JupyterLab, with live widgets.
+lab: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[lessons]"
+	$(BIN)/jupyter lab notebooks
+
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/bench_quantize.py
@@ -37,5 +53,5 @@ parity: $(STAMP)
 	$(BIN)/fpemu parity
 
 clean:
-	rm -rf $(VENV) build *.egg-info .hypothesis out
+	rm -rf $(VENV) build *.egg-info .hypothesis out docs/_build docs/_generated
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -62,11 +62,8 @@ def interactive() -> bool:
     """
     if os.environ.get("FPEMU_STATIC", "") not in ("", "0"):
         return False
-    try:
-        import ipywidgets  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+    return importlib.util.find_spec("ipywidgets") is not None
 
 
 def _display(obj):
@@ -481,7 +478,8 @@ class CodeTable:
 
     def _repr_html_(self):
         rows, cols = self.values.shape
-        head = "".join(f'<th style="padding:2px 4px">.{c:X}</th>' for c in range(cols))
+        head = "".join(f'<th style="padding:1px 3px;font-size:80%">.{c:X}</th>'
+                       for c in range(cols))
         body = []
         for r in range(rows):
             tds = []
@@ -489,16 +487,17 @@ class CodeTable:
                 code = r * cols + c
                 v, kind = self.value(code), self._kind(code)
                 tds.append(f'<td title="code 0x{code:02X}: {kind}" style="background:'
-                           f'{CLASS_COLORS[kind]};padding:2px 4px;text-align:right;'
-                           f'font-family:monospace;font-size:85%">{_cell(v)}</td>')
-            body.append(f'<tr><th style="padding:2px 4px">{r:X}.</th>{"".join(tds)}</tr>')
+                           f'{CLASS_COLORS[kind]};padding:1px 3px;text-align:right;'
+                           f'font-family:monospace;font-size:72%">{_cell(v)}</td>')
+            body.append(f'<tr><th style="padding:1px 3px;font-size:80%">{r:X}.</th>'
+                        f'{"".join(tds)}</tr>')
         legend = " ".join(f'<span style="background:{CLASS_COLORS[k]};padding:1px 6px">{k}'
                           f'</span>' for k in ("zero", "subnormal", "normal", "max", "inf", "nan")
                           if any(self._kind(i) == k for i in range(self.values.size)))
         return (f'<div class="fpemu-codes"><b>{html.escape(self.fmt.name)}</b>: every code '
                 f'(row = high nibble, column = low nibble) &nbsp; {legend}'
-                f'<table style="border-collapse:collapse"><tr><th></th>{head}</tr>'
-                f'{"".join(body)}</table></div>')
+                f'<div style="overflow-x:auto"><table style="border-collapse:collapse">'
+                f'<tr><th></th>{head}</tr>{"".join(body)}</table></div></div>')
 
 
 def _cell(v):
@@ -508,7 +507,7 @@ def _cell(v):
         return "inf" if v > 0 else "-inf"
     if v == 0:
         return "-0" if math.copysign(1.0, v) < 0 else "0"
-    return f"{v:.4g}"
+    return f"{v:.3g}"
 
 
 # -- interact: controls that work live or once ------------------------------

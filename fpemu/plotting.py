@@ -137,7 +137,7 @@ def save_figure(fig, path, formats=("svg", "pdf", "png"), dpi=200):
 # -- format regions ---------------------------------------------------------------------
 
 def format_regions(fmt, rounding="rne"):
-    """Where a format's classes lie on the log2 |x| axis, for round to nearest.
+    """Where a format's classes lie on the ``log2 |x|`` axis, for round to nearest.
 
     Returns ``{"flushed": (-inf, a), "subnormal": (a, b), "normal": (b, c),
     "overflow": (c, inf)}`` in log2 units: below ``a = log2(min_subnormal) - 1``

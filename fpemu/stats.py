@@ -6,18 +6,23 @@ exact for powers of two) and the rounding arguments of
 :func:`fpemu.quantize`, and returns :class:`Counts`. Every element lands in
 exactly one class:
 
-``nan``        NaN inputs, and finite inputs the format turns into NaN
-               (e8m0, with neither sign nor zero, does so to negative
-               values and to zero)
-``inf``        ±inf inputs
-``zero``       exact zeros (that the format keeps as zero)
-``flushed``    nonzero inputs whose rounded value is zero (underflow to zero,
-               including flush-to-zero of subnormal results)
-``subnormal``  results that are subnormal
-``normal``     results that are normal (and in range)
-``overflow``   finite inputs whose scaled magnitude exceeds the largest finite
-               value; ``overflow_to`` says what they became (inf, NaN or
-               saturated to max)
+``nan``
+    NaN inputs, and finite inputs the format turns into NaN (e8m0, with
+    neither sign nor zero, does so to negative values and to zero)
+``inf``
+    ±inf inputs
+``zero``
+    exact zeros (that the format keeps as zero)
+``flushed``
+    nonzero inputs whose rounded value is zero (underflow to zero, including
+    flush-to-zero of subnormal results)
+``subnormal``
+    results that are subnormal
+``normal``
+    results that are normal (and in range)
+``overflow``
+    finite inputs whose scaled magnitude exceeds the largest finite value;
+    ``overflow_to`` says what they became (inf, NaN or saturated to max)
 
 plus the largest finite magnitude (``amax``, before scaling) and a histogram
 of ``floor(log2 |x * scale|)`` for the finite nonzero values, with a separate
@@ -339,7 +344,7 @@ class Survey:
         return next(iter(self.counts.values())).total
 
     def hist(self, scale=1.0):
-        """(bins, counts, zeros) of floor(log2 |x * scale|), the same for every format."""
+        """(bins, counts, zeros) of ``floor(log2 |x * scale|)``, the same for every format."""
         c = self[self.formats[0], scale]
         return c.bins, c.hist, c.zero_bin
 

@@ -116,3 +116,43 @@ def test_survey_counts_every_format_and_scale_in_one_pass(grads):
                             chunk=100)
     assert sr["e4m3fn", 2.0**20] == fpemu.stats(grads, "e4m3fn", scale=2.0**20, rounding="sr",
                                                 seed=7)
+
+
+def test_new_axes_keeps_the_interactive_mode_a_backend_turns_on(monkeypatch):
+    # Jupyter's inline backend is chosen at the first figure and turns interactive
+    # mode on then; a style context restoring rcParams on exit used to turn it off
+    # again, and every later figure of the notebook stayed hidden.
+    was = matplotlib.is_interactive()
+    matplotlib.interactive(False)
+    real = plt.subplots
+
+    def subplots_as_a_backend_switch(*a, **k):
+        matplotlib.interactive(True)
+        return real(*a, **k)
+
+    monkeypatch.setattr(plt, "subplots", subplots_as_a_backend_switch)
+    try:
+        fig, _ = fp.new_axes()
+        assert matplotlib.is_interactive()
+        plt.close(fig)
+        matplotlib.interactive(False)
+        monkeypatch.setattr(plt, "subplots", real)
+        fig, _ = fp.new_axes()                  # and it does not turn it on by itself
+        assert not matplotlib.is_interactive()
+        plt.close(fig)
+    finally:
+        matplotlib.interactive(was)
+
+
+def test_plot_rounding_draws_every_mode_where_quantize_sends_it():
+    ax = fp.plot_rounding(2.5, "e2m1")
+    labels = [t.get_text() for t in ax.texts]
+    for want in ("2", "3"):
+        assert want in labels
+    ends = sorted({round(float(line.get_xdata()[0]), 6) for line in ax.lines
+                   if line.get_marker() == "o"})
+    assert ends == [2.0, 3.0]
+    assert [t.get_text() for t in ax.get_yticklabels()][0] == "e2m1 values"
+    plt.close(ax.figure)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="x must be finite"):
+        fp.plot_rounding(float("inf"), "e2m1")
