@@ -42,7 +42,6 @@ exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "_ext", "**.ipynb_checkp
 # MyST: ```{directive} fences, $...$ is not math (prices, shell), headings get anchors
 myst_enable_extensions = ["colon_fence", "deflist", "fieldlist"]
 myst_heading_anchors = 3
-suppress_warnings = ["myst.header"]       # pages that start at ## under an included title
 
 # myst-nb: execute every notebook on each build; a failing cell fails the build
 nb_execution_mode = "force"
