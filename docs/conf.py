@@ -14,7 +14,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "_ext"))
 sys.path.insert(0, str(HERE.parent))
 os.environ["FPEMU_STATIC"] = "1"           # lesson widgets show static output
-os.environ.setdefault("MPLBACKEND", "Agg")
+# The notebook kernels inherit this environment: they must draw with Jupyter's inline
+# backend (figures become cell outputs), whatever the caller exported (the Makefile
+# exports Agg). This process draws the gallery with Agg.
+os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg", force=True)
 
 import fpemu  # noqa: E402
 

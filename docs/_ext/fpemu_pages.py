@@ -145,7 +145,8 @@ def cli_page():
 # -- gallery -------------------------------------------------------------------------
 
 def gallery_page():
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    import matplotlib
+    matplotlib.use("Agg", force=True)          # this process only; kernels use inline
     import matplotlib.pyplot as plt
 
     from fpemu import experiments, plotting
@@ -257,6 +258,20 @@ def generate(app=None):
         gallery_page()
 
 
+def check_lesson_figures(app, exception):
+    """Fail the build if a lesson that draws figures shows none: the notebook kernels
+    must draw with the inline backend (a kernel on Agg prints ``<Figure ...>``)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")):
+        page = Path(app.outdir) / "_generated" / "lessons" / f"{nb.stem}.html"
+        if "plotting." in nb.read_text() and page.exists() and "<img" not in page.read_text():
+            raise RuntimeError(f"{page.name} shows no figure although {nb.name} draws some; "
+                               "the kernels must run with MPLBACKEND="
+                               "module://matplotlib_inline.backend_inline (docs/conf.py)")
+
+
 def setup(app):
     app.connect("builder-inited", generate)
+    app.connect("build-finished", check_lesson_figures)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
