@@ -71,15 +71,18 @@ def _display(obj):
     display(obj)
 
 
-def _show(v: float) -> str:
-    """A value as a person reads it: shortest repr, ``-0``, ``inf``, ``nan``."""
+def _show(v: float, short: bool = False) -> str:
+    """A value as a person reads it: shortest repr (3 digits when ``short``, for
+    table cells), ``-0``, ``inf``, ``nan`` (``NaN`` in cells)."""
     v = float(v)
     if v != v:
-        return "nan"
+        return "NaN" if short else "nan"
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
     if v == 0:
         return "-0" if math.copysign(1.0, v) < 0 else "0"
+    if short:
+        return f"{v:.3g}"
     return repr(v) if 1e-5 <= abs(v) < 1e7 else f"{v:.6g}"
 
 
@@ -286,18 +289,23 @@ class BitToggle:
         return rounding_interval(self.value, self.fmt)
 
     # -- display -----------------------------------------------------------
-    def text(self) -> str:
-        """The display as plain text."""
-        i = self.info()
-        lines = [f"{i['format']}  code {i['hex']}  bits {self._spaced()}",
-                 f"value {_show(i['value'])}  ({i['cls']})"]
+    def _details(self, i) -> list:
+        """The lines below the value, as plain text (both displays use them)."""
+        lines = []
         if "meaning" in i:
             lines.append(f"= {i['meaning']}")
             lines.append(f"neighbours {_show(i['below'])} < {_show(i['value'])} < "
-                         f"{_show(i['above'])}")
+                         f"{_show(i['above'])} (spacing {_show(i['spacing'])})")
         if i["interval"] is not None:
-            lines.append("rounds here: " + _interval_text(i["interval"]))
-        return "\n".join(lines)
+            lines.append("reals that round here (nearest even): "
+                         + _interval_text(i["interval"]))
+        return lines
+
+    def text(self) -> str:
+        """The display as plain text."""
+        i = self.info()
+        return "\n".join([f"{i['format']}  code {i['hex']}  bits {self._spaced()}",
+                          f"value {_show(i['value'])}  ({i['cls']})"] + self._details(i))
 
     def _spaced(self):
         fields, out, prev = _fields(self.fmt), [], None
@@ -320,13 +328,7 @@ class BitToggle:
         rows = [f"<b>{html.escape(i['format'])}</b> &nbsp; code <code>{i['hex']}</code>",
                 f'<table style="border-collapse:collapse;margin:4px 0"><tr>{cells}</tr></table>',
                 f"value <b>{_show(i['value'])}</b> &nbsp; class <i>{i['cls']}</i>"]
-        if "meaning" in i:
-            rows.append(f"= {html.escape(i['meaning'])}")
-            rows.append(f"neighbours: {_show(i['below'])} &lt; {_show(i['value'])} &lt; "
-                        f"{_show(i['above'])} &nbsp; (spacing {_show(i['spacing'])})")
-        if i["interval"] is not None:
-            rows.append("reals that round here (nearest even): "
-                        + html.escape(_interval_text(i["interval"])))
+        rows += [html.escape(line) for line in self._details(i)]
         return '<div class="fpemu-bits">' + "<br>".join(rows) + "</div>"
 
     def widget(self):
@@ -488,7 +490,7 @@ class CodeTable:
                 v, kind = self.value(code), self._kind(code)
                 tds.append(f'<td title="code 0x{code:02X}: {kind}" style="background:'
                            f'{CLASS_COLORS[kind]};padding:1px 3px;text-align:right;'
-                           f'font-family:monospace;font-size:72%">{_cell(v)}</td>')
+                           f'font-family:monospace;font-size:72%">{_show(v, short=True)}</td>')
             body.append(f'<tr><th style="padding:1px 3px;font-size:80%">{r:X}.</th>'
                         f'{"".join(tds)}</tr>')
         legend = " ".join(f'<span style="background:{CLASS_COLORS[k]};padding:1px 6px">{k}'
@@ -498,16 +500,6 @@ class CodeTable:
                 f'(row = high nibble, column = low nibble) &nbsp; {legend}'
                 f'<div style="overflow-x:auto"><table style="border-collapse:collapse">'
                 f'<tr><th></th>{head}</tr>{"".join(body)}</table></div></div>')
-
-
-def _cell(v):
-    if v != v:
-        return "NaN"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if v == 0:
-        return "-0" if math.copysign(1.0, v) < 0 else "0"
-    return f"{v:.3g}"
 
 
 # -- interact: controls that work live or once ------------------------------
