@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_startup.py
 	$(BIN)/python bench/bench_arith.py
 	$(BIN)/python bench/bench_autograd.py
+	$(BIN)/python bench/bench_monitor.py
 
 record: $(STAMP)
 	$(BIN)/fpemu record --device cpu

@@ -514,6 +514,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiply by this first (a loss scale), default 1")
     _rounding_args(s)
     s.set_defaults(func=_cmd_stats)
+    mo = sub.add_parser("monitor", help="run a PyTorch training script and report, layer by "
+                                        "layer, what each format would do to it",
+                        description="Run SCRIPT (with its ARGS) under fpemu.torch.monitor and "
+                                    "write an HTML report: per-layer underflow histograms, the "
+                                    "flushed share per layer and step, the amax history, the "
+                                    "first overflow and a verdict per format. The model is the "
+                                    "one the script passes to fpemu.torch.watch(model), or else "
+                                    "the module that owns the parameters of the first optimizer "
+                                    "the script creates.")
+    mo.add_argument("--out", default="fpemu-monitor", metavar="DIR",
+                    help="report folder (default fpemu-monitor)")
+    mo.add_argument("--formats", default="fp16,bf16,e4m3fn,e5m2", metavar="F1,F2",
+                    help="comma-separated what-if formats (default fp16,bf16,e4m3fn,e5m2)")
+    mo.add_argument("--scaling", default="none", metavar="S1,S2",
+                    help="comma-separated: none, loss_scale, current, delayed, mx (default none)")
+    mo.add_argument("--every", type=int, default=1, help="count every N-th step (default 1)")
+    mo.add_argument("--sample", type=int, default=None,
+                    help="count a seeded sample of N elements of each larger tensor")
+    mo.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    mo.add_argument("script", metavar="SCRIPT", help="the training script")
+    mo.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                    help="the script's own arguments")
+    mo.set_defaults(func=_cmd_monitor)
     r = sub.add_parser("record", help="run the fidelity scenarios with PyTorch and save traces",
                        description="Run every fidelity scenario with real PyTorch and write "
                                    "<out>/<device>-torch<version>/: one .npz per scenario and "
@@ -536,6 +559,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only the scenarios matching these shell patterns")
     y.set_defaults(func=_cmd_parity)
     return p
+
+
+def _cmd_monitor(args) -> int:
+    from .torch import run_script
+    mon = run_script(args.script, args.args, out=args.out, reraise=False,
+                     formats=[f for f in args.formats.split(",") if f],
+                     scaling=tuple(x for x in args.scaling.split(",") if x), every=args.every,
+                     sample=args.sample, seed=args.seed)
+    if mon is None:
+        raise CliError(f"{args.script} created no optimizer and called no "
+                       "fpemu.torch.watch(model): there was no model to watch")
+    first = mon.first_overflow()
+    print(f"{len({r.step for r in mon.records})} steps recorded, {len(mon.records)} counts")
+    print("first overflow: " + (str(first) if first else "none (no value left any format's "
+                                "range, no inf or NaN)"))
+    print(f"report: {os.path.join(args.out, 'index.html')}")
+    if mon.script_error is not None:
+        err = mon.script_error
+        print(f"fpemu monitor: the script raised {type(err).__name__}: {err}; the report "
+              "covers the steps before it", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _cmd_record(args) -> int:

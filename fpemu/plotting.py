@@ -35,8 +35,8 @@ from .quantize import _as_format
 __all__ = [
     "STYLE", "REGION_COLORS", "lecture_style", "new_axes", "save_figure", "format_regions",
     "plot_underflow_histogram", "plot_layer_histograms", "plot_number_line",
-    "plot_bit_layout", "plot_rounding", "plot_loss_scale", "plot_training_curves", "plot_lines",
-    "plot_stacked_fractions",
+    "plot_bit_layout", "plot_rounding", "plot_heatmap", "plot_loss_scale",
+    "plot_training_curves", "plot_lines", "plot_stacked_fractions",
 ]
 
 #: The lecture style sheet shipped with fpemu.
@@ -631,6 +631,35 @@ def plot_lines(x, series, ax=None, xlabel="", ylabel="", logx=False, logy=False,
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(loc="best")
+    if title:
+        ax.set_title(title, loc="left")
+    return ax
+
+
+def plot_heatmap(values, rows, cols, ax=None, title=None, xlabel="step", cbar_label="",
+                 vmin=0.0, vmax=1.0, cmap="Greys", percent=True):
+    """A matrix as a heat map: ``values[i, j]`` for row label ``rows[i]`` and column
+    ``cols[j]`` (NaN cells, not recorded, are left blank and hatched).
+
+    With ``percent`` the colour bar reads in percent. Used for the share of each
+    layer's values flushed to zero at each step.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (len(rows), len(cols)):
+        raise FpemuValueError(f"plot_heatmap(): values has shape {v.shape}, expected "
+                              f"({len(rows)}, {len(cols)}) = (rows, cols)")
+    ax = _axes(ax, figsize=(min(3 + 0.35 * len(cols), 16), 1.2 + 0.38 * len(rows)))
+    shown = np.ma.masked_invalid(v * (100 if percent else 1))
+    im = ax.imshow(shown, aspect="auto", cmap=cmap, interpolation="nearest",
+                   vmin=vmin * (100 if percent else 1), vmax=vmax * (100 if percent else 1))
+    ax.set_facecolor("#f3f3f3")
+    ax.set_yticks(range(len(rows)), rows)
+    step = max(1, len(cols) // 12)
+    ax.set_xticks(range(0, len(cols), step), [str(c) for c in cols][::step])
+    ax.grid(False)
+    ax.set_xlabel(xlabel)
+    bar = ax.figure.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label(cbar_label + (" (%)" if percent else ""))
     if title:
         ax.set_title(title, loc="left")
     return ax

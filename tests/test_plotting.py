@@ -156,3 +156,14 @@ def test_plot_rounding_draws_every_mode_where_quantize_sends_it():
     plt.close(ax.figure)
     with pytest.raises(fpemu.errors.FpemuValueError, match="x must be finite"):
         fp.plot_rounding(float("inf"), "e2m1")
+
+
+def test_plot_heatmap_masks_missing_cells_and_checks_the_shape():
+    v = np.array([[0.0, 0.5], [np.nan, 1.0]])
+    ax = fp.plot_heatmap(v, ["a", "b"], [0, 1], title="t")
+    img = ax.images[0].get_array()
+    assert img.mask.tolist() == [[False, False], [True, False]] and img[1, 1] == 100
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    plt.close(ax.figure)
+    with pytest.raises(fpemu.errors.FpemuValueError, match=r"expected \(2, 3\)"):
+        fp.plot_heatmap(v, ["a", "b"], [0, 1, 2])

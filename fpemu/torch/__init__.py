@@ -1,0 +1,28 @@
+"""What a low-precision format would do to a real PyTorch model, layer by layer.
+
+``fpemu.torch`` watches a real ``torch.nn.Module`` training loop (on CPU or
+CUDA, with no other change to the loop) and counts, exactly, what each what-if
+format would do to each module's tensors at each step:
+
+>>> import torch, fpemu.torch
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+>>> opt = torch.optim.Adam(model.parameters())
+>>> with fpemu.torch.monitor(model, opt, formats=("fp16", "e4m3fn")) as mon:
+...     for _ in range(2):
+...         opt.zero_grad()
+...         model(torch.randn(8, 4)).square().mean().backward()
+...         opt.step()
+>>> sorted({r["kind"] for r in mon.rows()})
+['activation', 'activation_grad', 'exp_avg', 'exp_avg_sq', 'weight', 'weight_grad']
+
+The tensors go to the host chunk by chunk and through :func:`fpemu.stats`, so
+each count is bit-exact; ``sample=`` counts a seeded uniform sample of each
+large tensor instead. See ``docs/monitor.md``. PyTorch is imported only when
+a monitor starts; it is an optional dependency (``pip install fpemu[torch]``).
+"""
+
+from ._monitor import (
+    KINDS, SCALINGS, FirstOverflow, Monitor, monitor, run_script, watch,
+)
+
+__all__ = ["monitor", "Monitor", "FirstOverflow", "watch", "run_script", "KINDS", "SCALINGS"]

@@ -1,0 +1,566 @@
+"""The monitor: hooks on a real torch model, exact counts per module, kind, format, step."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from collections import deque
+
+import numpy as np
+
+from ..errors import FpemuTypeError, FpemuValueError
+from ..quantize import _as_format
+
+#: What is recorded, in the order a training step produces it.
+KINDS = ("activation", "activation_grad", "weight", "weight_grad", "exp_avg", "exp_avg_sq")
+#: How each tensor is scaled before it is classified (see Monitor).
+SCALINGS = ("none", "loss_scale", "current", "delayed", "mx")
+DEFAULT_FORMATS = ("fp16", "bf16", "e4m3fn", "e5m2")
+_GRAD_KINDS = ("activation_grad", "weight_grad")
+_CHUNK = 1 << 22
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as err:    # pragma: no cover - the tests run with torch
+        raise ImportError("fpemu.torch watches PyTorch models and needs PyTorch: "
+                          "pip install torch (or pip install 'fpemu[torch]')") from err
+    return torch
+
+
+@dataclasses.dataclass
+class Record:
+    """The counts of one tensor in one format under one scaling."""
+
+    step: int
+    seq: int                 # order of capture within the run
+    module: str
+    kind: str
+    format: str
+    scaling: str
+    scale: float             # the factor applied (NaN for per-block MX scales)
+    numel: int
+    counted: int             # numel, or the sample size
+    amax: float              # largest finite |value| of the tensor itself (unscaled)
+    counts: object           # fpemu.stats.Counts
+
+    @property
+    def overflowed(self) -> int:
+        """Values that leave the format's range: above its overflow threshold (rounded
+        to inf, or to NaN where there is no inf). For the formats with neither (the MX
+        element formats), every value above the largest one, as fpemu.stats counts."""
+        to = self.counts.overflow_to
+        if _policy(self.format) is None:
+            return int(self.counts.counts["overflow"])
+        return int(to["inf"] + to["nan"])
+
+    def row(self) -> dict:
+        c = self.counts
+        out = {"step": self.step, "module": self.module, "kind": self.kind,
+               "format": self.format, "scaling": self.scaling, "scale": self.scale,
+               "numel": self.numel, "counted": self.counted,
+               "sampled": self.counted < self.numel, "amax": self.amax}
+        out.update({k: int(v) for k, v in c.counts.items()})
+        out["overflow"] = self.overflowed
+        out["rounded_to_max"] = int(c.counts["overflow"]) - self.overflowed
+        total = c.total
+        nonzero = total - c.counts["zero"] - c.counts["nan"] - c.counts["inf"]
+        out["flushed_fraction"] = c.counts["flushed"] / nonzero if nonzero else 0.0
+        out["overflow_fraction"] = self.overflowed / total if total else 0.0
+        return out
+
+
+@dataclasses.dataclass
+class FirstOverflow:
+    """Where a run first left a format's range (or produced a real inf / NaN)."""
+
+    step: int
+    module: str
+    kind: str
+    formats: list
+    scaling: str
+    overflowed: int          # values that overflow the format (0 for a real inf/NaN)
+    nonfinite: int           # real inf / NaN values in the tensor itself
+    amax: float
+    chain: list              # the modules that ran after it in the same pass
+
+    @property
+    def real(self) -> bool:
+        """True when the tensor itself held inf or NaN (not only a what-if overflow)."""
+        return self.nonfinite > 0
+
+    def __str__(self):
+        what = (f"{self.nonfinite} real inf/NaN value(s)" if self.real else
+                f"{self.overflowed} value(s) beyond the range of {', '.join(self.formats)} "
+                f"(amax {self.amax:.6g}, scaling {self.scaling})")
+        lines = [f"step {self.step}: {self.kind} of {self.module}: {what}"]
+        if self.chain:
+            direction = "backward" if self.kind == "activation_grad" else "forward"
+            lines.append(f"  then flows ({direction}) through: " + " -> ".join(self.chain))
+        return "\n".join(lines)
+
+
+def _policy(fmt):
+    """The overflow policy the monitor counts with: one that tells a value beyond the
+    range (inf, else NaN) from one that only rounds down to the largest value."""
+    f = _as_format(fmt)
+    return "inf" if f.has_inf else ("nan" if f.has_nan else None)
+
+
+def _check_choice(name, value, allowed):
+    values = (value,) if isinstance(value, str) else tuple(value)
+    if not values:
+        raise FpemuValueError(f"monitor(): {name} is empty; pass one or more of "
+                              f"{', '.join(allowed)}")
+    for v in values:
+        if v not in allowed:
+            raise FpemuValueError(f"monitor(): unknown {name[:-1] if name.endswith('s') else name}"
+                                  f" {v!r}; choose from {', '.join(allowed)}")
+    return values
+
+
+class Monitor:
+    """Counts what each what-if format does to a torch model's tensors, step by step.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model; every leaf module and every module with parameters of its
+        own is watched.
+    optimizer : torch.optim.Optimizer, optional
+        Its state (Adam's ``exp_avg`` and ``exp_avg_sq``) is counted after
+        each step.
+    formats : sequence of str
+        The what-if formats.
+    scaling : str or sequence of str
+        ``"none"`` (the values as they are); ``"loss_scale"`` (gradients
+        times the scaler's scale, or ``loss_scale``); ``"current"`` (per tensor,
+        ``max / amax / 2**margin`` in float32, TransformerEngine's current
+        scaling); ``"delayed"`` (the same from the largest amax of the last
+        ``history`` steps, TransformerEngine's delayed scaling, scale 1 at the
+        first step); ``"mx"`` (one power-of-two E8M0 scale per ``block``
+        values along the last dimension, OCP MX's rule
+        ``2**(floor(log2 amax) - emax)``).
+    every : int
+        Count every ``every``-th step.
+    sample : int, optional
+        Count a seeded uniform sample of this many elements of each larger
+        tensor (the rows say so); exact counts of the sample.
+    scaler : torch.amp.GradScaler, optional
+        Gradients captured during a scaled backward pass are unscaled by its
+        scale (exact: a power of two) and ``"loss_scale"`` reads it.
+    kinds : sequence of str
+        A subset of :data:`KINDS`.
+
+    A step is one training iteration: it ends when the next forward pass of
+    ``model`` starts after a backward pass. Use it as a context manager
+    (:func:`monitor`), or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(self, model, optimizer=None, formats=DEFAULT_FORMATS, scaling="none", every=1,
+                 sample=None, seed=0, scaler=None, loss_scale=None, margin=0, history=16,
+                 block=32, kinds=KINDS, chunk=_CHUNK):
+        torch = _torch()
+        if not isinstance(model, torch.nn.Module):
+            raise FpemuTypeError(f"monitor(): model must be a torch.nn.Module, got "
+                                 f"{type(model).__name__}; pass the model you train")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise FpemuTypeError(f"monitor(): optimizer must be a torch.optim.Optimizer, got "
+                                 f"{type(optimizer).__name__}")
+        if isinstance(formats, str):
+            formats = (formats,)
+        self.formats = tuple(_as_format(f).name for f in formats)
+        if not self.formats:
+            raise FpemuValueError("monitor(): formats is empty; pass e.g. ('fp16', 'bf16')")
+        self.scalings = _check_choice("scaling", scaling, SCALINGS)
+        self.kinds = _check_choice("kinds", kinds, KINDS)
+        for name, v, lo in (("every", every, 1), ("history", history, 1), ("block", block, 1),
+                            ("chunk", chunk, 1), ("margin", margin, 0)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise FpemuValueError(f"monitor(): {name} must be an int >= {lo}, got {v!r}")
+        if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int)
+                                   or sample < 1):
+            raise FpemuValueError(f"monitor(): sample must be None or an int >= 1, got "
+                                  f"{sample!r}")
+        if "loss_scale" in self.scalings and scaler is None and loss_scale is None:
+            raise FpemuValueError("monitor(): scaling='loss_scale' needs the scale: pass "
+                                  "scaler=your GradScaler or loss_scale=2.0**16")
+        if loss_scale is not None and not (isinstance(loss_scale, (int, float))
+                                           and loss_scale > 0 and math.isfinite(loss_scale)):
+            raise FpemuValueError(f"monitor(): loss_scale must be a finite number > 0, got "
+                                  f"{loss_scale!r}")
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        self.every, self.sample, self.seed = every, sample, seed
+        self.loss_scale, self.margin, self.history, self.block = loss_scale, margin, history, block
+        self.chunk = chunk
+        self.records = []
+        self.step = 0
+        self.steps_seen = set()
+        self._seq = 0
+        self._saw_backward = False
+        self._handles = []
+        self._trace = {}                     # step -> [(phase, module)] in execution order
+        self._amax_hist = {}                 # (module, kind, format) -> deque of amaxes
+        self._names = {}
+        self._owner = {}
+        self._running = False
+        self.script_error = None
+
+    # -- hooks -------------------------------------------------------------------------
+    def start(self):
+        if self._running:
+            return self
+        torch = _torch()
+        root = type(self.model).__name__
+        watched = []
+        for name, m in self.model.named_modules():
+            own = list(m.named_parameters(recurse=False))
+            if own or not any(True for _ in m.children()):
+                watched.append((name or root, m))
+            for pname, p in own:
+                self._owner[id(p)] = (name or root, pname)
+        self._names = {id(m): n for n, m in watched}
+        self._handles.append(self.model.register_forward_pre_hook(self._root_pre))
+        for name, m in watched:
+            self._handles.append(m.register_forward_hook(self._forward_hook(name)))
+        for p in self.model.parameters():
+            if p.requires_grad:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._param_hook))
+        if self.optimizer is not None:
+            self._handles.append(self.optimizer.register_step_post_hook(self._after_step))
+        self._torch = torch
+        self._running = True
+        return self
+
+    def stop(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._running = False
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def _on(self):
+        return self.step % self.every == 0
+
+    def _root_pre(self, module, args):
+        if self._saw_backward:
+            self.step += 1
+            self._saw_backward = False
+
+    def _forward_hook(self, name):
+        def hook(module, args, output):
+            if not self._on():
+                return
+            tensors = [t for t in (output if isinstance(output, (tuple, list)) else (output,))
+                       if isinstance(t, self._torch.Tensor) and t.is_floating_point()]
+            for i, t in enumerate(tensors):
+                label = name if len(tensors) == 1 else f"{name}[{i}]"
+                self._trace.setdefault(self.step, []).append(("forward", label))
+                if "activation" in self.kinds:
+                    self._record("activation", label, t)
+                if t.requires_grad and "activation_grad" in self.kinds:
+                    t.register_hook(self._grad_hook(label))
+        return hook
+
+    def _grad_hook(self, label):
+        def hook(grad):
+            self._saw_backward = True
+            if self._on():
+                self._trace.setdefault(self.step, []).append(("backward", label))
+                self._record("activation_grad", label, grad, unscale=True)
+        return hook
+
+    def _param_hook(self, p):
+        self._saw_backward = True
+        if not self._on():
+            return
+        module, pname = self._owner.get(id(p), ("?", "?"))
+        label = f"{module}.{pname}"
+        if "weight" in self.kinds:
+            self._record("weight", label, p)
+        if "weight_grad" in self.kinds and p.grad is not None:
+            self._record("weight_grad", label, p.grad, unscale=True)
+
+    def _after_step(self, optimizer, args, kwargs):
+        if not self._on():
+            return
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                st = optimizer.state.get(p, {})
+                module, pname = self._owner.get(id(p), ("?", "?"))
+                for kind in ("exp_avg", "exp_avg_sq"):
+                    t = st.get(kind)
+                    if kind in self.kinds and isinstance(t, self._torch.Tensor):
+                        self._record(kind, f"{module}.{pname}", t)
+
+    # -- counting ----------------------------------------------------------------------
+    def _live_scale(self):
+        if self.scaler is None or not self.scaler.is_enabled():
+            return 1.0
+        return float(self.scaler.get_scale())
+
+    def _record(self, kind, label, tensor, unscale=False):
+        from ..stats import stats
+        torch = self._torch
+        t = tensor.detach()
+        if not t.is_floating_point() or t.numel() == 0:
+            return
+        self.steps_seen.add(self.step)
+        seq = self._seq
+        self._seq += 1
+        live = self._live_scale() if unscale else 1.0
+        flat = t.reshape(-1)
+        fin = torch.isfinite(flat)
+        amax_raw = float(torch.where(fin, flat.abs(), torch.zeros((), dtype=flat.dtype,
+                                                                  device=flat.device)).max())
+        amax = amax_raw / live
+        idx = None
+        if self.sample is not None and flat.numel() > self.sample:
+            rng = np.random.default_rng([self.seed, self.step, seq])
+            pick = np.sort(rng.choice(flat.numel(), self.sample, replace=False))
+            idx = torch.from_numpy(pick).to(flat.device)
+        counted = flat.numel() if idx is None else int(idx.numel())
+        for scaling in self.scalings:
+            for fname in self.formats:
+                f = _as_format(fname)
+                src, scale, factor = self._scaled(scaling, kind, label, f, t, flat, amax_raw,
+                                                  live)
+                if idx is not None:
+                    src = src[idx]
+                c = None
+                for start in range(0, src.numel(), self.chunk):
+                    part = src[start:start + self.chunk]
+                    host = part.to("cpu", torch.float64 if part.dtype == torch.float64
+                                   else (torch.float64 if scaling == "mx" else torch.float32))
+                    part_c = stats(host.numpy(), f, scale=factor, overflow=_policy(f))
+                    c = part_c if c is None else c + part_c
+                self.records.append(Record(self.step, seq, label, kind, fname, scaling, scale,
+                                           flat.numel(), counted, amax, c))
+
+    def _scaled(self, scaling, kind, label, f, t, flat, amax_raw, live):
+        """(values to classify, the scale to report, the factor stats() applies)."""
+        torch = self._torch
+        grad = kind in _GRAD_KINDS
+        if scaling == "none" or (scaling == "loss_scale" and not grad):
+            return flat, 1.0, 1.0 / live
+        if scaling == "loss_scale":
+            s = self._live_scale() if self.scaler is not None else float(self.loss_scale)
+            return flat, s, s / live
+        if scaling in ("current", "delayed"):
+            if scaling == "current":
+                ref = amax_raw
+            else:
+                hist = self._amax_hist.setdefault((label, kind, f.name),
+                                                  deque(maxlen=self.history))
+                ref = max(hist) if hist else None
+                hist.append(amax_raw)
+            # TransformerEngine: scale = (max / amax) / 2**margin in float32, 1 when amax is
+            # 0 (nothing recorded yet), at most FLT_MAX when amax is tiny
+            with np.errstate(over="ignore"):
+                s = np.float32(1.0) if not ref else np.float32(
+                    np.float32(f.max) / np.float32(ref) / np.float32(2.0 ** self.margin))
+            s = min(s, np.finfo(np.float32).max)
+            # the cast kernel's float32 multiply, then the classification
+            y = flat.to(torch.float32) * torch.tensor(float(s), dtype=torch.float32,
+                                                      device=flat.device)
+            return y, float(s), 1.0
+        # MX: one power-of-two scale per block of the last dimension (rows never share one)
+        x = t.to(torch.float64)
+        last = x.shape[-1] if x.dim() else 1
+        rows = x.reshape(-1, last)
+        pad = (-last) % self.block
+        if pad:
+            rows = torch.nn.functional.pad(rows, (0, pad))
+        blocks = rows.reshape(rows.shape[0], -1, self.block)
+        bmax = torch.where(torch.isfinite(blocks), blocks.abs(),
+                           torch.zeros((), dtype=blocks.dtype, device=blocks.device))
+        bmax = bmax.amax(dim=-1, keepdim=True)
+        _, e = torch.frexp(bmax)                       # bmax = m * 2**e, m in [0.5, 1)
+        emax = math.floor(math.log2(f.max))
+        expo = torch.where(bmax > 0, e - 1 - emax, torch.zeros_like(e)).clamp(-127, 127)
+        y = (blocks / torch.ldexp(torch.ones_like(bmax), expo)).reshape(rows.shape)
+        y = y[:, :last].reshape(-1)
+        return y, float("nan"), 1.0
+
+    # -- results -----------------------------------------------------------------------
+    def rows(self) -> list:
+        """One dict per (step, module, kind, format, scaling), in capture order."""
+        return [r.row() for r in self.records]
+
+    def table(self):
+        """:meth:`rows` as a pandas DataFrame when pandas is installed, else the list."""
+        rows = self.rows()
+        try:
+            import pandas as pd
+        except ImportError:
+            return rows
+        return pd.DataFrame(rows)
+
+    def to_json(self, path):
+        """Write :meth:`rows` (and the settings) as JSON; returns the path."""
+        def clean(v):
+            if isinstance(v, float) and not math.isfinite(v):
+                return str(v)
+            return v
+        doc = {"formats": list(self.formats), "scalings": list(self.scalings),
+               "every": self.every, "sample": self.sample, "seed": self.seed,
+               "rows": [{k: clean(v) for k, v in r.items()} for r in self.rows()]}
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        return path
+
+    def first_overflow(self, scaling=None):
+        """The first tensor, in the order the run produced them, that overflows a
+        format under ``scaling`` (the first scaling by default) or holds a real inf
+        or NaN; ``None`` if there is none."""
+        scaling = scaling or self.scalings[0]
+        if scaling not in self.scalings:
+            raise FpemuValueError(f"first_overflow(): scaling {scaling!r} was not recorded; "
+                                  f"this monitor recorded {', '.join(self.scalings)}")
+        hits = {}
+        for r in self.records:
+            if r.scaling != scaling:
+                continue
+            nonfinite = r.counts.counts["nan"] + r.counts.counts["inf"]
+            over = r.overflowed
+            if nonfinite or over:
+                hit = hits.setdefault(r.seq, {"r": r, "formats": [], "over": 0, "nf": nonfinite})
+                if over:
+                    hit["formats"].append(r.format)
+                    hit["over"] = max(hit["over"], over)
+        if not hits:
+            return None
+        first = hits[min(hits)]
+        r = first["r"]
+        return FirstOverflow(r.step, r.module, r.kind, first["formats"], scaling, first["over"],
+                             first["nf"], r.amax, self._chain(r))
+
+    def _chain(self, r):
+        phase = {"activation": "forward", "activation_grad": "backward"}.get(r.kind)
+        if phase is None:
+            return []
+        order = [m for p, m in self._trace.get(r.step, []) if p == phase]
+        if r.module not in order:
+            return []
+        after = order[order.index(r.module) + 1:]
+        seen, out = set(), []
+        for m in after:
+            if m not in seen:
+                seen.add(m)
+                out.append(m)
+        return out
+
+    def report(self, out_dir, **kwargs):
+        """Write the HTML report (figures, verdicts) into ``out_dir``; returns the path
+        of ``index.html``. See :func:`fpemu.torch._report.write_report`."""
+        from ._report import write_report
+        return write_report(self, out_dir, **kwargs)
+
+
+def monitor(model, optimizer=None, **kwargs) -> Monitor:
+    """A :class:`Monitor` for ``with`` blocks: ``with monitor(model, opt) as mon: ...``."""
+    return Monitor(model, optimizer, **kwargs)
+
+
+# -- the CLI's way in: watch(), and the first optimizer of a script ----------------------
+
+_PENDING = {}      # the settings of `fpemu monitor`, while a script runs under it
+_ACTIVE = []
+
+
+def watch(model, optimizer=None, **kwargs) -> Monitor:
+    """Start monitoring ``model`` now and return the monitor.
+
+    Under ``fpemu monitor SCRIPT.py`` this is how a script names its model
+    (the command's settings apply, and its report is written when the script
+    ends); elsewhere it starts a :class:`Monitor` with ``kwargs`` that runs
+    until its ``stop()``.
+    """
+    settings = {**_PENDING.get("settings", {}), **kwargs}
+    mon = Monitor(model, optimizer, **settings).start()
+    _ACTIVE.append(mon)
+    return mon
+
+
+def _find_root_module(optimizer):
+    """The module that owns the optimizer's parameters: of the live modules holding
+    its first parameter, the one with the most parameters."""
+    import gc
+    torch = _torch()
+    first = next((p for g in optimizer.param_groups for p in g["params"]), None)
+    if first is None:
+        return None
+    best, size = None, -1
+    for obj in gc.get_objects():
+        try:
+            if not isinstance(obj, torch.nn.Module):
+                continue
+        except ReferenceError:        # pragma: no cover - a dead weak proxy
+            continue
+        params = list(obj.parameters())
+        if any(p is first for p in params) and len(params) > size:
+            best, size = obj, len(params)
+    return best
+
+
+def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
+    """Run a training script under the monitor and write the report to ``out``.
+
+    The model is the one the script passes to :func:`watch`, or else the module
+    that owns the parameters of the first optimizer the script creates (that
+    optimizer's state is counted too). Returns the :class:`Monitor` (``None`` if
+    the script created neither).
+    """
+    import runpy
+    torch = _torch()
+    if not os.path.isfile(path):
+        raise FpemuValueError(f"fpemu monitor: no script {path!r}; pass the path of a "
+                              "Python training script")
+    Monitor(torch.nn.Linear(1, 1), **settings)           # check the settings before running
+    _PENDING["settings"] = dict(settings)
+    _ACTIVE.clear()
+    real_init = torch.optim.Optimizer.__init__
+
+    def init(opt, *a, **k):
+        real_init(opt, *a, **k)
+        if not _ACTIVE and not getattr(init, "busy", False):
+            init.busy = True
+            try:
+                model = _find_root_module(opt)
+                if model is not None:
+                    watch(model, opt)
+            finally:
+                init.busy = False
+
+    torch.optim.Optimizer.__init__ = init
+    old_argv = sys.argv
+    sys.argv = [path, *argv]
+    error = None
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except Exception as err:           # a run that dies (of a NaN, say) still gets its report
+        error = err
+    finally:
+        sys.argv = old_argv
+        torch.optim.Optimizer.__init__ = real_init
+        _PENDING.clear()
+        for mon in _ACTIVE:
+            mon.stop()
+    mon = _ACTIVE[0] if _ACTIVE else None
+    if mon is not None:
+        mon.script_error = error
+        mon.report(out)
+    if error is not None and (reraise or mon is None):
+        raise error
+    return mon
