@@ -321,10 +321,15 @@ class Monitor:
         self._seq += 1
         live = self._live_scale() if unscale else 1.0
         flat = t.reshape(-1)
-        fin = torch.isfinite(flat)
-        amax_raw = float(torch.where(fin, flat.abs(), torch.zeros((), dtype=flat.dtype,
-                                                                  device=flat.device)).max())
-        amax = amax_raw / live
+        if self.sample is not None or any(sc not in ("none", "loss_scale")
+                                          for sc in self.scalings):
+            # the scale needs the amax before the counting, and a sample's amax is not the
+            # tensor's; otherwise the counts give it (stats' amax is before its factor)
+            fin = torch.isfinite(flat)
+            amax_raw = float(torch.where(fin, flat.abs(), torch.zeros(
+                (), dtype=flat.dtype, device=flat.device)).max())
+        else:
+            amax_raw = None
         idx = None
         if self.sample is not None and flat.numel() > self.sample:
             rng = np.random.default_rng([self.seed, self.step, seq])
@@ -345,8 +350,10 @@ class Monitor:
                                    else (torch.float64 if scaling == "mx" else torch.float32))
                     part_c = stats(host.numpy(), f, scale=factor, overflow=_policy(f))
                     c = part_c if c is None else c + part_c
+                if amax_raw is None:
+                    amax_raw = c.amax
                 self.records.append(Record(self.step, seq, label, kind, fname, scaling, scale,
-                                           flat.numel(), counted, amax, c))
+                                           flat.numel(), counted, amax_raw / live, c))
 
     def _scaled(self, scaling, kind, label, f, t, flat, amax_raw, live):
         """(values to classify, the scale to report, the factor stats() applies)."""
