@@ -216,5 +216,7 @@ def test_notebook_is_committed_clean(path):
     last = "".join(code[-1]["source"])
     assert "assert" in last, f"{path.name} must end by asserting its key numbers"
     text = "".join("".join(c["source"]) for c in code)
+    assert "lessons.interact(" in text or "lessons.BitToggle(" in text, \
+        f"{path.name} has no interactive widget (fpemu.lessons)"
     for banned in ("urllib", "requests", "http://", "https://", "wget"):
         assert banned not in text, f"{path.name} must not use the network ({banned})"
