@@ -148,10 +148,7 @@ def _positive_interval(v, fmt: Format, overflow, signed_zero):
     down = float(next_down(v, fmt))
     if down != down or down >= v:                           # the smallest value of e8m0
         return 0.0, hi, False, hi_in
-    lo = (down + v) / 2 if down != 0 or not fmt.has_zero else \
-        (fmt.min_subnormal if fmt.has_subnormals else fmt.min_normal) / 2
-    if down == 0 and not fmt.has_subnormals:               # flush: between 0 and min normal
-        lo = fmt.min_normal / 2
+    lo = (down + v) / 2              # from the smallest positive value down, halfway to 0
     return lo, hi, _rounds_to(lo, v, fmt, overflow), hi_in
 
 
