@@ -341,14 +341,15 @@ def table_text(fmt) -> str:
     return "\n".join(lines)
 
 
-def _cell(v: float) -> str:
+def _cell(v: float, digits: int = 4, nan: str = "nan") -> str:
+    """A value in a table cell: ``digits`` significant digits, ``-0``, ``inf``."""
     if v != v:
-        return "nan"
+        return nan
     if v in (np.inf, -np.inf):
         return "inf" if v > 0 else "-inf"
     if v == 0:
         return "-0" if np.signbit(v) else "0"
-    return f"{v:.4g}"
+    return f"{v:.{digits}g}"
 
 
 make_callable(__name__)   # fpemu.explain(x, fmt) is explain(x, fmt); see fpemu._callable

@@ -40,6 +40,7 @@ import os
 import numpy as np
 
 from .errors import FpemuTypeError, FpemuValueError
+from .explain import _cell
 from .formats import Format, format_names
 from .quantize import _as_format, classify, decode, encode, next_down, next_up, quantize, ulp
 
@@ -71,18 +72,11 @@ def _display(obj):
     display(obj)
 
 
-def _show(v: float, short: bool = False) -> str:
-    """A value as a person reads it: shortest repr (3 digits when ``short``, for
-    table cells), ``-0``, ``inf``, ``nan`` (``NaN`` in cells)."""
+def _show(v: float) -> str:
+    """A value as a person reads it: shortest repr, ``-0``, ``inf``, ``nan``."""
     v = float(v)
-    if v != v:
-        return "NaN" if short else "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if v == 0:
-        return "-0" if math.copysign(1.0, v) < 0 else "0"
-    if short:
-        return f"{v:.3g}"
+    if v != v or math.isinf(v) or v == 0:
+        return _cell(v)
     return repr(v) if 1e-5 <= abs(v) < 1e7 else f"{v:.6g}"
 
 
@@ -256,7 +250,7 @@ class BitToggle:
         self.fmt = _as_format(fmt)
         self.code = int(encode(v, self.fmt)) if v == v else int(self.fmt.nan_code or 0)
         if self._widget is not None:
-            self._widget = None
+            self._widget.rebuild()
         return self
 
     def info(self) -> dict:
@@ -404,10 +398,11 @@ class _BitToggleWidget:
     _syncing = False
 
     def _on_format(self, change):
-        if change["new"] is None:
-            return
-        self.t.set_format(change["new"])
-        self.t._widget = self
+        if change["new"] is not None and not self._syncing:
+            self.t.set_format(change["new"])
+
+    def rebuild(self):
+        """The format changed: one toggle per bit of the new one."""
         self._build_buttons()
         self.sync()
 
@@ -424,6 +419,8 @@ class _BitToggleWidget:
     def sync(self):
         self._syncing = True
         try:
+            if self.t.fmt.name in format_names():
+                self.menu.value = self.t.fmt.name
             for b, bit in zip(self.buttons, self.t.bits):
                 b.value = bit == "1"
                 b.description = bit
@@ -487,7 +484,7 @@ class CodeTable:
                 v, kind = self.value(code), self._kind(code)
                 tds.append(f'<td title="code 0x{code:02X}: {kind}" style="background:'
                            f'{CLASS_COLORS[kind]};padding:1px 3px;text-align:right;'
-                           f'font-family:monospace;font-size:72%">{_show(v, short=True)}</td>')
+                           f'font-family:monospace;font-size:72%">{_cell(v, 3, "NaN")}</td>')
             body.append(f'<tr><th style="padding:1px 3px;font-size:80%">{r:X}.</th>'
                         f'{"".join(tds)}</tr>')
         legend = " ".join(f'<span style="background:{CLASS_COLORS[k]};padding:1px 6px">{k}'

@@ -68,31 +68,26 @@ def _plt():
 def lecture_style():
     """A context in which new figures use the lecture style sheet."""
     matplotlib, plt = _plt()
+    on = matplotlib.is_interactive()
     try:
         with plt.style.context(STYLE):
-            yield
-            on = matplotlib.is_interactive()
+            try:
+                yield
+            finally:
+                on = matplotlib.is_interactive()
     finally:
-        _keep_interactive(matplotlib, locals().get("on"))
-
-
-def _keep_interactive(matplotlib, on):
-    # A style context restores every rcParam on exit, "interactive" included. The
-    # backend is chosen at the first figure, and Jupyter's inline backend turns
-    # interactive mode on then; restoring it would stop every later figure from
-    # showing at the end of its cell. Keep what the backend set.
-    if on is not None:
+        # A style context restores every rcParam on exit, "interactive" included. The
+        # backend is chosen at the first figure, and Jupyter's inline backend turns
+        # interactive mode on then; restoring it would stop every later figure from
+        # showing at the end of its cell. Keep what the backend set.
         matplotlib.interactive(on)
 
 
 def new_axes(nrows=1, ncols=1, figsize=None, **kwargs):
     """A new figure in the lecture style: (fig, axes) as ``plt.subplots``."""
-    matplotlib, plt = _plt()
-    with plt.style.context(STYLE):
-        made = plt.subplots(nrows, ncols, figsize=figsize, **kwargs)
-        on = matplotlib.is_interactive()
-    _keep_interactive(matplotlib, on)
-    return made
+    _, plt = _plt()
+    with lecture_style():
+        return plt.subplots(nrows, ncols, figsize=figsize, **kwargs)
 
 
 def _axes(ax, figsize=None):

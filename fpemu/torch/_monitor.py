@@ -199,7 +199,6 @@ class Monitor:
         self.chunk = chunk
         self.records = []
         self.step = 0
-        self.steps_seen = set()
         self._seq = 0
         self._saw_backward = False
         self._handles = []
@@ -316,7 +315,6 @@ class Monitor:
         t = tensor.detach()
         if not t.is_floating_point() or t.numel() == 0:
             return
-        self.steps_seen.add(self.step)
         seq = self._seq
         self._seq += 1
         live = self._live_scale() if unscale else 1.0
@@ -346,8 +344,10 @@ class Monitor:
                 c = None
                 for start in range(0, src.numel(), self.chunk):
                     part = src[start:start + self.chunk]
+                    # float64 stays float64 (MX's scaled values are float64); the rest
+                    # widens exactly to float32
                     host = part.to("cpu", torch.float64 if part.dtype == torch.float64
-                                   else (torch.float64 if scaling == "mx" else torch.float32))
+                                   else torch.float32)
                     part_c = stats(host.numpy(), f, scale=factor, overflow=_policy(f))
                     c = part_c if c is None else c + part_c
                 if amax_raw is None:

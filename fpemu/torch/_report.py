@@ -44,10 +44,7 @@ def verdict(mon, fmt, scaling="none"):
     fwd_over = sum(r.overflowed for r in fwd)
     fwd_amax = max((r.amax for r in fwd), default=0.0)
     g_over = sum(r.overflowed for r in grads)
-    g_flushed = sum(r.counts.counts["flushed"] for r in grads)
-    g_nonzero = sum(r.counts.total - r.counts.counts["zero"] - r.counts.counts["nan"]
-                    - r.counts.counts["inf"] for r in grads)
-    share = g_flushed / g_nonzero if g_nonzero else 0.0
+    share = _flushed_share(grads)
     g_amax = max((r.amax for r in grads), default=0.0)
     notes = []
     if nonfinite:
