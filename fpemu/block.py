@@ -1,0 +1,655 @@
+"""Block-scaled formats: MX (OCP MX v1.0), NVFP4, fp8 block scaling.
+
+A block format stores a tensor as small **elements** (e4m3fn, e5m2, e2m3,
+e3m2, e2m1, ...) and one **scale** per block of them: a value is
+``element * scale`` (NVFP4 also multiplies by one fp32 **tensor scale**).
+:func:`quantize_blocks` computes the codes and scales the way a named
+library or piece of hardware does, bit for bit; :func:`dequantize_blocks`
+gives the exact values they stand for.
+
+Blocks are 1-D (``block=32``: 32 consecutive elements along ``axis``) or 2-D
+tiles over the last two axes (``block=(16, 16)``: NVFP4 weights;
+``(128, 128)``: DeepSeek-V3 / TransformerEngine fp8 weights). A length that
+is not a multiple of the block is padded with zeros for the amax and the pad
+is dropped from the codes, as TransformerEngine does.
+
+Scale rules (``scale_rule``)
+----------------------------
+E8M0 scales (MX), the four rules of torchao's ``ScaleCalculationMode``, for
+a block of amax ``a`` and elements whose largest power of two is
+``2**emax_elem`` (e4m3fn 8, e5m2 15, e2m3 2, e3m2 4, e2m1 2):
+
+``"floor"`` (OCP MX v1.0 §6.3, torchao FLOOR)
+    ``e = floor(log2 a) - emax_elem``, read from the float32 exponent field
+    (a float32 subnormal counts as 2**-127, inf as 2**128). Elements that
+    land above the element maximum saturate ("clipped" blocks).
+``"rceil"`` (NVIDIA, ``cvt.rp.satfinite.ue8m0``; TransformerEngine MXFP8)
+    ``e = ceil(log2(fp32(a / elem_max)))``: the float32 quotient rounded up
+    to a power of two, so nothing clips. inf gives 2**127.
+``"ceil"`` (torchao CEIL)
+    ``floor(log2 a)`` plus one unless ``a`` is a power of two, minus
+    ``emax_elem``.
+``"even"`` (torchao EVEN)
+    ``a`` rounded at the element's mantissa width (half up in the float32
+    bits: add ``2**(22 - mbits)``, keep sign and exponent) before FLOOR.
+
+Every rule clamps ``e`` to [-127, 127]; a NaN amax gives the NaN scale
+(0xFF) and the whole block decodes to NaN. Elements are ``x / 2**e``,
+clamped to the element maximum, rounded once.
+
+E4M3 scales with an fp32 tensor scale (NVFP4: e2m1 elements, blocks of 16):
+
+``"nvfp4"`` (TransformerEngine's reference quantizer, ``NVFP4QuantizerRef``)
+    tensor encode scale ``S = min(fp32(448*6 / amax_tensor), FLT_MAX)``
+    (1 where amax is 0 or S is 0, as TE's CUDA kernel); decode scale
+    ``fp32(1 / S)``. Block scale: ``fp32(fp32(a / 6) * S)``, capped at
+    FLT_MAX and 448, cast to e4m3fn (round to nearest even). Element encode
+    scale ``min(fp32(1 / fp32(scale * (1/S))), FLT_MAX)``; elements
+    ``fp32(x * enc)`` clamped to ±6, then rounded to e2m1.
+``"nvfp4-torchao"`` (torchao ``nvfp4_quantize`` with a per-tensor scale)
+    tensor scale ``t = fp32(amax_tensor / 2688)``; block scale
+    ``fp32(fp32(a / 6) / t)`` clamped to [2**-6, 448] (torchao's lower clamp
+    keeps every scale normal) and cast to e4m3fn; elements
+    ``fp32(x * fp32(fp32(1 / t) / scale))`` clamped to ±6. An all-zero
+    tensor gives ``t = 0`` and NaN scales in torchao; this preset keeps that.
+``"4over6"`` (Four Over Six, TransformerEngine PR #2972)
+    the tensor encode scale uses 256 in place of 448 (``256*6 / amax``),
+    leaving room for the block scale to grow by 6/4; each block is quantized
+    twice, its amax mapped to 6 and to 4, and keeps the one whose
+    dequantized values have the smaller sum of squared errors (computed
+    exactly; a tie keeps 6).
+
+fp32 scales (``scale_fmt="fp32"``, fp8 block scaling):
+
+``"current"`` / ``"pow2"``
+    TransformerEngine's ``compute_scale_from_amax`` per block (encode
+    ``fp32(elem_max / a)``, 1 for a zero, inf or NaN amax, FLT_MAX for an
+    infinite scale; ``"pow2"`` rounds it down to a power of two, the
+    default of ``Float8BlockScaling``). The stored scale is the decode
+    scale ``fp32(1 / enc)``; elements ``fp32(x * enc)`` saturate.
+
+Rounding of the elements (``rounding``)
+----------------------------------------
+``"rne"`` (default) and the other modes of :func:`fpemu.quantize`,
+``"sr"`` (fpemu's full-width stochastic rounding, seeded) and ``"srN"``
+(``"sr8"``...): the hardware's stochastic rounding with N random bits, as
+``cvt.rs`` takes 8 bits per element on Blackwell. Let ``u`` be the spacing
+of the element format at ``|v|``, ``k = floor(|v| / u)`` and ``r`` the N bits
+of ``|v| / u - k`` just below the point (the bits further down are
+dropped). With N uniform random bits ``R`` the magnitude is ``(k + 1) * u``
+when ``r + R >= 2**N``, else ``k * u``: up with probability ``r / 2**N``.
+``R`` for the element at flat position ``i`` of the block layout (blocks
+in the order of the scales array, elements in order within a block) is the
+``i``-th draw of ``numpy.random.Generator(PCG64(seed)).integers(0, 2**N)``.
+
+Random Hadamard transform
+-------------------------
+:func:`hadamard` multiplies each run of 16 values by ``diag(s) H / 4``
+(Sylvester ``H``; ``s``: TransformerEngine's fixed sign vector, random signs
+from a seed, or none), computed exactly and rounded once to float32.
+
+Not provided: NVFP4 with UE5M3 scales (TransformerEngine PR #3325, an open
+prototype for Rubin): the public thread does not state the encoding (bias,
+NaN, largest value) or the tensor-scale constant. Any scale format can be
+passed as a :class:`fpemu.Format` (``Format.custom``) with the ``"nvfp4"``
+rule's structure once those are known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from .errors import FpemuTypeError, FpemuValueError
+from .formats import Format
+from .formats import format as _lookup
+from .quantize import _prepare_input, decode, encode, quantize
+
+__all__ = ["BlockQuantized", "BlockSpec", "PRESETS", "SCALE_RULES", "quantize_blocks",
+           "dequantize_blocks", "hadamard", "hadamard_matrix", "TE_SIGNS"]
+
+FLT_MAX = np.float32(np.finfo(np.float32).max)
+_f32 = np.float32
+
+#: TransformerEngine's fixed sign vector for the 16-point RHT
+#: (``get_wgrad_sign_vector`` in its NVFP4 reference quantizer).
+TE_SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float64)
+
+MX_RULES = ("floor", "rceil", "ceil", "even")
+FP4_RULES = ("nvfp4", "nvfp4-torchao", "4over6")
+FP32_RULES = ("current", "pow2")
+SCALE_RULES = MX_RULES + FP4_RULES + FP32_RULES
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    """A named block format: element and scale formats, block shape, rule."""
+
+    name: str
+    elem: str
+    scale_fmt: str
+    block: object
+    scale_rule: str
+    source: str
+
+
+#: Named block formats (``quantize_blocks(x, "nvfp4")``).
+PRESETS = {p.name: p for p in (
+    BlockSpec("mxfp8", "e4m3fn", "e8m0", 32, "floor", "OCP MX v1.0 MXFP8 (E4M3)"),
+    BlockSpec("mxfp8-e5m2", "e5m2", "e8m0", 32, "floor", "OCP MX v1.0 MXFP8 (E5M2)"),
+    BlockSpec("mxfp6-e2m3", "e2m3", "e8m0", 32, "floor", "OCP MX v1.0 MXFP6 (E2M3)"),
+    BlockSpec("mxfp6-e3m2", "e3m2", "e8m0", 32, "floor", "OCP MX v1.0 MXFP6 (E3M2)"),
+    BlockSpec("mxfp4", "e2m1", "e8m0", 32, "floor", "OCP MX v1.0 MXFP4"),
+    BlockSpec("mxfp8-te", "e4m3fn", "e8m0", 32, "rceil",
+              "TransformerEngine MXFP8BlockScaling: scales rounded up"),
+    BlockSpec("nvfp4", "e2m1", "e4m3fn", 16, "nvfp4",
+              "NVFP4, TransformerEngine's reference quantizer"),
+    BlockSpec("nvfp4-2d", "e2m1", "e4m3fn", (16, 16), "nvfp4",
+              "NVFP4 16x16 tiles (TransformerEngine's weights)"),
+    BlockSpec("nvfp4-torchao", "e2m1", "e4m3fn", 16, "nvfp4-torchao",
+              "NVFP4, torchao's nvfp4_quantize with a per-tensor scale"),
+    BlockSpec("nvfp4-4over6", "e2m1", "e4m3fn", 16, "4over6",
+              "NVFP4 with Four Over Six block-scale selection (TE PR #2972)"),
+    BlockSpec("fp8-block", "e4m3fn", "fp32", (128, 128), "pow2",
+              "TransformerEngine Float8BlockScaling weights / DeepSeek-V3 128x128"),
+    BlockSpec("fp8-block-1d", "e4m3fn", "fp32", 128, "pow2",
+              "TransformerEngine Float8BlockScaling activations / DeepSeek-V3 1x128"),
+)}
+
+
+# ----------------------------------------------------------------- result
+class BlockQuantized(tuple):
+    """``(codes, scales)`` of a block-quantized array, with what decodes them.
+
+    ``codes``: element codes (the element format's code dtype), the input's
+    shape. ``scales``: scale codes (``scale_fmt``'s code dtype), the input's
+    shape with the blocked axis (axes) divided by the block, rounded up.
+    Attributes: ``elem``, ``scale_fmt`` (:class:`fpemu.Format`), ``block``
+    (int or pair), ``axis``, ``scale_rule``, ``tensor_scale`` (the fp32
+    decode tensor scale, or None), ``clipped`` (per block: did some element
+    exceed the element maximum before the clamp), ``rounding``.
+    """
+
+    def __new__(cls, codes, scales, **meta):
+        self = super().__new__(cls, (codes, scales))
+        for k, v in meta.items():
+            setattr(self, k, v)
+        return self
+
+    @property
+    def codes(self):
+        return self[0]
+
+    @property
+    def scales(self):
+        return self[1]
+
+    @property
+    def scale_values(self):
+        """The scales as float64 (NaN for a NaN scale)."""
+        return decode(self.scales, self.scale_fmt).astype(np.float64)
+
+    @property
+    def values(self):
+        """The exact values the codes stand for (float64)."""
+        return dequantize_blocks(self)
+
+    def __repr__(self):
+        return (f"BlockQuantized(elem={self.elem.name}, scale_fmt={self.scale_fmt.name}, "
+                f"block={self.block}, axis={self.axis}, scale_rule={self.scale_rule!r}, "
+                f"shape={self.codes.shape}, tensor_scale={self.tensor_scale})")
+
+
+# ------------------------------------------------------------------ layout
+def _check_block(block, fname):
+    if isinstance(block, (int, np.integer)) and not isinstance(block, bool):
+        if block < 1:
+            raise FpemuValueError(f"{fname}(): block must be >= 1, got {block}")
+        return int(block)
+    if (isinstance(block, (tuple, list)) and len(block) == 2
+            and all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1
+                    for b in block)):
+        return (int(block[0]), int(block[1]))
+    raise FpemuTypeError(f"{fname}(): block must be an int (1-D blocks along axis) or a pair "
+                         f"(rows, cols) of ints (2-D tiles over the last two axes), got "
+                         f"{block!r}")
+
+
+def _to_blocks(X, block, axis):
+    """(B, nblocks..., block_len) view of X (float64) padded with zeros, and
+    the function that takes a (B, nblocks..., block_len) array back."""
+    if isinstance(block, int):
+        Xm = np.moveaxis(X, axis, -1)
+        lead = Xm.shape[:-1]
+        n = Xm.shape[-1]
+        nb = -(-n // block)
+        P = np.zeros(lead + (nb * block,), X.dtype)
+        P[..., :n] = Xm
+        Bk = P.reshape(lead + (nb, block))
+
+        def back(A):
+            A = A.reshape(lead + (nb * block,))[..., :n]
+            return np.moveaxis(A, -1, axis)
+
+        return Bk, back, lead + (nb,), (lambda S: np.moveaxis(S, -1, axis))
+    ty, tx = block
+    lead = X.shape[:-2]
+    R, C = X.shape[-2:]
+    nr, nc = -(-R // ty), -(-C // tx)
+    P = np.zeros(lead + (nr * ty, nc * tx), X.dtype)
+    P[..., :R, :C] = X
+    k = len(lead)
+    Bk = P.reshape(lead + (nr, ty, nc, tx))
+    Bk = np.moveaxis(Bk, k + 1, k + 2).reshape(lead + (nr, nc, ty * tx))
+
+    def back(A):
+        A = A.reshape(lead + (nr, nc, ty, tx))
+        A = np.moveaxis(A, k + 2, k + 1).reshape(lead + (nr * ty, nc * tx))
+        return A[..., :R, :C]
+
+    return Bk, back, lead + (nr, nc), (lambda S: S)
+
+
+# ------------------------------------------------------------ scale rules
+def _f32_bits(a):
+    return np.asarray(a, np.float32).view(np.uint32).astype(np.int64)
+
+
+def _mx_exponent(amax32, elem: Format, rule):
+    """Unbiased E8M0 exponents (int64, clamped to [-127, 127]) and the NaN mask."""
+    nan = np.isnan(amax32)
+    emax_elem = int(np.floor(np.log2(elem.max)))
+    mbits = elem.mantissa_bits
+    with np.errstate(all="ignore"):
+        if rule == "rceil":
+            d = (amax32 / _f32(elem.max)).astype(np.float32)
+            bits = _f32_bits(d)
+            ef = (bits >> 23) & 0xFF
+            frac = bits & 0x7FFFFF
+            # ceil(log2 d) from the bits: normal d = (1 + f) 2**(ef-127)
+            e = np.where(frac != 0, ef - 127 + 1, ef - 127)
+            # subnormal d (ef == 0): d = frac * 2**-149, ceil(log2 d) exactly
+            sub = (ef == 0) & (frac != 0)
+            top = np.floor(np.log2(np.where(sub, frac, 1).astype(np.float64))).astype(np.int64)
+            pow2 = (frac & (frac - 1)) == 0
+            e = np.where(sub, top - 149 + np.where(pow2, 0, 1), e)
+            e = np.where(d == 0, -127, e)
+            e = np.where(np.isinf(d), 127, e)
+        else:
+            bits = _f32_bits(amax32)
+            if rule == "even":
+                bits = (bits + (1 << (23 - mbits - 1))) & (0x1FF << 23)
+            ef = (bits >> 23) & 0xFF
+            e = ef - 127
+            if rule == "ceil":
+                e = e + ((bits & 0x7FFFFF) != 0)
+            e = e - emax_elem
+    return np.clip(e, -127, 127).astype(np.int64), nan
+
+
+def _e4m3_cast(v32, scale_fmt):
+    """float32 values rounded to the scale format, nearest even (values already
+    within its range)."""
+    return quantize(v32, scale_fmt).astype(np.float32)
+
+
+def _nvfp4_te_tensor(amax_t, fp8_max):
+    with np.errstate(all="ignore"):
+        S = _f32(_f32(fp8_max * 6.0) / _f32(amax_t))
+    S = np.minimum(S, FLT_MAX)
+    if amax_t == 0 or S == 0:
+        S = _f32(1.0)
+    return _f32(S), _f32(_f32(1.0) / _f32(S))
+
+
+def _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, map_to):
+    """TE's block decode scale (scale_fmt values, float32) and element
+    encode scale for amax mapped to ``map_to``."""
+    with np.errstate(all="ignore"):
+        ds = (amax_b.astype(np.float32) / _f32(map_to)).astype(np.float32)
+        ds = (ds * S).astype(np.float32)
+        ds = np.minimum(ds, FLT_MAX)                       # NaN stays NaN, as torch.min
+        ds = np.clip(ds, -_f32(scale_fmt.max), _f32(scale_fmt.max))
+        dsq = _e4m3_cast(ds, scale_fmt)
+        enc = (_f32(1.0) / (dsq * Sdec).astype(np.float32)).astype(np.float32)
+        enc = np.minimum(enc, FLT_MAX)
+    return dsq, enc
+
+
+def _scale_elements(Bk, enc, elem, clamp_to=None):
+    """fp32(x * enc) per block, clamped to the element maximum; and which
+    blocks clipped."""
+    with np.errstate(all="ignore"):
+        v = (Bk.astype(np.float32) * enc[..., None].astype(np.float32)).astype(np.float32)
+    m = _f32(elem.max if clamp_to is None else clamp_to)
+    clipped = np.any(np.abs(v) > m, axis=-1)
+    return np.clip(v, -m, m), clipped
+
+
+# ------------------------------------------------------------ element rounding
+_SRN = re.compile(r"^sr(\d+)$")
+
+
+def _round_elements(V, elem, rounding, seed):
+    """V (float32, block layout) rounded to elem: codes (block layout)."""
+    flat = V.reshape(-1)
+    nan = np.isnan(flat)
+    safe = np.where(nan, np.float32(0), flat)
+    m = _SRN.match(rounding) if isinstance(rounding, str) else None
+    if m:
+        n = int(m.group(1))
+        if not 1 <= n <= 32:
+            raise FpemuValueError(f"quantize_blocks(): rounding 'srN' takes N in 1..32 random "
+                                  f"bits, got {rounding!r}")
+        if seed is None:
+            raise FpemuValueError(f"quantize_blocks(): rounding={rounding!r} needs seed= (an "
+                                  "int), so that the random bits can be reproduced")
+        vals = _round_srn(safe.astype(np.float64), elem, n, seed)
+        codes = encode(vals, elem)
+    else:
+        kw = {"seed": (seed, 0) if seed is not None else None} if rounding == "sr" else {}
+        codes = encode(safe, elem, rounding=rounding, overflow="saturate", **kw)
+    return codes.reshape(V.shape), nan.reshape(V.shape)
+
+
+def _round_srn(v, elem: Format, n, seed):
+    """Stochastic rounding with n random bits per element (module text)."""
+    a = np.abs(v)
+    with np.errstate(divide="ignore"):
+        _, ex = np.frexp(a)
+    e = np.maximum(ex.astype(np.int64) - 1, elem.emin)
+    u = np.ldexp(1.0, e - elem.mantissa_bits)
+    t = a / u                                   # exact: a power-of-two scaling
+    k = np.floor(t)
+    r = np.floor((t - k) * 2.0**n)              # the n bits below the point
+    R = np.random.Generator(np.random.PCG64(seed)).integers(
+        0, 2**n, size=a.size, dtype=np.uint64).astype(np.float64).reshape(a.shape)
+    mag = (k + (r + R >= 2.0**n)) * u
+    mag = np.minimum(mag, elem.max)
+    return np.copysign(mag, v)
+
+
+# ------------------------------------------------------------------- public
+def _resolve_args(elem, scale_fmt, block, scale_rule):
+    if isinstance(elem, str) and elem.lower() in PRESETS:
+        p = PRESETS[elem.lower()]
+        elem = p.elem
+        scale_fmt = p.scale_fmt if scale_fmt is None else scale_fmt
+        block = p.block if block is None else block
+        scale_rule = p.scale_rule if scale_rule is None else scale_rule
+    elem = _lookup(elem)
+    scale_fmt = _lookup("e8m0" if scale_fmt is None else scale_fmt)
+    block = 32 if block is None else block
+    if scale_rule is None:
+        scale_rule = {"e8m0": "floor", "fp32": "pow2"}.get(scale_fmt.name, "nvfp4")
+    if not isinstance(scale_rule, str) or scale_rule.lower() not in SCALE_RULES:
+        raise FpemuValueError(f"quantize_blocks(): unknown scale_rule {scale_rule!r}; choose one "
+                              f"of {', '.join(SCALE_RULES)}")
+    scale_rule = scale_rule.lower()
+    kind = ("mx" if scale_rule in MX_RULES else "fp4" if scale_rule in FP4_RULES else "fp32")
+    want = {"mx": "an E8M0 scale (scale_fmt='e8m0')",
+            "fp32": "fp32 scales (scale_fmt='fp32')",
+            "fp4": "a small float scale such as scale_fmt='e4m3fn'"}[kind]
+    ok = {"mx": scale_fmt.name == "e8m0", "fp32": scale_fmt.name == "fp32",
+          "fp4": scale_fmt.name not in ("e8m0", "fp32") and scale_fmt.bits <= 16}[kind]
+    if not ok:
+        raise FpemuValueError(f"quantize_blocks(): scale_rule {scale_rule!r} needs {want}; got "
+                              f"scale_fmt={scale_fmt.name!r}")
+    if elem.bits > 16 or not elem.signed:
+        raise FpemuValueError(f"quantize_blocks(): elements must be a signed format of at most "
+                              f"16 bits (e4m3fn, e5m2, e2m3, e3m2, e2m1, ...); got {elem.name}")
+    return elem, scale_fmt, block, scale_rule
+
+
+def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_rule=None,
+                    rounding="rne", seed=None, *, tensor_amax=None):
+    """Quantize to a block-scaled format; returns ``(codes, scales)`` as a
+    :class:`BlockQuantized`.
+
+    Parameters
+    ----------
+    x : array_like
+        float32 values (float64 input must hold float32 values: the
+        quantizers read float32 or bfloat16 tensors; round first with
+        ``fpemu.quantize(x, "fp32")``).
+    elem : str or Format
+        Element format, or a preset name from :data:`PRESETS` (``"mxfp8"``,
+        ``"mxfp4"``, ``"nvfp4"``, ``"nvfp4-torchao"``, ...) whose settings
+        the other arguments override.
+    scale_fmt : str or Format
+        ``"e8m0"`` (MX), ``"e4m3fn"`` (NVFP4) or ``"fp32"``.
+    block : int or (int, int)
+        Block length along ``axis``, or a 2-D tile over the last two axes.
+    axis : int
+        The blocked axis of 1-D blocks.
+    scale_rule : str
+        One of :data:`SCALE_RULES` (module text).
+    rounding : str
+        ``"rne"``, another mode of :func:`fpemu.quantize`, ``"sr"`` or
+        ``"srN"`` (``"sr8"``: 8 random bits per element, as ``cvt.rs``).
+    seed : int
+        For the stochastic modes.
+    tensor_amax : float, optional
+        NVFP4 rules: the amax the tensor scale is computed from (default:
+        the amax of ``x``), e.g. the amax before a Hadamard transform.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fpemu import block
+    >>> q = block.quantize_blocks(np.array([[0.1, -3.0, 6.5, 0.0]], np.float32), "mxfp4",
+    ...                           block=4)
+    >>> q.scales, q.values          # OCP's floor rule: scale 2**0, and 6.5 clips to 6
+    (array([[127]], dtype=uint8), array([[ 0., -3.,  6.,  0.]]))
+    >>> q.clipped
+    array([[ True]])
+    >>> x = np.array([[0.1, -3.0, 6.5, 0.0]], np.float32)
+    >>> block.quantize_blocks(x, "mxfp4", block=4, scale_rule="rceil").values  # 2**1
+    array([[ 0., -4.,  6.,  0.]])
+    """
+    elem, scale_fmt, block, rule = _resolve_args(elem, scale_fmt, block, scale_rule)
+    block = _check_block(block, "quantize_blocks")
+    flat, shape = _prepare_input(x, "quantize_blocks")
+    X = flat.reshape(shape)
+    if X.ndim == 0:
+        raise FpemuValueError("quantize_blocks(): needs an array with at least one axis")
+    X32 = X.astype(np.float32)
+    same = (X32.astype(np.float64) == X) | (np.isnan(X) & np.isnan(X32))
+    if not same.all():
+        first = float(X[~same].reshape(-1)[0])
+        raise FpemuValueError(
+            f"quantize_blocks(): x holds {int((~same).sum())} value(s) that are not float32 "
+            f"values (the first: {first!r}); block quantizers read float32 (or bfloat16) tensors: round first with "
+            "fpemu.quantize(x, 'fp32')")
+    if isinstance(block, tuple):
+        if X.ndim < 2:
+            raise FpemuValueError(f"quantize_blocks(): 2-D tiles {block} need an array with two "
+                                  f"axes or more; got shape {X.shape}")
+        ax = None
+    else:
+        if not -X.ndim <= axis < X.ndim:
+            raise FpemuValueError(f"quantize_blocks(): axis {axis} is out of range for shape "
+                                  f"{X.shape}")
+        ax = axis % X.ndim
+    Bk, back, sshape, sback = _to_blocks(X32, block, ax)
+    with np.errstate(invalid="ignore"):
+        amax_b = np.max(np.abs(Bk), axis=-1).astype(np.float32)  # NaN propagates
+    if np.isnan(Bk).any():
+        amax_b = np.where(np.isnan(Bk).any(axis=-1), np.float32(np.nan), amax_b)
+    tensor_scale = None
+    if rule in MX_RULES:
+        e, nan = _mx_exponent(amax_b, elem, rule)
+        with np.errstate(all="ignore"):
+            v = np.ldexp(Bk.astype(np.float64), -e[..., None])       # exact
+        m = elem.max
+        clipped = np.any(np.abs(v) > m, axis=-1) & ~nan
+        V = np.clip(v, -m, m).astype(np.float32)                    # exact: on fp32's grid
+        scodes = np.where(nan, 0xFF, e + 127).astype(scale_fmt.code_dtype)
+        block_nan = nan
+    elif rule in FP32_RULES:
+        from .autograd.fp8 import scale_from_amax
+        enc = np.array([scale_from_amax(a, elem.max, rule == "pow2") for a in amax_b.reshape(-1)],
+                       np.float32).reshape(amax_b.shape)
+        dec = (_f32(1.0) / enc).astype(np.float32)
+        V, clipped = _scale_elements(Bk, enc, elem)
+        scodes = encode(dec, scale_fmt)
+        block_nan = np.zeros(amax_b.shape, bool)
+    else:
+        amax_t = _f32(tensor_amax) if tensor_amax is not None else (
+            _f32(np.max(np.abs(X32))) if X32.size else _f32(0))
+        if X32.size and np.isnan(X32).any() and tensor_amax is None:
+            amax_t = _f32(np.nan)
+        if rule == "nvfp4-torchao":
+            with np.errstate(all="ignore"):
+                t = _f32(amax_t / _f32(448.0 * 6.0))
+                bs = (amax_b / _f32(6.0)).astype(np.float32)
+                sb = (bs / t).astype(np.float32)
+                sb = np.clip(sb, _f32(2.0**-6), _f32(scale_fmt.max))
+                dsq = _e4m3_cast(sb, scale_fmt)
+                rs = ((_f32(1.0) / t) / dsq).astype(np.float32)
+            V, clipped = _scale_elements(Bk, rs, elem)
+            tensor_scale = t
+        else:
+            fp8_max = 256.0 if rule == "4over6" else float(scale_fmt.max)
+            S, Sdec = _nvfp4_te_tensor(amax_t, fp8_max)
+            dsq, enc = _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, 6.0)
+            V, clipped = _scale_elements(Bk, enc, elem)
+            if rule == "4over6":
+                dsq4, enc4 = _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, 4.0)
+                V4, clipped4 = _scale_elements(Bk, enc4, elem)
+                err6 = _block_sse(Bk, V, dsq, Sdec, elem, rounding, seed)
+                err4 = _block_sse(Bk, V4, dsq4, Sdec, elem, rounding, seed)
+                use4 = err4 < err6
+                V = np.where(use4[..., None], V4, V)
+                dsq = np.where(use4, dsq4, dsq)
+                clipped = np.where(use4, clipped4, clipped)
+            tensor_scale = Sdec
+        scodes = encode(dsq, scale_fmt)
+        block_nan = np.isnan(dsq)
+        clipped = clipped & ~block_nan
+    codes, _ = _round_elements(V, elem, rounding, seed)
+    codes = np.where(block_nan[..., None], elem.code_dtype.type(0), codes)
+    return BlockQuantized(
+        np.ascontiguousarray(back(codes)).astype(elem.code_dtype),
+        np.ascontiguousarray(sback(scodes.reshape(sshape))).astype(scale_fmt.code_dtype),
+        elem=elem, scale_fmt=scale_fmt, block=block, axis=ax, scale_rule=rule,
+        tensor_scale=tensor_scale, clipped=np.ascontiguousarray(sback(clipped)),
+        rounding=rounding, shape=tuple(X.shape))
+
+
+def _block_sse(Bk, V, dsq, Sdec, elem, rounding, seed):
+    """Sum of squared errors of each block, dequantized, exactly (float64 of
+    exact products; squares summed in float64)."""
+    codes, _ = _round_elements(V, elem, rounding, seed)
+    q = decode(codes, elem).astype(np.float64)
+    deq = q * dsq[..., None].astype(np.float64) * np.float64(Sdec)
+    with np.errstate(invalid="ignore"):
+        return np.sum((Bk.astype(np.float64) - deq) ** 2, axis=-1)
+
+
+def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, axis=-1,
+                      tensor_scale=None):
+    """The exact values (float64) of block codes: ``element * scale`` (times
+    the tensor scale for NVFP4).
+
+    ``q`` is a :class:`BlockQuantized`, or element codes with ``scales``
+    (scale codes) and ``elem``, ``scale_fmt``, ``block``, ``axis``,
+    ``tensor_scale`` given. A NaN scale makes its whole block NaN.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fpemu import block
+    >>> block.dequantize_blocks(np.array([[2, 15]], np.uint8), np.array([[127]], np.uint8),
+    ...                         elem="e2m1", scale_fmt="e8m0", block=2)
+    array([[ 1., -6.]])
+    """
+    if isinstance(q, BlockQuantized):
+        codes, scales = q
+        elem, scale_fmt, block, axis = q.elem, q.scale_fmt, q.block, q.axis
+        tensor_scale = q.tensor_scale
+        shape = q.shape
+    else:
+        if scales is None or elem is None or scale_fmt is None or block is None:
+            raise FpemuValueError("dequantize_blocks(): pass a BlockQuantized, or codes with "
+                                  "scales=, elem=, scale_fmt= and block=")
+        codes = np.asarray(q)
+        scales = np.asarray(scales)
+        elem, scale_fmt = _lookup(elem), _lookup(scale_fmt)
+        block = _check_block(block, "dequantize_blocks")
+        shape = codes.shape
+        axis = None if isinstance(block, tuple) else axis % codes.ndim
+    vals = decode(codes, elem).astype(np.float64)
+    svals = decode(scales, scale_fmt).astype(np.float64)
+    if isinstance(block, tuple):
+        ty, tx = block
+        full = np.repeat(np.repeat(svals, ty, axis=-2), tx, axis=-1)
+        full = full[..., :shape[-2], :shape[-1]]
+    else:
+        full = np.repeat(svals, block, axis=axis)
+        full = np.take(full, np.arange(shape[axis]), axis=axis)
+    out = vals * full
+    if tensor_scale is not None:
+        out = out * np.float64(tensor_scale)
+    return out
+
+
+# ---------------------------------------------------------------- Hadamard
+def hadamard_matrix(size=16, signs="te"):
+    """``diag(s) H / sqrt(size)`` (float64, exact): ``H`` the
+    Sylvester Hadamard matrix; ``signs``: ``"te"`` (TransformerEngine's fixed
+    vector, size 16), ``None`` (no signs), an int seed (random signs from
+    ``numpy.random.default_rng(seed)``) or an array of ±1."""
+    if not (isinstance(size, int) and size >= 1 and size & (size - 1) == 0
+            and (size.bit_length() - 1) % 2 == 0):
+        raise FpemuValueError(f"hadamard_matrix(): size must be a power of four (4, 16, 64, "
+                              f"...: 1/sqrt(size) is then a power of two), got {size!r}")
+    H = np.ones((1, 1))
+    while H.shape[0] < size:
+        H = np.block([[H, H], [H, -H]])
+    if isinstance(signs, str) and signs == "te":
+        if size != 16:
+            raise FpemuValueError("hadamard_matrix(): TransformerEngine's sign vector has 16 "
+                                  f"entries; size is {size}: pass signs=None or a seed")
+        s = TE_SIGNS
+    elif signs is None:
+        s = np.ones(size)
+    elif isinstance(signs, (int, np.integer)) and not isinstance(signs, bool):
+        s = np.random.default_rng(int(signs)).choice([-1.0, 1.0], size)
+    else:
+        s = np.asarray(signs, np.float64)
+        if s.shape != (size,) or not np.all(np.abs(s) == 1):
+            raise FpemuValueError(f"hadamard_matrix(): signs must be {size} values of ±1, got "
+                                  f"{signs!r}")
+    return s[:, None] * H / np.sqrt(size)
+
+
+def hadamard(x, size=16, axis=-1, signs="te"):
+    """The random Hadamard transform of each run of ``size`` values along
+    ``axis``: ``x_run @ hadamard_matrix(size, signs)``, the exact result
+    rounded once to float32 (TransformerEngine applies it to the wgrad
+    operands of NVFP4 GEMMs, along the reduced dimension).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fpemu import block
+    >>> y = block.hadamard(np.arange(16, dtype=np.float32), signs=None)
+    >>> float(y[0]), float(np.sum(y.astype(np.float64)**2))   # 120/4; the norm is kept
+    (30.0, 1240.0)
+    """
+    from .accumulate import matmul
+    H = hadamard_matrix(size, signs)
+    flat, shape = _prepare_input(x, "hadamard")
+    X = np.moveaxis(flat.reshape(shape).astype(np.float64), axis, -1)
+    if X.shape[-1] % size:
+        raise FpemuValueError(f"hadamard(): the axis has length {X.shape[-1]}, not a multiple "
+                              f"of size={size}; pad it first")
+    if not np.all((X.astype(np.float32) == X) | np.isnan(X)):
+        raise FpemuValueError("hadamard(): x must hold float32 values; round first with "
+                              "fpemu.quantize(x, 'fp32')")
+    runs = X.reshape(-1, size)
+    Y = matmul(runs, H, "fp32", "fp32", model="exact")
+    return np.moveaxis(Y.reshape(X.shape), -1, axis).astype(np.float32)

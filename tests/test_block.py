@@ -1,0 +1,435 @@
+"""Block-scaled formats against torchao's MX and NVFP4 quantizers, a
+test-side transcription of TransformerEngine's NVFP4 reference quantizer,
+and exhaustive tables.
+
+None of the oracles here calls fpemu: torchao runs its own PyTorch code;
+the TransformerEngine oracle below is written from the formulas of
+``NVFP4QuantizerRef._quantize_blockwise_reference`` in
+``transformer_engine/pytorch/experimental/quantization_nvfp4.py`` in
+PyTorch float32 arithmetic, with its threshold table for e2m1.
+"""
+
+from __future__ import annotations
+
+import logging
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from fpemu import block
+
+torch = pytest.importorskip("torch")
+logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+mx = pytest.importorskip("torchao.prototype.mx_formats.mx_tensor")
+from torchao.prototype.mx_formats.config import ScaleCalculationMode  # noqa: E402
+from torchao.prototype.mx_formats.constants import (  # noqa: E402
+    DTYPE_FP6_E2M3,
+    DTYPE_FP6_E3M2,
+)
+from torchao.prototype.mx_formats.kernels import unpack_uint4  # noqa: E402
+from torchao.prototype.mx_formats.nvfp4_tensor import (  # noqa: E402
+    nvfp4_quantize,
+    per_tensor_amax_to_scale,
+)
+
+E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+               -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+TORCHAO_ELEMS = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2,
+                 "e2m3": DTYPE_FP6_E2M3, "e3m2": DTYPE_FP6_E3M2,
+                 "e2m1": torch.float4_e2m1fn_x2}
+
+
+def spread(shape, seed, lo=-30, hi=30):
+    """float32 values whose rows span many binades, with planted edge blocks."""
+    rng = np.random.default_rng(seed)
+    rows = (shape[0],) + (1,) * (len(shape) - 1)
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(lo, hi, rows))
+    x *= np.exp2(rng.integers(-3, 4, shape))
+    return x.astype(np.float32)
+
+
+# ------------------------------------------------------------- torchao MX
+def torchao_mx(x, elem, mode, block=32):
+    s, d = mx.to_mx(torch.tensor(x), TORCHAO_ELEMS[elem], block,
+                    getattr(ScaleCalculationMode, mode.upper()))
+    s = s.view(torch.uint8).numpy()
+    if elem in ("e4m3fn", "e5m2"):
+        d = d.view(torch.uint8).numpy()
+    elif elem == "e2m1":
+        d = unpack_uint4(d.view(torch.uint8)).numpy()
+    else:
+        d = d.numpy()
+    return s, d
+
+
+@pytest.mark.parametrize("mode", ["floor", "rceil", "ceil", "even"])
+@pytest.mark.parametrize("elem", sorted(TORCHAO_ELEMS))
+def test_mx_matches_torchao_bit_for_bit(mode, elem):
+    """Scale and element codes of torchao's ``to_mx`` (every scale mode,
+    every element format) on 128 x 512 values over 60 binades, with zero
+    blocks, an infinity, a block at the largest float32 values and blocks
+    whose amax is exactly a power of two (the boundary of every rule)."""
+    x = spread((128, 512), [len(mode), len(elem)])
+    x[0, :32] = 0.0
+    x[1, 32:64] = np.float32(np.finfo(np.float32).max) * np.float32(0.75)
+    x[2, 7] = np.inf
+    x[3, 64:96] = np.float32(2.0**-5)
+    x[4, :] = np.exp2(np.arange(-100, 412) % 200 - 100).astype(np.float32)
+    x[5, :32] = np.float32(448.0 * 2**-30)
+    want_s, want_d = torchao_mx(x, elem, mode)
+    q = block.quantize_blocks(x, elem, "e8m0", 32, scale_rule=mode)
+    assert q.scales.dtype == np.uint8 and q.scales.shape == (128, 16)
+    np.testing.assert_array_equal(q.scales, want_s)
+    np.testing.assert_array_equal(q.codes, want_d)
+
+
+def test_mx_nan_block_has_the_nan_scale_as_torchao():
+    x = spread((4, 64), 3)
+    x[1, 40] = np.nan
+    for mode in ("floor", "ceil", "even", "rceil"):
+        want_s, _ = torchao_mx(x, "e4m3fn", mode)
+        q = block.quantize_blocks(x, "e4m3fn", "e8m0", 32, scale_rule=mode)
+        np.testing.assert_array_equal(q.scales, want_s)
+        assert q.scales[1, 1] == 0xFF
+        v = q.values
+        assert np.isnan(v[1, 32:]).all() and not np.isnan(v[1, :32]).any()
+        assert not np.isnan(np.delete(v, 1, axis=0)).any()
+
+
+def rceil_exact(amax, elem_max):
+    """ceil(log2(fp32(amax / elem_max))) with exact rationals."""
+    d = Fraction(float(np.float32(amax) / np.float32(elem_max)))
+    e = d.numerator.bit_length() - d.denominator.bit_length()
+    while Fraction(2) ** e < d:
+        e += 1
+    while Fraction(2) ** (e - 1) >= d:
+        e -= 1
+    return max(-127, min(127, e))
+
+
+def test_rceil_is_exact_just_above_a_power_of_two():
+    """amax / 448 one float32 ulp above a power of two must round the scale
+    up. torchao's CPU fallback takes ``ceil(log2(.))`` in float32, where
+    log2 of 2**k (1 + 2**-23) rounds to k: it keeps 2**k, and the block's
+    largest element then clips to 448. fpemu follows the hardware rule
+    (``cvt.rp``), checked here against exact rationals."""
+    ks = np.arange(-20, 21)
+    d = (np.exp2(ks) * (1 + 2.0**-23)).astype(np.float32)
+    amax = np.array([np.nextafter(np.float32(v) * np.float32(448), np.float32(np.inf))
+                     for v in d], np.float32)
+    x = np.zeros((len(ks), 32), np.float32)
+    x[:, 0] = amax
+    q = block.quantize_blocks(x, "e4m3fn", "e8m0", 32, scale_rule="rceil")
+    want = np.array([rceil_exact(a, 448.0) for a in amax]) + 127
+    np.testing.assert_array_equal(q.scales[:, 0], want)
+    assert not q.clipped.any()
+    ao, _ = torchao_mx(x, "e4m3fn", "rceil")
+    assert (ao[:, 0] != want).any(), "torchao's fallback now rounds exactly: update the docs"
+
+
+# ---------------------------------------------------------- torchao NVFP4
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nvfp4_torchao_preset_matches_torchao(seed):
+    x = spread((64, 256), seed, -12, 12)
+    x[0, :16] = 0.0
+    x[3, 16:32] *= np.float32(2.0**-20)      # block scales clamped at 2**-6
+    t = torch.tensor(x)
+    pts = per_tensor_amax_to_scale(t.abs().max())
+    s, d = nvfp4_quantize(t, 16, pts)
+    q = block.quantize_blocks(x, "nvfp4-torchao")
+    np.testing.assert_array_equal(q.scales, s.view(torch.uint8).numpy())
+    np.testing.assert_array_equal(q.codes, unpack_uint4(d).numpy())
+    assert np.float32(q.tensor_scale) == np.float32(pts.item())
+
+
+# ------------------------------------------------ TransformerEngine NVFP4
+def te_cast_to_fp4(x):
+    """TE's threshold table (codes 0..15), ties to even."""
+    r = torch.zeros_like(x, dtype=torch.uint8)
+    for lo, hi, code, lo_in, hi_in in [
+            (0.0, 0.25, 0, True, True), (0.25, 0.75, 1, False, False),
+            (0.75, 1.25, 2, True, True), (1.25, 1.75, 3, False, False),
+            (1.75, 2.5, 4, True, True), (2.5, 3.5, 5, False, False),
+            (3.5, 5.0, 6, True, True)]:
+        r[((x >= lo) if lo_in else (x > lo)) & ((x <= hi) if hi_in else (x < hi))] = code
+    r[x > 5.0] = 7
+    for lo, hi, code, lo_in, hi_in in [
+            (-0.25, -0.0, 8, True, False), (-0.75, -0.25, 9, False, False),
+            (-1.25, -0.75, 10, True, True), (-1.75, -1.25, 11, False, False),
+            (-2.5, -1.75, 12, True, True), (-3.5, -2.5, 13, False, False),
+            (-5.0, -3.5, 14, True, True)]:
+        r[((x >= lo) if lo_in else (x > lo)) & ((x <= hi) if hi_in else (x < hi))] = code
+    r[x < -5.0] = 15
+    return r
+
+
+def te_reference(x, tile=(1, 16), fp8_max=448.0, map_to=6.0, global_amax=None):
+    """TE's ``_quantize_blockwise_reference`` for one 2-D float32 tensor
+    (padded to the tile like ``_pad_tensor``); returns element codes,
+    e4m3fn scale codes per tile and the fp32 global decode scale. Global
+    amax 0 gives encode scale 1 as TE's CUDA kernel (the Python reference
+    would give FLT_MAX there; the codes are the same)."""
+    X = torch.tensor(x, dtype=torch.float32)
+    M, N = X.shape
+    ty, tx = tile
+    Xp = torch.nn.functional.pad(X, (0, (-N) % tx, 0, (-M) % ty))
+    m, n = Xp.shape
+    amax = torch.max(torch.abs(X)) if global_amax is None else torch.tensor(global_amax)
+    amax = amax.to(torch.float32)
+    blocks = Xp.unfold(0, ty, ty).unfold(1, tx, tx)           # (m/ty, n/tx, ty, tx)
+    vec_max = torch.amax(torch.abs(blocks), dim=(-1, -2))
+    fmax = torch.tensor(torch.finfo(torch.float32).max)
+    gen = torch.div(torch.tensor(fp8_max * 6.0, dtype=torch.float32), amax)
+    gen = torch.min(gen, fmax)
+    if amax == 0 or gen == 0:
+        gen = torch.tensor(1.0, dtype=torch.float32)
+    gdec = torch.div(torch.tensor(1.0, dtype=torch.float32), gen)
+    ds = torch.div(vec_max, torch.tensor(map_to, dtype=torch.float32))
+    ds = torch.min(ds * gen, fmax)
+    ds = torch.clamp(ds, min=-448.0, max=448.0).to(torch.float8_e4m3fn)
+    enc = torch.min(torch.div(1.0, ds.to(torch.float32) * gdec), fmax)
+    full = enc.repeat_interleave(ty, 0).repeat_interleave(tx, 1)
+    scaled = Xp * full
+    clipped = torch.clamp(scaled, -6.0, 6.0)
+    codes = te_cast_to_fp4(clipped)[:M, :N]
+    return codes.numpy(), ds.view(torch.uint8).numpy(), np.float32(gdec.item())
+
+
+@pytest.mark.parametrize("tile", [(1, 16), (16, 16)])
+@pytest.mark.parametrize("shape", [(64, 256), (40, 72)])
+def test_nvfp4_matches_transformer_engine_reference(tile, shape):
+    """Random tensors, 1-D blocks and 16 x 16 tiles, with a padded tail
+    (72 = 4.5 blocks, 40 rows = 2.5 tiles), zero blocks, blocks whose scales
+    are e4m3 subnormals and a block at the tensor's amax (scale 448)."""
+    x = spread(shape, [shape[0], tile[0]], -8, 8)
+    x[:16, :16] = 0.0
+    x[20:22, 32:48] *= np.float32(2.0**-14)    # scale below 2**-6: an e4m3 subnormal
+    x = np.where(x == 0, np.float32(0), x)     # no -0.0 (TE's table maps it to +0)
+    want_c, want_s, want_g = te_reference(x, tile)
+    q = block.quantize_blocks(x, "e2m1", "e4m3fn", tile if tile[0] > 1 else 16,
+                              scale_rule="nvfp4")
+    np.testing.assert_array_equal(q.codes, want_c)
+    np.testing.assert_array_equal(q.scales, want_s)
+    assert np.float32(q.tensor_scale).view(np.uint32) == want_g.view(np.uint32)
+    assert (q.scales < 8).any(), "no subnormal e4m3 scale was exercised"
+
+
+def test_nvfp4_scale_rounding_boundaries_match_te():
+    """Block amaxes that put ``amax / 6 * S`` exactly on a midpoint between
+    two e4m3 values (ties to even, both directions) and one float32 ulp to
+    either side."""
+    mids = []
+    e4m3 = [v for v in (2.0 ** e * (1 + m / 8) for e in range(-6, 9) for m in range(8))
+            if v <= 448]
+    for lo, hi in zip(e4m3[20:60], e4m3[21:61]):
+        mids.append((lo + hi) / 2)
+    mids = np.array(mids, np.float32)
+    amaxes = np.concatenate([mids, np.nextafter(mids, np.float32(0)),
+                             np.nextafter(mids, np.float32(np.inf))]).astype(np.float32) * 6
+    x = np.zeros((len(amaxes) + 1, 16), np.float32)
+    x[:-1, 0] = amaxes
+    x[:-1, 1:] = amaxes[:, None] * np.linspace(-0.9, 0.9, 15, dtype=np.float32)[None, :]
+    x[-1, 0] = np.float32(2688.0)                 # global amax: S = 1 exactly
+    want_c, want_s, _ = te_reference(x)
+    q = block.quantize_blocks(x, "nvfp4")
+    np.testing.assert_array_equal(q.scales, want_s)
+    np.testing.assert_array_equal(q.codes, want_c)
+
+
+def test_nvfp4_edge_tensors_match_te():
+    # an infinity: the tensor scale falls back to 1 and its block saturates
+    x = spread((8, 32), 9, -4, 4)
+    x[2, 3] = np.inf
+    want_c, want_s, want_g = te_reference(x)
+    q = block.quantize_blocks(x, "nvfp4")
+    np.testing.assert_array_equal(q.codes, want_c)
+    np.testing.assert_array_equal(q.scales, want_s)
+    assert q.scales[2, 0] == 0x7E and q.codes[2, 3] == 7 and want_g == 1
+    # scale saturation: a block amax far above the global amax given
+    y = spread((4, 32), 10, -2, 2)
+    want_c, want_s, _ = te_reference(y, global_amax=1e-3)
+    q = block.quantize_blocks(y, "nvfp4", tensor_amax=1e-3)
+    np.testing.assert_array_equal(q.codes, want_c)
+    np.testing.assert_array_equal(q.scales, want_s)
+    assert (q.scales == 0x7E).all() and q.clipped.all()
+    # an all-zero tensor
+    z = np.zeros((2, 32), np.float32)
+    q = block.quantize_blocks(z, "nvfp4")
+    assert (q.codes == 0).all() and (q.scales == 0).all() and q.tensor_scale == 1
+    assert (q.values == 0).all()
+
+
+def test_nvfp4_nan_block_is_nan_and_negative_zero_is_kept():
+    x = spread((2, 32), 11, -2, 2)
+    x[0, 20] = np.nan
+    q = block.quantize_blocks(x, "nvfp4", tensor_amax=8.0)
+    assert q.scales[0, 1] == 0x7F                        # e4m3fn NaN
+    v = q.values
+    assert np.isnan(v[0, 16:]).all() and not np.isnan(v[0, :16]).any()
+    assert not np.isnan(v[1]).any()
+    # -0.0 and tiny negatives keep their sign (code 8); TE's Python table
+    # sends an exact -0.0 to code 0, the hardware conversion keeps the sign
+    y = np.array([[6.0, -0.0, -1e-6, 0.0] + [1.0] * 12], np.float32)
+    q = block.quantize_blocks(y, "nvfp4")
+    assert q.codes[0, 1:4].tolist() == [8, 8, 0]
+
+
+def test_every_e2m1_code_under_every_e4m3_scale():
+    """Exhaustive: for each positive finite e4m3fn scale s and each e2m1
+    code c, a block holding 6 s (the anchor) and c's value times s
+    quantizes (tensor scale exactly 1) to scale s and code c, and
+    dequantizes to exactly value(c) * s."""
+    scales = []
+    for code in range(1, 0x7F):
+        e, m = code >> 3, code & 7
+        scales.append((code, (m / 8) * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)))
+    rows = []
+    for code, s in scales:
+        row = [6.0 * s] + [E2M1_VALUES[c] * s for c in range(16)] + [0.0] * 15
+        rows.append(row)
+    rows.append([2688.0] + [0.0] * 31)
+    x = np.array(rows, np.float32)
+    q = block.quantize_blocks(x, "nvfp4")
+    assert q.tensor_scale == 1.0
+    np.testing.assert_array_equal(q.scales[:-1, 0], [c for c, _ in scales])
+    np.testing.assert_array_equal(q.codes[:-1, 1:17], np.tile(np.arange(16), (len(scales), 1)))
+    want = np.array([[E2M1_VALUES[c] * s for c in range(16)] for _, s in scales])
+    got = q.values[:-1, 1:17]
+    np.testing.assert_array_equal(got, want)
+    assert (np.signbit(got) == np.signbit(want)).all()
+
+
+# ------------------------------------------------------------ 4 over 6
+def test_four_over_six_picks_the_smaller_error_of_two_te_quantizations():
+    x = spread((32, 128), 12, -6, 6)
+    c6, s6, g = te_reference(x, fp8_max=256.0, map_to=6.0)
+    c4, s4, g4 = te_reference(x, fp8_max=256.0, map_to=4.0)
+    assert g == g4
+
+    def sse(c, s):
+        vals = np.array(E2M1_VALUES)[c.astype(int)]
+        sv = torch.tensor(s).view(torch.float8_e4m3fn).float().numpy().astype(np.float64)
+        deq = vals * np.repeat(sv, 16, axis=1) * np.float64(g)
+        return ((x.astype(np.float64) - deq) ** 2).reshape(32, 8, 16).sum(-1)
+
+    use4 = sse(c4, s4) < sse(c6, s6)
+    assert 0 < use4.sum() < use4.size
+    q = block.quantize_blocks(x, "nvfp4-4over6")
+    np.testing.assert_array_equal(q.scales, np.where(use4, s4, s6))
+    np.testing.assert_array_equal(q.codes, np.where(np.repeat(use4, 16, axis=1), c4, c6))
+    plain = block.quantize_blocks(x, "nvfp4")
+    err = lambda v: float(((x.astype(np.float64) - v) ** 2).sum())  # noqa: E731
+    assert err(q.values) < err(plain.values)
+
+
+# --------------------------------------------------------- layout, tails
+def test_blocks_along_any_axis_and_padded_tails():
+    x = spread((3, 50, 7), 13, -5, 5)
+    q = block.quantize_blocks(x, "mxfp8", axis=1)
+    assert q.codes.shape == x.shape and q.scales.shape == (3, 2, 7)
+    for i in range(3):
+        for j in range(7):
+            col = np.zeros(64, np.float32)
+            col[:50] = x[i, :, j]
+            one = block.quantize_blocks(col, "mxfp8")
+            np.testing.assert_array_equal(one.codes[:50], q.codes[i, :, j])
+            np.testing.assert_array_equal(one.scales, q.scales[i, :, j])
+    np.testing.assert_array_equal(q.values, np.moveaxis(
+        block.quantize_blocks(np.moveaxis(x, 1, -1), "mxfp8").values, -1, 1))
+
+
+def test_2d_tiles_share_one_scale_per_tile():
+    x = spread((40, 300), 14, -4, 4)
+    q = block.quantize_blocks(x, "fp8-block")
+    assert q.scales.shape == (1, 3) and q.codes.shape == x.shape
+    sv = q.scale_values
+    assert np.all(np.log2(sv) == np.round(np.log2(sv)))             # powers of two
+    for j in range(3):
+        tile = x[:, 128 * j:128 * (j + 1)]
+        amax = np.float32(np.max(np.abs(tile)))
+        assert sv[0, j] >= amax / 448 and sv[0, j] < 2 * amax / 448
+    assert np.all(np.abs(q.values - x) <= np.abs(x) * 2.0**-4 + sv.max() * 2.0**-9)
+
+
+# ------------------------------------------------- stochastic rounding
+def test_sr_n_bits_round_up_with_probability_of_the_top_n_bits():
+    """e2m1 at 1.0 has spacing 0.5. 1.0 + 0.5 * (3/8) has top 3 bits 011:
+    up with probability 3/8 under sr3; 1.0 + 0.5 * 2**-4 has zero in the
+    top 3 bits: never up under sr3, sometimes under full-width sr."""
+    n = 40000
+    x = np.empty((n, 16), np.float32)
+    x[:, 0] = 6.0
+    x[:, 1] = 1.0 + 0.5 * 3 / 8
+    x[:, 2] = -(1.0 + 0.5 * 2.0**-4)
+    x[:, 3] = 1.0 + 0.5 * (3 / 8 + 2.0**-6)      # bits below the top 3 are dropped
+    x[:, 4:] = 0.0
+    q = block.quantize_blocks(x, "e2m1", "e8m0", 16, scale_rule="floor", rounding="sr3",
+                              seed=5)
+    assert (q.scales == 127).all()
+    v = q.values
+    up = (v[:, 1] == 1.5).mean()
+    assert abs(up - 3 / 8) < 4 * np.sqrt(3 / 8 * 5 / 8 / n)
+    assert (v[:, 2] == -1.0).all()
+    assert abs((v[:, 3] == 1.5).mean() - 3 / 8) < 4 * np.sqrt(3 / 8 * 5 / 8 / n)
+    again = block.quantize_blocks(x, "e2m1", "e8m0", 16, scale_rule="floor", rounding="sr3",
+                                  seed=5)
+    np.testing.assert_array_equal(again.codes, q.codes)
+    full = block.quantize_blocks(x, "e2m1", "e8m0", 16, scale_rule="floor", rounding="sr",
+                                 seed=5).values
+    assert 0 < (full[:, 2] == -1.5).mean() < 0.1
+
+
+def test_sr8_nvfp4_is_unbiased_on_average():
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((2000, 16)) * 2).astype(np.float32)
+    x[:, 0] = 6.0
+    vals = np.mean([block.quantize_blocks(x, "nvfp4", rounding="sr8", seed=s).values
+                    for s in range(8)], axis=0)
+    rne = block.quantize_blocks(x, "nvfp4").values
+    bias_sr = abs(float(np.mean(vals[:, 1:] - x[:, 1:])))
+    assert bias_sr < 2e-3
+    assert np.mean(np.abs(vals - x)) < np.mean(np.abs(rne - x))
+
+
+# -------------------------------------------------------------- Hadamard
+def test_hadamard_matches_a_float64_matmul_and_is_orthogonal():
+    H = block.hadamard_matrix(16, "te")
+    np.testing.assert_array_equal(H @ H.T, np.eye(16))
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((64, 48)).astype(np.float32)
+    y = block.hadamard(x)
+    # TransformerEngine's get_wgrad_sign_vector(), copied from its source
+    S = torch.tensor([1.0, 1.0, 1.0, -1.0, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 1.0, -1.0,
+                      1.0, -1.0, -1.0], dtype=torch.float64)
+    Hs = torch.tensor([[1.0]], dtype=torch.float64)
+    while Hs.shape[0] < 16:
+        Hs = torch.cat([torch.cat([Hs, Hs], 1), torch.cat([Hs, -Hs], 1)], 0)
+    T = (torch.diag(S) @ Hs) / 4
+    want = (torch.tensor(x, dtype=torch.float64).reshape(-1, 16) @ T).reshape(64, 48).float()
+    np.testing.assert_array_equal(y, want.numpy())
+    assert not np.array_equal(block.hadamard(x, signs=3), y)
+    np.testing.assert_array_equal(block.hadamard(x, signs=3), block.hadamard(x, signs=3))
+
+
+def test_rht_spreads_an_outlier_over_its_block():
+    x = np.zeros((1, 16), np.float32)
+    x[0, 5] = 100.0
+    y = block.hadamard(x)
+    assert np.all(np.abs(y) == 25.0)
+
+
+# ----------------------------------------------------------------- errors
+def test_errors_name_what_was_expected():
+    with pytest.raises(ValueError, match="scale_rule 'nvfp4' needs a small float scale"):
+        block.quantize_blocks(np.ones(32, np.float32), "e2m1", "e8m0", 32, scale_rule="nvfp4")
+    with pytest.raises(ValueError, match="unknown scale_rule"):
+        block.quantize_blocks(np.ones(32, np.float32), "mxfp8", scale_rule="round")
+    with pytest.raises(ValueError, match="not float32 values.*fpemu.quantize"):
+        block.quantize_blocks(np.array([0.1] * 32), "mxfp8")
+    with pytest.raises(TypeError, match="block must be an int"):
+        block.quantize_blocks(np.ones(32, np.float32), "mxfp8", block=2.5)
+    with pytest.raises(ValueError, match="needs seed="):
+        block.quantize_blocks(np.ones(32, np.float32), "mxfp4", rounding="sr8")
+    with pytest.raises(ValueError, match="power of four"):
+        block.hadamard(np.ones(8, np.float32), size=8)
