@@ -446,8 +446,9 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     >>> q.clipped
     array([[ True]])
     >>> x = np.array([[0.1, -3.0, 6.5, 0.0]], np.float32)
-    >>> block.quantize_blocks(x, "mxfp4", block=4, scale_rule="rceil").values  # 2**1
-    array([[ 0., -4.,  6.,  0.]])
+    >>> r = block.quantize_blocks(x, "mxfp4", block=4, scale_rule="rceil")  # rounds up
+    >>> r.scales, r.clipped, r.values
+    (array([[128]], dtype=uint8), array([[False]]), array([[ 0., -3.,  6.,  0.]]))
     """
     elem, scale_fmt, block, rule = _resolve_args(elem, scale_fmt, block, scale_rule)
     block = _check_block(block, "quantize_blocks")
