@@ -150,7 +150,7 @@ def _rz_fp32(v, out_f):
     t = np.trunc(v / q) * q
     if abs(t) >= 2.0**128:
         t = np.inf if t > 0 else -np.inf
-    return t
+    return t + 0.0  # a sum truncated to zero is +0, as the hardware gives
 
 
 @jit
@@ -327,3 +327,57 @@ def tc_matmul(A, EA, B, EB, C, out, L, F, out_f, e_zero):
                 c[j] = _rz_fp32(s[j] * _pow2(emax[j] - F), out_f)
         for j in range(N):
             out[i, j] = np.float32(c[j])
+
+
+@pjit
+def gst_matmul(A, B, SAs, SAe, SBs, SBe, C, out, G, L, F, e_zero, sblock):
+    """Blackwell's ``kind::mxf4nvf4`` block-scaled model (MMA-Sim's
+    ``gst_fdpa``), vectorised over nothing: one output at a time.
+
+    ``A`` (M, K) and ``B`` (K, N) hold fp4 element values (float64; K a
+    multiple of L); ``SAs``/``SAe`` (M, K / sblock) and ``SBs``/``SBe``
+    (K / sblock, N) the scales split into significand and exponent. Per
+    instruction of L products: each group of G products is summed exactly
+    (an unnormalised integer multiple of 2**-2) and multiplied by the two
+    scale significands; its alignment exponent is the scales' exponent sum
+    (``e_zero`` if the group's products are all zero or a scale is zero);
+    the accumulator ``c`` joins with its own exponent; every term is
+    truncated toward zero to ``2**(emax - F)``, summed exactly, and the sum
+    normalised and truncated to fp32 (2**128 and above: inf, which later
+    instructions keep).
+    """
+    M, K = A.shape
+    N = B.shape[1]
+    ng = L // G
+    for i in prange(M):
+        p = np.empty(ng, np.float64)
+        e = np.empty(ng, np.int64)
+        for j in range(N):
+            c = C[i, j]
+            for kb in range(0, K, L):
+                emax = e_zero if c == 0.0 else _exponent(c, -126)
+                for g in range(ng):
+                    k0 = kb + g * G
+                    s = 0.0
+                    allzero = True
+                    for k in range(k0, k0 + G):
+                        pr = A[i, k] * B[k, j]
+                        s += pr                      # exact: multiples of 2**-2 below 2**10
+                        allzero = allzero & (pr == 0.0)
+                    blk = k0 // sblock
+                    ss = SAs[i, blk] * SBs[blk, j]
+                    p[g] = s * ss
+                    eg = SAe[i, blk] + SBe[blk, j]
+                    if allzero or ss == 0.0:
+                        eg = e_zero
+                    e[g] = eg
+                    emax = max(emax, eg)
+                if not np.isfinite(c):
+                    for g in range(ng):
+                        c += p[g]                    # inf stays; a NaN scale gives NaN
+                    continue
+                acc = np.trunc(c * _pow2(F - emax))
+                for g in range(ng):
+                    acc += np.trunc(p[g] * _pow2(e[g] - emax + F))
+                c = _rz_fp32(acc * _pow2(emax - F), 23)
+            out[i, j] = np.float32(c)

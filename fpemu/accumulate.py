@@ -44,6 +44,7 @@ from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
 from .quantize import (
     _as_format,
+    decode,
     _kernel_params,
     _prepare_input,
     _resolve_overflow,
@@ -52,7 +53,8 @@ from .quantize import (
 )
 from .rounding import Rounding, parse_rounding
 
-__all__ = ["TensorCore", "TENSOR_CORES", "MODELS", "sum", "dot", "matmul"]
+__all__ = ["TensorCore", "TENSOR_CORES", "MODELS", "BlockScaledCore", "BLOCK_SCALED_CORES",
+           "sum", "dot", "matmul", "scaled_matmul"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -386,3 +388,215 @@ def sum(x, in_fmt, acc_fmt="fp32", out_fmt=None, *, axis=-1, model="sequential",
     return dot(X, np.ones(X.shape[-1]), in_fmt, acc_fmt, out_fmt, model=model, block=block,
                inner=inner, rounding=rounding, subnormals=subnormals, overflow=overflow,
                seed=seed)
+
+
+# ------------------------------------------------------ block-scaled GEMMs
+@dataclasses.dataclass(frozen=True)
+class BlockScaledCore:
+    """A block-scaled tensor-core instruction (MMA-Sim, Xie et al. 2025).
+
+    ``k`` products per instruction, chained through the fp32 accumulator.
+    With ``group == 0`` (``kind::mxf8f6f4``) every product ``a b`` times its
+    two power-of-two scales is a term whose exponent is ``e(a) + e(b) +
+    e(scale_a) + e(scale_b)``, as in :class:`TensorCore`. With ``group > 0``
+    (``kind::mxf4nvf4``) each run of ``group`` products is summed exactly
+    and multiplied by the two scales; the term's exponent is that of the
+    scales alone. The terms and the accumulator are truncated toward zero to
+    ``fraction_bits`` below the largest exponent, summed, and the sum
+    normalised and truncated to fp32.
+    """
+
+    name: str
+    k: int
+    group: int
+    fraction_bits: int
+    e_zero: int
+    elems: tuple
+    blocks: tuple
+    source: str = ""
+
+
+#: Blackwell's block-scaled tensor-core instructions (``tcgen05.mma``), with
+#: MMA-Sim 2.1.1's parameters.
+BLOCK_SCALED_CORES = {
+    "b200-mxf8f6f4": BlockScaledCore(
+        "b200-mxf8f6f4", 32, 0, 25, -133, ("e4m3fn", "e5m2", "e2m3", "e3m2", "e2m1"),
+        ((32, "e8m0"),),
+        "Blackwell tcgen05.mma kind::mxf8f6f4 (block32, ue8m0): 32 products per "
+        "instruction, F = 25, truncation to fp32 (MMA-Sim's MMA_ST_FDPA)"),
+    "b200-mxf4nvf4": BlockScaledCore(
+        "b200-mxf4nvf4", 64, 16, 35, -139, ("e2m1",),
+        ((16, "e4m3fn"), (16, "e8m0"), (32, "e8m0")),
+        "Blackwell tcgen05.mma kind::mxf4nvf4: 64 products per instruction in groups of "
+        "16 summed exactly and scaled, fused with F = 35, truncation to fp32 (MMA-Sim's "
+        "MMA_GST_FDPA); NVFP4 is block16 with ue4m3 scales"),
+}
+
+
+def _scale_split(codes, fmt):
+    """(significand, exponent) of scale codes as MMA-Sim normalises them:
+    1 <= s < 2 (below the format's smallest normal: its emin and s < 1); a
+    zero has s = 0; NaN has s = NaN. An e4m3fn scale is read as unsigned
+    (UE4M3: the sign bit is ignored, as the hardware does)."""
+    if fmt.name == "e4m3fn":
+        codes = codes & np.uint8(0x7F)
+    v = decode(codes, fmt).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, ex = np.frexp(np.where(np.isfinite(v) & (v > 0), v, 1.0))
+    e = np.maximum(ex.astype(np.int64) - 1, fmt.emin if fmt.has_subnormals else -10**6)
+    s = np.where(v > 0, np.ldexp(v, -e), v)
+    return np.ascontiguousarray(s), np.ascontiguousarray(e)
+
+
+def scaled_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt=None, scale_fmt="e8m0",
+                  *, block=32, model=None, c=None, alpha=None):
+    """A block-scaled GEMM from codes: ``sum_k a[i,k] sa[i,k/block] b[k,j]
+    sb[k/block,j]`` (plus ``c``), accumulated as ``model`` does, then times
+    ``alpha`` (one float32 rounding, as a GEMM epilogue; NVFP4's product of
+    tensor scales). Returns float32 (M, N).
+
+    Parameters
+    ----------
+    a_codes, b_codes : integer arrays (M, K) and (K, N)
+        Element codes of ``a_fmt`` / ``b_fmt`` (``fpemu.encode`` or
+        :func:`fpemu.block.quantize_blocks`' codes; B blocked along K).
+    a_scales, b_scales : integer arrays (M, K / block) and (K / block, N)
+        Scale codes of ``scale_fmt``.
+    model : {"b200-mxf8f6f4", "b200-mxf4nvf4", "exact"} or BlockScaledCore
+        Default: ``b200-mxf4nvf4`` for e2m1 x e2m1 in blocks of 16, else
+        ``b200-mxf8f6f4``. ``"exact"``: the exact sum, rounded once to fp32.
+    c : array_like, optional
+        Initial fp32 accumulator (broadcast to (M, N)).
+
+    A K that is not a multiple of the instruction's is padded with zeros,
+    as GEMM libraries do. NaN results are the canonical 0x7FFFFFFF.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fpemu import accumulate, block
+    >>> rng = np.random.default_rng(0)
+    >>> a = rng.standard_normal((2, 64)).astype(np.float32)
+    >>> b = rng.standard_normal((64, 3)).astype(np.float32)
+    >>> qa, qb = block.quantize_blocks(a, "mxfp8"), block.quantize_blocks(b, "mxfp8", axis=0)
+    >>> y = accumulate.scaled_matmul(*qa, *qb, "e4m3fn", block=32)
+    >>> y.shape, y.dtype
+    ((2, 3), dtype('float32'))
+    >>> exact = accumulate.scaled_matmul(*qa, *qb, "e4m3fn", block=32, model="exact")
+    >>> bool(np.all(np.abs(y - exact) <= np.abs(exact) * 2.0**-20))
+    True
+    """
+    a_fmt = _as_format(a_fmt)
+    b_fmt = a_fmt if b_fmt is None else _as_format(b_fmt)
+    scale_fmt = _as_format(scale_fmt)
+    Ac, Bc = np.asarray(a_codes), np.asarray(b_codes)
+    As, Bs = np.asarray(a_scales), np.asarray(b_scales)
+    for name, arr in (("a_codes", Ac), ("b_codes", Bc), ("a_scales", As), ("b_scales", Bs)):
+        if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.integer):
+            raise FpemuValueError(f"scaled_matmul(): {name} must be a 2-D array of integer "
+                                  f"codes; got {arr.dtype} of shape {arr.shape} (encode values "
+                                  "with fpemu.encode or fpemu.block.quantize_blocks)")
+    M, K = Ac.shape
+    N = Bc.shape[1]
+    if not (isinstance(block, (int, np.integer)) and block >= 1):
+        raise FpemuValueError(f"scaled_matmul(): block must be an int >= 1, got {block!r}")
+    nb = -(-K // block)
+    if Bc.shape[0] != K or As.shape != (M, nb) or Bs.shape != (nb, N):
+        raise FpemuValueError(
+            f"scaled_matmul(): shapes do not agree: a_codes {Ac.shape}, a_scales {As.shape}, "
+            f"b_codes {Bc.shape}, b_scales {Bs.shape}; expected (M, K), (M, ceil(K/block)), "
+            f"(K, N), (ceil(K/block), N) with block={block}")
+    if model is None:
+        model = ("b200-mxf4nvf4" if a_fmt.name == b_fmt.name == "e2m1" and block == 16
+                 else "b200-mxf8f6f4")
+    if isinstance(model, str):
+        if model.lower() == "exact":
+            core = None
+        elif model.lower() in BLOCK_SCALED_CORES:
+            core = BLOCK_SCALED_CORES[model.lower()]
+        else:
+            raise FpemuValueError(f"scaled_matmul(): unknown model {model!r}; choose one of "
+                                  f"{', '.join(BLOCK_SCALED_CORES)}, exact")
+    elif isinstance(model, BlockScaledCore):
+        core = model
+    else:
+        raise FpemuTypeError(f"scaled_matmul(): model must be a name or a BlockScaledCore, got "
+                             f"{type(model).__name__}")
+    if core is not None:
+        if a_fmt.name not in core.elems or b_fmt.name not in core.elems:
+            raise FpemuValueError(f"scaled_matmul(): {core.name} takes elements in "
+                                  f"{', '.join(core.elems)}; got {a_fmt.name} x {b_fmt.name}")
+        if (block, scale_fmt.name) not in core.blocks:
+            ok = ", ".join(f"block={b} with {f}" for b, f in core.blocks)
+            raise FpemuValueError(f"scaled_matmul(): {core.name} takes {ok}; got block={block} "
+                                  f"with {scale_fmt.name}")
+    A = decode(Ac, a_fmt).astype(np.float64)
+    B = decode(Bc, b_fmt).astype(np.float64)
+    sa_s, sa_e = _scale_split(As, scale_fmt)
+    sb_s, sb_e = _scale_split(Bs, scale_fmt)
+    C = np.zeros((M, N)) if c is None else np.broadcast_to(
+        np.asarray(c, np.float32).astype(np.float64), (M, N))
+    C = np.ascontiguousarray(C)
+    full_a = np.repeat(sa_s * np.exp2(sa_e.astype(np.float64)), block, axis=1)[:, :K]
+    full_b = np.repeat(sb_s * np.exp2(sb_e.astype(np.float64)), block, axis=0)[:K]
+    As_v, Bs_v = A * full_a, B * full_b                       # exact: powers of two, e4m3
+    finite = np.isfinite(As_v).all() and np.isfinite(Bs_v).all() and np.isfinite(C).all()
+    special = None
+    if not finite:
+        with np.errstate(all="ignore"):
+            special = As_v @ Bs_v + C
+        bad = (~np.isfinite(As_v).all(axis=1))[:, None] | (~np.isfinite(Bs_v).all(axis=0))[None]
+        bad |= ~np.isfinite(C)
+        As_v = np.where(np.isfinite(As_v), As_v, 0.0)
+        Bs_v = np.where(np.isfinite(Bs_v), Bs_v, 0.0)
+        A = np.where(np.isfinite(A), A, 0.0)
+        B = np.where(np.isfinite(B), B, 0.0)
+        C = np.where(np.isfinite(C), C, 0.0)
+    if core is None:
+        out = _run(As_v, np.ascontiguousarray(Bs_v.T), C, False, "fp32", "fp32", "fp32",
+                   "exact", 0, "sequential", "rne", True, None, None, "scaled_matmul",
+                   check=False) if K else C.astype(np.float32)
+    else:
+        Kp = -(-K // core.k) * core.k if K else 0
+        out = np.empty((M, N), np.float32)
+        if Kp == 0:
+            out[:] = C
+        elif core.group == 0:
+            pad = Kp - K
+            Ap = np.pad(As_v, ((0, 0), (0, pad)))
+            Bp = np.pad(Bs_v, ((0, pad), (0, 0)))
+            EA = _exponents(A, a_fmt.emin) + np.repeat(sa_e, block, axis=1)[:, :K]
+            EB = _exponents(B, b_fmt.emin) + np.repeat(sb_e, block, axis=0)[:K]
+            EA = np.pad(np.where(As_v == 0, -10000, EA), ((0, 0), (0, pad)),
+                        constant_values=-10000)
+            EB = np.pad(np.where(Bs_v == 0, -10000, EB), ((0, pad), (0, 0)),
+                        constant_values=-10000)
+            run_kernel(_ak.tc_matmul, np.ascontiguousarray(Ap), np.ascontiguousarray(EA),
+                       np.ascontiguousarray(Bp), np.ascontiguousarray(EB), C, out, core.k,
+                       core.fraction_bits, 23, core.e_zero)
+        else:
+            pad = Kp - K
+            nbp = Kp // block
+            Ap = np.ascontiguousarray(np.pad(A, ((0, 0), (0, pad))))
+            Bp = np.ascontiguousarray(np.pad(B, ((0, pad), (0, 0))))
+
+            def padded(s, e, axis):
+                width = [(0, 0), (0, 0)]
+                width[axis] = (0, nbp - s.shape[axis])
+                return (np.ascontiguousarray(np.pad(s, width, constant_values=1.0)),
+                        np.ascontiguousarray(np.pad(e, width)))
+
+            SAs, SAe = padded(sa_s, sa_e, 1)
+            SBs, SBe = padded(sb_s, sb_e, 0)
+            run_kernel(_ak.gst_matmul, Ap, Bp, SAs, SAe, SBs, SBe, C, out, core.group,
+                       core.k, core.fraction_bits, core.e_zero, block)
+    if special is not None:
+        out = np.where(bad, special.astype(np.float32), out)
+    if alpha is not None:
+        with np.errstate(all="ignore"):
+            out = (out * np.float32(alpha)).astype(np.float32)
+    nan = np.isnan(out)
+    if nan.any():
+        out = out.copy()
+        out.view(np.uint32)[nan] = np.uint32(0x7FFFFFFF)
+    return out

@@ -213,3 +213,95 @@ def test_matrix_kernel_equals_dot_by_dot(model):
         whole = ac.matmul(a, b, fmt, **kw)
         rows = ac.dot(a[:, None, :], b.T[None, :, :], fmt, **kw)
         assert np.array_equal(whole.view(np.uint32), rows.view(np.uint32)), kw
+
+
+# ------------------------------------------------- block-scaled tensor cores
+MMASIM_BLOCK = {
+    "mxf8f6f4-e4m3-e4m3": ("e4m3fn", "e4m3fn", "e8m0", 32),
+    "mxf8f6f4-e5m2-e4m3": ("e5m2", "e4m3fn", "e8m0", 32),
+    "mxf8f6f4-e2m3-e3m2": ("e2m3", "e3m2", "e8m0", 32),
+    "mxf8f6f4-e2m1-e2m1": ("e2m1", "e2m1", "e8m0", 32),
+    "mxf4nvf4-ue4m3-16": ("e2m1", "e2m1", "e4m3fn", 16),
+    "mxf4nvf4-ue8m0-16": ("e2m1", "e2m1", "e8m0", 16),
+    "mxf4nvf4-ue8m0-32": ("e2m1", "e2m1", "e8m0", 32),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MMASIM_BLOCK))
+def test_block_scaled_presets_match_mmasim_bit_for_bit(case):
+    """Blackwell's kind::mxf8f6f4 and kind::mxf4nvf4 against MMA-Sim 2.1.1
+    (scripts/make_mmasim_block_vectors.py): 10,500 mxf8f6f4 and 20,000
+    mxf4nvf4 instructions over the cases, chained five per dot product,
+    with E8M0 scales over their whole range (results overflow to inf and
+    fall into fp32's subnormals), UE4M3 scales with subnormals and zeros,
+    and accumulators that cancel the sum."""
+    d = np.load(DATA / "mmasim_block_vectors.npz")
+    ea, eb, sf, blk = MMASIM_BLOCK[case]
+    a, b, sa, sb, c, want = (d[f"{case}/{k}"] for k in ("a", "b", "sa", "sb", "c", "d"))
+    model = "b200-" + case.split("-")[0]
+    got = np.array([ac.scaled_matmul(a[i:i + 1], sa[i:i + 1], b[i][:, None], sb[i][:, None],
+                                     ea, eb, sf, block=blk, model=model, c=c[i])[0, 0]
+                    for i in range(len(a))], np.float32)
+    bad = got.view(np.uint32) != want.view(np.uint32)
+    assert not bad.any(), f"{int(bad.sum())} differ, first {got[bad][:3]} vs {want[bad][:3]}"
+
+
+def test_scaled_matmul_gemm_and_exact_model():
+    """The GEMM form equals its rows' dot products; the instruction models
+    stay within their truncation of the exact sum (checked in rationals);
+    ``exact`` is the exact sum rounded once."""
+    from fpemu import block
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 96)).astype(np.float32)
+    w = rng.standard_normal((96, 5)).astype(np.float32)
+    qa = block.quantize_blocks(x, "nvfp4")
+    qb = block.quantize_blocks(w, "nvfp4", axis=0)
+    y = ac.scaled_matmul(*qa, *qb, "e2m1", scale_fmt="e4m3fn", block=16)
+    rows = np.array([[ac.scaled_matmul(qa.codes[i:i + 1], qa.scales[i:i + 1],
+                                       qb.codes[:, j:j + 1], qb.scales[:, j:j + 1], "e2m1",
+                                       scale_fmt="e4m3fn", block=16)[0, 0]
+                      for j in range(5)] for i in range(6)], np.float32)
+    np.testing.assert_array_equal(y.view(np.uint32), rows.view(np.uint32))
+    ref = (qa.codes.astype(int), qa.scales.astype(int), qb.codes.astype(int),
+           qb.scales.astype(int))
+    e2m1 = [0, .5, 1, 1.5, 2, 3, 4, 6, -0.0, -.5, -1, -1.5, -2, -3, -4, -6]
+
+    def e4m3(code):
+        e, m = code >> 3, code & 7
+        return Fraction(m, 8) * Fraction(1, 64) if e == 0 else \
+            Fraction(8 + m, 8) * Fraction(2) ** (e - 7)
+    exact = np.empty((6, 5), object)
+    for i in range(6):
+        for j in range(5):
+            exact[i, j] = sum((Fraction(e2m1[ref[0][i, k]]) * e4m3(ref[1][i, k // 16])
+                               * Fraction(e2m1[ref[2][k, j]]) * e4m3(ref[3][k // 16, j])
+                               for k in range(96)), Fraction(0))
+    ex = ac.scaled_matmul(*qa, *qb, "e2m1", scale_fmt="e4m3fn", block=16, model="exact")
+    np.testing.assert_array_equal(ex, np.array([[float(v) for v in r] for r in exact],
+                                               np.float32))
+    for i in range(6):
+        for j in range(5):
+            e = exact[i, j]
+            assert abs(Fraction(float(y[i, j])) - e) <= abs(e) * Fraction(1, 2**21)
+    t = np.float32(0.37)
+    np.testing.assert_array_equal(
+        ac.scaled_matmul(*qa, *qb, "e2m1", scale_fmt="e4m3fn", block=16, alpha=t),
+        (y * t).astype(np.float32))
+
+
+def test_scaled_matmul_nan_scale_and_errors():
+    a = np.full((1, 32), 0x38, np.uint8)                       # e4m3fn 1.0
+    s = np.array([[0xFF]], np.uint8)                           # the E8M0 NaN
+    one = np.array([[127]], np.uint8)
+    y = ac.scaled_matmul(a, s, a.T.copy(), one, "e4m3fn")
+    assert y.view(np.uint32)[0, 0] == 0x7FFFFFFF
+    assert ac.scaled_matmul(a, one, a.T.copy(), one, "e4m3fn")[0, 0] == 32.0
+    with pytest.raises(ValueError, match="takes block=32 with e8m0"):
+        ac.scaled_matmul(a, np.array([[127, 127]], np.uint8), a.T.copy(),
+                         np.array([[127], [127]], np.uint8), "e4m3fn", block=16)
+    with pytest.raises(ValueError, match="takes elements in e2m1"):
+        ac.scaled_matmul(a, one, a.T.copy(), one, "e4m3fn", model="b200-mxf4nvf4")
+    with pytest.raises(ValueError, match="shapes do not agree"):
+        ac.scaled_matmul(a, one, a.copy(), one, "e4m3fn")
+    with pytest.raises(ValueError, match="integer codes"):
+        ac.scaled_matmul(a.astype(np.float32), one, a.T.copy(), one, "e4m3fn")
