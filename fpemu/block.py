@@ -462,8 +462,8 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         first = float(X[~same].reshape(-1)[0])
         raise FpemuValueError(
             f"quantize_blocks(): x holds {int((~same).sum())} value(s) that are not float32 "
-            f"values (the first: {first!r}); block quantizers read float32 (or bfloat16) tensors: round first with "
-            "fpemu.quantize(x, 'fp32')")
+            f"values (the first: {first!r}); block quantizers read float32 (or bfloat16) "
+            "tensors: round first with fpemu.quantize(x, 'fp32')")
     if isinstance(block, tuple):
         if X.ndim < 2:
             raise FpemuValueError(f"quantize_blocks(): 2-D tiles {block} need an array with two "

@@ -60,7 +60,6 @@ def decode(codes, elem):
 
 
 def torch_operand(codes, elem):
-    ptx = ELEMS[elem][0]
     if elem in ("e4m3fn", "e5m2"):
         dt = torch.float8_e4m3fn if elem == "e4m3fn" else torch.float8_e5m2
         return torch.from_numpy(codes).view(dt)

@@ -319,7 +319,8 @@ def test_four_over_six_picks_the_smaller_error_of_two_te_quantizations():
     np.testing.assert_array_equal(q.scales, np.where(use4, s4, s6))
     np.testing.assert_array_equal(q.codes, np.where(np.repeat(use4, 16, axis=1), c4, c6))
     plain = block.quantize_blocks(x, "nvfp4")
-    err = lambda v: float(((x.astype(np.float64) - v) ** 2).sum())  # noqa: E731
+    def err(v):
+        return float(((x.astype(np.float64) - v) ** 2).sum())
     assert err(q.values) < err(plain.values)
 
 
