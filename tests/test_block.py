@@ -319,6 +319,7 @@ def test_four_over_six_picks_the_smaller_error_of_two_te_quantizations():
     np.testing.assert_array_equal(q.scales, np.where(use4, s4, s6))
     np.testing.assert_array_equal(q.codes, np.where(np.repeat(use4, 16, axis=1), c4, c6))
     plain = block.quantize_blocks(x, "nvfp4")
+
     def err(v):
         return float(((x.astype(np.float64) - v) ** 2).sum())
     assert err(q.values) < err(plain.values)
@@ -434,3 +435,125 @@ def test_errors_name_what_was_expected():
         block.quantize_blocks(np.ones(32, np.float32), "mxfp4", rounding="sr8")
     with pytest.raises(ValueError, match="power of four"):
         block.hadamard(np.ones(8, np.float32), size=8)
+
+
+# ------------------------------------------------------------- recipes
+def rht_oracle(x):
+    """x (R, K) with each run of 16 along K times diag(s) H / 4, in float64
+    then rounded once to float32 (exact sums for these inputs)."""
+    S = torch.tensor([1.0, 1.0, 1.0, -1.0, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 1.0, -1.0,
+                      1.0, -1.0, -1.0], dtype=torch.float64)
+    H = torch.tensor([[1.0]], dtype=torch.float64)
+    while H.shape[0] < 16:
+        H = torch.cat([torch.cat([H, H], 1), torch.cat([H, -H], 1)], 0)
+    T = torch.diag(S) @ H / 4
+    R, K = x.shape
+    y = torch.tensor(x, dtype=torch.float64).reshape(-1, 16) @ T
+    return y.reshape(R, K).float().numpy()
+
+
+def test_nvfp4_recipe_operands_are_te_quantizations():
+    from fpemu.autograd import fp8
+    rng = np.random.default_rng(20)
+    X = rng.standard_normal((32, 64)).astype(np.float32)       # tokens x features
+    W = rng.standard_normal((48, 64)).astype(np.float32)
+    G = rng.standard_normal((32, 48)).astype(np.float32)
+    r = fp8.NVFP4BlockScaling()
+    q, amax, bk = r.quantize(X, None, "input")
+    assert bk == 16 and amax == np.max(np.abs(X))
+    c, s, _ = te_reference(X)
+    np.testing.assert_array_equal(q.codes, c)
+    np.testing.assert_array_equal(q.scales, s)
+    q, _, _ = r.quantize(W, None, "weight")
+    c, s, _ = te_reference(W, (16, 16))
+    np.testing.assert_array_equal(q.codes, c)
+    np.testing.assert_array_equal(q.scales, s)
+    qt, _, _ = r.transpose(W, q, None, None, "weight")          # the same tiles, transposed
+    np.testing.assert_array_equal(qt.values, q.values.T)
+    qt, amax_t, _ = r.transpose(X, None, None, None, "input")  # wgrad operand: RHT along tokens
+    xr = rht_oracle(np.ascontiguousarray(X.T))
+    c, s, _ = te_reference(xr)
+    np.testing.assert_array_equal(qt.codes, c)
+    np.testing.assert_array_equal(qt.scales, s)
+    assert amax_t == np.max(np.abs(xr))
+    # gradients: stochastic rounding changes elements by at most one step, never scales
+    qg, _, _ = r.quantize(G, None, "grad_output")
+    c, s, _ = te_reference(G)
+    np.testing.assert_array_equal(qg.scales, s)
+    vals = np.array(E2M1_VALUES)
+    assert 0 < (qg.codes != c).mean() < 0.5
+    up_or_down = np.abs(vals[qg.codes.astype(int)] - vals[c.astype(int)]) <= 2.0
+    assert up_or_down.all()
+    plain = fp8.NVFP4BlockScaling(disable_stochastic_rounding=True).quantize(G, None,
+                                                                             "grad_output")
+    np.testing.assert_array_equal(plain[0].codes, c)
+    with pytest.raises(ValueError, match="multiple of 16.*disable_rht=True"):
+        r.transpose(X[:24], None, None, None, "input")
+
+
+def test_nvfp4_linear_forward_is_the_scaled_gemm_of_te_operands():
+    """y = alpha * sum(dequantized products) to within the tensor core's
+    truncation, with alpha = amax_x amax_w / (6 6 448 448) in float32."""
+    import fpemu.autograd as ft
+    from fpemu.autograd import fp8, nn
+    ft.manual_seed(3)
+    layer = nn.Linear(64, 32, bias=False)
+    x = ft.randn(16, 64)
+    with fp8.fp8_autocast(fp8_recipe=fp8.NVFP4BlockScaling()):
+        y = layer(x).detach().numpy().astype(np.float64)
+    X, W = x.numpy(), layer.weight.detach().numpy()
+    cx, sx, _ = te_reference(X)
+    cw, sw, _ = te_reference(W, (16, 16))
+    e4 = torch.tensor(sx).view(torch.float8_e4m3fn).double().numpy()
+    ew = torch.tensor(sw).view(torch.float8_e4m3fn).double().numpy()
+    vals = np.array(E2M1_VALUES)
+    dx = vals[cx.astype(int)] * np.repeat(e4, 16, axis=1)
+    dw = vals[cw.astype(int)] * np.repeat(np.repeat(ew, 16, axis=0), 16, axis=1)
+    alpha = np.float32(np.float32(np.max(np.abs(X)) * np.max(np.abs(W)))
+                       / np.float32(6 * 6 * 448 * 448))
+    want = (dx @ dw.T) * np.float64(alpha)
+    assert np.all(np.abs(y - want) <= np.abs(want) * 2.0**-21 + 1e-30)
+
+
+def test_high_precision_modules_skip_the_recipe():
+    import fpemu.autograd as ft
+    from fpemu.autograd import fp8, nn
+    ft.manual_seed(4)
+    net = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 16))
+    x = ft.randn(16, 32)
+    plain0 = net[0](x).detach().numpy()
+    r = fp8.NVFP4BlockScaling(high_precision_modules=(net[0],))
+    with fp8.fp8_autocast(fp8_recipe=r):
+        h = net[0](x)
+        y = net[1](h)
+    np.testing.assert_array_equal(h.detach().numpy(), plain0)
+    plain1 = net[1](h).detach().numpy()
+    assert not np.array_equal(y.detach().numpy(), plain1)
+    r_all = fp8.NVFP4BlockScaling(high_precision_modules=(net,))
+    with fp8.fp8_autocast(fp8_recipe=r_all):
+        np.testing.assert_array_equal(net(x).detach().numpy(), net[1](net[0](x)).detach()
+                                      .numpy())
+
+
+def test_mxfp8_recipe_scale_rules_and_2d_weights():
+    from fpemu.autograd import fp8
+    rng = np.random.default_rng(21)
+    W = (rng.standard_normal((64, 96)) * np.exp2(rng.integers(-4, 4, (64, 96)))).astype(
+        np.float32)
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = 500.0
+    up = fp8.MXFP8BlockScaling()
+    assert up.scale_rule == "rceil"
+    assert fp8.MXFP8BlockScaling(scale_rounding="down").scale_rule == "floor"
+    q, s, _ = up.quantize(x, fp8.e4m3fn, "input")
+    assert s[0, 0] == 2.0 and q[0, 0] == 256.0                # 500 / 2 = 250 -> 256
+    q, s, _ = fp8.MXFP8BlockScaling(scale_rule="floor").quantize(x, fp8.e4m3fn, "input")
+    assert s[0, 0] == 1.0 and q[0, 0] == 448.0                # clipped
+    r = fp8.MXFP8BlockScaling(block_2d_weights=True)
+    qw, sw, _ = r.quantize(W, fp8.e4m3fn, "weight")
+    qt, st, _ = r.transpose(W, qw, sw, fp8.e4m3fn, "weight")
+    np.testing.assert_array_equal(qt * np.repeat(st, 32, axis=1)[:, :64],
+                                  (qw * np.repeat(sw, 32, axis=1)).T)
+    assert np.all(sw[:32, 0] == sw[0, 0])
+    with pytest.raises(ValueError, match="scale_rule must be one of"):
+        fp8.MXFP8BlockScaling(scale_rule="round")

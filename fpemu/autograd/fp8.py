@@ -20,10 +20,22 @@ TransformerEngine (``papers.md`` §3):
 * :class:`Float8BlockScaling`: 1x128 blocks for activations and gradients,
   128x128 for weights, power-of-two scales; E4M3 everywhere; the GEMM adds
   each 128-block's partial product into fp32 with its two scales (DeepSeek-V3).
-* :class:`MXFP8BlockScaling`: 1x32 blocks with E8M0 (power-of-two) scales;
-  ``scale_rounding`` ``"up"`` (TransformerEngine MXFP8: nothing overflows),
-  ``"down"`` (OCP MX / microxcaling: floor(log2 amax) - emax, then
-  saturate), ``"nearest"`` (ml_dtypes' float -> E8M0 cast of amax / fp8_max).
+* :class:`MXFP8BlockScaling`: 1x32 blocks (``block_2d_weights``: 32x32
+  weight tiles) with E8M0 (power-of-two) scales; ``scale_rule`` one of
+  :data:`fpemu.block.MX_RULES` (``"rceil"``, the default, is
+  TransformerEngine MXFP8: nothing overflows; ``"floor"`` is OCP MX /
+  microxcaling: floor(log2 amax) - emax, then saturate) or ``"nearest"``
+  (ml_dtypes' float -> E8M0 cast of amax / fp8_max). The GEMMs run on
+  Blackwell's ``b200-mxf8f6f4`` model.
+* :class:`NVFP4BlockScaling`: TransformerEngine's NVFP4 recipe: e2m1 with
+  e4m3 scales per 16 and an fp32 tensor scale (:mod:`fpemu.block`); weights
+  in 16x16 tiles, the wgrad operands through the 16-point random Hadamard
+  transform, gradients with 8-bit stochastic rounding; GEMMs on
+  ``b200-mxf4nvf4``.
+
+Every recipe takes ``high_precision_modules``: modules whose ``nn.Linear``
+layers (themselves or inside them) keep running in high precision, as the
+NVFP4 paper keeps the first and last blocks of its model in BF16.
 
 ``fp8_format``: ``Fp8Format.HYBRID`` (E4M3 forward, E5M2 gradients) or
 ``Fp8Format.E4M3`` (everywhere). Casts saturate.
@@ -39,7 +51,7 @@ import numpy as np
 
 from .. import accumulate as _acc
 from ..formats import e4m3fn, e5m2, e8m0
-from ..quantize import quantize
+from ..quantize import decode, encode, quantize
 from ._autocast import cast_inputs
 from ._core import _result, _store, result_type
 from ._state import State
@@ -74,6 +86,19 @@ def _check_format(fmt):
 class _Recipe:
     accumulate_model: str = "h100-fp8"
     split_accumulator: tuple = (False, True, True)
+    high_precision_modules: tuple = ()
+
+    def keeps_high_precision(self, module):
+        """Whether ``module`` is, or sits inside, one of
+        ``high_precision_modules`` (it then skips the recipe)."""
+        for m in self.high_precision_modules:
+            if m is module or any(sub is module for sub in m.modules()):
+                return True
+        return False
+
+    def gemm(self, qa, sa, qb, sb, bk, fmt_a, fmt_b, split):
+        """The scaled GEMM of two quantized operands (see :func:`scaled_gemm`)."""
+        return scaled_gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, self.accumulate_model, split)
 
     def formats(self):
         fwd = e4m3fn
@@ -180,35 +205,155 @@ class Float8BlockScaling(_Recipe):
 
 @dataclasses.dataclass
 class MXFP8BlockScaling(_Recipe):
+    """TE's ``MXFP8BlockScaling(fp8_format=E4M3)``: 1x32 blocks, E8M0 scales.
+
+    ``scale_rule``: ``"rceil"`` (TE: rounded up), ``"floor"`` (OCP),
+    ``"ceil"``, ``"even"`` (:mod:`fpemu.block`) or ``"nearest"``
+    (ml_dtypes); the older ``scale_rounding`` names ``"up"`` / ``"down"``
+    mean rceil / floor. ``block_2d_weights`` quantizes weights in 32x32
+    tiles, so that W and its transpose share scales."""
+
     fp8_format: Fp8Format = Fp8Format.E4M3
     block: int = 32
     scale_rounding: str = "up"
+    scale_rule: str = None
+    block_2d_weights: bool = False
+    accumulate_model: str = "b200-mxf8f6f4"
+
+    _ALIASES = {"up": "rceil", "down": "floor"}
 
     def __post_init__(self):
         self.fp8_format = _check_format(self.fp8_format)
-        if self.scale_rounding not in ("up", "down", "nearest"):
-            raise ValueError(f"scale_rounding must be 'up' (TransformerEngine), 'down' (OCP) "
-                             f"or 'nearest' (ml_dtypes), got {self.scale_rounding!r}")
+        rule = self.scale_rule if self.scale_rule is not None else self.scale_rounding
+        rule = self._ALIASES.get(rule, rule)
+        from ..block import MX_RULES
+        if rule not in MX_RULES + ("nearest",):
+            raise ValueError(f"scale_rule must be one of {', '.join(MX_RULES)}, 'nearest' (or "
+                             f"scale_rounding 'up' / 'down'), got {rule!r}")
+        self.scale_rule = rule
 
     def quantize(self, X, fmt, role, state=None):
-        """E8M0 scales per 1 x block, elements x / 2**e saturated (exact
-        power-of-two scaling)."""
+        """E8M0 scales per 1 x block (or block x block weight tiles),
+        elements x / 2**e saturated (exact power-of-two scaling)."""
         R, K = X.shape
-        absx = np.abs(X.astype(np.float32))
-        spans = _blocks(K, self.block)
-        sinv = np.empty((R, len(spans)), np.float32)
-        q = np.empty((R, K), np.float32)
-        for j, (s, e) in enumerate(spans):
-            amax = absx[:, s:e].max(axis=1) if e > s else np.zeros(R)
-            ex = mx_scale_exponent(amax, fmt, self.scale_rounding)
-            sinv[:, j] = np.ldexp(np.float32(1), ex)
-            with np.errstate(over="ignore"):
-                q[:, s:e] = quantize(np.ldexp(X[:, s:e].astype(np.float64), -ex[:, None]), fmt,
-                                     overflow="saturate")
-        return q, sinv, self.block
+        if self.scale_rule == "nearest":
+            absx = np.abs(X.astype(np.float32))
+            spans = _blocks(K, self.block)
+            sinv = np.empty((R, len(spans)), np.float32)
+            q = np.empty((R, K), np.float32)
+            for j, (s, e) in enumerate(spans):
+                amax = absx[:, s:e].max(axis=1) if e > s else np.zeros(R)
+                ex = mx_scale_exponent(amax, fmt, "nearest")
+                sinv[:, j] = np.ldexp(np.float32(1), ex)
+                with np.errstate(over="ignore"):
+                    q[:, s:e] = quantize(np.ldexp(X[:, s:e].astype(np.float64), -ex[:, None]),
+                                         fmt, overflow="saturate")
+            return q, sinv, self.block
+        from ..block import quantize_blocks
+        two_d = self.block_2d_weights and role.startswith("weight")
+        bq = quantize_blocks(np.asarray(X, np.float32), fmt, "e8m0",
+                             (self.block, self.block) if two_d else self.block,
+                             scale_rule=self.scale_rule)
+        sinv = bq.scale_values.astype(np.float32)
+        if two_d:
+            sinv = np.repeat(sinv, self.block, axis=0)[:R]
+        return decode(bq.codes, fmt), sinv, self.block
+
+    def gemm(self, qa, sa, qb, sb, bk, fmt_a, fmt_b, split):
+        if self.accumulate_model not in _acc.BLOCK_SCALED_CORES:
+            return super().gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, split)
+        return _acc.scaled_matmul(encode(qa, fmt_a), encode(sa, e8m0), encode(qb, fmt_b).T,
+                                  encode(sb, e8m0).T, fmt_a, fmt_b, e8m0, block=bk,
+                                  model=self.accumulate_model)
 
 
-_RECIPES = (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
+@dataclasses.dataclass
+class NVFP4BlockScaling(_Recipe):
+    """TransformerEngine's ``NVFP4BlockScaling`` (NVIDIA, arXiv 2509.25149).
+
+    Every GEMM operand is NVFP4 (:mod:`fpemu.block`, ``scale_rule``
+    ``"nvfp4"``: TE's quantizer; ``"nvfp4-torchao"`` or ``"4over6"``):
+
+    ============  ===========================  ==========================
+    operand       fprop / dgrad (rowwise)      wgrad (columnwise)
+    ============  ===========================  ==========================
+    input         1 x 16, nearest              1 x 16, RHT, nearest
+    weight        16 x 16 tiles, nearest       the same tiles, transposed
+    grad_output   1 x 16, stochastic (sr8)     1 x 16, RHT, stochastic
+    ============  ===========================  ==========================
+
+    The switches of TE's ``NVTE_NVFP4_DISABLE_RHT``,
+    ``..._STOCHASTIC_ROUNDING`` and ``..._2D_QUANTIZATION`` are the
+    ``disable_*`` arguments. The random Hadamard transform uses TE's fixed
+    sign vector and needs the number of tokens to be a multiple of 16; the
+    stochastic rounding draws ``sr_bits`` bits per element from ``seed``
+    and a per-call counter. GEMMs run on Blackwell's ``b200-mxf4nvf4`` with
+    ``alpha = amax_a * amax_b / (6 * 6 * 448 * 448)`` in float32, as TE.
+    """
+
+    disable_rht: bool = False
+    disable_stochastic_rounding: bool = False
+    disable_2d_quantization: bool = False
+    scale_rule: str = "nvfp4"
+    sr_bits: int = 8
+    seed: int = 0
+    accumulate_model: str = "b200-mxf4nvf4"
+
+    def __post_init__(self):
+        from ..block import FP4_RULES
+        if self.scale_rule not in FP4_RULES:
+            raise ValueError(f"scale_rule must be one of {', '.join(FP4_RULES)}, got "
+                             f"{self.scale_rule!r}")
+        if not (isinstance(self.sr_bits, int) and 1 <= self.sr_bits <= 32):
+            raise ValueError(f"sr_bits must be an int in 1..32, got {self.sr_bits!r}")
+        self._calls = 0
+
+    def formats(self):
+        from ..formats import e2m1
+        return e2m1, e2m1
+
+    def quantize(self, X, fmt, role, state=None):
+        """(BlockQuantized, fp32 amax, 16) for one operand role."""
+        from ..block import hadamard, quantize_blocks
+        X = np.asarray(X, np.float32)
+        base = role[:-2] if role.endswith("_t") else role
+        rht = role in ("input_t", "grad_output_t") and not self.disable_rht
+        sr = base == "grad_output" and not self.disable_stochastic_rounding
+        two_d = base == "weight" and not self.disable_2d_quantization
+        if rht:
+            if X.shape[1] % 16:
+                raise ValueError(f"NVFP4BlockScaling: the random Hadamard transform of the "
+                                 f"wgrad operands needs the token count to be a multiple of 16 "
+                                 f"(TransformerEngine's rule), got {X.shape[1]}; pad the batch "
+                                 f"or pass disable_rht=True")
+            X = hadamard(X, 16, axis=1, signs="te")
+        amax = np.float32(np.max(np.abs(X))) if X.size else np.float32(0)
+        self._calls += 1
+        rounding = f"sr{self.sr_bits}" if sr else "rne"
+        bq = quantize_blocks(X, "e2m1", "e4m3fn", (16, 16) if two_d else 16,
+                             scale_rule=self.scale_rule, rounding=rounding,
+                             seed=[self.seed, self._calls] if sr else None)
+        return bq, amax, 16
+
+    def transpose(self, X, q, sinv, fmt, role, state=None):
+        return self.quantize(np.ascontiguousarray(X.T), fmt, role + "_t")
+
+    def gemm(self, qa, sa, qb, sb, bk, fmt_a, fmt_b, split):
+        def rowwise(bq):
+            s = bq.scales
+            if isinstance(bq.block, tuple):
+                s = np.repeat(s, bq.block[0], axis=0)[:bq.codes.shape[0]]
+            return bq.codes, s
+        ca, xa = rowwise(qa)
+        cb, xb = rowwise(qb)
+        alpha = _f(_f(_f(sa) * _f(sb)) / _f(6.0 * 6.0 * 448.0 * 448.0))
+        return _acc.scaled_matmul(ca, xa, np.ascontiguousarray(cb.T),
+                                  np.ascontiguousarray(xb.T), "e2m1", "e2m1", "e4m3fn",
+                                  block=16, model=self.accumulate_model, alpha=alpha)
+
+
+_RECIPES = (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling,
+            NVFP4BlockScaling)
 
 
 def active_recipe():
@@ -223,7 +368,8 @@ def fp8_autocast(enabled=True, fp8_recipe=None):
     recipe = (fp8_recipe if fp8_recipe is not None else DelayedScaling()) if enabled else None
     if recipe is not None and not isinstance(recipe, _RECIPES):
         raise TypeError(f"fp8_recipe must be one of DelayedScaling, Float8CurrentScaling, "
-                        f"Float8BlockScaling, MXFP8BlockScaling; got {type(recipe).__name__}")
+                        f"Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling; got "
+                        f"{type(recipe).__name__}")
     used = []
     State.fp8.append((recipe, used))
     try:
@@ -379,7 +525,7 @@ def fp8_linear(module, x, recipe):
     fprop, dgrad, wgrad = recipe.split_accumulator
     qx, sx, bk = quantize_operand(X, fwd_fmt, recipe, "input", state)
     qw, sw, _ = quantize_operand(W, fwd_fmt, recipe, "weight", state)
-    acc = scaled_gemm(qx, sx, qw, sw, bk, fwd_fmt, fwd_fmt, recipe.accumulate_model, fprop)
+    acc = recipe.gemm(qx, sx, qw, sw, bk, fwd_fmt, fwd_fmt, fprop)
     if bias is not None:
         acc = acc + bias._a.astype(np.float32)
     out = _store(acc, dt).reshape(x.shape[:-1] + (W.shape[0],))
@@ -394,13 +540,13 @@ def fp8_linear(module, x, recipe):
         gx = gw = gb = None
         if x.requires_grad:                               # dgrad: K = out features
             qwt, swt, _ = recipe.transpose(W, qw, sw, fwd_fmt, "weight", state)
-            gx = _store(scaled_gemm(qg, sg, qwt, swt, bkg, bwd_fmt, fwd_fmt,
-                                    recipe.accumulate_model, dgrad), dt).reshape(x.shape)
+            gx = _store(recipe.gemm(qg, sg, qwt, swt, bkg, bwd_fmt, fwd_fmt, dgrad),
+                        dt).reshape(x.shape)
         if weight.requires_grad:                          # wgrad: K = batch
             qgt, sgt, bkt = recipe.transpose(G, qg, sg, bwd_fmt, "grad_output", state)
             qxt, sxt, _ = recipe.transpose(X, qx, sx, fwd_fmt, "input", state)
-            gw = _store(scaled_gemm(qgt, sgt, qxt, sxt, bkt, bwd_fmt, fwd_fmt,
-                                    recipe.accumulate_model, wgrad), weight.dtype)
+            gw = _store(recipe.gemm(qgt, sgt, qxt, sxt, bkt, bwd_fmt, fwd_fmt, wgrad),
+                        weight.dtype)
         if bias is not None and bias.requires_grad:
             gb = _store(G.astype(np.float64).sum(axis=0), bias.dtype)
         return gx, gw, gb
@@ -409,5 +555,5 @@ def fp8_linear(module, x, recipe):
 
 
 __all__ = ["Fp8Format", "Format", "DelayedScaling", "Float8CurrentScaling", "Float8BlockScaling",
-           "MXFP8BlockScaling", "fp8_autocast", "scale_from_amax", "mx_scale_exponent",
+           "MXFP8BlockScaling", "NVFP4BlockScaling", "fp8_autocast", "scale_from_amax", "mx_scale_exponent",
            "quantize_operand", "scaled_gemm", "DelayedState"]
