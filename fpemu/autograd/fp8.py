@@ -555,5 +555,5 @@ def fp8_linear(module, x, recipe):
 
 
 __all__ = ["Fp8Format", "Format", "DelayedScaling", "Float8CurrentScaling", "Float8BlockScaling",
-           "MXFP8BlockScaling", "NVFP4BlockScaling", "fp8_autocast", "scale_from_amax", "mx_scale_exponent",
-           "quantize_operand", "scaled_gemm", "DelayedState"]
+           "MXFP8BlockScaling", "NVFP4BlockScaling", "fp8_autocast", "scale_from_amax",
+           "mx_scale_exponent", "quantize_operand", "scaled_gemm", "DelayedState"]
