@@ -108,7 +108,7 @@ from .formats import format as _lookup
 from .quantize import _prepare_input, decode, encode, quantize
 
 __all__ = ["BlockQuantized", "BlockSpec", "PRESETS", "SCALE_RULES", "quantize_blocks",
-           "dequantize_blocks", "hadamard", "hadamard_matrix", "TE_SIGNS"]
+           "dequantize_blocks", "hadamard", "hadamard_matrix", "TE_SIGNS", "error_table"]
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 _f32 = np.float32
@@ -169,7 +169,9 @@ class BlockQuantized(tuple):
     Attributes: ``elem``, ``scale_fmt`` (:class:`fpemu.Format`), ``block``
     (int or pair), ``axis``, ``scale_rule``, ``tensor_scale`` (the fp32
     decode tensor scale, or None), ``clipped`` (per block: did some element
-    exceed the element maximum before the clamp), ``rounding``.
+    exceed the element maximum by more than half its spacing there, so that
+    the clamp, not rounding, brought it down: beyond 7 for e2m1, 464 for
+    e4m3fn), ``rounding``.
     """
 
     def __new__(cls, codes, scales, **meta):
@@ -324,8 +326,16 @@ def _scale_elements(Bk, enc, elem, clamp_to=None):
     with np.errstate(all="ignore"):
         v = (Bk.astype(np.float32) * enc[..., None].astype(np.float32)).astype(np.float32)
     m = _f32(elem.max if clamp_to is None else clamp_to)
-    clipped = np.any(np.abs(v) > m, axis=-1)
+    clipped = np.any(np.abs(v) > _clip_threshold(elem), axis=-1)
     return np.clip(v, -m, m), clipped
+
+
+def _clip_threshold(elem: Format):
+    """The element maximum plus half its spacing there: a scaled value above
+    it is clipped (rounding alone would not have brought it to the maximum:
+    7 for e2m1, 464 for e4m3fn)."""
+    emax = int(np.floor(np.log2(elem.max)))
+    return elem.max + 2.0 ** (emax - elem.mantissa_bits) / 2
 
 
 # ------------------------------------------------------------ element rounding
@@ -439,16 +449,13 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     --------
     >>> import numpy as np
     >>> from fpemu import block
-    >>> q = block.quantize_blocks(np.array([[0.1, -3.0, 6.5, 0.0]], np.float32), "mxfp4",
-    ...                           block=4)
-    >>> q.scales, q.values          # OCP's floor rule: scale 2**0, and 6.5 clips to 6
-    (array([[127]], dtype=uint8), array([[ 0., -3.,  6.,  0.]]))
-    >>> q.clipped
-    array([[ True]])
-    >>> x = np.array([[0.1, -3.0, 6.5, 0.0]], np.float32)
+    >>> x = np.array([[0.1, -3.0, 7.5, 0.0]], np.float32)
+    >>> q = block.quantize_blocks(x, "mxfp4", block=4)
+    >>> q.scales, q.clipped, q.values     # OCP's floor rule: scale 2**0, 7.5 clips to 6
+    (array([[127]], dtype=uint8), array([[ True]]), array([[ 0., -3.,  6.,  0.]]))
     >>> r = block.quantize_blocks(x, "mxfp4", block=4, scale_rule="rceil")  # rounds up
     >>> r.scales, r.clipped, r.values
-    (array([[128]], dtype=uint8), array([[False]]), array([[ 0., -3.,  6.,  0.]]))
+    (array([[128]], dtype=uint8), array([[False]]), array([[ 0., -3.,  8.,  0.]]))
     """
     elem, scale_fmt, block, rule = _resolve_args(elem, scale_fmt, block, scale_rule)
     block = _check_block(block, "quantize_blocks")
@@ -485,7 +492,7 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         with np.errstate(all="ignore"):
             v = np.ldexp(Bk.astype(np.float64), -e[..., None])       # exact
         m = elem.max
-        clipped = np.any(np.abs(v) > m, axis=-1) & ~nan
+        clipped = np.any(np.abs(v) > _clip_threshold(elem), axis=-1) & ~nan
         V = np.clip(v, -m, m).astype(np.float32)                    # exact: on fp32's grid
         scodes = np.where(nan, 0xFF, e + 127).astype(scale_fmt.code_dtype)
         block_nan = nan
@@ -654,3 +661,57 @@ def hadamard(x, size=16, axis=-1, signs="te"):
     runs = X.reshape(-1, size)
     Y = matmul(runs, H, "fp32", "fp32", model="exact")
     return np.moveaxis(Y.reshape(X.shape), -1, axis).astype(np.float32)
+
+
+# ------------------------------------------------------------ comparisons
+#: The presets :func:`error_table` compares by default.
+TABLE_PRESETS = ("mxfp8", "mxfp8-te", "mxfp6-e2m3", "mxfp6-e3m2", "mxfp4", "mxfp4-rceil",
+                 "nvfp4", "nvfp4-2d", "nvfp4-torchao", "nvfp4-4over6")
+
+
+def error_table(x, presets=TABLE_PRESETS, axis=-1):
+    """How well each block format represents ``x`` (float32 values): one row
+    per preset with ``bits`` (per value: element bits plus the scale's share),
+    ``mse``, ``sqnr_db`` (10 log10 of sum x**2 over the sum of squared errors,
+    both exact), ``clipped`` (the share of blocks with a scaled value that
+    the clamp to the element maximum, not rounding, brought down) and ``flushed`` (the share of nonzero
+    values that became zero). ``"mxfp4-rceil"`` is MXFP4 with the scale
+    rounded up.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fpemu import block
+    >>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    >>> rows = block.error_table(x, ["mxfp8", "nvfp4"])
+    >>> [(r["preset"], r["bits"], round(r["sqnr_db"], 1)) for r in rows]
+    [('mxfp8', 8.25, 30.3), ('nvfp4', 4.5, 20.5)]
+    """
+    x = np.asarray(x, np.float32)
+    ref = x.astype(np.float64)
+    power = float(np.sum(ref ** 2))
+    rows = []
+    for name in presets:
+        key, rule = (name, None)
+        if name == "mxfp4-rceil":
+            key, rule = "mxfp4", "rceil"
+        if key not in PRESETS:
+            raise FpemuValueError(f"error_table(): unknown preset {name!r}; choose from "
+                                  f"{', '.join(PRESETS)} or mxfp4-rceil")
+        p = PRESETS[key]
+        q = quantize_blocks(x, key, axis=axis, scale_rule=rule)
+        v = q.values
+        err = float(np.sum((ref - v) ** 2))
+        nblock = int(np.prod(p.block)) if isinstance(p.block, tuple) else p.block
+        nz = ref != 0
+        rows.append({
+            "preset": name, "elem": q.elem.name, "scale": q.scale_fmt.name,
+            "block": "x".join(map(str, p.block)) if isinstance(p.block, tuple) else p.block,
+            "rule": q.scale_rule,
+            "bits": q.elem.bits + q.scale_fmt.bits / nblock,
+            "mse": err / max(x.size, 1),
+            "sqnr_db": float(10 * np.log10(power / err)) if err > 0 else float("inf"),
+            "clipped": float(np.mean(q.clipped)) if q.clipped.size else 0.0,
+            "flushed": float(np.mean(v[nz] == 0)) if nz.any() else 0.0,
+        })
+    return rows

@@ -557,3 +557,30 @@ def test_mxfp8_recipe_scale_rules_and_2d_weights():
     assert np.all(sw[:32, 0] == sw[0, 0])
     with pytest.raises(ValueError, match="scale_rule must be one of"):
         fp8.MXFP8BlockScaling(scale_rule="round")
+
+
+def test_error_table_against_torchao_and_te_dequantizations():
+    """SQNR, MSE, clipped and flushed shares from values decoded by the
+    oracles' own codes (torchao's MXFP4, TE's NVFP4)."""
+    x = spread((64, 128), 22, -3, 3)
+    rows = {r["preset"]: r for r in block.error_table(x, ["mxfp4", "nvfp4"])}
+    ref = x.astype(np.float64)
+
+    def stats(v):
+        err = np.sum((ref - v) ** 2)
+        return 10 * np.log10(np.sum(ref ** 2) / err), err / x.size, np.mean(v[ref != 0] == 0)
+    s, d = torchao_mx(x, "e2m1", "floor")
+    v = np.array(E2M1_VALUES)[d.astype(int)] * np.repeat(np.exp2(s.astype(np.float64) - 127),
+                                                          32, axis=1)
+    sq, mse, fl = stats(v)
+    assert rows["mxfp4"]["sqnr_db"] == pytest.approx(sq, rel=1e-12)
+    assert rows["mxfp4"]["mse"] == pytest.approx(mse, rel=1e-12)
+    assert rows["mxfp4"]["flushed"] == fl and rows["mxfp4"]["bits"] == 4.25
+    scaled = np.abs(x.reshape(64, 4, 32)) / np.exp2(s.astype(np.float64) - 127)[..., None]
+    assert rows["mxfp4"]["clipped"] == np.mean(np.any(scaled > 7.0, axis=-1)) > 0
+    c, sc, g = te_reference(x)
+    sv = torch.tensor(sc).view(torch.float8_e4m3fn).double().numpy()
+    v = np.array(E2M1_VALUES)[c.astype(int)] * np.repeat(sv, 16, axis=1) * np.float64(g)
+    sq, mse, fl = stats(v)
+    assert rows["nvfp4"]["sqnr_db"] == pytest.approx(sq, rel=1e-12)
+    assert rows["nvfp4"]["flushed"] == fl and rows["nvfp4"]["clipped"] == 0

@@ -161,3 +161,22 @@ def test_stochastic_rounding_is_reproducible():
     a = experiments.run("stochastic_rounding", quick=True)
     b = experiments.run("stochastic_rounding", quick=True)
     assert np.array_equal(a.data["losses"]["bf16 sr"], b.data["losses"]["bf16 sr"])
+
+
+def test_block_formats_table_and_nvfp4_training(quick):
+    r = experiments.run("block_formats", quick=True)
+    sq = r.numbers["sqnr_db"]
+    # three mantissa bits (e4m3, e2m3) > two (e3m2) > one (every 4-bit preset)
+    four = max(v for k, v in sq.items() if "fp4" in k)
+    assert min(sq["mxfp8"], sq["mxfp6-e2m3"]) > sq["mxfp6-e3m2"] > four > min(
+        v for k, v in sq.items() if "fp4" in k) > 10
+    assert r.numbers["clipped_blocks"]["mxfp8-te"] == 0 == r.numbers["clipped_blocks"]["nvfp4"]
+    final = r.numbers["final_loss"]
+    assert set(final) == {"fp32", "bf16 (no fp4/fp8)", "MXFP8BlockScaling",
+                          "NVFP4BlockScaling", "NVFP4, head in bf16"}
+    assert all(np.isfinite(v) and v < 3.5 for v in final.values())
+    assert final["NVFP4BlockScaling"] != final["bf16 (no fp4/fp8)"]
+    with pytest.raises(ValueError, match="multiples of 16"):
+        experiments.run("block_formats", quick=True, seq=6)
+    with pytest.raises(ValueError, match="weight must be one of"):
+        experiments.run("block_formats", quick=True, weight="emb")
