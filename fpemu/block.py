@@ -674,9 +674,9 @@ def error_table(x, presets=TABLE_PRESETS, axis=-1):
     per preset with ``bits`` (per value: element bits plus the scale's share),
     ``mse``, ``sqnr_db`` (10 log10 of sum x**2 over the sum of squared errors,
     both exact), ``clipped`` (the share of blocks with a scaled value that
-    the clamp to the element maximum, not rounding, brought down) and ``flushed`` (the share of nonzero
-    values that became zero). ``"mxfp4-rceil"`` is MXFP4 with the scale
-    rounded up.
+    the clamp to the element maximum, not rounding, brought down) and
+    ``flushed`` (the share of nonzero values that became zero).
+    ``"mxfp4-rceil"`` is MXFP4 with the scale rounded up.
 
     Examples
     --------
