@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_arith.py
 	$(BIN)/python bench/bench_autograd.py
 	$(BIN)/python bench/bench_monitor.py
+	$(BIN)/python bench/bench_block.py
 
 record: $(STAMP)
 	$(BIN)/fpemu record --device cpu

@@ -227,8 +227,11 @@ def _to_blocks(X, block, axis):
         lead = Xm.shape[:-1]
         n = Xm.shape[-1]
         nb = -(-n // block)
-        P = np.zeros(lead + (nb * block,), X.dtype)
-        P[..., :n] = Xm
+        if nb * block == n:
+            P = Xm
+        else:
+            P = np.zeros(lead + (nb * block,), X.dtype)
+            P[..., :n] = Xm
         Bk = P.reshape(lead + (nb, block))
 
         def back(A):
@@ -320,14 +323,18 @@ def _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, map_to):
     return dsq, enc
 
 
-def _scale_elements(Bk, enc, elem, clamp_to=None):
+def _scale_elements(Bk, enc, elem, clamp_to=None, amax_b=None):
     """fp32(x * enc) per block, clamped to the element maximum; and which
     blocks clipped."""
+    enc = enc.astype(np.float32)
     with np.errstate(all="ignore"):
-        v = (Bk.astype(np.float32) * enc[..., None].astype(np.float32)).astype(np.float32)
+        v = Bk.astype(np.float32, copy=False) * enc[..., None]
+        amax = np.max(np.abs(Bk), axis=-1).astype(np.float32) if amax_b is None else amax_b
+        top = amax * enc          # the largest scaled magnitude: rounding is monotonic
     m = _f32(elem.max if clamp_to is None else clamp_to)
-    clipped = np.any(np.abs(v) > _clip_threshold(elem), axis=-1)
-    return np.clip(v, -m, m), clipped
+    clipped = top > _clip_threshold(elem)
+    np.clip(v, -m, m, out=v)
+    return v, clipped
 
 
 def _clip_threshold(elem: Format):
@@ -342,11 +349,11 @@ def _clip_threshold(elem: Format):
 _SRN = re.compile(r"^sr(\d+)$")
 
 
-def _round_elements(V, elem, rounding, seed):
-    """V (float32, block layout) rounded to elem: codes (block layout)."""
+def _round_elements(V, elem, rounding, seed, has_nan=True):
+    """V (float32, block layout) rounded to elem: codes (block layout). NaNs
+    (only in blocks whose scale is NaN: their codes are replaced) round as 0."""
     flat = V.reshape(-1)
-    nan = np.isnan(flat)
-    safe = np.where(nan, np.float32(0), flat)
+    safe = np.where(np.isnan(flat), np.float32(0), flat) if has_nan else flat
     m = _SRN.match(rounding) if isinstance(rounding, str) else None
     if m:
         n = int(m.group(1))
@@ -361,7 +368,7 @@ def _round_elements(V, elem, rounding, seed):
     else:
         kw = {"seed": (seed, 0) if seed is not None else None} if rounding == "sr" else {}
         codes = encode(safe, elem, rounding=rounding, overflow="saturate", **kw)
-    return codes.reshape(V.shape), nan.reshape(V.shape)
+    return codes.reshape(V.shape)
 
 
 def _round_srn(v, elem: Format, n, seed):
@@ -463,9 +470,11 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     X = flat.reshape(shape)
     if X.ndim == 0:
         raise FpemuValueError("quantize_blocks(): needs an array with at least one axis")
-    X32 = X.astype(np.float32)
-    same = (X32.astype(np.float64) == X) | (np.isnan(X) & np.isnan(X32))
-    if not same.all():
+    X32 = X.astype(np.float32, copy=False)
+    same = True
+    if X.dtype != np.float32:
+        same = (X32.astype(np.float64) == X) | (np.isnan(X) & np.isnan(X32))
+    if not np.all(same):
         first = float(X[~same].reshape(-1)[0])
         raise FpemuValueError(
             f"quantize_blocks(): x holds {int((~same).sum())} value(s) that are not float32 "
@@ -484,16 +493,19 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     Bk, back, sshape, sback = _to_blocks(X32, block, ax)
     with np.errstate(invalid="ignore"):
         amax_b = np.max(np.abs(Bk), axis=-1).astype(np.float32)  # NaN propagates
-    if np.isnan(Bk).any():
-        amax_b = np.where(np.isnan(Bk).any(axis=-1), np.float32(np.nan), amax_b)
     tensor_scale = None
     if rule in MX_RULES:
         e, nan = _mx_exponent(amax_b, elem, rule)
+        k = (-e).astype(np.int32)
         with np.errstate(all="ignore"):
-            v = np.ldexp(Bk.astype(np.float64), -e[..., None])       # exact
-        m = elem.max
-        clipped = np.any(np.abs(v) > _clip_threshold(elem), axis=-1) & ~nan
-        V = np.clip(v, -m, m).astype(np.float32)                    # exact: on fp32's grid
+            # x / 2**e in float32: exact, except for values pushed below float32's
+            # normal range, which lie far below the element's smallest subnormal
+            # (they become 0 either way)
+            V = np.ldexp(Bk, k[..., None])
+            top = np.ldexp(amax_b, k)
+        m = _f32(elem.max)
+        clipped = (top > _clip_threshold(elem)) & ~nan
+        np.clip(V, -m, m, out=V)
         scodes = np.where(nan, 0xFF, e + 127).astype(scale_fmt.code_dtype)
         block_nan = nan
     elif rule in FP32_RULES:
@@ -501,7 +513,7 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         enc = np.array([scale_from_amax(a, elem.max, rule == "pow2") for a in amax_b.reshape(-1)],
                        np.float32).reshape(amax_b.shape)
         dec = (_f32(1.0) / enc).astype(np.float32)
-        V, clipped = _scale_elements(Bk, enc, elem)
+        V, clipped = _scale_elements(Bk, enc, elem, amax_b=amax_b)
         scodes = encode(dec, scale_fmt)
         block_nan = np.zeros(amax_b.shape, bool)
     else:
@@ -517,16 +529,16 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
                 sb = np.clip(sb, _f32(2.0**-6), _f32(scale_fmt.max))
                 dsq = _e4m3_cast(sb, scale_fmt)
                 rs = ((_f32(1.0) / t) / dsq).astype(np.float32)
-            V, clipped = _scale_elements(Bk, rs, elem)
+            V, clipped = _scale_elements(Bk, rs, elem, amax_b=amax_b)
             tensor_scale = t
         else:
             fp8_max = 256.0 if rule == "4over6" else float(scale_fmt.max)
             S, Sdec = _nvfp4_te_tensor(amax_t, fp8_max)
             dsq, enc = _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, 6.0)
-            V, clipped = _scale_elements(Bk, enc, elem)
+            V, clipped = _scale_elements(Bk, enc, elem, amax_b=amax_b)
             if rule == "4over6":
                 dsq4, enc4 = _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, 4.0)
-                V4, clipped4 = _scale_elements(Bk, enc4, elem)
+                V4, clipped4 = _scale_elements(Bk, enc4, elem, amax_b=amax_b)
                 err6 = _block_sse(Bk, V, dsq, Sdec, elem, rounding, seed)
                 err4 = _block_sse(Bk, V4, dsq4, Sdec, elem, rounding, seed)
                 use4 = err4 < err6
@@ -537,8 +549,10 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         scodes = encode(dsq, scale_fmt)
         block_nan = np.isnan(dsq)
         clipped = clipped & ~block_nan
-    codes, _ = _round_elements(V, elem, rounding, seed)
-    codes = np.where(block_nan[..., None], elem.code_dtype.type(0), codes)
+    has_nan = bool(block_nan.any())
+    codes = _round_elements(V, elem, rounding, seed, has_nan)
+    if has_nan:
+        codes = np.where(block_nan[..., None], elem.code_dtype.type(0), codes)
     return BlockQuantized(
         np.ascontiguousarray(back(codes)).astype(elem.code_dtype),
         np.ascontiguousarray(sback(scodes.reshape(sshape))).astype(scale_fmt.code_dtype),
@@ -550,7 +564,7 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
 def _block_sse(Bk, V, dsq, Sdec, elem, rounding, seed):
     """Sum of squared errors of each block, dequantized, exactly (float64 of
     exact products; squares summed in float64)."""
-    codes, _ = _round_elements(V, elem, rounding, seed)
+    codes = _round_elements(V, elem, rounding, seed)
     q = decode(codes, elem).astype(np.float64)
     deq = q * dsq[..., None].astype(np.float64) * np.float64(Sdec)
     with np.errstate(invalid="ignore"):
