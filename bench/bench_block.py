@@ -50,8 +50,10 @@ def main(argv=None):
     try:
         from torchao.prototype.mx_formats.config import ScaleCalculationMode as M
         from torchao.prototype.mx_formats.mx_tensor import to_mx
-        from torchao.prototype.mx_formats.nvfp4_tensor import (nvfp4_quantize,
-                                                              per_tensor_amax_to_scale)
+        from torchao.prototype.mx_formats.nvfp4_tensor import (
+            nvfp4_quantize,
+            per_tensor_amax_to_scale,
+        )
         t = torch.tensor(x)
         peers = {
             ("mxfp8", "floor"): lambda: to_mx(t, torch.float8_e4m3fn, 32, M.FLOOR),
