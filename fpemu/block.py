@@ -220,8 +220,9 @@ def _check_block(block, fname):
 
 
 def _to_blocks(X, block, axis):
-    """(B, nblocks..., block_len) view of X (float64) padded with zeros, and
-    the function that takes a (B, nblocks..., block_len) array back."""
+    """X as (..., nblocks, block_len) (a view where no padding is needed),
+    padded with zeros; the function that takes such an array back to X's
+    layout; the shape of the scales; the function that orders them."""
     if isinstance(block, int):
         Xm = np.moveaxis(X, axis, -1)
         lead = Xm.shape[:-1]
@@ -321,6 +322,20 @@ def _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, map_to):
         enc = (_f32(1.0) / (dsq * Sdec).astype(np.float32)).astype(np.float32)
         enc = np.minimum(enc, FLT_MAX)
     return dsq, enc
+
+
+def _te_scale(amax32, fp8_max, pow2):
+    """TransformerEngine's ``compute_scale_from_amax`` for an array of amaxes:
+    fp32(fp8_max / amax); 1 for a zero, inf or NaN amax; FLT_MAX for an
+    infinite scale; ``pow2`` rounds down to a power of two (mantissa bits
+    cleared)."""
+    with np.errstate(all="ignore"):
+        enc = (_f32(fp8_max) / amax32).astype(np.float32)
+    enc = np.where(np.isinf(enc), FLT_MAX, enc)
+    enc = np.where(np.isfinite(amax32) & (amax32 != 0), enc, _f32(1.0)).astype(np.float32)
+    if pow2:
+        enc = (enc.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
+    return enc
 
 
 def _scale_elements(Bk, enc, elem, clamp_to=None, amax_b=None):
@@ -509,9 +524,7 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         scodes = np.where(nan, 0xFF, e + 127).astype(scale_fmt.code_dtype)
         block_nan = nan
     elif rule in FP32_RULES:
-        from .autograd.fp8 import scale_from_amax
-        enc = np.array([scale_from_amax(a, elem.max, rule == "pow2") for a in amax_b.reshape(-1)],
-                       np.float32).reshape(amax_b.shape)
+        enc = _te_scale(amax_b, elem.max, rule == "pow2")
         dec = (_f32(1.0) / enc).astype(np.float32)
         V, clipped = _scale_elements(Bk, enc, elem, amax_b=amax_b)
         scodes = encode(dec, scale_fmt)

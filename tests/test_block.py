@@ -584,3 +584,20 @@ def test_error_table_against_torchao_and_te_dequantizations():
     sq, mse, fl = stats(v)
     assert rows["nvfp4"]["sqnr_db"] == pytest.approx(sq, rel=1e-12)
     assert rows["nvfp4"]["flushed"] == fl and rows["nvfp4"]["clipped"] == 0
+
+
+def test_fp32_block_scales_follow_te_compute_scale_from_amax():
+    """Per-block encode scales: 448 / amax in float32, rounded down to a power
+    of two (Float8BlockScaling); zero blocks get scale 1."""
+    x = spread((4, 512), 23, -10, 10)
+    x[0, :128] = 0.0
+    for rule in ("pow2", "current"):
+        q = block.quantize_blocks(x, "e4m3fn", "fp32", 128, scale_rule=rule)
+        dec = q.scale_values
+        for i in range(4):
+            for j in range(4):
+                amax = np.float32(np.max(np.abs(x[i, 128 * j:128 * (j + 1)])))
+                enc = np.float32(448.0) / amax if amax > 0 else np.float32(1.0)
+                if rule == "pow2":
+                    enc = np.float32(2.0 ** np.floor(np.log2(enc)))
+                assert dec[i, j] == np.float32(np.float32(1.0) / enc), (rule, i, j)
