@@ -528,7 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--formats", default="fp16,bf16,e4m3fn,e5m2", metavar="F1,F2",
                     help="comma-separated what-if formats (default fp16,bf16,e4m3fn,e5m2)")
     mo.add_argument("--scaling", default="none", metavar="S1,S2",
-                    help="comma-separated: none, loss_scale, current, delayed, mx (default none)")
+                    help="comma-separated: none, loss_scale, current, delayed, mx, nvfp4 "
+                         "(default none)")
     mo.add_argument("--every", type=int, default=1, help="count every N-th step (default 1)")
     mo.add_argument("--sample", type=int, default=None,
                     help="count a seeded sample of N elements of each larger tensor")

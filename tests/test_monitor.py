@@ -214,6 +214,47 @@ def test_mx_scaling_uses_one_power_of_two_per_block_of_the_last_dimension():
         assert r.counts == fpemu.stats(out.ravel(), f, overflow=_policy(f)), r.module
 
 
+def test_nvfp4_scaling_is_transformer_engines_rule_per_16_values():
+    """TE's NVFP4 scales recomputed in numpy float32 (E4M3 rounding of the
+    block scales by ml_dtypes), with the format's maximum for E2M1's 6."""
+    ml = pytest.importorskip("ml_dtypes")
+    f32 = np.float32
+    big = f32(np.finfo(np.float32).max)
+    model = cnn()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    cap = Capture(model, opt)
+    x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 5, (16,), generator=torch.Generator().manual_seed(2))
+    with ft.monitor(model, opt, formats=("e2m1", "e4m3fn"), scaling="nvfp4") as mon:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        cap.after_backward()
+        opt.step()
+        cap.after_step()
+    seen = 0
+    for r in mon.records:
+        t = cap.data[(r.step, _name(r), r.kind)].numpy().astype(np.float32)
+        fmax = f32(fpemu.format(r.format).max)
+        last = t.shape[-1] if t.ndim else 1
+        rows = t.reshape(-1, last)
+        rows = np.pad(rows, ((0, 0), (0, (-last) % 16)))
+        blocks = rows.reshape(rows.shape[0], -1, 16)
+        amax_t = f32(np.abs(t).max())
+        with np.errstate(all="ignore"):
+            S = min(f32(f32(448 * fmax) / amax_t), big)
+        S = f32(1) if amax_t == 0 or S == 0 else S
+        with np.errstate(all="ignore"):
+            ds = np.minimum((np.abs(blocks).max(-1, keepdims=True) / fmax).astype(f32) * S, big)
+            ds = np.minimum(ds, f32(448)).astype(ml.float8_e4m3fn).astype(f32)
+            enc = np.minimum(f32(1) / (ds * f32(f32(1) / S)), big)
+        out = (blocks * enc).reshape(rows.shape)[:, :last].ravel()
+        f = fpemu.format(r.format)
+        assert r.counts == fpemu.stats(out, f, overflow=_policy(f)), (r.module, r.kind)
+        seen += 1
+    assert seen == len(mon.records) > 40
+    assert all(math.isnan(r.scale) for r in mon.records)        # a scale per block
+
+
 def test_gradscaler_gradients_are_unscaled_and_loss_scale_reads_the_scaler():
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
     mon, cap = train(cnn(), steps=2, scaling=("none", "loss_scale"), scaler=scaler)
@@ -278,7 +319,15 @@ def test_a_small_transformer_trains_under_the_monitor():
 def test_table_json_and_report(tmp_path):
     mon, _ = train(cnn(Spike(1e5, at={1})), steps=3, capture=False)
     rows = mon.table()
-    assert isinstance(rows, list) and rows[0]["kind"] == "activation"   # no pandas here
+    try:
+        import pandas
+    except ImportError:                   # without pandas, table() is the list of rows
+        assert isinstance(rows, list)
+    else:
+        assert isinstance(rows, pandas.DataFrame) and len(rows) == len(mon.rows())
+        assert list(rows.columns) == list(mon.rows()[0])
+        rows = rows.to_dict("records")
+    assert rows[0]["kind"] == "activation" and rows == mon.rows()
     assert set(rows[0]) >= {"step", "module", "kind", "format", "scaling", "flushed",
                             "overflow", "rounded_to_max", "flushed_fraction", "amax"}
     doc = json.loads(mon.to_json(tmp_path / "rows.json").read_text())

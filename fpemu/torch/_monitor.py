@@ -17,7 +17,7 @@ from ..quantize import _as_format
 #: What is recorded, in the order a training step produces it.
 KINDS = ("activation", "activation_grad", "weight", "weight_grad", "exp_avg", "exp_avg_sq")
 #: How each tensor is scaled before it is classified (see Monitor).
-SCALINGS = ("none", "loss_scale", "current", "delayed", "mx")
+SCALINGS = ("none", "loss_scale", "current", "delayed", "mx", "nvfp4")
 DEFAULT_FORMATS = ("fp16", "bf16", "e4m3fn", "e5m2")
 _GRAD_KINDS = ("activation_grad", "weight_grad")
 _CHUNK = 1 << 22
@@ -144,7 +144,12 @@ class Monitor:
         ``history`` steps, TransformerEngine's delayed scaling, scale 1 at the
         first step); ``"mx"`` (one power-of-two E8M0 scale per ``block``
         values along the last dimension, OCP MX's rule
-        ``2**(floor(log2 amax) - emax)``).
+        ``2**(floor(log2 amax) - emax)``); ``"nvfp4"`` (TransformerEngine's
+        NVFP4 rule with the format's maximum in place of E2M1's 6: an fp32
+        tensor scale ``448 * max / amax``, then an E4M3 scale per 16 values
+        of the last dimension; for ``e2m1`` this is NVFP4 as
+        :mod:`fpemu.block` computes it, before the clamp to ±6; infinities
+        and NaNs set no scale).
     every : int
         Count every ``every``-th step.
     sample : int, optional
@@ -382,6 +387,8 @@ class Monitor:
             y = flat.to(torch.float32) * torch.tensor(float(s), dtype=torch.float32,
                                                       device=flat.device)
             return y, float(s), 1.0
+        if scaling == "nvfp4":
+            return self._nvfp4(t, f), float("nan"), 1.0
         # MX: one power-of-two scale per block of the last dimension (rows never share one)
         x = t.to(torch.float64)
         last = x.shape[-1] if x.dim() else 1
@@ -399,6 +406,36 @@ class Monitor:
         y = (blocks / torch.ldexp(torch.ones_like(bmax), expo)).reshape(rows.shape)
         y = y[:, :last].reshape(-1)
         return y, float("nan"), 1.0
+
+    def _nvfp4(self, t, f):
+        """x times TransformerEngine's NVFP4 element encode scale, in float32
+        (see :mod:`fpemu.block`, rule ``"nvfp4"``), with ``f.max`` for 6."""
+        torch = self._torch
+        f32 = np.float32
+        x = t.to(torch.float32)
+        last = x.shape[-1] if x.dim() else 1
+        rows = x.reshape(-1, last)
+        pad = (-last) % 16
+        if pad:
+            rows = torch.nn.functional.pad(rows, (0, pad))
+        blocks = rows.reshape(rows.shape[0], -1, 16)
+        finite = torch.where(torch.isfinite(blocks), blocks.abs(),
+                             torch.zeros((), dtype=blocks.dtype, device=blocks.device))
+        bmax = finite.amax(dim=-1, keepdim=True)
+        amax_t = f32(finite.max().item()) if finite.numel() else f32(0)
+        with np.errstate(all="ignore"):
+            S = min(f32(f32(448.0 * f.max) / amax_t), f32(np.finfo(np.float32).max))
+        if amax_t == 0 or S == 0:
+            S = f32(1.0)
+        Sdec = f32(f32(1.0) / S)
+        flt_max = torch.tensor(float(np.finfo(np.float32).max), device=x.device)
+        ds = (bmax / torch.tensor(float(f.max), device=x.device)) * torch.tensor(
+            float(S), device=x.device)
+        ds = torch.clamp(torch.minimum(ds, flt_max), max=448.0)
+        ds = ds.to(torch.float8_e4m3fn).to(torch.float32)
+        enc = torch.minimum(1.0 / (ds * torch.tensor(float(Sdec), device=x.device)), flt_max)
+        y = (blocks * enc).reshape(rows.shape)[:, :last].reshape(-1)
+        return y
 
     # -- results -----------------------------------------------------------------------
     def rows(self) -> list:
