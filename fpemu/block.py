@@ -59,6 +59,14 @@ E4M3 scales with an fp32 tensor scale (NVFP4: e2m1 elements, blocks of 16):
     dequantized values have the smaller sum of squared errors (computed
     exactly; a tie keeps 6).
 
+``"cudnn"`` (cuDNN frontend's Block Scale Quantize, as its documentation
+    states it: ``scale = quantize_round_up(amax / vmax)``, ``output =
+    quantize_round_to_even(vals / scale)``)
+    one level, no tensor scale: the block scale is ``fp32(a / 6)`` rounded
+    *up* to e4m3fn (capped at 448), elements ``fp32(x / scale)`` rounded to
+    nearest even. Not checked against cuDNN (no GPU here); an all-zero
+    block gets scale 0 and zero elements.
+
 fp32 scales (``scale_fmt="fp32"``, fp8 block scaling):
 
 ``"current"`` / ``"pow2"``
@@ -118,7 +126,7 @@ _f32 = np.float32
 TE_SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float64)
 
 MX_RULES = ("floor", "rceil", "ceil", "even")
-FP4_RULES = ("nvfp4", "nvfp4-torchao", "4over6")
+FP4_RULES = ("nvfp4", "nvfp4-torchao", "4over6", "cudnn")
 FP32_RULES = ("current", "pow2")
 SCALE_RULES = MX_RULES + FP4_RULES + FP32_RULES
 
@@ -152,6 +160,8 @@ PRESETS = {p.name: p for p in (
               "NVFP4, torchao's nvfp4_quantize with a per-tensor scale"),
     BlockSpec("nvfp4-4over6", "e2m1", "e4m3fn", 16, "4over6",
               "NVFP4 with Four Over Six block-scale selection (TE PR #2972)"),
+    BlockSpec("nvfp4-cudnn", "e2m1", "e4m3fn", 16, "cudnn",
+              "NVFP4 as cuDNN's block-scale quantize states it: one level, scale rounded up"),
     BlockSpec("fp8-block", "e4m3fn", "fp32", (128, 128), "pow2",
               "TransformerEngine Float8BlockScaling weights / DeepSeek-V3 128x128"),
     BlockSpec("fp8-block-1d", "e4m3fn", "fp32", 128, "pow2",
@@ -534,7 +544,17 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
             _f32(np.max(np.abs(X32))) if X32.size else _f32(0))
         if X32.size and np.isnan(X32).any() and tensor_amax is None:
             amax_t = _f32(np.nan)
-        if rule == "nvfp4-torchao":
+        if rule == "cudnn":
+            with np.errstate(all="ignore"):
+                d = np.minimum((amax_b / _f32(elem.max)).astype(np.float32),
+                               _f32(scale_fmt.max))
+                dsq = quantize(d, scale_fmt, rounding="rup").astype(np.float32)
+                V = (Bk.astype(np.float32, copy=False) / dsq[..., None]).astype(np.float32)
+                V = np.where(dsq[..., None] == 0, np.float32(0), V)
+                top = (amax_b / dsq).astype(np.float32)
+            clipped = top > _clip_threshold(elem)
+            np.clip(V, -_f32(elem.max), _f32(elem.max), out=V)
+        elif rule == "nvfp4-torchao":
             with np.errstate(all="ignore"):
                 t = _f32(amax_t / _f32(448.0 * 6.0))
                 bs = (amax_b / _f32(6.0)).astype(np.float32)
@@ -693,7 +713,7 @@ def hadamard(x, size=16, axis=-1, signs="te"):
 # ------------------------------------------------------------ comparisons
 #: The presets :func:`error_table` compares by default.
 TABLE_PRESETS = ("mxfp8", "mxfp8-te", "mxfp6-e2m3", "mxfp6-e3m2", "mxfp4", "mxfp4-rceil",
-                 "nvfp4", "nvfp4-2d", "nvfp4-torchao", "nvfp4-4over6")
+                 "nvfp4", "nvfp4-2d", "nvfp4-torchao", "nvfp4-4over6", "nvfp4-cudnn")
 
 
 def error_table(x, presets=TABLE_PRESETS, axis=-1):

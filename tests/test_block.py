@@ -601,3 +601,26 @@ def test_fp32_block_scales_follow_te_compute_scale_from_amax():
                 if rule == "pow2":
                     enc = np.float32(2.0 ** np.floor(np.log2(enc)))
                 assert dec[i, j] == np.float32(np.float32(1.0) / enc), (rule, i, j)
+
+
+def test_cudnn_rule_rounds_the_scale_up_and_divides():
+    """cuDNN's documented NVFP4 equation: scale = the smallest e4m3 value not
+    below fp32(amax / 6); elements fp32(x / scale) rounded to nearest even
+    (TE's threshold table is that rounding); no tensor scale."""
+    x = spread((32, 64), 24, -6, 6)
+    x[0, :16] = 0.0
+    q = block.quantize_blocks(x, "nvfp4-cudnn")
+    e4 = np.array(sorted({(m / 8) * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+                          for e in range(16) for m in range(8) if (e, m) != (15, 7)}))
+    amax = np.abs(x.reshape(32, 4, 16)).max(-1)
+    d = (amax / np.float32(6)).astype(np.float32).astype(np.float64)
+    want = e4[np.searchsorted(e4, d)]                      # smallest value >= d
+    np.testing.assert_array_equal(q.scale_values, want)
+    assert q.tensor_scale is None and not q.clipped.any()
+    with np.errstate(invalid="ignore"):
+        scaled = (x.reshape(32, 4, 16) / want[..., None].astype(np.float32)).astype(np.float32)
+    scaled = np.nan_to_num(scaled).reshape(32, 64)
+    codes = te_cast_to_fp4(torch.tensor(scaled)).numpy()
+    ok = x != 0                                            # TE's table drops the sign of -0
+    np.testing.assert_array_equal(q.codes[ok], codes[ok])
+    assert (q.values[0, :16] == 0).all()
