@@ -16,20 +16,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
-import time
 
 import numpy as np
-
-
-def timed(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+from bench_quantize import timed  # this folder is on sys.path when run as a script
 
 
 def main(argv=None):
