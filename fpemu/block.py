@@ -273,10 +273,16 @@ def _f32_bits(a):
     return np.asarray(a, np.float32).view(np.uint32).astype(np.int64)
 
 
+def _floor_log2(v):
+    """floor(log2 v) of a positive float, from its binary exponent (exact,
+    whatever numpy's SIMD log2 does)."""
+    return int(np.frexp(float(v))[1]) - 1
+
+
 def _mx_exponent(amax32, elem: Format, rule):
     """Unbiased E8M0 exponents (int64, clamped to [-127, 127]) and the NaN mask."""
     nan = np.isnan(amax32)
-    emax_elem = int(np.floor(np.log2(elem.max)))
+    emax_elem = _floor_log2(elem.max)
     mbits = elem.mantissa_bits
     with np.errstate(all="ignore"):
         if rule == "rceil":
@@ -288,7 +294,7 @@ def _mx_exponent(amax32, elem: Format, rule):
             e = np.where(frac != 0, ef - 127 + 1, ef - 127)
             # subnormal d (ef == 0): d = frac * 2**-149, ceil(log2 d) exactly
             sub = (ef == 0) & (frac != 0)
-            top = np.floor(np.log2(np.where(sub, frac, 1).astype(np.float64))).astype(np.int64)
+            top = np.frexp(np.where(sub, frac, 1).astype(np.float64))[1].astype(np.int64) - 1
             pow2 = (frac & (frac - 1)) == 0
             e = np.where(sub, top - 149 + np.where(pow2, 0, 1), e)
             e = np.where(d == 0, -127, e)
@@ -366,7 +372,7 @@ def _clip_threshold(elem: Format):
     """The element maximum plus half its spacing there: a scaled value above
     it is clipped (rounding alone would not have brought it to the maximum:
     7 for e2m1, 464 for e4m3fn)."""
-    emax = int(np.floor(np.log2(elem.max)))
+    emax = _floor_log2(elem.max)
     return elem.max + 2.0 ** (emax - elem.mantissa_bits) / 2
 
 
