@@ -543,13 +543,13 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         enc = _te_scale(amax_b, elem.max, rule == "pow2")
         dec = (_f32(1.0) / enc).astype(np.float32)
         V, clipped = _scale_elements(Bk, enc, elem, amax_b=amax_b)
-        scodes = encode(dec, scale_fmt)
-        block_nan = np.zeros(amax_b.shape, bool)
+        # TE casts a NaN to the fp8 NaN under scale 1; an element format without
+        # NaN marks the block by a NaN scale instead
+        block_nan = np.isnan(amax_b) if not elem.has_nan else np.zeros(amax_b.shape, bool)
+        scodes = encode(np.where(block_nan, np.float32(np.nan), dec), scale_fmt)
     else:
         amax_t = _f32(tensor_amax) if tensor_amax is not None else (
-            _f32(np.max(np.abs(X32))) if X32.size else _f32(0))
-        if X32.size and np.isnan(X32).any() and tensor_amax is None:
-            amax_t = _f32(np.nan)
+            _f32(np.max(np.abs(X32))) if X32.size else _f32(0))     # NaN propagates
         if rule == "cudnn":
             with np.errstate(all="ignore"):
                 d = np.minimum((amax_b / _f32(elem.max)).astype(np.float32),

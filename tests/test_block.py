@@ -624,3 +624,14 @@ def test_cudnn_rule_rounds_the_scale_up_and_divides():
     ok = x != 0                                            # TE's table drops the sign of -0
     np.testing.assert_array_equal(q.codes[ok], codes[ok])
     assert (q.values[0, :16] == 0).all()
+
+
+def test_fp32_scales_with_nan_keep_the_nan():
+    x = spread((2, 256), 25, -2, 2)
+    x[0, 5] = np.nan
+    q = block.quantize_blocks(x, "fp8-block-1d")          # e4m3fn has a NaN: TE's cast
+    v = q.values
+    assert np.isnan(v[0, 5]) and np.isnan(v).sum() == 1
+    q = block.quantize_blocks(x, "e2m1", "fp32", 128, scale_rule="pow2")   # no NaN code
+    v = q.values
+    assert np.isnan(v[0, :128]).all() and not np.isnan(v[0, 128:]).any()
