@@ -728,8 +728,11 @@ def error_table(x, presets=TABLE_PRESETS, axis=-1):
     ``mse``, ``sqnr_db`` (10 log10 of sum x**2 over the sum of squared errors,
     both exact), ``clipped`` (the share of blocks with a scaled value that
     the clamp to the element maximum, not rounding, brought down) and
-    ``flushed`` (the share of nonzero values that became zero).
-    ``"mxfp4-rceil"`` is MXFP4 with the scale rounded up.
+    ``flushed`` (the share of nonzero values that became zero); and the
+    counts behind them (``values``, ``blocks``, ``nonzero``, ``sse``: the sum
+    of squared errors, ``power``: the sum of squares), so that rows of
+    several tensors combine. ``"mxfp4-rceil"`` is MXFP4 with the scale
+    rounded up.
 
     Examples
     --------
@@ -759,6 +762,8 @@ def error_table(x, presets=TABLE_PRESETS, axis=-1):
         nz = ref != 0
         rows.append({
             "preset": name, "elem": q.elem.name, "scale": q.scale_fmt.name,
+            "values": int(x.size), "blocks": int(q.clipped.size), "nonzero": int(nz.sum()),
+            "sse": err, "power": power,
             "block": "x".join(map(str, p.block)) if isinstance(p.block, tuple) else p.block,
             "rule": q.scale_rule,
             "bits": q.elem.bits + q.scale_fmt.bits / nblock,

@@ -308,6 +308,135 @@ def _cmd_hist(args) -> int:
     return 0
 
 
+def _named_tensors(path):
+    """(name, float32 array) for each floating-point tensor of a file, with its
+    shape: .npy (named by the file), .npz, .pt / .pth / .bin, .safetensors.
+    bfloat16 and fp8 tensors widen exactly; float64 ones must hold float32 values."""
+    import numpy as np
+    low = path.lower()
+    if low.endswith((".npy", ".npz")):
+        try:
+            z = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise CliError(f"cannot read {path}: {err}") from None
+        items = [(os.path.basename(path), z)] if low.endswith(".npy") else \
+            [(k, z[k]) for k in z.files]
+        for name, a in items:
+            if a.dtype.kind == "f":
+                yield name, a
+        return
+    if low.endswith((".pt", ".pth", ".bin", ".safetensors")):
+        try:
+            import torch
+        except ImportError:
+            raise CliError(f"{path}: reading it needs torch: pip install torch") from None
+        if low.endswith(".safetensors"):
+            try:
+                from safetensors.torch import load_file
+            except ImportError:
+                raise CliError(f"{path} is a safetensors file; reading it needs the "
+                               "safetensors package: pip install safetensors") from None
+            try:
+                obj = load_file(path)
+            except Exception as err:   # safetensors raises its own error types
+                raise CliError(f"cannot read {path} as safetensors: {err}") from None
+        else:
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as err:   # torch raises many kinds for a bad file
+                raise CliError(f"cannot read {path} with torch.load: {err}") from None
+
+        def walk(o, prefix):
+            if isinstance(o, torch.Tensor):
+                if o.is_floating_point():
+                    t = o.detach()
+                    if t.dtype not in (torch.float32, torch.float64):
+                        t = t.to(torch.float32)
+                    yield prefix or "tensor", t.numpy()
+            elif isinstance(o, dict):
+                for k, v in o.items():
+                    yield from walk(v, f"{prefix}.{k}" if prefix else str(k))
+            elif isinstance(o, (list, tuple)):
+                for i, v in enumerate(o):
+                    yield from walk(v, f"{prefix}.{i}" if prefix else str(i))
+        yield from walk(obj, "")
+        return
+    raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
+                   "(torch) or .safetensors")
+
+
+def _cmd_blocks(args) -> int:
+    import json
+
+    import numpy as np
+
+    from .block import PRESETS, TABLE_PRESETS, error_table
+    presets = [p.strip() for p in args.presets.split(",") if p.strip()] if args.presets \
+        else list(TABLE_PRESETS)
+    for p in presets:
+        if p not in PRESETS and p != "mxfp4-rceil":
+            raise CliError(f"unknown preset {p!r}; choose from {', '.join(PRESETS)}, "
+                           "mxfp4-rceil")
+    total = {p: None for p in presets}
+    per_tensor = []
+    for name, a in _named_tensors(args.file):
+        if args.match and args.match not in name:
+            continue
+        if a.ndim == 0 or a.size < args.min_size:
+            continue
+        a32 = a.astype(np.float32)
+        if a.dtype == np.float64 and not np.array_equal(a32, a, equal_nan=True):
+            raise CliError(f"{name} holds float64 values that float32 cannot hold; block "
+                           "quantizers read float32 (or bfloat16) tensors: save it as float32")
+        try:
+            rows = error_table(a32, presets, axis=-1)
+        except ValueError as err:
+            raise CliError(f"{name} {a.shape}: {err}") from None
+        per_tensor.append({"tensor": name, "shape": list(a.shape), "rows": rows})
+        for r in rows:
+            t = total[r["preset"]]
+            total[r["preset"]] = dict(r) if t is None else {
+                **t, **{k: t[k] + r[k] for k in ("values", "blocks", "nonzero", "sse", "power")},
+                "clipped_n": t.get("clipped_n", t["clipped"] * t["blocks"])
+                + r["clipped"] * r["blocks"],
+                "flushed_n": t.get("flushed_n", t["flushed"] * t["nonzero"])
+                + r["flushed"] * r["nonzero"]}
+    if not per_tensor:
+        raise CliError(f"{args.file}: no floating-point tensor of at least {args.min_size} "
+                       "values" + (f" whose name contains {args.match!r}" if args.match else "")
+                       + "; lower --min-size or change --match")
+    summary = []
+    for p in presets:
+        t = total[p]
+        cl = t.get("clipped_n", t["clipped"] * t["blocks"]) / max(t["blocks"], 1)
+        fl = t.get("flushed_n", t["flushed"] * t["nonzero"]) / max(t["nonzero"], 1)
+        sq = 10 * np.log10(t["power"] / t["sse"]) if t["sse"] > 0 else float("inf")
+        summary.append({"preset": p, "elem": t["elem"], "scale": t["scale"],
+                        "block": t["block"], "rule": t["rule"], "bits": t["bits"],
+                        "mse": t["sse"] / t["values"], "sqnr_db": float(sq),
+                        "clipped": cl, "flushed": fl})
+    n = sum(t["values"] for t in total.values()) // len(presets)
+    print(f"{args.file}: {len(per_tensor)} tensors, {n} values, blocks along the last axis")
+    print(f"{'preset':15s} {'elements':9s} {'scale':7s} {'block':>6s} {'bits':>6s} "
+          f"{'SQNR dB':>8s} {'MSE':>10s} {'clipped':>8s} {'flushed':>8s}")
+    for r in summary:
+        print(f"{r['preset']:15s} {r['elem']:9s} {r['scale']:7s} {str(r['block']):>6s} "
+              f"{r['bits']:6.3g} {r['sqnr_db']:8.2f} {r['mse']:10.3g} {r['clipped']:8.2%} "
+              f"{r['flushed']:8.2%}")
+    if args.per_tensor:
+        for t in per_tensor:
+            best = max(t["rows"], key=lambda r: r["sqnr_db"])
+            worst = min(t["rows"], key=lambda r: r["sqnr_db"])
+            print(f"  {t['tensor']} {tuple(t['shape'])}: best {best['preset']} "
+                  f"{best['sqnr_db']:.2f} dB, worst {worst['preset']} {worst['sqnr_db']:.2f} dB")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"file": args.file, "summary": summary, "tensors": per_tensor}, fh,
+                      indent=1, default=float)
+        print(f"written to {args.json}")
+    return 0
+
+
 def _cmd_formats(args) -> int:
     print(format_table())
     return 0
@@ -481,6 +610,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="figure file: .png, .svg or .pdf (no extension: all three)")
     h.add_argument("--no-progress", action="store_true", help="no progress bar")
     h.set_defaults(func=_cmd_hist)
+    b = sub.add_parser("blocks", help="your tensors in every block format (MXFP8/6/4, "
+                                      "NVFP4): SQNR, clipped blocks",
+                       description="Quantize every floating-point tensor of a file (blocks "
+                                   "along its last axis: a Linear weight's input features) "
+                                   "under each block-format preset of fpemu.block and print "
+                                   "the combined error: bits per value, SQNR, MSE, the share "
+                                   "of blocks clipped and of nonzero values flushed.")
+    b.add_argument("file", metavar="FILE", help=".npy / .npz, or .pt / .safetensors (torch)")
+    b.add_argument("--presets", default=None, metavar="P1,P2",
+                   help="comma-separated presets (default: the MX and NVFP4 presets)")
+    b.add_argument("--match", default=None, metavar="TEXT",
+                   help="only tensors whose name contains TEXT (e.g. weight)")
+    b.add_argument("--min-size", type=int, default=256, metavar="N",
+                   help="skip tensors of fewer values (biases, norms; default 256)")
+    b.add_argument("--per-tensor", action="store_true", help="also a line per tensor")
+    b.add_argument("--json", default=None, metavar="FILE", help="write every row as JSON")
+    b.set_defaults(func=_cmd_blocks)
     cs = sub.add_parser("casts", help="a cast table of telling values into every format")
     cs.set_defaults(func=_cmd_casts)
     f = sub.add_parser("formats", help="print the table of all formats")

@@ -260,3 +260,48 @@ def test_hist_on_npy_npz_and_pt_files(tmp_path, capsys):
     assert (tmp_path / "s.svg").exists() and (tmp_path / "s.pdf").exists()
     assert cli.main(["hist", str(tmp_path / "g.txt"), "-o", str(tmp_path / "x.png")]) == 2
     assert "unknown file type" in capsys.readouterr().err
+
+
+def test_blocks_on_npz_pt_and_safetensors(tmp_path, capsys):
+    """One tensor: the summary is its error table. Two: the SQNR combines the
+    tensors' squared errors and powers, and a bf16 tensor reads exactly."""
+    import json
+
+    from fpemu import block
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((64, 96)).astype(np.float32)
+    w2 = (rng.standard_normal((32, 64)) * 1e-3).astype(np.float32)
+    np.savez(tmp_path / "m.npz", w1=w1, bias=np.ones(8, np.float32), idx=np.arange(9))
+    assert cli.main(["blocks", str(tmp_path / "m.npz"), "--presets", "nvfp4,mxfp4",
+                     "--json", str(tmp_path / "one.json")]) == 0
+    out = capsys.readouterr().out
+    assert "1 tensors, 6144 values" in out                      # bias (8 values) skipped
+    doc = json.loads((tmp_path / "one.json").read_text())
+    want = {r["preset"]: r for r in block.error_table(w1, ["nvfp4", "mxfp4"])}
+    for r in doc["summary"]:
+        assert r["sqnr_db"] == pytest.approx(want[r["preset"]]["sqnr_db"], rel=1e-12)
+        assert r["clipped"] == pytest.approx(want[r["preset"]]["clipped"])
+    torch = pytest.importorskip("torch")
+    w2b = torch.tensor(w2).to(torch.bfloat16)
+    torch.save({"layer": {"weight": torch.tensor(w1), "other": w2b}}, tmp_path / "m.pt")
+    assert cli.main(["blocks", str(tmp_path / "m.pt"), "--presets", "nvfp4",
+                     "--per-tensor", "--json", str(tmp_path / "two.json")]) == 0
+    out = capsys.readouterr().out
+    assert "layer.weight (64, 96)" in out and "layer.other (32, 64)" in out
+    doc = json.loads((tmp_path / "two.json").read_text())
+    w2f = w2b.float().numpy()
+    rows = [block.error_table(w, ["nvfp4"])[0] for w in (w1, w2f)]
+    sq = 10 * np.log10(sum(r["power"] for r in rows) / sum(r["sse"] for r in rows))
+    assert doc["summary"][0]["sqnr_db"] == pytest.approx(sq, rel=1e-12)
+    from safetensors.torch import save_file
+    save_file({"w": torch.tensor(w1)}, str(tmp_path / "m.safetensors"))
+    assert cli.main(["blocks", str(tmp_path / "m.safetensors"), "--presets", "mxfp8",
+                     "--match", "w"]) == 0
+    assert "1 tensors, 6144 values" in capsys.readouterr().out
+    assert cli.main(["blocks", str(tmp_path / "m.npz"), "--presets", "nvfp5"]) == 2
+    assert "unknown preset 'nvfp5'" in capsys.readouterr().err
+    assert cli.main(["blocks", str(tmp_path / "m.npz"), "--match", "zz"]) == 2
+    assert "no floating-point tensor" in capsys.readouterr().err
+    np.save(tmp_path / "d.npy", np.full((4, 64), 0.1))
+    assert cli.main(["blocks", str(tmp_path / "d.npy")]) == 2
+    assert "float32 cannot hold" in capsys.readouterr().err
