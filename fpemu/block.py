@@ -729,10 +729,10 @@ def error_table(x, presets=TABLE_PRESETS, axis=-1):
     both exact), ``clipped`` (the share of blocks with a scaled value that
     the clamp to the element maximum, not rounding, brought down) and
     ``flushed`` (the share of nonzero values that became zero); and the
-    counts behind them (``values``, ``blocks``, ``nonzero``, ``sse``: the sum
-    of squared errors, ``power``: the sum of squares), so that rows of
-    several tensors combine. ``"mxfp4-rceil"`` is MXFP4 with the scale
-    rounded up.
+    counts behind them (``values``, ``blocks``, ``clipped_blocks``,
+    ``nonzero``, ``flushed_values``, ``sse``: the sum of squared errors,
+    ``power``: the sum of squares), so that rows of several tensors add up.
+    ``"mxfp4-rceil"`` is MXFP4 with the scale rounded up.
 
     Examples
     --------
@@ -760,16 +760,24 @@ def error_table(x, presets=TABLE_PRESETS, axis=-1):
         err = float(np.sum((ref - v) ** 2))
         nblock = int(np.prod(p.block)) if isinstance(p.block, tuple) else p.block
         nz = ref != 0
+        counts = {"values": int(x.size), "blocks": int(q.clipped.size),
+                  "clipped_blocks": int(q.clipped.sum()), "nonzero": int(nz.sum()),
+                  "flushed_values": int(np.sum(v[nz] == 0)), "sse": err, "power": power}
         rows.append({
-            "preset": name, "elem": q.elem.name, "scale": q.scale_fmt.name,
-            "values": int(x.size), "blocks": int(q.clipped.size), "nonzero": int(nz.sum()),
-            "sse": err, "power": power,
+            "preset": name, "elem": q.elem.name, "scale": q.scale_fmt.name, **counts,
             "block": "x".join(map(str, p.block)) if isinstance(p.block, tuple) else p.block,
             "rule": q.scale_rule,
             "bits": q.elem.bits + q.scale_fmt.bits / nblock,
             "mse": err / max(x.size, 1),
-            "sqnr_db": float(10 * np.log10(power / err)) if err > 0 else float("inf"),
-            "clipped": float(np.mean(q.clipped)) if q.clipped.size else 0.0,
-            "flushed": float(np.mean(v[nz] == 0)) if nz.any() else 0.0,
+            **_shares(counts),
         })
     return rows
+
+
+def _shares(c):
+    """``sqnr_db``, ``clipped`` and ``flushed`` from the counts of
+    :func:`error_table` (of one tensor, or summed over several)."""
+    err = c["sse"]
+    return {"sqnr_db": float(10 * np.log10(c["power"] / err)) if err > 0 else float("inf"),
+            "clipped": c["clipped_blocks"] / c["blocks"] if c["blocks"] else 0.0,
+            "flushed": c["flushed_values"] / c["nonzero"] if c["nonzero"] else 0.0}

@@ -192,16 +192,7 @@ def _hist_sources(path):
             raise CliError(f"cannot read {path} as a .npz archive: {err}") from None
         return None, (z[k] for k in z.files)
     if low.endswith((".pt", ".pth", ".bin")):
-        try:
-            import torch
-        except ImportError:
-            raise CliError(f"{path} is a PyTorch file; reading it needs torch: "
-                           "pip install torch (or save the tensors with numpy.save)") from None
-        try:
-            obj = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        except Exception as err:   # torch raises many kinds for a bad file
-            raise CliError(f"cannot read {path} with torch.load: {err}") from None
-        tensors = list(_torch_tensors(obj))
+        tensors = [t for _, t in _torch_tensors(_torch_load(path))]
         if not tensors:
             raise CliError(f"{path} holds no floating-point tensors")
         return sum(t.numel() for t in tensors), (c for t in tensors for c in _torch_chunks(t))
@@ -216,29 +207,48 @@ def _hist_sources(path):
                    "(torch) or .safetensors")
 
 
-def _torch_tensors(obj):
+def _torch_load(path):
+    """A PyTorch file's object (tensors on the CPU, memory-mapped), or a CliError."""
+    try:
+        import torch
+    except ImportError:
+        raise CliError(f"{path} is a PyTorch file; reading it needs torch: "
+                       "pip install torch (or save the tensors with numpy.save)") from None
+    try:
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as err:   # torch raises many kinds for a bad file
+        raise CliError(f"cannot read {path} with torch.load: {err}") from None
+
+
+def _torch_tensors(obj, prefix=""):
+    """(dotted name, tensor) of every floating-point tensor in nested dicts / lists."""
     import torch
     if isinstance(obj, torch.Tensor):
         if obj.is_floating_point():
-            yield obj
+            yield prefix or "tensor", obj
     elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _torch_tensors(v)
+        for k, v in obj.items():
+            yield from _torch_tensors(v, f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _torch_tensors(v)
+        for i, v in enumerate(obj):
+            yield from _torch_tensors(v, f"{prefix}.{i}" if prefix else str(i))
 
 
 def _torch_chunks(t, chunk=1 << 22):
     """A torch tensor as float32 / float64 numpy chunks (16-bit and fp8 values widen
     exactly); only one chunk is in memory at a time."""
-    import torch
     flat = t.detach().reshape(-1)
     for i in range(0, flat.numel(), chunk):
-        part = flat[i:i + chunk]
-        if part.dtype not in (torch.float32, torch.float64):
-            part = part.to(torch.float32)
-        yield part.numpy()
+        yield _widened(flat[i:i + chunk])
+
+
+def _widened(t):
+    """A torch tensor as a float32 / float64 numpy array (16-bit and fp8 values
+    widen exactly)."""
+    import torch
+    if t.dtype not in (torch.float32, torch.float64):
+        t = t.to(torch.float32)
+    return t.detach().numpy()
 
 
 def _safetensors_arrays(path, safe_open):
@@ -325,41 +335,23 @@ def _named_tensors(path):
             if a.dtype.kind == "f":
                 yield name, a
         return
-    if low.endswith((".pt", ".pth", ".bin", ".safetensors")):
+    if low.endswith(".safetensors"):
         try:
-            import torch
+            from safetensors.torch import load_file
         except ImportError:
-            raise CliError(f"{path}: reading it needs torch: pip install torch") from None
-        if low.endswith(".safetensors"):
-            try:
-                from safetensors.torch import load_file
-            except ImportError:
-                raise CliError(f"{path} is a safetensors file; reading it needs the "
-                               "safetensors package: pip install safetensors") from None
-            try:
-                obj = load_file(path)
-            except Exception as err:   # safetensors raises its own error types
-                raise CliError(f"cannot read {path} as safetensors: {err}") from None
-        else:
-            try:
-                obj = torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as err:   # torch raises many kinds for a bad file
-                raise CliError(f"cannot read {path} with torch.load: {err}") from None
-
-        def walk(o, prefix):
-            if isinstance(o, torch.Tensor):
-                if o.is_floating_point():
-                    t = o.detach()
-                    if t.dtype not in (torch.float32, torch.float64):
-                        t = t.to(torch.float32)
-                    yield prefix or "tensor", t.numpy()
-            elif isinstance(o, dict):
-                for k, v in o.items():
-                    yield from walk(v, f"{prefix}.{k}" if prefix else str(k))
-            elif isinstance(o, (list, tuple)):
-                for i, v in enumerate(o):
-                    yield from walk(v, f"{prefix}.{i}" if prefix else str(i))
-        yield from walk(obj, "")
+            raise CliError(f"{path} is a safetensors file; reading it needs torch and the "
+                           "safetensors package: pip install torch safetensors") from None
+        try:
+            obj = load_file(path)
+        except Exception as err:   # safetensors raises its own error types
+            raise CliError(f"cannot read {path} as safetensors: {err}") from None
+    elif low.endswith((".pt", ".pth", ".bin")):
+        obj = _torch_load(path)
+    else:
+        obj = None
+    if obj is not None:
+        for name, t in _torch_tensors(obj):
+            yield name, _widened(t)
         return
     raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
                    "(torch) or .safetensors")
@@ -370,13 +362,14 @@ def _cmd_blocks(args) -> int:
 
     import numpy as np
 
-    from .block import PRESETS, TABLE_PRESETS, error_table
+    from .block import PRESETS, TABLE_PRESETS, _shares, error_table
     presets = [p.strip() for p in args.presets.split(",") if p.strip()] if args.presets \
         else list(TABLE_PRESETS)
     for p in presets:
         if p not in PRESETS and p != "mxfp4-rceil":
             raise CliError(f"unknown preset {p!r}; choose from {', '.join(PRESETS)}, "
                            "mxfp4-rceil")
+    keys = ("values", "blocks", "clipped_blocks", "nonzero", "flushed_values", "sse", "power")
     total = {p: None for p in presets}
     per_tensor = []
     for name, a in _named_tensors(args.file):
@@ -395,27 +388,15 @@ def _cmd_blocks(args) -> int:
         per_tensor.append({"tensor": name, "shape": list(a.shape), "rows": rows})
         for r in rows:
             t = total[r["preset"]]
-            total[r["preset"]] = dict(r) if t is None else {
-                **t, **{k: t[k] + r[k] for k in ("values", "blocks", "nonzero", "sse", "power")},
-                "clipped_n": t.get("clipped_n", t["clipped"] * t["blocks"])
-                + r["clipped"] * r["blocks"],
-                "flushed_n": t.get("flushed_n", t["flushed"] * t["nonzero"])
-                + r["flushed"] * r["nonzero"]}
+            total[r["preset"]] = dict(r) if t is None else {**t, **{k: t[k] + r[k]
+                                                                    for k in keys}}
     if not per_tensor:
         raise CliError(f"{args.file}: no floating-point tensor of at least {args.min_size} "
                        "values" + (f" whose name contains {args.match!r}" if args.match else "")
                        + "; lower --min-size or change --match")
-    summary = []
-    for p in presets:
-        t = total[p]
-        cl = t.get("clipped_n", t["clipped"] * t["blocks"]) / max(t["blocks"], 1)
-        fl = t.get("flushed_n", t["flushed"] * t["nonzero"]) / max(t["nonzero"], 1)
-        sq = 10 * np.log10(t["power"] / t["sse"]) if t["sse"] > 0 else float("inf")
-        summary.append({"preset": p, "elem": t["elem"], "scale": t["scale"],
-                        "block": t["block"], "rule": t["rule"], "bits": t["bits"],
-                        "mse": t["sse"] / t["values"], "sqnr_db": float(sq),
-                        "clipped": cl, "flushed": fl})
-    n = sum(t["values"] for t in total.values()) // len(presets)
+    summary = [{k: t[k] for k in ("preset", "elem", "scale", "block", "rule", "bits")}
+               | {"mse": t["sse"] / t["values"]} | _shares(t) for t in total.values()]
+    n = total[presets[0]]["values"]
     print(f"{args.file}: {len(per_tensor)} tensors, {n} values, blocks along the last axis")
     print(f"{'preset':15s} {'elements':9s} {'scale':7s} {'block':>6s} {'bits':>6s} "
           f"{'SQNR dB':>8s} {'MSE':>10s} {'clipped':>8s} {'flushed':>8s}")
