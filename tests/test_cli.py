@@ -278,9 +278,9 @@ def test_blocks_on_npz_pt_and_safetensors(tmp_path, capsys):
     assert "1 tensors, 6144 values" in out                      # bias (8 values) skipped
     doc = json.loads((tmp_path / "one.json").read_text())
     want = {r["preset"]: r for r in block.error_table(w1, ["nvfp4", "mxfp4"])}
-    for r in doc["summary"]:
-        assert r["sqnr_db"] == pytest.approx(want[r["preset"]]["sqnr_db"], rel=1e-12)
-        assert r["clipped"] == pytest.approx(want[r["preset"]]["clipped"])
+    for r in doc["summary"]:                   # one tensor: its own row, the same numbers
+        for k in ("sqnr_db", "mse", "clipped", "flushed", "bits"):
+            assert r[k] == want[r["preset"]][k], k
     torch = pytest.importorskip("torch")
     w2b = torch.tensor(w2).to(torch.bfloat16)
     torch.save({"layer": {"weight": torch.tensor(w1), "other": w2b}}, tmp_path / "m.pt")
@@ -291,8 +291,11 @@ def test_blocks_on_npz_pt_and_safetensors(tmp_path, capsys):
     doc = json.loads((tmp_path / "two.json").read_text())
     w2f = w2b.float().numpy()
     rows = [block.error_table(w, ["nvfp4"])[0] for w in (w1, w2f)]
-    sq = 10 * np.log10(sum(r["power"] for r in rows) / sum(r["sse"] for r in rows))
-    assert doc["summary"][0]["sqnr_db"] == pytest.approx(sq, rel=1e-12)
+    sq = 10 * np.log10((rows[0]["power"] + rows[1]["power"]) / (rows[0]["sse"] + rows[1]["sse"]))
+    assert doc["summary"][0]["sqnr_db"] == sq
+    nz = rows[0]["nonzero"] + rows[1]["nonzero"]
+    assert doc["summary"][0]["flushed"] == (rows[0]["flushed_values"]
+                                            + rows[1]["flushed_values"]) / nz
     from safetensors.torch import save_file
     save_file({"w": torch.tensor(w1)}, str(tmp_path / "m.safetensors"))
     assert cli.main(["blocks", str(tmp_path / "m.safetensors"), "--presets", "mxfp8",
