@@ -317,9 +317,11 @@ def _e4m3_cast(v32, scale_fmt):
     return quantize(v32, scale_fmt).astype(np.float32)
 
 
-def _nvfp4_te_tensor(amax_t, fp8_max):
+def _nvfp4_te_tensor(amax_t, fp8_max, elem_max=6.0):
+    """TE's tensor encode scale ``min(fp8_max * elem_max / amax, FLT_MAX)``
+    (1 for a zero amax or scale) and its float32 inverse."""
     with np.errstate(all="ignore"):
-        S = _f32(_f32(fp8_max * 6.0) / _f32(amax_t))
+        S = _f32(_f32(fp8_max * elem_max) / _f32(amax_t))
     S = np.minimum(S, FLT_MAX)
     if amax_t == 0 or S == 0:
         S = _f32(1.0)

@@ -387,19 +387,11 @@ def scale_from_amax(amax, fp8_max, power_2_scale=False, epsilon=0.0):
     """TE's ``compute_scale_from_amax``: fp8_max / amax in float32; amax
     below epsilon is epsilon; inf, 0 or NaN amax gives 1; an infinite scale
     gives FLT_MAX; power_2_scale rounds down by zeroing the mantissa."""
+    from ..block import _te_scale
     amax = _f(amax)
     if amax < _f(epsilon):
         amax = _f(epsilon)
-    if not np.isfinite(amax) or amax == 0:
-        return _f(1.0)
-    with np.errstate(over="ignore"):
-        scale = _f(_f(fp8_max) / amax)
-    if np.isinf(scale):
-        scale = FLT_MAX
-    if power_2_scale:
-        scale = np.array(scale, np.float32).view(np.uint32) & np.uint32(0xFF800000)
-        scale = _f(scale.view(np.float32))
-    return scale
+    return _f(_te_scale(np.array([amax], np.float32), fp8_max, power_2_scale)[0])
 
 
 @dataclasses.dataclass

@@ -410,6 +410,7 @@ class Monitor:
     def _nvfp4(self, t, f):
         """x times TransformerEngine's NVFP4 element encode scale, in float32
         (see :mod:`fpemu.block`, rule ``"nvfp4"``), with ``f.max`` for 6."""
+        from ..block import _nvfp4_te_tensor
         torch = self._torch
         f32 = np.float32
         x = t.to(torch.float32)
@@ -423,11 +424,7 @@ class Monitor:
                              torch.zeros((), dtype=blocks.dtype, device=blocks.device))
         bmax = finite.amax(dim=-1, keepdim=True)
         amax_t = f32(finite.max().item()) if finite.numel() else f32(0)
-        with np.errstate(all="ignore"):
-            S = min(f32(f32(448.0 * f.max) / amax_t), f32(np.finfo(np.float32).max))
-        if amax_t == 0 or S == 0:
-            S = f32(1.0)
-        Sdec = f32(f32(1.0) / S)
+        S, Sdec = _nvfp4_te_tensor(amax_t, 448.0, f.max)
         flt_max = torch.tensor(float(np.finfo(np.float32).max), device=x.device)
         ds = (bmax / torch.tensor(float(f.max), device=x.device)) * torch.tensor(
             float(S), device=x.device)
