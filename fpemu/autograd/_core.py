@@ -42,16 +42,63 @@ from ._state import State, grad_mode
 # ---------------------------------------------------------------------- dtypes
 @dataclasses.dataclass(frozen=True)
 class DType:
-    """A dtype that is not an fpemu Format: float64 and the integer types."""
+    """A dtype that is not an fpemu Format: float64 and the integer types.
+    Printed as torch prints its dtypes (``torch.int64``)."""
 
     name: str
     np_dtype: str
     is_floating_point: bool
 
     def __repr__(self) -> str:
-        return self.name
+        return f"torch.{self.name}"
 
     __str__ = __repr__
+
+    def __reduce__(self):
+        return (_dtype_by_name, (self.name,))
+
+
+_FORMAT_FIELDS = tuple(f.name for f in dataclasses.fields(Format) if f.compare)
+
+
+class TorchFormat(Format):
+    """An fpemu :class:`~fpemu.Format` under its torch name.
+
+    ``fpemu.autograd.bfloat16`` has bf16's fields, so it is equal to
+    ``fpemu.formats.bf16``, hashes alike and works wherever a Format does
+    (``fpemu.quantize(x, torch.bfloat16)``); it prints as torch prints the
+    dtype (``torch.bfloat16``) and pickles by name. Tensors always hold these
+    objects for the formats torch has, so ``dtype is float16`` holds.
+    """
+
+    def __str__(self) -> str:
+        return f"torch.{self.long_name}"
+
+    __repr__ = __str__
+
+    def __eq__(self, other):
+        if other is self:
+            return True
+        if not isinstance(other, Format):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in _FORMAT_FIELDS)
+
+    __hash__ = Format.__hash__
+
+    def __reduce__(self):
+        return (_dtype_by_name, (self.long_name,))
+
+    @property
+    def is_floating_point(self) -> bool:
+        return True
+
+    @property
+    def itemsize(self) -> int:
+        return (self.bits + 7) // 8
+
+
+def _torch_format(fmt):
+    return TorchFormat(**{f.name: getattr(fmt, f.name) for f in dataclasses.fields(Format)})
 
 
 float64 = DType("float64", "float64", True)
@@ -62,13 +109,38 @@ int8 = DType("int8", "int8", False)
 uint8 = DType("uint8", "uint8", False)
 bool_ = DType("bool", "bool", False)
 
-float32 = fp32
-float16 = fp16
-bfloat16 = bf16
-float8_e4m3fn = e4m3fn
-float8_e5m2 = e5m2
-float8_e4m3fnuz = e4m3fnuz
-float8_e5m2fnuz = e5m2fnuz
+float32 = _torch_format(fp32)
+float16 = _torch_format(fp16)
+bfloat16 = _torch_format(bf16)
+float8_e4m3fn = _torch_format(e4m3fn)
+float8_e5m2 = _torch_format(e5m2)
+float8_e4m3fnuz = _torch_format(e4m3fnuz)
+float8_e5m2fnuz = _torch_format(e5m2fnuz)
+
+_TORCH_FORMATS = (float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, float8_e4m3fnuz,
+                  float8_e5m2fnuz)
+_CANON = {f: f for f in _TORCH_FORMATS}              # any Format equal to one -> it
+_CANON_ID = {id(core): t for core, t in zip(
+    (fp32, fp16, bf16, e4m3fn, e5m2, e4m3fnuz, e5m2fnuz), _TORCH_FORMATS)}
+_CANON_ID.update({id(t): t for t in _TORCH_FORMATS})
+
+
+def canonical(dtype):
+    """The dtype object tensors hold for ``dtype``: a Format equal to one of
+    torch's dtypes becomes that dtype (``fpemu.formats.bf16`` ->
+    ``bfloat16``); anything else is returned as it is."""
+    t = _CANON_ID.get(id(dtype))
+    if t is not None:
+        return t
+    if isinstance(dtype, Format):
+        return _CANON.get(dtype, dtype)
+    return dtype
+
+
+def _dtype_by_name(name):
+    """Unpickling: a dtype from its name (``"bfloat16"``, ``"int64"``)."""
+    return as_dtype(name)
+
 
 _FP8 = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3", "e3m4", "e2m3", "e3m2", "e2m1",
         "e8m0")
@@ -79,13 +151,15 @@ _BY_NAME = {"float64": float64, "double": float64, "int64": int64, "long": int64
 
 def as_dtype(dtype, what="dtype"):
     """A dtype from a dtype object, a Format, or a name (``"bfloat16"``)."""
-    if isinstance(dtype, (Format, DType)):
+    if isinstance(dtype, DType):
         return dtype
+    if isinstance(dtype, Format):
+        return canonical(dtype)
     if isinstance(dtype, str):
         if dtype in _BY_NAME:
             return _BY_NAME[dtype]
         try:
-            return _lookup(dtype)
+            return canonical(_lookup(dtype))
         except ValueError as err:
             raise ValueError(f"{what}: unknown dtype {dtype!r}; pass one of "
                              f"fpemu.autograd.float32, bfloat16, float16, float8_e4m3fn, "
@@ -105,7 +179,7 @@ def as_dtype(dtype, what="dtype"):
         if name in _BY_NAME:
             return _BY_NAME[name]
         try:
-            return _lookup(name)
+            return canonical(_lookup(name))
         except ValueError:
             pass
     raise TypeError(f"{what}: expected a dtype (fpemu.autograd.float32, bfloat16, ... or a "
@@ -440,7 +514,7 @@ class Tensor:
 
     def __init__(self, array, dtype, requires_grad=False, _vc=None, _base=None):
         self._data = array if isinstance(array, np.ndarray) else np.asarray(array)
-        self.dtype = dtype
+        self.dtype = _CANON_ID.get(id(dtype)) or canonical(dtype)
         self._vc = [0] if _vc is None else _vc
         self._base = _base
         self._requires_grad = False
@@ -468,7 +542,7 @@ class Tensor:
         """Point this tensor at new storage (``.data = ...``, ``Module.to``)."""
         self._data = array if isinstance(array, np.ndarray) else np.asarray(array)
         if dtype is not None:
-            self.dtype = dtype
+            self.dtype = canonical(dtype)
 
     @property
     def _version(self):
