@@ -426,6 +426,28 @@ class device:
         return False
 
 
+def check_device(dev, what="to()"):
+    """``dev`` as a :class:`device`, refused as torch refuses it on a machine
+    with one CUDA device and no MPS or XPU (fpemu emulates exactly that):
+    ``mps`` and ``xpu`` are not there, ``cuda:1`` is an invalid ordinal, and
+    ``meta`` tensors (shapes without values) are not emulated."""
+    d = dev if isinstance(dev, device) else device(dev)
+    if d.type == "mps":
+        raise FpemuRuntimeError(f"{what}: PyTorch is not linked with support for mps devices "
+                                f"(fpemu emulates one CUDA device; use 'cuda' or 'cpu')")
+    if d.type == "xpu":
+        raise FpemuRuntimeError(f"{what}: Torch not compiled with XPU enabled (fpemu emulates "
+                                f"one CUDA device; use 'cuda' or 'cpu')")
+    if d.type == "meta":
+        raise FpemuNotImplementedError(
+            f"{what}: meta tensors (shapes without values) are not emulated; fpemu computes "
+            f"every value. Build the model on 'cuda' or 'cpu'.")
+    if d.type == "cuda" and d.index not in (None, 0):
+        raise FpemuRuntimeError(f"{what}: CUDA error: invalid device ordinal (fpemu emulates "
+                                f"one device, cuda:0; got {d})")
+    return d
+
+
 def current_device():
     prof = get_profile()
     return device("cuda", 0) if prof.device == "cuda" else device("cpu")
@@ -770,8 +792,11 @@ class Tensor:
         return tensor_repr(self)
 
     def __reduce_ex__(self, protocol):
-        return (_rebuild, (np.array(self._data), _dtype_key(self.dtype), self.requires_grad,
-                           self._grad))
+        # values as bytes (no numpy object in the pickle, so a weights-only
+        # load needs nothing but _rebuild_tensor); like torch, no gradient
+        arr = np.ascontiguousarray(self._data)
+        return (_rebuild_tensor, (arr.tobytes(), arr.dtype.str, tuple(arr.shape),
+                                  _dtype_key(self.dtype), self.requires_grad))
 
     def __deepcopy__(self, memo):
         if not self.is_leaf:
@@ -823,7 +848,30 @@ def _dtype_key(dtype):
     return dtype.name
 
 
+def _rebuild_tensor(data, np_dtype_str, shape, key, requires_grad):
+    """Unpickling a tensor: its values from bytes (checked against the
+    shape), its dtype by name."""
+    npdt = np.dtype(np_dtype_str)
+    if npdt.kind not in "biuf" or npdt.hasobject:
+        raise FpemuValueError(f"a pickled tensor holds values of numpy dtype {npdt}; fpemu "
+                              f"stores bool, integer and float values only")
+    count = 1
+    for n in shape:
+        count *= int(n)
+    if count * npdt.itemsize != len(data):
+        raise FpemuValueError(f"a pickled tensor of shape {tuple(shape)} and dtype {npdt} "
+                              f"needs {count * npdt.itemsize} bytes, the file holds "
+                              f"{len(data)}: the file is damaged")
+    array = np.frombuffer(data, npdt).reshape(shape).copy()
+    t = Tensor(array, as_dtype(key))
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
 def _rebuild(array, key, requires_grad, grad):
+    """Unpickling a tensor pickled by earlier fpemu releases (a numpy array and
+    its grad); ``load(..., weights_only=False)`` reads those files."""
     t = Tensor(array, as_dtype(key))
     if requires_grad:
         t.requires_grad_(True)
@@ -1041,6 +1089,15 @@ def to_dtype(x, dtype):
 
 
 # ------------------------------------------------------------------ factories
+def from_torch(t):
+    """A real torch tensor as an fpemu tensor of the same dtype, exactly (its
+    bits decoded where numpy has no such dtype)."""
+    from ..quantize import _from_torch
+    name = str(t.dtype).replace("torch.", "")
+    arr = _from_torch(t, "from_torch")
+    return tensor(arr, dtype=as_dtype(name), requires_grad=False)
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A tensor from nested lists, numbers, numpy arrays or a Tensor (always a
     copy).
@@ -1049,6 +1106,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     dtype through float32 (two roundings, ``docs/pytorch-numerics.md``).
     Without ``dtype``: float32 for floats, int64 for integers, bool for bools.
     """
+    if device is not None:
+        check_device(device, "tensor()")
     if isinstance(data, Tensor):
         src = data
         arr = data._data

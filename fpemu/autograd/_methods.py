@@ -9,7 +9,7 @@ import numpy as np
 from ..formats import Format
 from . import ops as O  # noqa: E741
 from ._core import (
-    DType, Tensor, as_dtype, bfloat16, bool_, float16, float32, float64, int16, int32, int64,
+    DType, Tensor, as_dtype, check_device, bfloat16, bool_, float16, float32, float64, int16, int32, int64,
     int8, is_float, to_dtype, uint8,
 )
 from ._state import State
@@ -23,7 +23,9 @@ def _to(self, *args, **kwargs):
     with ``non_blocking`` and ``copy``; devices are accepted (fpemu computes
     as the active profile's device)."""
     dtype = kwargs.pop("dtype", None)
-    kwargs.pop("device", None)
+    dev = kwargs.pop("device", None)
+    if dev is not None:
+        check_device(dev, "to()")
     kwargs.pop("non_blocking", None)
     copy = kwargs.pop("copy", False)
     kwargs.pop("memory_format", None)
@@ -37,7 +39,7 @@ def _to(self, *args, **kwargs):
         elif isinstance(a, (Format, DType)):
             dtype = a
         elif isinstance(a, (str, _device)):
-            _device(a)                      # validates the name
+            check_device(a, "to()")
         elif isinstance(a, bool) or a is None:
             continue
         else:

@@ -60,6 +60,133 @@ def softplus(x, beta=1.0, threshold=20.0):
     return _unary("softplus", x, fwd, bwd)
 
 
+def _activation(name, x, fwd, bwd, inplace=False, autocast=False):
+    """An elementwise activation through ``_unary`` (float64, one rounding),
+    or written into ``x`` with ``inplace``."""
+    from ..ops.elementwise import _unary
+    if inplace:
+        from ..ops.inplace import apply_inplace
+        return apply_inplace(x, lambda v: _unary(name, v, fwd, bwd, autocast=autocast))
+    return _unary(name, x, fwd, bwd, autocast=autocast)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):  # noqa: A002
+    """clamp(x, min_val, max_val); the gradient passes strictly inside."""
+    if min_val > max_val:
+        raise FpemuValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val "
+                              f"({max_val})")
+    return _activation("hardtanh", input, lambda v: np.clip(v, min_val, max_val),
+                       lambda g, v, y: np.where((v > min_val) & (v < max_val), g, 0.0),
+                       inplace)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):  # noqa: A002
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def relu6(input, inplace=False):  # noqa: A002
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def elu(input, alpha=1.0, inplace=False):  # noqa: A002
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+    return _activation("elu", input, lambda v: np.where(v > 0, v, alpha * np.expm1(v)),
+                       lambda g, v, y: np.where(v > 0, g, g * alpha * np.exp(v)), inplace)
+
+
+def elu_(input, alpha=1.0):  # noqa: A002
+    return elu(input, alpha, inplace=True)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):  # noqa: A002
+    """scale * elu(x, alpha) with the constants of Klambauer et al. (2017)."""
+    a, s = _SELU_ALPHA, _SELU_SCALE
+    return _activation("selu", input, lambda v: s * np.where(v > 0, v, a * np.expm1(v)),
+                       lambda g, v, y: g * s * np.where(v > 0, 1.0, a * np.exp(v)), inplace)
+
+
+def celu(input, alpha=1.0, inplace=False):  # noqa: A002
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    if alpha == 0:
+        raise FpemuValueError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return _activation("celu", input,
+                       lambda v: np.where(v > 0, v, alpha * np.expm1(v / alpha)),
+                       lambda g, v, y: np.where(v > 0, g, g * np.exp(v / alpha)), inplace)
+
+
+def mish(input, inplace=False):  # noqa: A002
+    """x * tanh(softplus(x))."""
+    def fwd(v):
+        return v * np.tanh(np.logaddexp(0.0, v))
+
+    def bwd(g, v, y):
+        t = np.tanh(np.logaddexp(0.0, v))
+        sig = 1 / (1 + np.exp(-v))
+        return g * (t + v * sig * (1 - t * t))
+    return _activation("mish", input, fwd, bwd, inplace)
+
+
+def logsigmoid(input):  # noqa: A002
+    """log(sigmoid(x)) = -softplus(-x), computed without overflow."""
+    return _activation("log_sigmoid", input, lambda v: -np.logaddexp(0.0, -v),
+                       lambda g, v, y: g / (1 + np.exp(v)))
+
+
+def softsign(input):  # noqa: A002
+    return _activation("softsign", input, lambda v: v / (1 + np.abs(v)),
+                       lambda g, v, y: g / (1 + np.abs(v)) ** 2)
+
+
+def hardsigmoid(input, inplace=False):  # noqa: A002
+    """relu6(x + 3) / 6."""
+    return _activation("hardsigmoid", input, lambda v: np.clip(v + 3.0, 0.0, 6.0) / 6.0,
+                       lambda g, v, y: np.where((v > -3) & (v < 3), g / 6.0, 0.0), inplace)
+
+
+def hardswish(input, inplace=False):  # noqa: A002
+    """x * relu6(x + 3) / 6."""
+    return _activation("hardswish", input, lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0,
+                       lambda g, v, y: np.where(v < -3, 0.0,
+                                                np.where(v <= 3, g * (2 * v + 3) / 6.0, g)),
+                       inplace)
+
+
+def tanhshrink(input):  # noqa: A002
+    return _activation("tanhshrink", input, lambda v: v - np.tanh(v),
+                       lambda g, v, y: g * np.tanh(v) ** 2)
+
+
+def prelu(input, weight):  # noqa: A002
+    """x if x > 0 else weight * x, with one learnable slope or one per
+    channel (dim 1)."""
+    from ..ops.elementwise import mul, where
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"prelu(): weight must be a Tensor, got {type(weight).__name__}")
+    n = weight.numel()
+    if n != 1:
+        channels = input.shape[1] if input.ndim > 1 else input.shape[0]
+        if n != channels:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
+                               f"parameter numbers = {n} and channel size = {channels}.")
+        if input.ndim > 1:
+            weight = weight.reshape((n,) + (1,) * (input.ndim - 2))
+    return where(input > 0, input, mul(weight, input))
+
+
+def glu(input, dim=-1):  # noqa: A002
+    """a * sigmoid(b), the halves of ``input`` along ``dim``."""
+    from ..ops.elementwise import mul
+    if input.shape[dim] % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension "
+                           f"{wrap_dim(dim, input.ndim)} is size {input.shape[dim]}")
+    a, b = input.chunk(2, dim)
+    return mul(a, sigmoid(b))
+
+
 # ------------------------------------------------------------------- softmax
 def _dim(dim, ndim, what):
     if dim is None:
@@ -90,6 +217,12 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
         with np.errstate(all="ignore"):
             return (_store(Y * (G - (G * Y).sum(axis=d, keepdims=True)), dt),)
     return _result(res, dt, (x,), backward, saved=("out",), op="softmax")
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+    """softmax(-x)."""
+    from ..ops.elementwise import neg
+    return softmax(neg(input), dim, dtype=dtype)
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
@@ -168,6 +301,137 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
         return _store(gx, dt), gw
     return _result(res, dt, (x, weight), backward,
                    saved=tuple(t for t in (x, weight) if t is not None), op="rms_norm")
+
+
+def _channel_shape(x, what):
+    if x.ndim < 2:
+        raise ValueError(f"{what}: expected an input of 2 or more dimensions (N, C, ...), got "
+                         f"shape {list(x.shape)}")
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+               training=False, momentum=0.1, eps=1e-5):
+    """Normalise each channel (dim 1) over the batch and the spatial dims.
+
+    Training: the batch's mean and biased variance normalise; the running
+    statistics, when given, become ``(1 - momentum) * running + momentum *
+    batch`` with the *unbiased* variance, updated in place (torch's CPU
+    kernel computes them in double and stores once; so does fpemu). Eval:
+    the running statistics normalise. Computed in float64, rounded once to
+    the input's dtype (tier 2); not in any autocast list, so the output
+    keeps the input's dtype.
+    """
+    x = input
+    shape = _channel_shape(x, "batch_norm")
+    C = x.shape[1]
+    axes = (0,) + tuple(range(2, x.ndim))
+    for name, t in (("running_mean", running_mean), ("running_var", running_var),
+                    ("weight", weight), ("bias", bias)):
+        if t is not None and t.numel() != C:
+            raise RuntimeError(f"batch_norm: {name} should contain {C} elements not "
+                               f"{t.numel()}")
+    dt = float_dt(x)
+    X = f64(x)
+    n = X.size // C if C else 0
+    if training:
+        if n <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input "
+                             f"size torch.Size({list(x.shape)})")
+        mu = X.mean(axis=axes, keepdims=True)
+        xc = X - mu
+        var = (xc * xc).mean(axis=axes, keepdims=True)
+        if running_mean is not None:
+            _update_running(running_mean, mu.reshape(C), momentum)
+        if running_var is not None:
+            _update_running(running_var, var.reshape(C) * (n / (n - 1)), momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("batch_norm: running_mean and running_var must be defined in "
+                               "evaluation mode")
+        mu = f64(running_mean).reshape(shape)
+        var = f64(running_var).reshape(shape)
+        xc = X - mu
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = xc * rstd
+    Wv = f64(weight).reshape(shape) if weight is not None else 1.0
+    Bv = f64(bias).reshape(shape) if bias is not None else 0.0
+    res = _store(xhat * Wv + Bv, dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        gw = _store((G * xhat).sum(axis=axes), weight.dtype) if weight is not None else None
+        gb = _store(G.sum(axis=axes), bias.dtype) if bias is not None else None
+        gh = G * Wv
+        if training:
+            gx = rstd * (gh - gh.mean(axis=axes, keepdims=True)
+                         - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
+        else:
+            gx = gh * rstd
+        return _store(gx, dt), gw, gb
+    return _result(res, dt, (x, weight, bias), backward,
+                   saved=tuple(t for t in (x, weight) if t is not None),
+                   op="native_batch_norm")
+
+
+def _update_running(stat, batch_value, momentum):
+    """``stat = (1 - momentum) * stat + momentum * batch`` in double, stored
+    once into the buffer's dtype (no graph)."""
+    from ..ops.inplace import write
+    new = (1.0 - momentum) * f64(stat) + momentum * batch_value.reshape(stat.shape)
+    write(stat, new)
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None,  # noqa: A002
+                  bias=None, use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Each sample's channels normalised over their own spatial dims."""
+    if not use_input_stats:
+        return batch_norm(input, running_mean, running_var, weight, bias, False, momentum, eps)
+    N, C = input.shape[0], input.shape[1]
+    x = input.reshape((1, N * C) + tuple(input.shape[2:]))
+    w = None if weight is None else weight.repeat(N)
+    b = None if bias is None else bias.repeat(N)
+    out = batch_norm(x, None, None, w, b, True, momentum, eps)
+    return out.reshape(input.shape)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A002
+    """The channels (dim 1) split into ``num_groups`` groups, each normalised
+    over its channels and the spatial dims, then a per-channel affine; in
+    float64, rounded once. Autocast: fp32."""
+    x, weight, bias = cast_inputs("group_norm", input, weight, bias)
+    if x.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{x.ndim}")
+    N, C = x.shape[0], x.shape[1]
+    if num_groups <= 0 or C % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(x.shape)} and "
+                           f"num_groups={num_groups}")
+    dt = float_dt(x)
+    X = f64(x).reshape(N, num_groups, -1)
+    mu = X.mean(axis=2, keepdims=True)
+    xc = X - mu
+    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=2, keepdims=True) + eps)
+    xhat = (xc * rstd).reshape(x.shape)
+    shape = (1, C) + (1,) * (x.ndim - 2)
+    Wv = f64(weight).reshape(shape) if weight is not None else 1.0
+    Bv = f64(bias).reshape(shape) if bias is not None else 0.0
+    res = _store(xhat * Wv + Bv, dt)
+    spatial = (0,) + tuple(range(2, x.ndim))
+
+    def backward(g):
+        G = g.astype(np.float64)
+        gw = _store((G * xhat).sum(axis=spatial), weight.dtype) if weight is not None else None
+        gb = _store(G.sum(axis=spatial), bias.dtype) if bias is not None else None
+        gh = (G * Wv).reshape(N, num_groups, -1)
+        xh = xhat.reshape(N, num_groups, -1)
+        gx = rstd * (gh - gh.mean(axis=2, keepdims=True)
+                     - xh * (gh * xh).mean(axis=2, keepdims=True))
+        return _store(gx.reshape(x.shape), dt), gw, gb
+    return _result(res, dt, (x, weight, bias), backward,
+                   saved=tuple(t for t in (x, weight) if t is not None),
+                   op="native_group_norm")
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002
@@ -354,49 +618,132 @@ def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
         lambda d: np.where(np.abs(d) < delta, d, delta * np.sign(d)))
 
 
+def _same_size_target(input, target, what):  # noqa: A002
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size (torch.Size({list(target.shape)})) that is "
+                         f"different to the input size (torch.Size({list(input.shape)})) "
+                         f"is deprecated. Please ensure they have the same size.")
+
+
+def _reduce_loss(per, red):
+    """The reduced loss in float64 and its scale for the backward."""
+    if red == "none":
+        return per, None
+    scale = per.size if red == "mean" else 1
+    with np.errstate(all="ignore"):
+        return np.asarray(per.sum() / scale), scale
+
+
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,  # noqa: A002
                                      reduce=None, reduction="mean", pos_weight=None):
-    if weight is not None or pos_weight is not None:
-        raise FpemuValueError("binary_cross_entropy_with_logits: weight= and pos_weight= are "
-                              "not emulated; multiply the per-element loss "
-                              "(reduction='none') yourself")
-
-    (input, target) = cast_inputs("binary_cross_entropy_with_logits", input, target)
+    """``w * ((1 - t) * x + (1 + (pw - 1) * t) * log1p(exp(-x)))`` in the
+    stable form torch uses (``max(-x, 0)`` taken out), in float64, rounded
+    once. ``weight`` broadcasts against the loss, ``pos_weight`` against
+    the classes (last dim). Autocast: fp32."""
+    red = _reduction(reduction, size_average, reduce)
+    _same_size_target(input, target, "binary_cross_entropy_with_logits")
+    input, target, weight, pos_weight = cast_inputs(
+        "binary_cross_entropy_with_logits", input, target, weight, pos_weight)
     dt = float_dt(input, target)
     X, T = f64(input), f64(target)
+    W = f64(weight) if weight is not None else 1.0
     with np.errstate(all="ignore"):
-        per = np.maximum(X, 0) - X * T + np.log1p(np.exp(-np.abs(X)))
-    red = _reduction(reduction, size_average, reduce)
-    scale = None if red == "none" else (per.size if red == "mean" else 1)
-    res = _store(per if scale is None else np.asarray(per.sum() / scale), dt)
+        softplus_neg = np.log1p(np.exp(-np.abs(X))) + np.maximum(-X, 0)   # log(1 + e^-x)
+        if pos_weight is None:
+            per = (1 - T) * X + softplus_neg
+            lw = 1.0
+        else:
+            lw = 1 + (f64(pos_weight) - 1) * T
+            per = (1 - T) * X + lw * softplus_neg
+        per = per * W
+    loss, scale = _reduce_loss(per, red)
+    res = _store(loss, dt)
 
     def backward(g):
         G = g.astype(np.float64)
+        Gs = G if scale is None else G / scale
         with np.errstate(all="ignore"):
-            s = 1 / (1 + np.exp(-X))
-            gi = (s - T) * (G if scale is None else G / scale)
-            gt = -X * (G if scale is None else G / scale)
-        return _store(gi, dt), _store(gt, dt)
-    return _result(res, dt, (input, target), backward, saved=(input, target),
-                   op="binary_cross_entropy_with_logits")
+            sig = 1 / (1 + np.exp(-X))
+            if pos_weight is None:
+                gi = (sig - T) * W * Gs
+                gt = -X * W * Gs
+            else:
+                PW = f64(pos_weight)
+                gi = (lw * sig - PW * T) * W * Gs
+                gt = (-X + (PW - 1) * softplus_neg) * W * Gs
+        return (_store(np.broadcast_to(gi, X.shape), dt),
+                _store(np.broadcast_to(gt, X.shape), dt) if target.requires_grad else None,
+                None, None)
+    return _result(res, dt, (input, target, weight, pos_weight), backward,
+                   saved=(input, target), op="binary_cross_entropy_with_logits")
 
 
-def binary_cross_entropy(input, target, weight=None, reduction="mean"):  # noqa: A002
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,  # noqa: A002
+                         reduction="mean"):
+    """``-w * (t * max(log x, -100) + (1 - t) * max(log(1 - x), -100))``, as
+    torch's kernel clamps the logs; inputs must lie in [0, 1]. In float64,
+    rounded once. Under CUDA autocast it raises, as torch does."""
+    red = _reduction(reduction, size_average, reduce)
+    _same_size_target(input, target, "binary_cross_entropy")
     input, target = cast_inputs("binary_cross_entropy", input, target)
     dt = float_dt(input, target)
     X, T = f64(input), f64(target)
+    if np.any((X < 0) | (X > 1)):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    W = 1.0
+    if weight is not None:
+        W = f64(weight)
+        if np.broadcast_shapes(W.shape, X.shape) != X.shape:
+            raise ValueError(f"binary_cross_entropy: weight of shape {list(weight.shape)} does "
+                             f"not broadcast to the input's shape {list(input.shape)}")
     with np.errstate(all="ignore"):
-        per = -(T * np.maximum(np.log(X), -100) + (1 - T) * np.maximum(np.log1p(-X), -100))
-    red = _reduction(reduction)
-    scale = None if red == "none" else (per.size if red == "mean" else 1)
-    res = _store(per if scale is None else np.asarray(per.sum() / scale), dt)
+        log_x = np.maximum(np.log(X), -100.0)
+        log_1mx = np.maximum(np.log1p(-X), -100.0)
+        per = ((T - 1) * log_1mx - T * log_x) * W
+    loss, scale = _reduce_loss(per, red)
+    res = _store(loss, dt)
 
     def backward(g):
         G = g.astype(np.float64)
+        Gs = G if scale is None else G / scale
         with np.errstate(all="ignore"):
-            gi = (X - T) / np.maximum((1 - X) * X, 1e-12) * (G if scale is None else G / scale)
-        return _store(gi, dt), None
-    return _result(res, dt, (input, target), backward, saved=(input,), op="binary_cross_entropy")
+            gi = (X - T) / np.maximum((1 - X) * X, 1e-12) * W * Gs
+            gt = (log_1mx - log_x) * W * Gs
+        return (_store(np.broadcast_to(gi, X.shape), dt),
+                _store(np.broadcast_to(gt, X.shape), dt) if target.requires_grad else None)
+    return _result(res, dt, (input, target), backward, saved=(input, target),
+                   op="binary_cross_entropy")
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean",  # noqa: A002
+           log_target=False):
+    """``t * (log t - x)`` (or ``exp(t) * (t - x)`` with ``log_target``),
+    zero where t = 0; "batchmean" divides the sum by the batch size.
+    Autocast: fp32."""
+    if reduction == "batchmean":
+        red = "sum"
+    else:
+        red = _reduction(reduction, size_average, reduce)
+    input, target = cast_inputs("kl_div", input, target)
+    dt = float_dt(input, target)
+    X, T = f64(input), f64(target)
+    with np.errstate(all="ignore"):
+        if log_target:
+            per = np.exp(T) * (T - X)
+        else:
+            per = np.where(T > 0, T * (np.log(T) - X), 0.0)
+    loss, scale = _reduce_loss(per, red)
+    if reduction == "batchmean" and input.ndim:
+        loss, scale = loss / input.shape[0], input.shape[0]
+    res = _store(loss, dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        Gs = G if scale is None else G / scale
+        with np.errstate(all="ignore"):
+            gi = -(np.exp(T) if log_target else T) * Gs
+        return _store(np.broadcast_to(gi, X.shape), dt), None
+    return _result(res, dt, (input, target), backward, saved=(target,), op="kl_div")
 
 
 # ------------------------------------------------------------ dropout, embedding
@@ -420,6 +767,47 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
     def backward(g):
         return (_store(np.where(keep, g.astype(om) * scale, om(0)), dt),)
     return _result(res, dt, (x,), backward, op="native_dropout")
+
+
+def _feature_dropout(input, p, training, inplace, batched_ndim, name):  # noqa: A002
+    """Zero whole channels: one draw per (sample, channel), the kept
+    channels scaled by the float32 1/(1-p); ``batched_ndim`` is the input
+    rank with a batch dim (3 for dropout1d, 4 for 2d, 5 for 3d)."""
+    if not 0.0 <= p <= 1.0:
+        raise FpemuValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    x = input
+    if x.ndim not in (batched_ndim - 1, batched_ndim):
+        raise RuntimeError(f"{name}: Expected {batched_ndim - 1}D or {batched_ndim}D input, "
+                           f"but received a {x.ndim}D input")
+    if not training or p == 0.0:
+        return x
+    if inplace:
+        from ..ops.inplace import apply_inplace
+        return apply_inplace(x, lambda v: _feature_dropout(v, p, True, False, batched_ndim,
+                                                           name))
+    lead = 2 if x.ndim == batched_ndim else 1
+    mask_shape = tuple(x.shape[:lead]) + (1,) * (x.ndim - lead)
+    dt = x.dtype
+    om = np.float64 if dt is float64 else np.float32
+    keep = ~State.generator.bernoulli(mask_shape, p)
+    scale = om(0.0) if p == 1.0 else om(1.0) / om(1.0 - p)
+    res = _store(np.where(keep, x._data.astype(om) * scale, om(0)), dt)
+
+    def backward(g):
+        return (_store(np.where(keep, g.astype(om) * scale, om(0)), dt),)
+    return _result(res, dt, (x,), backward, op="feature_dropout")
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):  # noqa: A002
+    return _feature_dropout(input, p, training, inplace, 3, "dropout1d")
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):  # noqa: A002
+    return _feature_dropout(input, p, training, inplace, 4, "dropout2d")
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):  # noqa: A002
+    return _feature_dropout(input, p, training, inplace, 5, "dropout3d")
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
@@ -924,6 +1312,145 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out
 
 
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    """1-D convolution: :func:`conv2d` over a height of one."""
+    from ..ops.shape import squeeze, unsqueeze
+    (x, w, b) = cast_inputs("conv1d", input, weight, bias)
+    if x.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to conv1d, but got "
+                           f"input of size: {list(x.shape)}")
+    pad = padding if isinstance(padding, str) else (0, _pair(padding, 1)[0])
+    out = conv2d(unsqueeze(x, -2), unsqueeze(w, -2), b, (1, _pair(stride, 1)[0]), pad,
+                 (1, _pair(dilation, 1)[0]), groups)
+    return squeeze(out, -2)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
+                     output_padding=0, groups=1, dilation=1):
+    """The transpose of :func:`conv2d` (its gradient with respect to the
+    input): each input pixel times the kernel, scattered into the output.
+
+    The products over input channels are the emulated matmul (fp32
+    accumulation under the matmul model); the overlapping kernel taps are
+    added in float64 with the bias and rounded once (tier 2, as cuDNN's
+    order is unspecified). ``weight`` is ``(C_in, C_out / groups, kh, kw)``.
+    Autocast: lower."""
+    x, w, b = cast_inputs("conv_transpose2d", input, weight, bias)
+    batched = x.ndim == 4
+    if x.ndim not in (3, 4):
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to "
+                           f"conv_transpose2d, but got input of size: {list(x.shape)}")
+    if not batched:
+        from ..ops.shape import unsqueeze
+        x = unsqueeze(x, 0)
+    N, C, H, W = x.shape
+    Cw, Og, kh, kw = w.shape
+    if C != Cw:
+        raise RuntimeError(f"Given transposed=1, weight of size {list(w.shape)}, expected "
+                           f"input{list(x.shape)} to have {Cw} channels, but got {C} channels "
+                           f"instead")
+    if C % groups:
+        raise RuntimeError("in_channels must be divisible by groups")
+    _linalg.same_mm_dtype(x.dtype, w.dtype)
+    dt = x.dtype
+    _linalg.check_mm_dtype(dt)
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    oph, opw = _pair(output_padding)
+    dh, dw = _pair(dilation)
+    if oph >= max(sh, dh) or opw >= max(sw, dw):
+        raise RuntimeError(f"output padding must be smaller than either stride or dilation, "
+                           f"but got output_padding_height: {oph} output_padding_width: {opw} "
+                           f"stride_height: {sh} stride_width: {sw} dilation_height: {dh} "
+                           f"dilation_width: {dw}")
+    Hf = (H - 1) * sh + dh * (kh - 1) + 1 + oph          # before the padding is cut
+    Wf = (W - 1) * sw + dw * (kw - 1) + 1 + opw
+    Ho, Wo = Hf - 2 * ph, Wf - 2 * pw
+    if Ho <= 0 or Wo <= 0:
+        raise RuntimeError(f"Given input size per channel: ({H} x {W}). Calculated output "
+                           f"size per channel: ({Ho} x {Wo}). Output size is too small")
+    O = Og * groups
+    Cg = C // groups
+    tf32 = _linalg._tf32_inputs(dt, conv=True)
+    Xm = np.ascontiguousarray(x._data.astype(np.float32).transpose(0, 2, 3, 1)).reshape(-1, C)
+    Wm = w._data.astype(np.float32).reshape(C, Og * kh * kw)
+    full = np.zeros((N, O, Hf, Wf), np.float64)
+    for gi in range(groups):
+        cols = _linalg.mm_acc(np.ascontiguousarray(Xm[:, gi * Cg:(gi + 1) * Cg]),
+                              Wm[gi * Cg:(gi + 1) * Cg], dt, tf32)
+        cols = cols.reshape(N, H, W, Og, kh, kw).astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                full[:, gi * Og:(gi + 1) * Og, i * dh:i * dh + sh * H:sh,
+                     j * dw:j * dw + sw * W:sw] += cols[..., i, j].transpose(0, 3, 1, 2)
+    acc = full[:, :, ph:ph + Ho, pw:pw + Wo]
+    if b is not None:
+        acc = acc + b._data.astype(np.float64).reshape(1, O, 1, 1)
+    res = np.ascontiguousarray(_store(acc, dt))
+    xn, wn = x.requires_grad, w.requires_grad
+
+    def backward(g):
+        Gf = np.zeros((N, O, Hf, Wf), np.float32)
+        Gf[:, :, ph:ph + Ho, pw:pw + Wo] = g.astype(np.float32)
+        patches, h2, w2 = _im2col(Gf, kh, kw, sh, sw, dh, dw)    # (N, H, W, O*kh*kw)
+        patches = patches[:, :H, :W].reshape(N * H * W, groups, Og * kh * kw)
+        gx = gw = gb = None
+        if xn:
+            parts = [_linalg.mm_acc(np.ascontiguousarray(patches[:, gi]),
+                                    np.ascontiguousarray(Wm[gi * Cg:(gi + 1) * Cg].T), dt,
+                                    tf32) for gi in range(groups)]
+            gx = _store(np.concatenate(parts, 1).reshape(N, H, W, C).transpose(0, 3, 1, 2),
+                        dt)
+        if wn:
+            parts = [_linalg.mm_acc(np.ascontiguousarray(Xm[:, gi * Cg:(gi + 1) * Cg].T),
+                                    np.ascontiguousarray(patches[:, gi]), dt, tf32)
+                     for gi in range(groups)]
+            gw = _store(np.concatenate(parts, 0).reshape(w.shape), dt)
+        if b is not None and b.requires_grad:
+            gb = _store(g.astype(np.float64).sum(axis=(0, 2, 3)), dt)
+        return gx, gw, gb
+    out = _result(res, dt, (x, w, b), backward, saved=(x, w), op="convolution")
+    if not batched:
+        from ..ops.shape import squeeze
+        out = squeeze(out, 0)
+    return out
+
+
+def pixel_shuffle(input, upscale_factor):  # noqa: A002
+    """(*, C r^2, H, W) -> (*, C, H r, W r): a reshape and a permute (exact)."""
+    r = int(upscale_factor)
+    x = input
+    if x.ndim < 3:
+        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but "
+                           f"got input with {x.ndim} dimension(s)")
+    *lead, c, h, w = x.shape
+    if r <= 0 or c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c}"
+                           f" is not divisible by {r * r}")
+    n = len(lead)
+    y = x.reshape(*lead, c // (r * r), r, r, h, w)
+    y = y.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return y.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):  # noqa: A002
+    """(*, C, H r, W r) -> (*, C r^2, H, W), the inverse of pixel_shuffle."""
+    r = int(downscale_factor)
+    x = input
+    if x.ndim < 3:
+        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but "
+                           f"got input with {x.ndim} dimension(s)")
+    *lead, c, h, w = x.shape
+    if r <= 0 or h % r or w % r:
+        raise RuntimeError(f"pixel_unshuffle expects height and width to be divisible by "
+                           f"downscale_factor, but got {h} x {w} and {r}")
+    n = len(lead)
+    y = x.reshape(*lead, c, h // r, r, w // r, r)
+    y = y.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return y.reshape(*lead, c * r * r, h // r, w // r)
+
+
 def _pool_windows(x, kernel_size, stride, padding, fill):
     kh, kw = _pair(kernel_size)
     sh, sw = _pair(stride if stride is not None and stride != [] else kernel_size)
@@ -998,6 +1525,34 @@ def adaptive_avg_pool2d(input, output_size):  # noqa: A002
         raise FpemuValueError("adaptive_avg_pool2d: only output sizes that divide the input "
                               "are emulated")
     return avg_pool2d(input, (H // oh, W // ow))
+
+
+def _pool1d(fn, input, *args):  # noqa: A002
+    """A 1-D pooling as the 2-D one over a height of one."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2D or 3D input to a 1-D pooling, but got input of size: "
+                           f"{list(input.shape)}")
+    return fn(input.unsqueeze(-2), *args).squeeze(-2)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+               ceil_mode=False, return_indices=False):
+    k = _pair(kernel_size, 1)[0]
+    s = k if stride is None or stride == [] else _pair(stride, 1)[0]
+    return _pool1d(max_pool2d, input, (1, k), (1, s), (0, _pair(padding, 1)[0]),
+                   (1, _pair(dilation, 1)[0]), ceil_mode, return_indices)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+               count_include_pad=True):
+    k = _pair(kernel_size, 1)[0]
+    s = k if stride is None or stride == [] else _pair(stride, 1)[0]
+    return _pool1d(avg_pool2d, input, (1, k), (1, s), (0, _pair(padding, 1)[0]), ceil_mode,
+                   count_include_pad)
+
+
+def adaptive_avg_pool1d(input, output_size):  # noqa: A002
+    return _pool1d(adaptive_avg_pool2d, input, (1, _pair(output_size, 1)[0]))
 
 
 from .._missing import module_getattr as _module_getattr  # noqa: E402

@@ -9,8 +9,8 @@ import numpy as np
 
 from ...errors import FpemuTypeError
 from .._core import (
-    Tensor, _values_as, as_dtype, bool_, float32, float64, int64, is_float, result_type,
-    tensor, uint8,
+    Tensor, _values_as, as_dtype, bool_, check_device, float32, float64, int64, is_float,
+    result_type, tensor, uint8,
 )
 from .._state import State
 from ._common import shape_arg
@@ -237,3 +237,23 @@ def is_floating_point(x):
 
 def numel(x):
     return x.numel()
+
+
+def _checks_device(fn):
+    """``fn`` refusing ``device=`` values torch would refuse on fpemu's
+    machine (one CUDA device; ``_core.check_device``)."""
+    import functools
+
+    @functools.wraps(fn)
+    def factory(*args, **kwargs):
+        if kwargs.get("device") is not None:
+            check_device(kwargs["device"], f"{fn.__name__}()")
+        return fn(*args, **kwargs)
+    return factory
+
+
+for _name in ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
+              "full_like", "rand_like", "randn_like", "randint_like", "rand", "randn", "randint",
+              "randperm", "arange", "linspace", "eye", "as_tensor"):
+    globals()[_name] = _checks_device(globals()[_name])
+del _name

@@ -1,6 +1,6 @@
-"""``nn.MultiheadAttention`` and the ``nn.Transformer`` family, with torch's
-names, arguments, parameter layout, initialisation order (so a seed gives
-torch's weights) and forward op sequence.
+"""``torch.nn.modules.transformer``: the ``nn.Transformer`` family, with
+torch's names, arguments, parameter layout, initialisation order (so a seed
+gives torch's weights) and forward op sequence.
 
 torch switches to fused native kernels in eval mode without gradients (the
 "fast path"). Those compute the same operations in the same precision, so
@@ -17,135 +17,19 @@ import warnings
 
 import numpy as np
 
-from .._core import Tensor, float32, tensor
-from .._state import State
-from . import Module
-from . import functional as F
-from . import init
+from ..._core import Tensor, float32, tensor
+from ..._state import State
+from .. import functional as F
+from .. import init
+from .activation import GELU, MultiheadAttention, ReLU
+from .container import ModuleList
+from .dropout import Dropout
+from .linear import Linear
+from .module import Module
+from .normalization import LayerNorm
 
-__all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
+__all__ = ["Transformer", "TransformerDecoder", "TransformerDecoderLayer",
            "TransformerEncoder", "TransformerEncoderLayer"]
-
-
-def _param(*shape):
-    from . import Parameter
-    return Parameter(Tensor(np.zeros(shape, np.float32), float32))
-
-
-class MultiheadAttention(Module):
-    """Multi-head attention, ``(L, N, E)`` inputs unless ``batch_first``.
-
-    Parameters as torch lays them out: a packed ``in_proj_weight`` (3E, E)
-    when key and value have the query's width (else ``q_proj_weight``,
-    ``k_proj_weight``, ``v_proj_weight``), ``in_proj_bias``, ``out_proj``
-    (a Linear) and the optional ``bias_k`` / ``bias_v``. ``forward`` returns
-    ``(output, weights)``; the weights (averaged over heads by default) come
-    from the explicit path, ``need_weights=False`` runs
-    :func:`~fpemu.autograd.nn.functional.scaled_dot_product_attention`.
-    """
-
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
-                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
-                 dtype=None):
-        from . import Linear
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(f"embed_dim and num_heads must be greater than 0, got "
-                             f"embed_dim={embed_dim} and num_heads={num_heads} instead")
-        super().__init__()
-        self.embed_dim = embed_dim
-        self.kdim = kdim if kdim is not None else embed_dim
-        self.vdim = vdim if vdim is not None else embed_dim
-        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
-        self.num_heads = num_heads
-        self.dropout = dropout
-        self.batch_first = batch_first
-        self.head_dim = embed_dim // num_heads
-        if self.head_dim * num_heads != embed_dim:
-            raise AssertionError("embed_dim must be divisible by num_heads")
-        if self._qkv_same_embed_dim:
-            self.in_proj_weight = _param(3 * embed_dim, embed_dim)
-            self.register_parameter("q_proj_weight", None)
-            self.register_parameter("k_proj_weight", None)
-            self.register_parameter("v_proj_weight", None)
-        else:
-            self.q_proj_weight = _param(embed_dim, embed_dim)
-            self.k_proj_weight = _param(embed_dim, self.kdim)
-            self.v_proj_weight = _param(embed_dim, self.vdim)
-            self.register_parameter("in_proj_weight", None)
-        if bias:
-            self.in_proj_bias = _param(3 * embed_dim)
-        else:
-            self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
-        if add_bias_kv:
-            self.bias_k = _param(1, 1, embed_dim)
-            self.bias_v = _param(1, 1, embed_dim)
-        else:
-            self.bias_k = self.bias_v = None
-        self.add_zero_attn = add_zero_attn
-        self._reset_parameters()
-        if dtype is not None:
-            self.to(dtype)
-
-    def _reset_parameters(self):
-        if self._qkv_same_embed_dim:
-            init.xavier_uniform_(self.in_proj_weight)
-        else:
-            init.xavier_uniform_(self.q_proj_weight)
-            init.xavier_uniform_(self.k_proj_weight)
-            init.xavier_uniform_(self.v_proj_weight)
-        if self.in_proj_bias is not None:
-            init.constant_(self.in_proj_bias, 0.0)
-            init.constant_(self.out_proj.bias, 0.0)
-        if self.bias_k is not None:
-            init.xavier_normal_(self.bias_k)
-        if self.bias_v is not None:
-            init.xavier_normal_(self.bias_v)
-
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
-                attn_mask=None, average_attn_weights=True, is_causal=False):
-        is_batched = query.ndim == 3
-        key_padding_mask = F._canonical_mask(key_padding_mask, "key_padding_mask",
-                                             F._none_or_dtype(attn_mask), "attn_mask",
-                                             query.dtype)
-        attn_mask = F._canonical_mask(attn_mask, "attn_mask", None, "", query.dtype,
-                                      check_other=False)
-        if self.batch_first and is_batched:
-            if key is value:
-                if query is key:
-                    query = key = value = query.transpose(1, 0)
-                else:
-                    query, key = (x.transpose(1, 0) for x in (query, key))
-                    value = key
-            else:
-                query, key, value = (x.transpose(1, 0) for x in (query, key, value))
-        separate = not self._qkv_same_embed_dim
-        out, weights = F.multi_head_attention_forward(
-            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
-            self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
-            self.out_proj.weight, self.out_proj.bias, training=self.training,
-            key_padding_mask=key_padding_mask, need_weights=need_weights,
-            attn_mask=attn_mask, use_separate_proj_weight=separate,
-            q_proj_weight=self.q_proj_weight, k_proj_weight=self.k_proj_weight,
-            v_proj_weight=self.v_proj_weight, average_attn_weights=average_attn_weights,
-            is_causal=is_causal)
-        if self.batch_first and is_batched:
-            out = out.transpose(1, 0)
-        return out, weights
-
-    def merge_masks(self, attn_mask, key_padding_mask, query):
-        """One additive mask of shape (N, heads, L, S) and torch's mask_type
-        (0: attn_mask only, 1: key padding only, 2: merged)."""
-        if key_padding_mask is None and attn_mask is None:
-            return None, None
-        n, seq = query.shape[0], query.shape[1]
-        if key_padding_mask is not None and attn_mask is None:
-            return key_padding_mask, 1
-        am = attn_mask.view(1, 1, seq, seq).expand(n, self.num_heads, -1, -1)
-        if key_padding_mask is None:
-            return attn_mask, 0
-        kpm = key_padding_mask.view(n, 1, 1, seq).expand(-1, self.num_heads, -1, -1)
-        return am + kpm, 2
 
 
 def _activation(activation):
@@ -159,7 +43,6 @@ def _activation(activation):
 
 
 def _is_relu_or_gelu(activation):
-    from . import GELU, ReLU
     if activation is F.relu or isinstance(activation, ReLU):
         return 1
     if activation is F.gelu or isinstance(activation, GELU):
@@ -170,7 +53,7 @@ def _is_relu_or_gelu(activation):
 def generate_square_subsequent_mask(sz, device=None, dtype=None):
     """(sz, sz) float mask: 0 on and below the diagonal, -inf above."""
     dt = float32 if dtype is None else dtype
-    from .._core import _store
+    from ..._core import _store
     return Tensor(_store(np.triu(np.full((sz, sz), -np.inf), 1), dt), dt)
 
 
@@ -194,7 +77,6 @@ class _Layer(Module):
 
     def _add_parts(self, d_model, dim_feedforward, dropout, layer_norm_eps, norm_first, bias,
                    count):
-        from . import Dropout, LayerNorm, Linear
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
@@ -292,7 +174,6 @@ class TransformerDecoderLayer(_Layer):
 
 
 def _clones(module, n):
-    from . import ModuleList
     return ModuleList([copy.deepcopy(module) for _ in range(n)])
 
 
@@ -349,7 +230,7 @@ class TransformerEncoder(Module):
 
     def _pads_to_zero(self, src, mask, kpm):
         """torch's conditions for running the layers on a nested tensor."""
-        from .. import is_autocast_enabled
+        from ..._autocast import is_autocast_enabled
         first = self.layers[0]
         if not (self.use_nested_tensor and not first.training and src.ndim == 3
                 and kpm is not None and mask is None and not is_autocast_enabled()):
@@ -373,7 +254,7 @@ class TransformerEncoder(Module):
             output = mod(output, src_mask=mask, is_causal=is_causal,
                          src_key_padding_mask=kpm)
         if zero_pads:
-            from ..ops.elementwise import where
+            from ...ops.elementwise import where
             output = where(tensor(kpm._data == 0).unsqueeze(-1), output, 0.0)
         if self.norm is not None:
             output = self.norm(output)
@@ -413,7 +294,6 @@ class Transformer(Module):
                  dim_feedforward=2048, dropout=0.1, activation=F.relu, custom_encoder=None,
                  custom_decoder=None, layer_norm_eps=1e-5, batch_first=False, norm_first=False,
                  bias=True, device=None, dtype=None):
-        from . import LayerNorm
         super().__init__()
         if custom_encoder is not None:
             self.encoder = custom_encoder

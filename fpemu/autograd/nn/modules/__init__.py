@@ -1,0 +1,41 @@
+"""``torch.nn.modules``: every layer class, each in the file where torch keeps
+it (``torch.nn.modules.linear.Linear`` is ``fpemu.autograd.nn.modules.linear.
+Linear``, and ``nn.Linear`` is the same object)."""
+
+from .activation import (  # noqa: F401
+    CELU, ELU, GELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid,
+    LogSoftmax, Mish, MultiheadAttention, PReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softmin,
+    Softplus, Softsign, Tanh, Tanhshrink,
+)
+from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d  # noqa: F401
+from .container import (  # noqa: F401
+    ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential,
+)
+from .conv import Conv1d, Conv2d, ConvTranspose2d  # noqa: F401
+from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d  # noqa: F401
+from .flatten import Flatten, Unflatten  # noqa: F401
+from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401
+from .linear import Identity, Linear  # noqa: F401
+from .loss import (  # noqa: F401
+    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss,
+    NLLLoss, SmoothL1Loss,
+)
+from .module import Module  # noqa: F401
+from .normalization import GroupNorm, LayerNorm, RMSNorm  # noqa: F401
+from .pixelshuffle import PixelShuffle, PixelUnshuffle  # noqa: F401
+from .pooling import (  # noqa: F401
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
+)
+from .rnn import GRU, GRUCell, LSTM, LSTMCell, RNN, RNNBase, RNNCell, RNNCellBase  # noqa: F401
+from .sparse import Embedding  # noqa: F401
+from .tiny import MultiheadSelfAttention, TinyTransformer, TransformerBlock  # noqa: F401
+from .transformer import (  # noqa: F401
+    Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+    TransformerEncoderLayer,
+)
+from . import (  # noqa: F401
+    activation, batchnorm, container, conv, dropout, flatten, instancenorm, linear, loss,
+    module, normalization, pixelshuffle, pooling, rnn, sparse, tiny, transformer, utils,
+)
+
+__all__ = sorted(n for n in dir() if n[:1].isupper())
