@@ -627,12 +627,6 @@ class Tensor:
             raise FpemuTypeError("len() of a 0-d tensor")
         return self._data.shape[0]
 
-    def __iter__(self):
-        if self._data.ndim == 0:
-            raise FpemuTypeError("iteration over a 0-d tensor")
-        from .ops.shape import unbind
-        return iter(unbind(self, 0))
-
     @property
     def is_leaf(self):
         return self.grad_fn is None

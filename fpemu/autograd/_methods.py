@@ -9,8 +9,8 @@ import numpy as np
 from ..formats import Format
 from . import ops as O  # noqa: E741
 from ._core import (
-    DType, Tensor, as_dtype, check_device, bfloat16, bool_, float16, float32, float64, int16, int32, int64,
-    int8, is_float, to_dtype, uint8,
+    DType, Tensor, as_dtype, bfloat16, bool_, check_device, float16, float32, float64, int16,
+    int32, int64, int8, is_float, to_dtype, uint8,
 )
 from ._state import State
 from .nn import functional as F
@@ -186,7 +186,14 @@ def _itruediv(self, other):
 
 
 def _setitem(self, idx, value):
-    I.setitem(self, idx, value)
+    S.setitem(self, idx, value)
+
+
+def _iter(self):
+    """Iteration over the first dim: the views ``unbind(self, 0)``."""
+    if self._data.ndim == 0:
+        raise TypeError("iteration over a 0-d tensor")
+    return iter(S.unbind(self, 0))
 
 
 _METHODS = dict(
@@ -202,7 +209,7 @@ _METHODS = dict(
     __pow__=O.pow, pow=O.pow, __rpow__=_rpow, square=O.square,
     __matmul__=O.matmul, __rmatmul__=lambda a, b: O.matmul(b, a), matmul=O.matmul,
     mm=O.mm, bmm=O.bmm, addmm=O.addmm, baddbmm=O.baddbmm, mv=O.mv, dot=O.dot, outer=O.outer,
-    __getitem__=O.getitem, __setitem__=_setitem,
+    __getitem__=O.getitem, __setitem__=_setitem, __iter__=_iter,
     __eq__=O.eq, __ne__=O.ne, __lt__=O.lt, __le__=O.le, __gt__=O.gt, __ge__=O.ge,
     eq=O.eq, ne=O.ne, lt=O.lt, le=O.le, gt=O.gt, ge=O.ge,
     __and__=O.bitwise_and, __or__=O.bitwise_or, __xor__=O.bitwise_xor,

@@ -3,6 +3,8 @@ torch.cuda does for it. ``cuda.amp`` holds the deprecated ``autocast`` and
 ``GradScaler`` spellings that tutorials use."""
 
 from . import amp as _amp
+from ._autocast import autocast as _autocast
+from ._core import float16 as _float16
 from ._core import manual_seed as _manual_seed
 
 
@@ -73,9 +75,8 @@ class amp:
 
     @staticmethod
     def autocast(enabled=True, dtype=None, cache_enabled=True):
-        import fpemu.autograd as _ag
-        return _ag.autocast("cuda", dtype=dtype or _ag.float16, enabled=enabled,
-                            cache_enabled=cache_enabled)
+        return _autocast("cuda", dtype=dtype or _float16, enabled=enabled,
+                         cache_enabled=cache_enabled)
 
     @staticmethod
     def GradScaler(init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,  # noqa: N802

@@ -441,10 +441,10 @@ def _replay_tiers(cfg, profile):
                  "momentum buffer as float32; fpemu computes what the scalar tail does")
             return {"*": Tier("none", 0, r)}
         if impl != "fused" and opt != "sgd" and fp32_state:
-            r = ("CPU torch's float32 sqrt is MKL VML, not correctly rounded (docs/pytorch-numerics.md "
-                 "§7.1; replaying with torch's own sqrt makes p bit-exact); fpemu computes the "
-                 "IEEE sqrt. One sqrt ulp moves an update by ≤ lr·2^-23 and p does not feed back "
-                 "into m, v, so after 200 steps |Δp| ≤ 200·lr·2^-22 ≈ 5e-8, plus one rounding "
+            r = ("CPU torch's float32 sqrt is MKL VML, not correctly rounded "
+                 "(docs/pytorch-numerics.md §7.1; replaying with torch's own sqrt makes p "
+                 "bit-exact); fpemu computes the IEEE sqrt. One sqrt ulp moves an update by "
+                 "≤ lr·2^-23 and p does not feed back into m, v, so after 200 steps |Δp| ≤ 200·lr·2^-22 ≈ 5e-8, plus one rounding "
                  "of |p| ≤ 1 (≤ 1.2e-7)")
             return {"p": Tier("abs", 2.5e-7, r), "model": Tier("ulps", 1, r)}
         return {}
@@ -654,8 +654,8 @@ def _e2e_tiers(cfg, profile):
 
 for _m in ("mlp", "transformer"):
     for _prec in ("fp32", "bf16", "fp16"):
-        _register(f"e2e-{_m}-{_prec}", "e2e", _e2e_run, dict(model=_m, precision=_prec,
-                                                               seed=50), _e2e_inputs,
+        _register(f"e2e-{_m}-{_prec}", "e2e", _e2e_run,
+                  dict(model=_m, precision=_prec, seed=50), _e2e_inputs,
                   _e2e_tiers, description=f"{_m} trained {E2E_STEPS} steps, {_prec}",
                   host_dependent={"out.*": "training runs PyTorch's matmuls (MKL / oneDNN), "
                                            "reductions and exp / log / tanh / erf, whose bits "

@@ -1369,12 +1369,12 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
     if Ho <= 0 or Wo <= 0:
         raise RuntimeError(f"Given input size per channel: ({H} x {W}). Calculated output "
                            f"size per channel: ({Ho} x {Wo}). Output size is too small")
-    O = Og * groups
+    Cout = Og * groups
     Cg = C // groups
     tf32 = _linalg._tf32_inputs(dt, conv=True)
     Xm = np.ascontiguousarray(x._data.astype(np.float32).transpose(0, 2, 3, 1)).reshape(-1, C)
     Wm = w._data.astype(np.float32).reshape(C, Og * kh * kw)
-    full = np.zeros((N, O, Hf, Wf), np.float64)
+    full = np.zeros((N, Cout, Hf, Wf), np.float64)
     for gi in range(groups):
         cols = _linalg.mm_acc(np.ascontiguousarray(Xm[:, gi * Cg:(gi + 1) * Cg]),
                               Wm[gi * Cg:(gi + 1) * Cg], dt, tf32)
@@ -1385,14 +1385,14 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
                      j * dw:j * dw + sw * W:sw] += cols[..., i, j].transpose(0, 3, 1, 2)
     acc = full[:, :, ph:ph + Ho, pw:pw + Wo]
     if b is not None:
-        acc = acc + b._data.astype(np.float64).reshape(1, O, 1, 1)
+        acc = acc + b._data.astype(np.float64).reshape(1, Cout, 1, 1)
     res = np.ascontiguousarray(_store(acc, dt))
     xn, wn = x.requires_grad, w.requires_grad
 
     def backward(g):
-        Gf = np.zeros((N, O, Hf, Wf), np.float32)
+        Gf = np.zeros((N, Cout, Hf, Wf), np.float32)
         Gf[:, :, ph:ph + Ho, pw:pw + Wo] = g.astype(np.float32)
-        patches, h2, w2 = _im2col(Gf, kh, kw, sh, sw, dh, dw)    # (N, H, W, O*kh*kw)
+        patches, h2, w2 = _im2col(Gf, kh, kw, sh, sw, dh, dw)    # (N, H, W, Cout*kh*kw)
         patches = patches[:, :H, :W].reshape(N * H * W, groups, Og * kh * kw)
         gx = gw = gb = None
         if xn:

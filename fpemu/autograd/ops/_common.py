@@ -76,3 +76,23 @@ def shape_arg(size, what="shape"):
             raise FpemuTypeError(f"{what}: expected a sequence of ints, got {size!r}")
         out.append(int(s))
     return tuple(out)
+
+
+_C10_NAMES = {"fp32": "float", "float64": "double", "bf16": "c10::BFloat16", "fp16": "c10::Half",
+              "int64": "long int", "int32": "int", "bool": "bool"}
+
+
+def c10_name(dt):
+    """The dtype as ATen's error messages spell it (``c10::BFloat16``)."""
+    name = getattr(dt, "name", str(dt))
+    if name in _C10_NAMES:
+        return _C10_NAMES[name]
+    long = getattr(dt, "long_name", None) or name
+    return "c10::" + long[0].upper() + long[1:].replace("float8", "Float8")
+
+
+def scalar_type(dt):
+    """The dtype as ATen's ScalarType names it (``BFloat16``, ``Float``)."""
+    c10 = c10_name(dt).replace("c10::", "")
+    return {"float": "Float", "double": "Double", "long int": "Long", "int": "Int",
+            "bool": "Bool"}.get(c10, c10)

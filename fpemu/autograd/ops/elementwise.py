@@ -32,6 +32,7 @@ from .._core import Tensor, _result, _store, as_dtype, bool_, is_float, opmath, 
 from .._special import gelu_erf as _gelu_erf
 from .._special import gelu_erf_grad as _gelu_erf_grad
 from ._common import f64, float_dt, grad_part, int_binary, operand, t_or_number
+from .inplace import apply_inplace, copy_into
 
 _SQRT_2_PI = 0.7978845608028654
 
@@ -182,9 +183,9 @@ def reciprocal(a):
         res = _store(opmath(dt)(1) / A, dt)
 
     def backward(g):
-        O = res.astype(opmath(dt))
+        r = res.astype(opmath(dt))
         with np.errstate(all="ignore"):
-            return (_store(-(g.astype(opmath(dt)) * O) * O, dt),)
+            return (_store(-(g.astype(opmath(dt)) * r) * r, dt),)
     return _result(res, dt, (a,), backward, saved=("out",), op="reciprocal")
 
 
@@ -323,7 +324,6 @@ def sigmoid(x):
 def silu(x, inplace=False):
     """x * sigmoid(x), in float64, rounded once."""
     if inplace:
-        from .inplace import apply_inplace
         return apply_inplace(x, silu)
 
     def fwd(v):
@@ -361,7 +361,6 @@ def sign(x):
 def relu(x, inplace=False):
     """max(x, 0), exact; the gradient passes where the output is > 0."""
     if inplace:
-        from .inplace import apply_inplace
         return apply_inplace(x, relu)
     dt = x.dtype
     res = np.where(x._data > 0, x._data, np.zeros((), x._data.dtype)).astype(x._data.dtype)
@@ -513,7 +512,6 @@ def _out(t, out):
     """Write ``t`` into ``out=`` (torch's out= argument) or return it."""
     if out is None:
         return t
-    from .inplace import copy_into
     return copy_into(out, t)
 
 

@@ -16,9 +16,10 @@ import weakref
 import numpy as np
 
 from .._core import (
-    Node, Tensor, _store, bool_, is_float, np_dtype, result_type, to_dtype,
+    Node, Tensor, _result, _store, bool_, is_float, np_dtype, result_type, to_dtype,
 )
 from .._state import State, grad_mode
+from ._common import scalar_type
 
 _LEAF = ("a leaf Variable that requires grad is being used in an in-place operation.")
 _VIEW_OF_LEAF = ("a view of a leaf Variable that requires grad is being used in an in-place "
@@ -41,7 +42,6 @@ def _check_cast(x, dt):
     kind_out = 2 if is_float(dt) else (0 if dt is bool_ else 1)
     kind_x = 2 if is_float(x.dtype) else (0 if x.dtype is bool_ else 1)
     if kind_out > kind_x:
-        from .linalg import scalar_type
         raise RuntimeError(f"result type {scalar_type(dt)} can't be cast to the desired output "
                            f"type {scalar_type(x.dtype)}")
 
@@ -170,15 +170,15 @@ def copy_into(dst, src):
         src_t = src
 
     def take(_x, s):
-        if s.dtype == _x.dtype:
-            from .elementwise import clone
-            out = clone(s) if s.requires_grad else Tensor(np.array(s._data), s.dtype)
-        else:
-            out = to_dtype(s, _x.dtype)
-        if tuple(out.shape) != tuple(_x.shape):
-            from .shape import expand
-            out = expand(out, _x.shape)
-        return out
+        """``s`` cast to x's dtype and broadcast to its shape: a fresh
+        tensor whose gradient is summed back to s's shape by the engine."""
+        if s.dtype != _x.dtype:
+            s = to_dtype(s, _x.dtype)
+        values = np.array(np.broadcast_to(s._data, _x.shape))
+
+        def backward(g):
+            return (g,)
+        return _result(values, s.dtype, (s,), backward, op="copy")
     if tuple(np.broadcast_shapes(src_t.shape, dst.shape)) != tuple(dst.shape):
         raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast "
                            f"shape {list(np.broadcast_shapes(src_t.shape, dst.shape))}")
@@ -192,33 +192,9 @@ def copy_into(dst, src):
     return apply_inplace(dst, take, src_t)
 
 
-def setitem(x, idx, value):
-    """``x[idx] = value``: value rounded to x's dtype (a Python number through
-    float32, as torch's fill), written into x's storage."""
-    from .shape import _index, index_put
-    if not _needs_graph(x, (value,)):
-        np_idx = _index(idx)
-        if isinstance(value, Tensor):
-            v = to_dtype(Tensor(value._data, value.dtype), x.dtype)._data if \
-                value.dtype != x.dtype else value._data
-        elif is_float(x.dtype):
-            v = _store(np.asarray(value, np.float64).astype(np.float32), x.dtype)
-        else:
-            v = np.asarray(value).astype(np_dtype(x.dtype))
-        try:
-            x._data[np_idx] = v
-        except ValueError as err:
-            raise RuntimeError(str(err)) from None
-        x._bump()
-        return x
-    return apply_inplace(x, index_put, idx, value)
-
-
 def _constant(name, value):
     """The op ``t -> value`` everywhere, whose gradient to ``t`` is zero (the
     history of a tensor that ``fill_`` / ``zero_`` overwrite)."""
-    from .._core import _result
-
     def op(t):
         def backward(g):
             return (np.zeros(t.shape, g.dtype),)

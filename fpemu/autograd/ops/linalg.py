@@ -23,7 +23,8 @@ from .._core import Tensor, _result, _store, _sum_to, float32, float64, is_float
 from .._profile import get_profile
 from .._state import State
 from ._bmm import bmm_sequential
-from ._common import operand
+from ._common import c10_name, operand, scalar_type  # noqa: F401  (re-exported)
+from .elementwise import mul
 
 
 def set_matmul_model(model="sequential", block=128, inner="sequential"):
@@ -85,26 +86,6 @@ def mm_acc(A, B, dt, tf32=False):
         out[idx] = _acc._matmul_values(A[idx], B[idx], fmt, "fp32", "fp32", m.model, m.block,
                                        m.inner)
     return out
-
-
-_C10_NAMES = {"fp32": "float", "float64": "double", "bf16": "c10::BFloat16", "fp16": "c10::Half",
-              "int64": "long int", "int32": "int", "bool": "bool"}
-
-
-def c10_name(dt):
-    """The dtype as ATen's error messages spell it (``c10::BFloat16``)."""
-    name = getattr(dt, "name", str(dt))
-    if name in _C10_NAMES:
-        return _C10_NAMES[name]
-    long = getattr(dt, "long_name", None) or name
-    return "c10::" + long[0].upper() + long[1:].replace("float8", "Float8")
-
-
-def scalar_type(dt):
-    """The dtype as ATen's ScalarType names it (``BFloat16``, ``Float``)."""
-    c10 = c10_name(dt).replace("c10::", "")
-    return {"float": "Float", "double": "Double", "long int": "Long", "int": "Int",
-            "bool": "Bool"}.get(c10, c10)
 
 
 def same_mm_dtype(da, db):
@@ -202,7 +183,6 @@ def dot(a, b):
 def outer(a, b):
     """a[:, None] * b[None, :], one rounding per product (exact in opmath
     before it: torch's outer is a broadcast multiply)."""
-    from .elementwise import mul
     return mul(a.reshape(-1, 1), b.reshape(1, -1))
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, bool_, int64, is_float, to_dtype
 from ._common import f64, wrap_dim
+from .elementwise import maximum, minimum, sqrt
 
 _values_indices = collections.namedtuple("torch_return_types", ["values", "indices"])
 
@@ -107,7 +108,6 @@ def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    from .elementwise import sqrt
     return sqrt(var(x, dim, unbiased, keepdim, correction))
 
 
@@ -167,7 +167,6 @@ def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
     """``max(x)`` (all elements), ``max(x, dim)`` (values, indices) or
     ``max(a, b)`` (elementwise, as ``maximum``)."""
     if isinstance(dim, Tensor):
-        from .elementwise import maximum
         return maximum(x, dim)
     if dim is None:
         return amax(x)
@@ -176,7 +175,6 @@ def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
 
 def min(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
     if isinstance(dim, Tensor):
-        from .elementwise import minimum
         return minimum(x, dim)
     if dim is None:
         return amin(x)

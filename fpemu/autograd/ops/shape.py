@@ -9,8 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import FpemuTypeError
-from .._core import Tensor, _result, _store, bool_, int64, is_float, result_type
+from .._core import (
+    Tensor, _result, _store, _sum_to, as_dtype, bool_, int64, is_float, np_dtype, result_type,
+    to_dtype,
+)
 from ._common import shape_arg, wrap_dim
+from .inplace import _needs_graph, apply_inplace, copy_into
 
 
 def _infer(shape, numel, what):
@@ -44,7 +48,6 @@ def _view_array(arr, shape):
 def view(x, *shape):
     """A view with a new shape; raises as torch when the layout has no view."""
     if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int, np.integer)):
-        from .._core import as_dtype
         return _view_dtype(x, as_dtype(shape[0]))
     shape = _infer(shape_arg(shape, "view()"), x._data.size, "view")
     v = _view_array(x._data, shape)
@@ -314,7 +317,6 @@ def cat(tensors, dim=0, out=None):
         return tuple(np.split(g, bounds, axis=d))
     res_t = _result(res, dt, tuple(keep), backward, op="cat")
     if out is not None:
-        from .inplace import copy_into
         return copy_into(out, res_t)
     return res_t
 
@@ -480,7 +482,6 @@ def index_put(x, idx, value, accumulate=False):
         gv = None
         if vshape is not None:
             sel = np.broadcast_to(g[idx], np.broadcast_shapes(g[idx].shape, vshape))
-            from .._core import _sum_to
             gv = _sum_to(np.array(sel), vshape, value.dtype) if sel.shape != tuple(vshape) \
                 else np.array(sel)
         return gx, gv
@@ -496,3 +497,24 @@ def nonzero(x, as_tuple=False):
     if as_tuple:
         return tuple(Tensor(i.astype(np.int64), int64) for i in idx)
     return Tensor(np.stack(idx, axis=-1).astype(np.int64), int64)
+
+
+def setitem(x, idx, value):
+    """``x[idx] = value``: value rounded to x's dtype (a Python number through
+    float32, as torch's fill), written into x's storage."""
+    if not _needs_graph(x, (value,)):
+        np_idx = _index(idx)
+        if isinstance(value, Tensor):
+            v = to_dtype(Tensor(value._data, value.dtype), x.dtype)._data if \
+                value.dtype != x.dtype else value._data
+        elif is_float(x.dtype):
+            v = _store(np.asarray(value, np.float64).astype(np.float32), x.dtype)
+        else:
+            v = np.asarray(value).astype(np_dtype(x.dtype))
+        try:
+            x._data[np_idx] = v
+        except ValueError as err:
+            raise RuntimeError(str(err)) from None
+        x._bump()
+        return x
+    return apply_inplace(x, index_put, idx, value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
-from . import Optimizer
+from .optimizer import Optimizer
 
 
 class LRScheduler:

@@ -100,4 +100,3 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     with no_grad():
         for g in grads:
             g.clamp_(min=-clip_value, max=clip_value)
-
