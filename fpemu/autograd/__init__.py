@@ -42,7 +42,8 @@ from .observers import Observer  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .ops import __dict__ as _ops_dict
 from .ops.elementwise import rdiv  # noqa: F401
-from ._serialization import load, save  # noqa: F401
+from . import serialization  # noqa: F401
+from .serialization import load, save  # noqa: F401
 
 half = float16
 float = float32  # noqa: A001 - torch's alias

@@ -788,8 +788,8 @@ class Tensor:
     def __reduce_ex__(self, protocol):
         # values as bytes (no numpy object in the pickle, so a weights-only
         # load needs nothing but _rebuild_tensor); like torch, no gradient
-        arr = np.ascontiguousarray(self._data)
-        return (_rebuild_tensor, (arr.tobytes(), arr.dtype.str, tuple(arr.shape),
+        arr = self._data
+        return (_rebuild_tensor, (arr.tobytes(order="C"), arr.dtype.str, tuple(arr.shape),
                                   _dtype_key(self.dtype), self.requires_grad))
 
     def __deepcopy__(self, memo):
@@ -839,7 +839,14 @@ def _wrap(dim, ndim):
 
 
 def _dtype_key(dtype):
-    return dtype.name
+    """How a pickle names a tensor's dtype: its name when the name finds it
+    again, else the Format itself (a custom format)."""
+    try:
+        if as_dtype(dtype.name) == dtype:
+            return dtype.name
+    except (TypeError, ValueError):
+        pass
+    return dtype
 
 
 def _rebuild_tensor(data, np_dtype_str, shape, key, requires_grad):

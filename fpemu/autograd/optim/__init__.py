@@ -34,7 +34,9 @@ import numpy as np
 from .._core import Tensor, _store, float32
 from .._profile import get_profile
 from .. import _aten as aten
-from .optimizer import Optimizer, _check_lr, _cpu_tail, _f, _fma  # noqa: F401
+from .optimizer import (  # noqa: F401
+    Optimizer, _advance, _check_lr, _cpu_tail, _f, _fma, _step_tensor,
+)
 
 
 class SGD(Optimizer):
@@ -183,7 +185,7 @@ class Adam(Optimizer):
                 continue
             st = self.state.setdefault(p, {})
             if not st:
-                st["step"] = _f(0)
+                st["step"] = _step_tensor()
                 st["exp_avg"] = Tensor(np.zeros_like(p._a), p.dtype)
                 st["exp_avg_sq"] = Tensor(np.zeros_like(p._a), p.dtype)
                 if group["amsgrad"]:
@@ -200,8 +202,7 @@ class Adam(Optimizer):
         D = p.dtype
         foreach = not single
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        st["step"] = _f(st["step"] + _f(1))
-        t = float(st["step"])
+        t = float(_advance(st))
         P, G = p._a, _store(p.grad._a, D)
         M, V = st["exp_avg"]._a, st["exp_avg_sq"]._a
         if group["maximize"]:
@@ -243,8 +244,7 @@ class Adam(Optimizer):
         D = p.dtype
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         lr32, b1f, b2f, wd32, eps32 = _f(lr), _f(b1), _f(b2), _f(wd), _f(eps)
-        st["step"] = _f(st["step"] + _f(1))
-        step = st["step"]
+        step = _advance(st)
         bc1 = _f(1) - _f(np.float64(b1f) ** np.float64(step))
         bc2_sqrt = np.sqrt(_f(1) - _f(np.float64(b2f) ** np.float64(step)))
         G = p.grad._a.astype(np.float32)
@@ -288,8 +288,7 @@ class Adam(Optimizer):
             return
         D = p.dtype
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        st["step"] = _f(st["step"] + _f(1))
-        step = float(st["step"])
+        step = float(_advance(st))
         bc1 = 1 - b1 ** step
         bc2_sqrt = math.sqrt(1 - b2 ** step)
         step_size = lr / bc1
@@ -389,7 +388,7 @@ class _Simple(Optimizer):
 
 def _zero_state(st, P, D, *names):
     """A new state: step 0 and zero buffers of the parameter's dtype."""
-    st["step"] = _f(0)
+    st["step"] = _step_tensor()
     for name in names:
         st[name] = Tensor(np.zeros_like(P), D)
 
@@ -397,7 +396,7 @@ def _zero_state(st, P, D, *names):
 def _decay_square_avg(st, G, decay, D, foreach):
     """step += 1; square_avg.mul_(decay).addcmul_(g, g, value=1 - decay), as
     RMSprop and Adadelta write it; returns the new square_avg values."""
-    st["step"] = _f(st["step"] + _f(1))
+    _advance(st)
     V = aten.mul_scalar(st["square_avg"]._a, decay, D, foreach)
     V = aten.addcmul(V, G, G, 1 - decay, D)
     st["square_avg"] = Tensor(V, D)
@@ -461,7 +460,7 @@ class Adagrad(_Simple):
                                       eps=eps), foreach, fused, maximize, master_weights)
         for group in self.param_groups:          # torch fills the state at construction
             for p in group["params"]:
-                self.state[p] = {"step": _f(0), "sum": Tensor(
+                self.state[p] = {"step": _step_tensor(), "sum": Tensor(
                     _store(np.full(p.shape, group["initial_accumulator_value"], np.float64),
                            p.dtype), p.dtype)}
 
@@ -476,8 +475,7 @@ class Adagrad(_Simple):
         if found_inf is not None and found_inf == 1:
             return
         D = p.dtype
-        st["step"] = _f(st["step"] + _f(1))
-        clr = group["lr"] / (1.0 + (float(st["step"]) - 1.0) * group["lr_decay"])
+        clr = group["lr"] / (1.0 + (float(_advance(st)) - 1.0) * group["lr_decay"])
         wd, eps = group["weight_decay"], group["eps"]
 
         def const(v):
@@ -508,8 +506,7 @@ class Adagrad(_Simple):
 
     def _update(self, P, G, st, group, D, foreach):
         lr, decay, eps = group["lr"], group["lr_decay"], group["eps"]
-        st["step"] = _f(st["step"] + _f(1))
-        clr = lr / (1 + (float(st["step"]) - 1) * decay)
+        clr = lr / (1 + (float(_advance(st)) - 1) * decay)
         S = aten.addcmul(st["sum"]._a, G, G, 1, D)                    # state_sum.addcmul_(g, g)
         st["sum"] = Tensor(S, D)
         with np.errstate(all="ignore"):

@@ -34,6 +34,22 @@ def _cpu_tail(n, D):
     return mask
 
 
+def _step_tensor():
+    """A new ``state["step"]``: a 0-d float32 tensor, as torch keeps it (on
+    the CPU unless capturable or fused)."""
+    return Tensor(np.zeros((), np.float32), float32)
+
+
+def _advance(st):
+    """``state["step"] += 1`` in float32; returns the new count (np.float32).
+    A step loaded as a number (older checkpoints) becomes a tensor."""
+    s = st["step"]
+    if not isinstance(s, Tensor):
+        s = st["step"] = Tensor(np.asarray(s, np.float32), float32)
+    s._a = np.asarray(s._data.astype(np.float32) + _f(1), np.float32)
+    return _f(s._data)
+
+
 class Optimizer:
     """Base class: param groups, state, zero_grad, master weights."""
 
