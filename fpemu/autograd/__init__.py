@@ -20,7 +20,7 @@ tensor([2., 4., 6.])
 """
 
 from . import _methods  # noqa: F401  (binds the Tensor methods)
-from . import amp, backends, cuda, fp8, nn, optim, utils  # noqa: F401
+from . import amp, backends, cuda, fp8, nn, onnx, optim, utils  # noqa: F401
 from . import autograd  # noqa: F401
 from ._autocast import (  # noqa: F401
     Policy, TORCH_CPU, TORCH_CUDA, autocast, get_autocast_dtype, is_autocast_enabled,

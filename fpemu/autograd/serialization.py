@@ -319,4 +319,3 @@ def _convert(obj, torch):
         items = [_convert(v, torch) for v in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     return obj
-

@@ -342,6 +342,7 @@ class AdamW(Adam):
 
 
 from . import lr_scheduler  # noqa: E402,F401  (torch.optim.lr_scheduler)
+from .lbfgs import LBFGS  # noqa: E402,F401
 
 
 class _Simple(Optimizer):

@@ -1,3 +1,4 @@
-"""``torch.utils``: ``data`` (datasets and the loader)."""
+"""``torch.utils``: ``data`` (datasets, samplers, the loader) and
+``checkpoint``; ``tensorboard`` is imported on demand, as in torch."""
 
-from . import data  # noqa: F401
+from . import checkpoint, data  # noqa: F401
