@@ -8,9 +8,9 @@ from .creation import (  # noqa: F401
     rand_like, randint, randint_like, randn, randn_like, randperm, zeros, zeros_like,
 )
 from .elementwise import (  # noqa: F401
-    abs, add, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clip, clone, cos, div,
-    eq, exp, expm1, floor_divide, ge, gelu, gt, isfinite, isinf, isnan, le, log, log1p,
-    logical_and, logical_not, logical_or, lt, masked_fill, maximum, minimum, mul, ne, neg,
+    abs, add, allclose, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clip, clone,
+    cos, div, eq, equal, exp, expm1, floor_divide, ge, gelu, gt, isclose, isfinite, isinf,
+    isnan, le, log, log1p, logical_and, logical_not, logical_or, lt, masked_fill, maximum, minimum, mul, ne, neg,
     pow, reciprocal, relu, remainder, rsqrt, rsub, sigmoid, sign, silu, sin, sqrt, square,
     sub, tanh, where,
 )
@@ -23,7 +23,8 @@ from .reduce import (  # noqa: F401
 )
 from .shape import (  # noqa: F401
     broadcast_to, cat, chunk, concat, concatenate, contiguous, expand, expand_as, flatten,
-    flip, gather, getitem, index_put, index_select, masked_select, movedim, narrow, nonzero,
+    flip, gather, getitem, index_put, index_select, masked_select, meshgrid, movedim, narrow,
+    nonzero,
     permute, repeat, repeat_interleave, reshape, roll, select, split, squeeze, stack,
     swapaxes, swapdims, t, tensor_split, transpose, tril, triu, unbind, unflatten, unsqueeze,
     view, view_as,

@@ -532,6 +532,32 @@ eq, ne, lt, le, gt, ge = (_compare(f, n) for f, n in (
     (np.greater, "gt"), (np.greater_equal, "ge")))
 
 
+def equal(a, b):
+    """True when ``a`` and ``b`` have the same shape and equal elements (NaN
+    equals nothing); a Python bool, as torch's."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"equal(): argument 'other' must be Tensor, not "
+                        f"{type(b if isinstance(a, Tensor) else a).__name__}")
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    return bool(np.array_equal(a._data, b._data))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """``|a - b| <= atol + rtol * |b|`` elementwise (in the promoted dtype's
+    opmath, as torch's), with infinities equal to themselves."""
+    dt = result_type(a, b)
+    A = operand(a, dt) if isinstance(a, Tensor) else np.asarray(a)
+    B = operand(b, dt) if isinstance(b, Tensor) else np.asarray(b)
+    with np.errstate(all="ignore"):
+        close = np.isclose(A, B, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    return Tensor(np.asarray(close), bool_)
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(isclose(a, b, rtol, atol, equal_nan)._data.all())
+
+
 def isnan(x):
     return Tensor(np.isnan(x._data), bool_)
 

@@ -193,6 +193,38 @@ def expand(x, *sizes):
     return _result(v, x.dtype, (x,), lambda g: (g,), view_of=x, op="expand")
 
 
+def meshgrid(*tensors, indexing=None):
+    """Coordinate grids of 1-D tensors (views, as torch's): ``indexing="ij"``
+    (torch's default, with its warning when not given) or ``"xy"`` (the first
+    two dims swapped)."""
+    import warnings
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing is None:
+        warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass "
+                      "the indexing argument.", UserWarning, stacklevel=2)
+        indexing = "ij"
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: '
+                         f'{indexing}')
+    for t_ in tensors:
+        if not isinstance(t_, Tensor) or t_.ndim > 1:
+            raise RuntimeError("torch.meshgrid: Expected 0D or 1D tensor in the tensor list")
+    ts = [t_.reshape(-1) for t_ in tensors]
+    swap = indexing == "xy" and len(ts) >= 2
+    if swap:
+        ts[0], ts[1] = ts[1], ts[0]
+    shape = tuple(t_.shape[0] for t_ in ts)
+    out = []
+    for i, t_ in enumerate(ts):
+        view = [1] * len(ts)
+        view[i] = shape[i]
+        out.append(expand(t_.reshape(*view), shape))
+    if swap:
+        out[0], out[1] = out[1], out[0]
+    return tuple(out)
+
+
 def expand_as(x, other):
     return expand(x, other.shape)
 
