@@ -1059,7 +1059,6 @@ def _sum_to(g, shape, dtype):
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape)
                                       if n == 1 and g.shape[i + lead] != 1)
     s = g.astype(np.float64).sum(axis=axes, keepdims=True)
-    s = s.reshape(g.shape[lead:] if lead else s.shape)
     return _store(s.reshape(shape), dtype)
 
 

@@ -724,6 +724,13 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean",  # n
         red = "sum"
     else:
         red = _reduction(reduction, size_average, reduce)
+        if red == "mean":
+            import warnings
+            warnings.warn("reduction: 'mean' divides the total loss by both the batch size "
+                          "and the support size.'batchmean' divides only by the batch size, "
+                          "and aligns with the KL div math definition.'mean' will be changed "
+                          "to behave the same as 'batchmean' in the next major release.",
+                          stacklevel=2)
     input, target = cast_inputs("kl_div", input, target)
     dt = float_dt(input, target)
     X, T = f64(input), f64(target)

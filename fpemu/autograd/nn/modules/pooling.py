@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .. import functional as F
 from .module import Module
+from .utils import _single
 
 
 class _MaxPoolNd(Module):
@@ -50,7 +51,10 @@ class _AvgPoolNd(Module):
 class AvgPool1d(_AvgPoolNd):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True):
-        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+        # torch keeps these three as 1-tuples here (and as given elsewhere)
+        super().__init__(_single(kernel_size), _single(stride if stride is not None
+                                                       else kernel_size),
+                         _single(padding), ceil_mode, count_include_pad)
 
     def forward(self, input):  # noqa: A002
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
