@@ -17,6 +17,7 @@ import torch  # noqa: F401  (installed by `make`, dev extras; the programs impor
 
 HERE = pathlib.Path(__file__).parent / "programs"
 
+
 def _swap_line(line):
     """One import line of a program with ``torch`` replaced by
     ``fpemu.autograd``: ``import torch`` -> ``import fpemu.autograd as torch``,
