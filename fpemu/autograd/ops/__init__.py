@@ -11,8 +11,8 @@ from .elementwise import (  # noqa: F401
     abs, add, allclose, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clip, clone,
     cos, div, eq, equal, exp, expm1, floor_divide, ge, gelu, gt, isclose, isfinite, isinf,
     isnan, le, log, log1p, logical_and, logical_not, logical_or, lt, masked_fill, maximum,
-    minimum, mul, ne, neg, pow, reciprocal, relu, remainder, rsqrt, rsub, sigmoid, sign, silu, sin, sqrt, square,
-    sub, tanh, where,
+    minimum, mul, ne, neg, pow, reciprocal, relu, remainder, rsqrt, rsub, sigmoid, sign, silu,
+    sin, sqrt, square, sub, tanh, where,
 )
 from .linalg import (  # noqa: F401
     addmm, baddbmm, bmm, dot, ger, linear, matmul, matmul_model, mm, mv, outer, set_matmul_model,
