@@ -15,8 +15,11 @@ import enum
 import numpy as np
 
 from ...errors import FpemuValueError
+from ...formats import Format
 from .._autocast import cast_inputs
-from .._core import Tensor, _result, _store, float32, float64, int64, is_float, to_dtype
+from .._core import (
+    Tensor, _result, _store, bool_, float32, float64, int64, is_float, to_dtype,
+)
 from .._profile import get_profile
 from .._state import State
 from ..ops import linalg as _linalg
@@ -205,17 +208,38 @@ def _softmax_input(op, x, dim, dtype):
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
-    """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output."""
+    """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output.
+
+    Under the CPU profile a bfloat16 / float16 input follows ATen's CPU
+    kernels (bit for bit on torch 2.13 CPU): the exponentials and their sum
+    in float32, along the last dim ``e * (1 / sum)``, along another dim as
+    :func:`_cpu_softmax_inner` says. The backward reads the stored output:
+    ``y * (g - sum(g * y))``."""
     x, dt, d, X = _softmax_input("softmax", input, dim, dtype)
     with np.errstate(all="ignore"):
         e = np.exp(X - X.max(axis=d, keepdims=True))
-        Y = e / e.sum(axis=d, keepdims=True)
+        if get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
+            e32 = e.astype(np.float32)
+            if d == x.ndim - 1:
+                s32 = e32.astype(np.float64).sum(axis=d, keepdims=True).astype(np.float32)
+                Y = e32 * (np.float32(1) / s32)
+            else:
+                Y = _cpu_softmax_inner(e32, d, dt)
+        else:
+            Y = e / e.sum(axis=d, keepdims=True)
     res = _store(Y, dt)
 
     def backward(g):
         G = g.astype(np.float64)
+        Yo = res.astype(np.float64)
+        om = np.float64 if dt is float64 else np.float32
         with np.errstate(all="ignore"):
-            return (_store(Y * (G - (G * Y).sum(axis=d, keepdims=True)), dt),)
+            if get_profile().cpu and om is np.float32 and d is not None and d != x.ndim - 1:
+                # ATen's CPU kernel along an inner dim: float32 in index order
+                S = _sequential_sum_f32((G * Yo).astype(np.float32), d).astype(np.float64)
+            else:
+                S = (G * Yo).sum(axis=d, keepdims=True).astype(om).astype(np.float64)
+            return (_store(Yo * (G - S), dt),)
     return _result(res, dt, (x,), backward, saved=("out",), op="softmax")
 
 
@@ -226,18 +250,88 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
-    """x - max - log(sum(exp(x - max))), in float64. Autocast: fp32 output."""
+    """x - max - log(sum(exp(x - max))), in float64, rounded once.
+    Autocast: fp32 output.
+
+    Under the CPU profile a bfloat16 / float16 input follows ATen's CPU
+    kernels (bit for bit on torch 2.13 CPU): along the last dim the sum of
+    exponentials and its logarithm are kept in the tensor's dtype before the
+    subtraction; along another dim everything is float32, the sum in index
+    order. The backward reads the stored output: ``g - exp(y) * sum(g)``."""
     x, dt, d, X = _softmax_input("log_softmax", input, dim, dtype)
     with np.errstate(all="ignore"):
         shifted = X - X.max(axis=d, keepdims=True)
-        Y = shifted - np.log(np.exp(shifted).sum(axis=d, keepdims=True))
+        total = np.exp(shifted).sum(axis=d, keepdims=True)
+        if _cpu_reduced_lastdim(dt, d, x.ndim):
+            log_sum = _store(np.log(_store(total, dt).astype(np.float64)), dt)
+            Y = shifted.astype(np.float32).astype(np.float64) - log_sum
+        elif get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
+            # float32 throughout: the sum in index order, its log, x - max - log
+            s32 = _sequential_sum_f32(np.exp(shifted).astype(np.float32), d)
+            log32 = np.log(s32.astype(np.float64)).astype(np.float32)
+            Y = shifted.astype(np.float32) - log32
+        else:
+            Y = shifted - np.log(total)
     res = _store(Y, dt)
 
     def backward(g):
         G = g.astype(np.float64)
+        om = np.float64 if dt is float64 else np.float32
         with np.errstate(all="ignore"):
-            return (_store(G - np.exp(Y) * G.sum(axis=d, keepdims=True), dt),)
+            S = G.sum(axis=d, keepdims=True).astype(om).astype(np.float64)
+            E = np.exp(res.astype(np.float64)).astype(om).astype(np.float64)
+            return (_store(G - E * S, dt),)
     return _result(res, dt, (x,), backward, saved=("out",), op="log_softmax")
+
+
+def _sequential_sum_f32(E, axis):
+    """The float32 sum along ``axis`` in index order, one rounding per add."""
+    E = np.moveaxis(E, axis, 0)
+    acc = np.zeros(E.shape[1:], np.float32)
+    for k in range(E.shape[0]):
+        acc = acc + E[k]
+    return np.expand_dims(acc, axis)
+
+
+def _cpu_softmax_inner(e32, d, dt):
+    """ATen's CPU softmax of a 16-bit tensor along a dim that is not the
+    last (``_vec_softmax`` for reduced floating types): the exponentials and
+    their sum (in index order) in float32; the columns it runs as one vector
+    of ``lanes`` 16-bit values take ``e / sum``, the others (the scalar
+    tail) ``round(e) / sum``. Which columns are vectors depends on how
+    ``at::parallel_for`` splits the outer x inner positions over the
+    profile's ``cpu_threads`` (measured bit for bit on torch 2.13 CPU, one
+    and two threads)."""
+    shape = e32.shape
+    outer = int(np.prod(shape[:d], dtype=np.int64))
+    inner = int(np.prod(shape[d + 1:], dtype=np.int64))
+    E = e32.reshape(outer, shape[d], inner)
+    S = _sequential_sum_f32(E, 1)
+    prof = get_profile()
+    lanes = prof.cpu_lanes(2)
+    n = outer * inner
+    vector = np.zeros(n, bool)
+    threads = prof.cpu_threads if n > 1 else 1
+    chunk = -(-n // max(threads, 1))
+    for begin in range(0, n, chunk):
+        end = min(n, begin + chunk)
+        idx = begin
+        while idx < end:
+            col = idx % inner
+            if col + lanes <= inner and idx + lanes <= end:
+                vector[idx:idx + lanes] = True
+                idx += lanes
+            else:
+                idx += (end - idx) if idx + lanes > end else (inner - col)
+    vector = vector.reshape(outer, 1, inner)
+    Y = np.where(vector, E / S, _store(E, dt) / S)
+    return Y.reshape(shape)
+
+
+def _cpu_reduced_lastdim(dt, d, ndim):
+    """True for ATen's CPU softmax kernels on a 16-bit float along the last dim."""
+    return (get_profile().cpu and isinstance(dt, Format) and dt.bits == 16
+            and d is not None and d == ndim - 1)
 
 
 # --------------------------------------------------------------------- norms
@@ -486,6 +580,10 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,  
     picked = np.take_along_axis(Lm, tc[..., None], axis=-1)[..., 0].astype(np.float64)
     W = np.ones(C) if weight is None else f64(weight)
     w = np.where(keep, W[tc], 0.0)
+    cpu = get_profile().cpu and dt is not float64
+    if cpu:
+        return _nll_loss_cpu(logp, target, picked, w, keep, tc, Lm.shape, reduction, dt,
+                             weight is not None)
     losses = -picked * w
     if reduction == "none":
         res, denom = _store(losses.reshape(target.shape), dt), None
@@ -509,56 +607,157 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,  
     return _result(res, dt, (logp,), backward, op="nll_loss")
 
 
+def _nll_loss_cpu(logp, target, picked, w, keep, tc, lm_shape, reduction, dt, weighted):
+    """nll_loss as ATen's CPU kernels (``LossNLL.cpp``, ``LossNLL2d.cpp``)
+    compute it, every operation rounded to the dtype (bit for bit with torch
+    2.13 CPU, float32 and 16-bit alike): ``-x * w`` per element; for "sum"
+    and "mean" an eight-level cascade sum over the targets in index order
+    (level j+1 takes level j's partial sum at every index whose low 4(j+1)
+    bits are zero), the levels then added in order, "mean" divided by the
+    rounded weight total (the target count without weights)."""
+    def r(v):
+        return _store(np.asarray(v, np.float32), dt).astype(np.float32)
+    flat_keep = keep.reshape(-1)
+    x = r(picked.reshape(-1))
+    wv = r(w.reshape(-1))
+    if reduction == "none":
+        res = r(np.where(flat_keep, -x * wv if weighted else -x, 0.0)).reshape(target.shape)
+        denom = None
+    else:
+        pos = np.flatnonzero(flat_keep)
+        terms = r(x[pos] * wv[pos]) if weighted else x[pos]
+        total_loss = _cascade_sum(pos, -terms, r, len(flat_keep), negate=True, x=terms)
+        if weighted:
+            total_w = _cascade_sum(pos, wv[pos], r, len(flat_keep))
+        else:
+            total_w = r(float(pos.size))
+        denom = total_w
+        with np.errstate(all="ignore"):
+            res = r(total_loss / total_w) if reduction == "mean" else total_loss
+
+    def backward(g):
+        G = np.zeros(lm_shape, np.float32)
+        with np.errstate(all="ignore"):
+            if denom is None:                         # -w * grad_output, per element
+                gv = r(-wv.reshape(keep.shape) * g.astype(np.float32).reshape(keep.shape))
+            else:
+                g0 = np.float32(g.reshape(-1)[0])
+                grad = -(r(g0 / denom) if reduction == "mean" else g0)
+                gv = r(wv * grad).reshape(keep.shape) if weighted else \
+                    np.full(keep.shape, grad, np.float32)
+        np.put_along_axis(G, tc[..., None], gv[..., None], axis=-1)
+        G = np.where(keep[..., None], G, np.float32(0))
+        return (_store(np.moveaxis(G, -1, 1).reshape(logp.shape), dt),)
+    return _result(np.asarray(res), dt, (logp,), backward, op="nll_loss")
+
+
+def _cascade_sum(pos, vals, r, n, negate=False, x=None):
+    """ATen's CPU cascade sum (``cascade_sum_num_levels = 8``): the values at
+    positions ``pos`` (of ``n``) accumulated as ``partial[0] -= x`` (or ``+=
+    vals``), each step rounded by ``r``; after an element whose index has
+    its low ``4 (j+1)`` bits zero, level j is added into level j+1."""
+    levels = [np.float32(0)] * 8
+    power = max(4, (int(n - 1).bit_length() if n > 1 else 0) // 8)
+    mask = (1 << power) - 1
+    # level 0 runs between propagation points: sequential rounded sums,
+    # computed for all runs at once, column by column
+    ends = np.flatnonzero((pos & mask) == 0)
+    bounds = np.concatenate([[0], ends + 1, [pos.size]])
+    starts, stops = bounds[:-1], bounds[1:]
+    starts, stops = starts[stops > starts], stops[stops > starts]
+    width = int((stops - starts).max()) if starts.size else 0
+    acc = np.zeros(starts.size, np.float32)
+    src = x if negate else vals
+    for c in range(width):
+        live = starts + c < stops
+        idx = np.minimum(starts + c, pos.size - 1)
+        step = r(acc - src[idx]) if negate else r(acc + src[idx])
+        acc = np.where(live, step, acc)
+    for k, (a, b) in enumerate(zip(starts, stops)):
+        levels[0] = acc[k]
+        last = int(pos[b - 1])
+        for j in range(7):
+            if last & (mask << (power * j)):
+                break
+            levels[j + 1] = r(levels[j + 1] + levels[j])
+            levels[j] = np.float32(0)
+    out = np.float32(0)
+    for v in levels:
+        out = r(out + v)
+    return out
+
+
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,  # noqa: A002
                   reduce=None, reduction="mean", label_smoothing=0.0):
     """log_softmax over dim 1, then nll_loss (both fp32 under autocast), as
-    torch decomposes it; label smoothing mixes in the (weighted) mean of
-    -logp over the classes. Class-probability targets (float) are supported."""
+    torch decomposes it (``aten/src/ATen/native/LossNLL.cpp``); label
+    smoothing and class-probability targets follow the same file's
+    decompositions op by op, so every rounding is one of torch's."""
     reduction = _reduction(reduction, size_average, reduce)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise FpemuValueError(f"label_smoothing must be between 0.0 and 1.0. Got: "
+                              f"{label_smoothing}")
     (input,) = cast_inputs("cross_entropy_loss", input)
     cdim = 0 if input.ndim == 1 else 1
     logp = log_softmax(input, dim=cdim)
-    if isinstance(target, Tensor) and is_float(target.dtype):
-        if tuple(target.shape) != tuple(input.shape):
+    if isinstance(target, Tensor) and tuple(target.shape) == tuple(input.shape):
+        if not is_float(target.dtype):
             from ..ops.linalg import scalar_type
-            raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
-                               f"{scalar_type(target.dtype)}")
+            raise RuntimeError(f"Expected floating point type for target with class "
+                               f"probabilities, got {scalar_type(target.dtype)}")
+        if ignore_index >= 0:
+            raise RuntimeError("ignore_index is not supported for floating point target")
         return _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim)
     loss = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     if not label_smoothing:
         return loss
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise FpemuValueError(f"label_smoothing must be between 0.0 and 1.0. Got: "
-                              f"{label_smoothing}")
     from ..ops.elementwise import add, div, mul, neg
+    from ..ops.shape import gather, masked_select
     C = input.shape[cdim]
-    keep = (target._data != ignore_index)
-    lp = logp if weight is None else mul(logp, weight.reshape((-1,) + (1,) * (logp.ndim - 2)))
-    smooth = mul(neg(_sum(lp, dim=cdim)), Tensor(keep.astype(np.float32), float32))
+    if weight is not None:
+        shape = [1] * logp.ndim
+        shape[cdim] = weight.shape[0]
+        smooth = neg(_sum(mul(logp, weight.view(*shape)), dim=cdim))
+    else:
+        smooth = neg(_sum(logp, dim=cdim))
+    ignore = Tensor(target._data == ignore_index, bool_)
+    smooth = masked_fill(smooth, ignore, 0.0)
     if reduction == "mean":
-        if weight is None:
-            smooth = div(_sum(smooth), float(keep.sum()))
+        keep = Tensor(~ignore._data, bool_)
+        if weight is not None:
+            count = _sum(gather(weight, 0, masked_select(target, keep).flatten()))
         else:
-            wt = f64(weight)[np.where(keep, target._data, 0)] * keep
-            smooth = div(_sum(smooth), float(wt.sum()))
+            count = _sum(keep)
+        ret = div(_sum(smooth), count)
     elif reduction == "sum":
-        smooth = _sum(smooth)
-    return add(mul(loss, 1.0 - label_smoothing), mul(smooth, label_smoothing / C))
+        ret = _sum(smooth)
+    else:
+        ret = smooth
+    return add(mul(loss, 1 - label_smoothing), mul(ret, label_smoothing / C))
 
 
 def _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim):
+    """Class-probability targets: ``-(logp * target [* weight]).sum()``, the
+    mean over the samples (``numel / C``), as torch's decomposition."""
     from ..ops.elementwise import add, div, mul, neg
     C = logp.shape[cdim]
     tgt = target
-    if label_smoothing:
-        tgt = add(mul(target, 1.0 - label_smoothing), label_smoothing / C)
-    lp = logp if weight is None else mul(logp, weight.reshape((-1,) + (1,) * (logp.ndim - 2)))
-    per = neg(_sum(mul(lp, tgt), dim=cdim))
+    if label_smoothing > 0:
+        tgt = add(mul(target, 1 - label_smoothing), label_smoothing / C)
+    prod = mul(logp, tgt)
+    if weight is not None:
+        if weight.ndim != 1 or weight.numel() != C:
+            raise RuntimeError(f"cross_entropy: weight tensor should be defined either for "
+                               f"all {C} classes or no classes but got weight tensor of "
+                               f"shape: {list(weight.shape)}")
+        shape = [1] * logp.ndim
+        shape[cdim] = C
+        prod = mul(prod, weight.view(*shape) if logp.ndim > 1 else weight)
     if reduction == "mean":
-        return div(_sum(per), float(np.prod(per.shape)) if per.ndim else 1.0)
+        return div(neg(_sum(prod)), logp.numel() // C)
     if reduction == "sum":
-        return _sum(per)
-    return per
+        return neg(_sum(prod))
+    return neg(_sum(prod, dim=cdim))
 
 
 def _pointwise_loss(name, input, target, reduction, fwd, bwd):  # noqa: A002

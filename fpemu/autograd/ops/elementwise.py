@@ -46,9 +46,10 @@ def add(a, b, alpha=1, out=None):
         return _out(int_binary(lambda x, y: x + alpha * y, a, b, dt), out)
     A, B = operand(a, dt), operand(b, dt)
     if _aten.cpu_rounds_scalars(dt):
-        # CPU ufuncs take alpha and a Python number as the tensor's dtype
-        A = A if isinstance(a, Tensor) else _aten.scalar(A, dt)
-        B = B if isinstance(b, Tensor) else _aten.scalar(B, dt)
+        # CPU ufuncs take alpha and a CPU scalar (a Python number, or a 0-d
+        # tensor beside a dimensioned one) as the tensor's dtype
+        A = A if not _cpu_scalar(a, b) else _aten.scalar(A, dt)
+        B = B if not _cpu_scalar(b, a) else _aten.scalar(B, dt)
     with np.errstate(all="ignore"):
         if alpha == 1:
             res = _store(A + B, dt)
@@ -60,6 +61,14 @@ def add(a, b, alpha=1, out=None):
         gb = g if alpha == 1 else _store(g.astype(opmath(dt)) * alpha_o, dt)
         return grad_part(g, a, dt), grad_part(gb, b, dt)
     return _out(_result(res, dt, (a, b), backward, op="add"), out)
+
+
+def _cpu_scalar(x, other):
+    """ATen's ``is_cpu_scalar``: a number, or a 0-d tensor beside a
+    dimensioned tensor (the CPU kernels read it as a scalar)."""
+    if not isinstance(x, Tensor):
+        return True
+    return x.ndim == 0 and isinstance(other, Tensor) and other.ndim > 0
 
 
 def sub(a, b, alpha=1, out=None):
