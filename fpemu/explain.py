@@ -140,12 +140,7 @@ def _read_one(x):
     typed = x.strip() if isinstance(x, str) else ""
     if isinstance(x, str):
         x = parse_real(x)
-    elif isinstance(x, np.ndarray) or (isinstance(x, (list, tuple))):
-        arr = np.asarray(x)
-        if arr.size != 1:
-            raise FpemuValueError(f"explain() takes one number, got an array of shape {arr.shape}; "
-                                  "use fpemu.quantize for arrays")
-        x = arr.reshape(-1)[0]
+    x = _one_value(x)
     if isinstance(x, (complex, np.complexfloating)):
         raise FpemuTypeError(f"explain() takes a real number, got the complex {x!r}; pass x.real "
                              "and x.imag separately")
@@ -168,6 +163,44 @@ def _read_one(x):
     else:
         exact = Fraction(x)
     return exact, xv, text
+
+
+def _one_value(x):
+    """The one number a user holds, as a Python or numpy real: a 0-d or
+    one-element torch tensor, numpy or ml_dtypes array, list or tuple gives
+    its element; numpy ints (uint64 too) and bools become Python ints,
+    ml_dtypes scalars their exact float32 value."""
+    from .quantize import _ML_DTYPES_INTS, _ML_DTYPES_NAMES, _from_torch, _is_torch_tensor
+    if _is_torch_tensor(x):
+        x = _from_torch(x, "explain")
+    if isinstance(x, (list, tuple)):
+        flat = list(_flatten(x))
+        if len(flat) != 1:
+            raise FpemuValueError(f"explain() takes one number, got a {type(x).__name__} of "
+                                  f"{len(flat)}; use fpemu.quantize for arrays")
+        return _one_value(flat[0])
+    if isinstance(x, np.ndarray):
+        if x.size != 1:
+            raise FpemuValueError(f"explain() takes one number, got an array of shape "
+                                  f"{x.shape}; use fpemu.quantize for arrays")
+        x = x.reshape(-1)[0]
+    if isinstance(x, (bool, np.bool_)):
+        return int(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.generic) and x.dtype.name in _ML_DTYPES_NAMES:
+        return float(np.float32(x))
+    if isinstance(x, np.generic) and x.dtype.name in _ML_DTYPES_INTS:
+        return int(np.int64(x))
+    return x
+
+
+def _flatten(seq):
+    for v in seq:
+        if isinstance(v, (list, tuple)):
+            yield from _flatten(v)
+        else:
+            yield v
 
 
 def _float(q: Fraction) -> float:

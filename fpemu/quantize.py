@@ -31,6 +31,8 @@ _ML_DTYPES_NAMES = {
     "float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz", "float8_e8m0fnu",
     "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
 }
+#: ml_dtypes' narrow integer types: numpy sees them as void, their values are ints
+_ML_DTYPES_INTS = {"int2", "int4", "uint2", "uint4"}
 
 
 # ----------------------------------------------------------------- preparation
@@ -114,6 +116,8 @@ def _prepare_input(x, fname):
         )
     if dt.kind == "O":
         arr = _object_values(arr, fname)
+    elif dt.name in _ML_DTYPES_INTS:
+        arr = arr.astype(np.int64).astype(np.float64)   # every value is a small int
     elif dt.kind in "USMmV" and dt.name not in _ML_DTYPES_NAMES:
         text = " (text is read exactly by decimal.Decimal(text))" if dt.kind in "US" else ""
         raise FpemuTypeError(
