@@ -13,6 +13,10 @@ import importlib.util  # noqa: E402
 # fpemu.autograd.utils.tensorboard passes through to torch's SummaryWriter and
 # raises ImportError (with the fix) where tensorboard is not installed, as
 # torch.utils.tensorboard does: the doctest collection cannot import it there.
-collect_ignore_glob = []
+#
+# tests/programs/ holds real PyTorch training scripts that tests/test_programs.py
+# runs as __main__ under torch and under fpemu: importing them for doctests
+# would train them at collection time.
+collect_ignore_glob = ["tests/programs/*"]
 if importlib.util.find_spec("tensorboard") is None:
     collect_ignore_glob.append("fpemu/autograd/utils/tensorboard/*")
