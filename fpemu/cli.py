@@ -105,6 +105,8 @@ def _cmd_casts(args) -> int:
 
 
 def _cmd_demo(args) -> int:
+    from ._files import check_output_dir
+    check_output_dir(args.out, "report folder")
     from .report import demo
     kinds = ("svg", "png") + (("pdf",) if args.pdf else ())
     path, results, seconds = demo(args.out, quick=args.quick, progress=not args.no_progress,
@@ -124,6 +126,9 @@ def _cmd_run(args) -> int:
         mod = experiments.module(args.name)
     except KeyError as err:
         raise CliError(err.args[0]) from None
+    if args.out:
+        from ._files import check_output_dir
+        check_output_dir(args.out, "report folder")
     fields = {f.name: f for f in dataclasses.fields(mod.Config)}
     defaults = mod.Config()
     overrides = dict(mod.QUICK) if args.quick else {}
@@ -145,6 +150,13 @@ def _cmd_run(args) -> int:
         r = mod.run(None, **overrides)
     except (TypeError, ValueError) as err:
         raise CliError(str(err)) from None
+    except MemoryError:
+        raise CliError(f"{args.name} with " + " ".join(
+            f"--{k.replace('_', '-')} {v!r}" for k, v in overrides.items()
+            if v != getattr(defaults, k)) + " needs more memory than this machine has; "
+            "use smaller sizes (the defaults: " + ", ".join(
+                f"--{k.replace('_', '-')} {getattr(defaults, k)!r}" for k in overrides)
+            + ")") from None
     print(r.summary())
     print()
     print(r.conclusion)
@@ -156,20 +168,30 @@ def _cmd_run(args) -> int:
 
 
 def _parse_param(flag, text, default):
-    """A parameter value of the default's type; tuples are comma-separated."""
+    """A parameter value of the default's type; tuples are comma-separated.
+    A number must be finite and keep its default's sign: a positive default
+    (sizes, steps, rates) asks for a positive value, a zero default for one
+    >= 0."""
     try:
         if isinstance(default, bool):
             if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError
             return text.lower() in ("true", "1", "yes")
         if isinstance(default, int):
-            return int(text)
+            return _checked(flag, int(text), default)
         if isinstance(default, float):
-            return float(text)
+            return _checked(flag, float(text), default)
         if isinstance(default, tuple):
             items = [t.strip() for t in text.split(",") if t.strip()]
+            if not items:
+                raise ValueError
             kind = type(default[0]) if default else str
-            return tuple(kind(t) if kind is not float else float(t) for t in items)
+            values = tuple(kind(t) if kind is not float else float(t) for t in items)
+            if default and isinstance(default[0], (int, float)) and \
+                    not isinstance(default[0], bool):
+                ref = min(default)
+                values = tuple(_checked(flag, v, ref) for v in values)
+            return values
         return text
     except ValueError:
         kind = type(default).__name__ if not isinstance(default, tuple) else \
@@ -177,20 +199,52 @@ def _parse_param(flag, text, default):
         raise CliError(f"{flag} expects {kind} (default {default!r}), got {text!r}") from None
 
 
+def _checked(flag, value, default):
+    """``value`` if finite and of the default's sign, else a CliError."""
+    import math
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CliError(f"{flag} expects a finite number, got {value!r}")
+    if default > 0 and not value > 0:
+        raise CliError(f"{flag} expects a positive value (default {default!r}), got {value!r}")
+    if default == 0 and value < 0:
+        raise CliError(f"{flag} expects a value >= 0 (default {default!r}), got {value!r}")
+    return value
+
+
+_TENSOR_SUFFIXES = (".npy", ".npz", ".pt", ".pth", ".bin", ".safetensors")
+
+
+def _tensor_file(path):
+    """``path`` if its suffix is one fpemu reads and the file is there and
+    readable, else a CliError naming which."""
+    from ._files import check_input
+    if not path.lower().endswith(_TENSOR_SUFFIXES):
+        raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
+                       "(torch) or .safetensors")
+    check_input(path, "tensor file")
+    return path
+
+
+def _npy(path):
+    """A .npy file memory-mapped (a truncated or lying header is an error,
+    not an allocation), or a CliError saying what the file is."""
+    from .stats import _load_npy
+    try:
+        return _load_npy(path)
+    except FpemuValueError as err:
+        raise CliError(str(err).replace("stats_chunked(): ", "")) from None
+
+
 def _hist_sources(path):
     """(total elements or None, an iterable of arrays) read lazily from a tensor file."""
-    from .stats import _load_npy
+    from ._files import check_input, npz_arrays
+    check_input(path, "tensor file")
     low = path.lower()
     if low.endswith(".npy"):
-        arr = _load_npy(path)
+        arr = _npy(path)
         return arr.size, [arr]
     if low.endswith(".npz"):
-        import numpy as np
-        try:
-            z = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise CliError(f"cannot read {path} as a .npz archive: {err}") from None
-        return None, (z[k] for k in z.files)
+        return None, (a for _, a in npz_arrays(path))
     if low.endswith((".pt", ".pth", ".bin")):
         tensors = [t for _, t in _torch_tensors(_torch_load(path))]
         if not tensors:
@@ -275,6 +329,12 @@ def _safetensors_arrays(path, safe_open):
 
 
 def _cmd_hist(args) -> int:
+    from ._files import check_output_file
+    _tensor_file(args.file)
+    if os.path.splitext(args.output)[1]:
+        check_output_file(args.output, "figure file")
+    else:
+        check_output_file(args.output + ".png", "figure file")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -322,15 +382,12 @@ def _named_tensors(path):
     """(name, float32 array) for each floating-point tensor of a file, with its
     shape: .npy (named by the file), .npz, .pt / .pth / .bin, .safetensors.
     bfloat16 and fp8 tensors widen exactly; float64 ones must hold float32 values."""
-    import numpy as np
+    from ._files import check_input, npz_arrays
+    check_input(path, "tensor file")
     low = path.lower()
     if low.endswith((".npy", ".npz")):
-        try:
-            z = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise CliError(f"cannot read {path}: {err}") from None
-        items = [(os.path.basename(path), z)] if low.endswith(".npy") else \
-            [(k, z[k]) for k in z.files]
+        items = [(os.path.basename(path), _npy(path))] if low.endswith(".npy") else \
+            npz_arrays(path)
         for name, a in items:
             if a.dtype.kind == "f":
                 yield name, a
@@ -362,7 +419,13 @@ def _cmd_blocks(args) -> int:
 
     import numpy as np
 
+    from ._files import check_output_file
     from .block import PRESETS, TABLE_PRESETS, _shares, error_table
+    _tensor_file(args.file)
+    if args.json:
+        check_output_file(args.json, "JSON file")
+    if args.min_size < 0:
+        raise CliError(f"--min-size expects a count >= 0, got {args.min_size}")
     presets = [p.strip() for p in args.presets.split(",") if p.strip()] if args.presets \
         else list(TABLE_PRESETS)
     for p in presets:
@@ -494,11 +557,8 @@ def _cmd_quantize(args) -> int:
 
 
 def _cmd_stats(args) -> int:
-    from .stats import _load_npy, stats_chunked
-    try:
-        arr = _load_npy(args.file)
-    except FpemuValueError as err:
-        raise CliError(str(err).replace("stats_chunked(): ", "")) from None
+    from .stats import stats_chunked
+    arr = _npy(args.file)
     if arr.dtype.kind not in "fiub":
         raise CliError(f"{args.file} holds {arr.dtype} values, not real numbers; save a "
                        "float, integer or bool array")
@@ -690,6 +750,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_monitor(args) -> int:
+    from ._files import check_input, check_output_dir
+    check_input(args.script, "script")
+    check_output_dir(args.out, "report folder")
+    if args.every < 1:
+        raise CliError(f"--every expects a step count >= 1, got {args.every}")
+    if args.sample is not None and args.sample < 1:
+        raise CliError(f"--sample expects a count >= 1, got {args.sample}")
     from .torch import run_script
     mon = run_script(args.script, args.args, out=args.out, reraise=False,
                      formats=[f for f in args.formats.split(",") if f],
@@ -708,6 +775,13 @@ def _cmd_monitor(args) -> int:
         print(f"fpemu monitor: the script raised {type(err).__name__}: {err}; the report "
               "covers the steps before it", file=sys.stderr)
         return 1
+    code = mon.script_exit
+    if code not in (None, 0):           # sys.exit(n): the script's own status, as Python's
+        if not isinstance(code, int):
+            print(f"fpemu monitor: the script exited: {code}", file=sys.stderr)
+            return 1
+        print(f"fpemu monitor: the script exited with status {code}", file=sys.stderr)
+        return code
     return 0
 
 

@@ -283,6 +283,9 @@ def _load_npy(path):
         raise FpemuValueError(f"stats_chunked(): cannot read {name}: it is not a regular file (a "
                               "device, FIFO or directory); save the array with numpy.save and "
                               "pass that .npy file")
+    if not os.access(path, os.R_OK):
+        raise FpemuValueError(f"stats_chunked(): cannot read {name}: permission denied; check "
+                              f"its permissions (chmod u+r)")
     with open(path, "rb") as fh:
         head = fh.read(6)
     try:

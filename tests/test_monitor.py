@@ -421,4 +421,5 @@ def test_cli_reports_a_script_that_dies_of_a_nan(tmp_path):
 def test_cli_names_a_missing_script(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fpemu.cli", "monitor", str(tmp_path / "no.py")],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "no script" in proc.stderr
+    assert proc.returncode == 2 and "cannot read the script" in proc.stderr and \
+        "no such file" in proc.stderr and "Traceback" not in proc.stderr

@@ -104,6 +104,24 @@ class FirstOverflow:
         return "\n".join(lines)
 
 
+def _float_tensors(output, torch, key=""):
+    """(key, tensor) of every floating-point tensor in a module's output:
+    a tensor, or tuples, lists and dicts of them (nested), keyed by their
+    position or name ("0", "logits", "1.hidden")."""
+    if isinstance(output, torch.Tensor):
+        if output.is_floating_point():
+            yield key or "0", output
+        return
+    if isinstance(output, dict):
+        items = output.items()
+    elif isinstance(output, (tuple, list)):
+        items = enumerate(output)
+    else:
+        return
+    for k, v in items:
+        yield from _float_tensors(v, torch, f"{key}.{k}" if key else str(k))
+
+
 def _policy(fmt):
     """The overflow policy the monitor counts with: one that tells a value beyond the
     range (inf, else NaN) from one that only rounds down to the largest value."""
@@ -212,7 +230,9 @@ class Monitor:
         self._names = {}
         self._owner = {}
         self._running = False
+        self._warned_meta = False
         self.script_error = None
+        self.script_exit = None
 
     # -- hooks -------------------------------------------------------------------------
     def start(self):
@@ -266,10 +286,9 @@ class Monitor:
         def hook(module, args, output):
             if not self._on():
                 return
-            tensors = [t for t in (output if isinstance(output, (tuple, list)) else (output,))
-                       if isinstance(t, self._torch.Tensor) and t.is_floating_point()]
-            for i, t in enumerate(tensors):
-                label = name if len(tensors) == 1 else f"{name}[{i}]"
+            tensors = list(_float_tensors(output, self._torch))
+            for key, t in tensors:
+                label = name if len(tensors) == 1 else f"{name}[{key}]"
                 self._trace.setdefault(self.step, []).append(("forward", label))
                 if "activation" in self.kinds:
                     self._record("activation", label, t)
@@ -319,6 +338,16 @@ class Monitor:
         torch = self._torch
         t = tensor.detach()
         if not t.is_floating_point() or t.numel() == 0:
+            return
+        if t.device.type == "meta":
+            # a meta tensor has a shape and no values: nothing to count
+            if not self._warned_meta:
+                import warnings
+                warnings.warn(f"fpemu.torch.monitor: {label} is on the meta device (shapes "
+                              f"without values); its tensors are not counted. Move the model "
+                              f"to a real device (model.to_empty(device=...)) to count them.",
+                              stacklevel=2)
+                self._warned_meta = True
             return
         seq = self._seq
         self._seq += 1
@@ -505,7 +534,9 @@ class Monitor:
     def report(self, out_dir, **kwargs):
         """Write the HTML report (figures, verdicts) into ``out_dir``; returns the path
         of ``index.html``. See :func:`fpemu.torch._report.write_report`."""
+        from .._files import check_output_dir
         from ._report import write_report
+        check_output_dir(out_dir, "report folder")
         return write_report(self, out_dir, **kwargs)
 
 
@@ -569,6 +600,8 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
         raise FpemuValueError(f"fpemu monitor: no script {path!r}; pass the path of a "
                               "Python training script")
     Monitor(torch.nn.Linear(1, 1), **settings)           # check the settings before running
+    from .._files import check_output_dir
+    check_output_dir(out, "report folder")               # and where the report goes
     _PENDING["settings"] = dict(settings)
     _ACTIVE.clear()
     real_init = torch.optim.Optimizer.__init__
@@ -587,9 +620,11 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
     torch.optim.Optimizer.__init__ = init
     old_argv = sys.argv
     sys.argv = [path, *argv]
-    error = None
+    error = exit_code = None
     try:
         runpy.run_path(path, run_name="__main__")
+    except SystemExit as ex:           # sys.exit(n): the report is written all the same
+        exit_code = ex.code
     except Exception as err:           # a run that dies (of a NaN, say) still gets its report
         error = err
     finally:
@@ -601,6 +636,7 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
     mon = _ACTIVE[0] if _ACTIVE else None
     if mon is not None:
         mon.script_error = error
+        mon.script_exit = exit_code
         mon.report(out)
     if error is not None and (reraise or mon is None):
         raise error
