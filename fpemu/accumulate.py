@@ -153,10 +153,26 @@ def _check_operand(x, fmt: Format, label, fname):
             )
 
 
+def _in_formats(in_fmt, fname):
+    """(format of a, format of b): ``in_fmt`` is one format or a pair of them
+    (an e5m2 x e4m3 fp8 GEMM)."""
+    if isinstance(in_fmt, (tuple, list)):
+        if len(in_fmt) != 2:
+            raise FpemuValueError(f"{fname}(): in_fmt is one format or a pair (format of a, "
+                                  f"format of b); got {in_fmt!r}")
+        return _as_format(in_fmt[0]), _as_format(in_fmt[1])
+    f = _as_format(in_fmt)
+    return f, f
+
+
+#: The NaN tensor cores write (as MMA-Sim and mmaemu model it; fpemu's scaled_matmul).
+_CANONICAL_NAN32 = np.uint32(0x7FFFFFFF).view(np.float32)
+
+
 def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, rounding,
          subnormals, overflow, seed, fname, check=True):
     """out[i, j] = dot(A[i], BT[j]) (or out[i] = dot(A[i], BT[i]) if paired)."""
-    in_fmt = _as_format(in_fmt)
+    fmt_a, fmt_b = _in_formats(in_fmt, fname)
     acc_fmt = _as_format(acc_fmt)
     out_fmt = acc_fmt if out_fmt is None else _as_format(out_fmt)
     model = _resolve_model(model, fname)
@@ -175,8 +191,8 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     p, flags = _kernel_params(acc_fmt, pol, subnormals)
     key, _ = _seed_key(seed, mode)
     if check:
-        _check_operand(A, in_fmt, "a", fname)
-        _check_operand(BT, in_fmt, "b", fname)
+        _check_operand(A, fmt_a, "a", fname)
+        _check_operand(BT, fmt_b, "b", fname)
         _check_operand(C, acc_fmt, "c", fname)
     tc = (1, 0, 23, 0, 0, 0)
     special = None
@@ -184,14 +200,14 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
         if acc_fmt.name != "fp32":
             raise FpemuValueError(f"{fname}(): tensor-core models accumulate in fp32; got "
                                   f"acc_fmt={acc_fmt.name!r}")
-        if in_fmt.precision > 12:
-            raise FpemuValueError(
-                f"{fname}(): tensor-core models take inputs of at most 12 significant bits "
-                f"(fp16, bf16, tf32, fp8, fp6, fp4); {in_fmt.name} has {in_fmt.precision}"
-            )
-        emin_in = in_fmt.emin
+        for f in (fmt_a, fmt_b):
+            if f.precision > 12:
+                raise FpemuValueError(
+                    f"{fname}(): tensor-core models take inputs of at most 12 significant bits "
+                    f"(fp16, bf16, tf32, fp8, fp6, fp4); {f.name} has {f.precision}")
+        # a subnormal input counts with its own format's emin (e4m3 -6, e5m2 -14)
         tc = (model.terms, model.fraction_bits, model.out_fraction_bits, model.e_zero,
-              emin_in, emin_in)
+              fmt_a.emin, fmt_b.emin)
         kind = _ak.TC
     else:
         kind = _ak.MODELS[model]
@@ -219,7 +235,11 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
         kernel = _ak.dot_kernel(kind, int(mode), flags, block, native, paired)
         run_kernel(kernel, A, BT, C, out, p, tc, key)
     if special is not None:
-        out = np.where(mask, special.astype(np.float32), out)
+        with np.errstate(all="ignore"):
+            special = special.astype(np.float32)
+        if kind == _ak.TC:                  # a tensor core writes its one NaN
+            special = np.where(np.isnan(special), _CANONICAL_NAN32, special)
+        out = np.where(mask, special, out)
     if out_fmt != acc_fmt:
         out = quantize(out, out_fmt)
     return out
@@ -279,7 +299,10 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
     a, b : array_like, shapes (M, K) and (K, N)
         Values of ``in_fmt``.
     in_fmt, acc_fmt, out_fmt : str or Format
-        Input, accumulator and output formats (out_fmt None: acc_fmt).
+        Input, accumulator and output formats (out_fmt None: acc_fmt);
+        ``in_fmt`` may be a pair (format of a, format of b), as an e5m2 x
+        e4m3 fp8 GEMM (a tensor-core model aligns each subnormal input
+        with its own format's emin).
     model : str or TensorCore
         One of :data:`MODELS` or a :class:`TensorCore` (see the module text).
     block, inner : int, str

@@ -42,6 +42,7 @@ from .observers import Observer  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .ops import __dict__ as _ops_dict
 from .ops.elementwise import rdiv  # noqa: F401
+from .ops.scaled_mm import _scaled_mm  # noqa: F401  (torch._scaled_mm)
 from . import serialization  # noqa: F401
 from .serialization import load, save  # noqa: F401
 

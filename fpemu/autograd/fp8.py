@@ -479,8 +479,8 @@ def scaled_gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, model, split):
     products when ``split``)."""
     M, K = qa.shape
     N = qb.shape[0]
-    in_fmt = fmt_a if fmt_a == fmt_b else e5m2       # mixed E4M3 x E5M2: the wider range
-    out = np.zeros((M, N), np.float32)
+    in_fmt = (fmt_a, fmt_b)         # each operand aligned with its own format's emin
+    out = None
     for j, (s, e) in enumerate(_blocks(K, bk)):
         if e == s:
             continue
@@ -491,8 +491,13 @@ def scaled_gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, model, split):
             part = _acc._matmul_values(qa[:, s:e], qb[:, s:e].T, in_fmt, "fp32", "fp32", model)
         alpha = (sa[:, j][:, None] * sb[:, j][None, :]).astype(np.float32)
         with np.errstate(all="ignore"):
-            out = out + part.astype(np.float32) * alpha
-    return out
+            # the first block's scaled result is the accumulator (a negative
+            # product that underflows stays -0, as on the GPU); later blocks add
+            term = part.astype(np.float32) * alpha
+            out = term if out is None else out + term
+    if out is None:
+        return np.zeros((M, N), np.float32)
+    return np.where(np.isnan(out), _acc._CANONICAL_NAN32, out).astype(np.float32)
 
 
 def fp8_linear(module, x, recipe):
