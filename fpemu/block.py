@@ -25,7 +25,15 @@ a block of amax ``a`` and elements whose largest power of two is
     land above the element maximum saturate ("clipped" blocks).
 ``"rceil"`` (NVIDIA, ``cvt.rp.satfinite.ue8m0``; TransformerEngine MXFP8)
     ``e = ceil(log2(fp32(a / elem_max)))``: the float32 quotient rounded up
-    to a power of two, so nothing clips. inf gives 2**127.
+    to a power of two, so nothing clips. inf gives 2**127. The quotient is
+    rounded to float32 first, as TransformerEngine's kernel and torchao
+    compute it: where ``a`` lies just above ``elem_max * 2**k`` (one float32
+    ulp above ``448 * 2**-127``, say) the rounded quotient can land on the
+    power of two and give ``2**k`` although ``a / 2**k`` clips slightly.
+``"rceil-exact"``
+    ``e = ceil(log2(a / elem_max))`` of the exact quotient: the smallest
+    power of two for which no element clips (``2**-126`` in the example
+    above). No library is known to compute this; it is the rule's intent.
 ``"ceil"`` (torchao CEIL)
     ``floor(log2 a)`` plus one unless ``a`` is a power of two, minus
     ``emax_elem``.
@@ -37,27 +45,48 @@ Every rule clamps ``e`` to [-127, 127]; a NaN amax gives the NaN scale
 (0xFF) and the whole block decodes to NaN. Elements are ``x / 2**e``,
 clamped to the element maximum, rounded once.
 
+An infinity inside a block (``inf_block``): ``"saturate"`` (default) gives
+the largest scale the rule allows for an infinite amax (2**127) and the
+infinity saturates to the element maximum, as torchao 0.18 does; ``"nan"``
+gives the block the NaN scale, as Microsoft's ``microxcaling`` library does
+(its ``_quantize_mx`` turns a shared exponent above 127 into NaN).
+
 E4M3 scales with an fp32 tensor scale (NVFP4: e2m1 elements, blocks of 16):
 
-``"nvfp4"`` (TransformerEngine's reference quantizer, ``NVFP4QuantizerRef``)
+``"nvfp4"`` (TransformerEngine's reference quantizer ``NVFP4QuantizerRef``
+    in ``reference_nvfp4.py`` as of TE commit d0067d0 and still at 1498424,
+    which its CUDA kernel matches)
     tensor encode scale ``S = min(fp32(448*6 / amax_tensor), FLT_MAX)``
     (1 where amax is 0 or S is 0, as TE's CUDA kernel); decode scale
-    ``fp32(1 / S)``. Block scale: ``fp32(fp32(a / 6) * S)``, capped at
-    FLT_MAX and 448, cast to e4m3fn (round to nearest even). Element encode
-    scale ``min(fp32(1 / fp32(scale * (1/S))), FLT_MAX)``; elements
+    ``fp32(1 / S)``. Block scale: ``fp32(a * fp32(S * fp32(1/6)))`` (the
+    reciprocal of 6 folded into the tensor scale), capped at FLT_MAX and
+    448, cast to e4m3fn (round to nearest even). Element encode scale
+    ``min(fp32(1 / fp32(scale * (1/S))), FLT_MAX)``; elements
     ``fp32(x * enc)`` clamped to ±6, then rounded to e2m1.
+``"nvfp4-div6"`` (TransformerEngine's reference before commit d0067d0)
+    as ``"nvfp4"`` with the block scale ``fp32(fp32(a / 6) * S)``. The two
+    differ in one block scale code where ``a / 6 * S`` falls on or next to a
+    midpoint of e4m3fn: ``a = 0.0703125`` with a tensor amax of 3 gives 10
+    (``"nvfp4-div6"``: 10.5 rounds to even) or 11 (``"nvfp4"``).
 ``"nvfp4-torchao"`` (torchao ``nvfp4_quantize`` with a per-tensor scale)
     tensor scale ``t = fp32(amax_tensor / 2688)``; block scale
     ``fp32(fp32(a / 6) / t)`` clamped to [2**-6, 448] (torchao's lower clamp
     keeps every scale normal) and cast to e4m3fn; elements
     ``fp32(x * fp32(fp32(1 / t) / scale))`` clamped to ±6. An all-zero
     tensor gives ``t = 0`` and NaN scales in torchao; this preset keeps that.
+    A tensor amax below about 2.3e-35 makes ``t`` so small that ``1 / t``
+    overflows: torchao then multiplies its zero elements by infinity and
+    writes the resulting NaN's bits as a code (11, -1.5, on x86 CPUs); fpemu
+    gives those elements 0 and warns (nonzero elements become ±6 in both).
 ``"4over6"`` (Four Over Six, TransformerEngine PR #2972)
     the tensor encode scale uses 256 in place of 448 (``256*6 / amax``),
     leaving room for the block scale to grow by 6/4; each block is quantized
     twice, its amax mapped to 6 and to 4, and keeps the one whose
     dequantized values have the smaller sum of squared errors (computed
-    exactly; a tie keeps 6).
+    exactly; a tie keeps 6). This is the PR's rule; TransformerEngine's
+    merged reference (commit 1498424) keeps the tensor constant 448 unless
+    configured to 256, derives the map-to-4 scale as 1.5 times the map-to-6
+    one and compares float32 sums of absolute errors by default.
 
 ``"cudnn"`` (cuDNN frontend's Block Scale Quantize, as its documentation
     states it: ``scale = quantize_round_up(amax / vmax)``, ``output =
@@ -115,7 +144,7 @@ from .formats import Format
 from .formats import format as _lookup
 from .quantize import _prepare_input, decode, encode, quantize
 
-__all__ = ["BlockQuantized", "BlockSpec", "PRESETS", "SCALE_RULES", "quantize_blocks",
+__all__ = ["BlockQuantized", "BlockSpec", "PRESETS", "SCALE_RULES", "INF_BLOCK", "quantize_blocks",
            "dequantize_blocks", "hadamard", "hadamard_matrix", "TE_SIGNS", "error_table"]
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)
@@ -125,8 +154,9 @@ _f32 = np.float32
 #: (``get_wgrad_sign_vector`` in its NVFP4 reference quantizer).
 TE_SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float64)
 
-MX_RULES = ("floor", "rceil", "ceil", "even")
-FP4_RULES = ("nvfp4", "nvfp4-torchao", "4over6", "cudnn")
+MX_RULES = ("floor", "rceil", "ceil", "even", "rceil-exact")
+FP4_RULES = ("nvfp4", "nvfp4-div6", "nvfp4-torchao", "4over6", "cudnn")
+INF_BLOCK = ("saturate", "nan")
 FP32_RULES = ("current", "pow2")
 SCALE_RULES = MX_RULES + FP4_RULES + FP32_RULES
 
@@ -299,6 +329,8 @@ def _mx_exponent(amax32, elem: Format, rule):
             e = np.where(sub, top - 149 + np.where(pow2, 0, 1), e)
             e = np.where(d == 0, -127, e)
             e = np.where(np.isinf(d), 127, e)
+        elif rule == "rceil-exact":
+            e = _ceil_log2_ratio(amax32, float(elem.max))
         else:
             bits = _f32_bits(amax32)
             if rule == "even":
@@ -309,6 +341,20 @@ def _mx_exponent(amax32, elem: Format, rule):
                 e = e + ((bits & 0x7FFFFF) != 0)
             e = e - emax_elem
     return np.clip(e, -127, 127).astype(np.int64), nan
+
+
+def _ceil_log2_ratio(a32, m):
+    """ceil(log2(a / m)) of the exact quotient, for float32 amaxes ``a`` and
+    an element maximum ``m``: the smallest e with ``a <= m * 2**e`` (int64;
+    -127 for a zero, 127 for inf, anything for NaN). Compared exactly in
+    float64: ``m * 2**e`` is exact for every e in range."""
+    a = np.where(np.isfinite(a32) & (a32 > 0), a32, 1).astype(np.float64)
+    ea = np.frexp(a)[1].astype(np.int64) - 1              # 2**ea <= a < 2**(ea + 1)
+    e = ea - _floor_log2(m)                                # a / m < 2**(e + 1)
+    e = np.where(a > np.ldexp(m, e), e + 1, e)             # each test exact
+    e = np.where(a <= np.ldexp(m, e - 1), e - 1, e)
+    e = np.where(a32 == 0, -127, e)
+    return np.where(np.isinf(a32), 127, e)
 
 
 def _e4m3_cast(v32, scale_fmt):
@@ -328,12 +374,18 @@ def _nvfp4_te_tensor(amax_t, fp8_max, elem_max=6.0):
     return _f32(S), _f32(_f32(1.0) / _f32(S))
 
 
-def _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, map_to):
+def _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, map_to, fold=False):
     """TE's block decode scale (scale_fmt values, float32) and element
-    encode scale for amax mapped to ``map_to``."""
+    encode scale for amax mapped to ``map_to``: ``fp32(a * fp32(S * fp32(1 /
+    map_to)))`` with ``fold`` (TE's current rule), else ``fp32(fp32(a /
+    map_to) * S)``."""
     with np.errstate(all="ignore"):
-        ds = (amax_b.astype(np.float32) / _f32(map_to)).astype(np.float32)
-        ds = (ds * S).astype(np.float32)
+        if fold:
+            ds = (amax_b.astype(np.float32) * _f32(S * (_f32(1.0) / _f32(map_to))))
+            ds = ds.astype(np.float32)
+        else:
+            ds = (amax_b.astype(np.float32) / _f32(map_to)).astype(np.float32)
+            ds = (ds * S).astype(np.float32)
         ds = np.minimum(ds, FLT_MAX)                       # NaN stays NaN, as torch.min
         ds = np.clip(ds, -_f32(scale_fmt.max), _f32(scale_fmt.max))
         dsq = _e4m3_cast(ds, scale_fmt)
@@ -382,30 +434,49 @@ def _clip_threshold(elem: Format):
 _SRN = re.compile(r"^sr(\d+)$")
 
 
-def _round_elements(V, elem, rounding, seed, has_nan=True):
+def _srn_bits(rounding, seed):
+    """N of an ``"srN"`` rounding (checked, with its seed), else None."""
+    m = _SRN.match(rounding) if isinstance(rounding, str) else None
+    if not m:
+        return None
+    n = int(m.group(1))
+    if not 1 <= n <= 32:
+        raise FpemuValueError(f"quantize_blocks(): rounding 'srN' takes N in 1..32 random "
+                              f"bits, got {rounding!r}")
+    if seed is None:
+        raise FpemuValueError(f"quantize_blocks(): rounding={rounding!r} needs seed= (an "
+                              "int), so that the random bits can be reproduced")
+    return n
+
+
+def _srn_draws(n, seed, size):
+    """The random bits of ``"srN"``: element i of the block layout takes draw i."""
+    return np.random.Generator(np.random.PCG64(seed)).integers(0, 2**n, size=size,
+                                                                dtype=np.uint64)
+
+
+def _round_elements(V, elem, rounding, seed, has_nan=True, offset=0, draws=None):
     """V (float32, block layout) rounded to elem: codes (block layout). NaNs
-    (only in blocks whose scale is NaN: their codes are replaced) round as 0."""
+    (only in blocks whose scale is NaN: their codes are replaced) round as 0.
+    ``offset``: the flat position of V's first element in the whole block
+    layout (stochastic modes); ``draws``: V's share of the ``"srN"`` bits."""
     flat = V.reshape(-1)
     safe = np.where(np.isnan(flat), np.float32(0), flat) if has_nan else flat
-    m = _SRN.match(rounding) if isinstance(rounding, str) else None
-    if m:
-        n = int(m.group(1))
-        if not 1 <= n <= 32:
-            raise FpemuValueError(f"quantize_blocks(): rounding 'srN' takes N in 1..32 random "
-                                  f"bits, got {rounding!r}")
-        if seed is None:
-            raise FpemuValueError(f"quantize_blocks(): rounding={rounding!r} needs seed= (an "
-                                  "int), so that the random bits can be reproduced")
-        vals = _round_srn(safe.astype(np.float64), elem, n, seed)
+    n = _srn_bits(rounding, seed)
+    if n is not None:
+        if draws is None:
+            draws = _srn_draws(n, seed, flat.size)
+        vals = _round_srn(safe.astype(np.float64), elem, n, draws.reshape(-1))
         codes = encode(vals, elem)
     else:
-        kw = {"seed": (seed, 0) if seed is not None else None} if rounding == "sr" else {}
+        kw = {"seed": (seed, offset) if seed is not None else None} if rounding == "sr" else {}
         codes = encode(safe, elem, rounding=rounding, overflow="saturate", **kw)
     return codes.reshape(V.shape)
 
 
-def _round_srn(v, elem: Format, n, seed):
-    """Stochastic rounding with n random bits per element (module text)."""
+def _round_srn(v, elem: Format, n, draws):
+    """Stochastic rounding with n random bits per element (module text),
+    ``draws`` the bits (one per element of v)."""
     a = np.abs(v)
     with np.errstate(divide="ignore"):
         _, ex = np.frexp(a)
@@ -414,8 +485,7 @@ def _round_srn(v, elem: Format, n, seed):
     t = a / u                                   # exact: a power-of-two scaling
     k = np.floor(t)
     r = np.floor((t - k) * 2.0**n)              # the n bits below the point
-    R = np.random.Generator(np.random.PCG64(seed)).integers(
-        0, 2**n, size=a.size, dtype=np.uint64).astype(np.float64).reshape(a.shape)
+    R = draws.astype(np.float64).reshape(a.shape)
     mag = (k + (r + R >= 2.0**n)) * u
     mag = np.minimum(mag, elem.max)
     return np.copysign(mag, v)
@@ -453,8 +523,73 @@ def _resolve_args(elem, scale_fmt, block, scale_rule):
     return elem, scale_fmt, block, scale_rule
 
 
+def _float32_input(x, fname):
+    """x as an array of float32 values (a float64 array must hold float32
+    values: block quantizers read float32 or bfloat16 tensors)."""
+    flat, shape = _prepare_input(x, fname)
+    X = flat.reshape(shape)
+    X32 = X.astype(np.float32, copy=False)
+    if X.dtype != np.float32:
+        same = (X32.astype(np.float64) == X) | (np.isnan(X) & np.isnan(X32))
+        if not np.all(same):
+            first = float(X[~same].reshape(-1)[0])
+            raise FpemuValueError(
+                f"{fname}(): x holds {int((~same).sum())} value(s) that are not float32 "
+                f"values (the first: {first!r}); block quantizers read float32 (or bfloat16) "
+                "tensors: round first with fpemu.quantize(x, 'fp32')")
+    return X32
+
+
+def _check_axis(axis, ndim, shape, fname):
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise FpemuTypeError(f"{fname}(): axis must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise FpemuValueError(f"{fname}(): axis {axis} is out of range for shape {shape} "
+                              f"(use -{ndim} .. {ndim - 1})")
+    return int(axis) % ndim
+
+
+#: How much larger than the input the zero-padded block layout may be: a block
+#: far longer than its axis would pad it to a huge array.
+_PAD_SLACK = 2**24
+
+
+def _check_padding(shape, block, ax, fname):
+    n = int(np.prod(shape, dtype=object))
+    if isinstance(block, tuple):
+        lead = int(np.prod(shape[:-2], dtype=object))
+        padded = lead * (-(-shape[-2] // block[0]) * block[0]) * (-(-shape[-1] // block[1])
+                                                                   * block[1])
+    else:
+        padded = n // max(shape[ax], 1) * (-(-shape[ax] // block) * block)
+    if padded > 2 * n + _PAD_SLACK:
+        raise FpemuValueError(
+            f"{fname}(): block={block} is far longer than the array (shape {tuple(shape)}): the "
+            f"zero-padded layout would hold {padded:,} values. Pass a block no longer than the "
+            f"blocked axis (MX: 32, NVFP4: 16, fp8 block scaling: 128)")
+
+
+def _check_tensor_amax(tensor_amax, rule):
+    if tensor_amax is None:
+        return None
+    if rule not in FP4_RULES or rule == "cudnn":
+        raise FpemuValueError(
+            f"quantize_blocks(): tensor_amax= sets the tensor scale of the two-level NVFP4 "
+            f"rules ({', '.join(r for r in FP4_RULES if r != 'cudnn')}); scale_rule "
+            f"{rule!r} has no tensor scale: drop tensor_amax")
+    t = np.asarray(tensor_amax)
+    if t.size != 1 or t.dtype.kind not in "iuf" or t.dtype.kind == "b":
+        raise FpemuValueError(f"quantize_blocks(): tensor_amax must be one real number (the "
+                              f"absolute maximum of the tensor), got {tensor_amax!r}")
+    v = _f32(t.reshape(()))
+    if v < 0:
+        raise FpemuValueError(f"quantize_blocks(): tensor_amax is an absolute maximum and "
+                              f"cannot be negative, got {float(v)!r}; pass abs(x).max()")
+    return v
+
+
 def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_rule=None,
-                    rounding="rne", seed=None, *, tensor_amax=None):
+                    rounding="rne", seed=None, *, tensor_amax=None, inf_block="saturate"):
     """Quantize to a block-scaled format; returns ``(codes, scales)`` as a
     :class:`BlockQuantized`.
 
@@ -484,6 +619,10 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     tensor_amax : float, optional
         NVFP4 rules: the amax the tensor scale is computed from (default:
         the amax of ``x``), e.g. the amax before a Hadamard transform.
+    inf_block : str
+        MX rules: what a block holding an infinity gets, ``"saturate"``
+        (the largest scale; the infinity becomes the element maximum, as
+        torchao) or ``"nan"`` (the NaN scale, as microxcaling).
 
     Examples
     --------
@@ -499,36 +638,32 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     """
     elem, scale_fmt, block, rule = _resolve_args(elem, scale_fmt, block, scale_rule)
     block = _check_block(block, "quantize_blocks")
-    flat, shape = _prepare_input(x, "quantize_blocks")
-    X = flat.reshape(shape)
-    if X.ndim == 0:
-        raise FpemuValueError("quantize_blocks(): needs an array with at least one axis")
-    X32 = X.astype(np.float32, copy=False)
-    same = True
-    if X.dtype != np.float32:
-        same = (X32.astype(np.float64) == X) | (np.isnan(X) & np.isnan(X32))
-    if not np.all(same):
-        first = float(X[~same].reshape(-1)[0])
-        raise FpemuValueError(
-            f"quantize_blocks(): x holds {int((~same).sum())} value(s) that are not float32 "
-            f"values (the first: {first!r}); block quantizers read float32 (or bfloat16) "
-            "tensors: round first with fpemu.quantize(x, 'fp32')")
+    if inf_block not in INF_BLOCK:
+        raise FpemuValueError(f"quantize_blocks(): inf_block must be one of "
+                              f"{', '.join(map(repr, INF_BLOCK))}, got {inf_block!r}")
+    _srn_bits(rounding, seed)
+    amax_given = _check_tensor_amax(tensor_amax, rule)
+    X32 = _float32_input(x, "quantize_blocks")
+    if X32.ndim == 0:
+        raise FpemuValueError("quantize_blocks(): needs an array with at least one axis, got a "
+                              "0-d value; pass np.atleast_1d(x)")
     if isinstance(block, tuple):
-        if X.ndim < 2:
+        if X32.ndim < 2:
             raise FpemuValueError(f"quantize_blocks(): 2-D tiles {block} need an array with two "
-                                  f"axes or more; got shape {X.shape}")
+                                  f"axes or more; got shape {X32.shape}")
         ax = None
     else:
-        if not -X.ndim <= axis < X.ndim:
-            raise FpemuValueError(f"quantize_blocks(): axis {axis} is out of range for shape "
-                                  f"{X.shape}")
-        ax = axis % X.ndim
+        ax = _check_axis(axis, X32.ndim, X32.shape, "quantize_blocks")
+    _check_padding(X32.shape, block, ax, "quantize_blocks")
     Bk, back, sshape, sback = _to_blocks(X32, block, ax)
     with np.errstate(invalid="ignore"):
         amax_b = np.max(np.abs(Bk), axis=-1).astype(np.float32)  # NaN propagates
     tensor_scale = None
+    codes = None
     if rule in MX_RULES:
         e, nan = _mx_exponent(amax_b, elem, rule)
+        if inf_block == "nan":
+            nan = nan | np.isinf(amax_b)
         k = (-e).astype(np.int32)
         with np.errstate(all="ignore"):
             # x / 2**e in float32: exact, except for values pushed below float32's
@@ -550,7 +685,7 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         block_nan = np.isnan(amax_b) if not elem.has_nan else np.zeros(amax_b.shape, bool)
         scodes = encode(np.where(block_nan, np.float32(np.nan), dec), scale_fmt)
     else:
-        amax_t = _f32(tensor_amax) if tensor_amax is not None else (
+        amax_t = amax_given if amax_given is not None else (
             _f32(np.max(np.abs(X32))) if X32.size else _f32(0))     # NaN propagates
         if rule == "cudnn":
             with np.errstate(all="ignore"):
@@ -571,27 +706,25 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
                 dsq = _e4m3_cast(sb, scale_fmt)
                 rs = ((_f32(1.0) / t) / dsq).astype(np.float32)
             V, clipped = _scale_elements(Bk, rs, elem, amax_b=amax_b)
+            _torchao_zero_times_inf(V, Bk, rs, amax_t)
             tensor_scale = t
+        elif rule == "4over6":
+            S, Sdec = _nvfp4_te_tensor(amax_t, 256.0)
+            codes, dsq, clipped = _four_over_six(Bk, amax_b, S, Sdec, elem, scale_fmt,
+                                                 rounding, seed)
+            tensor_scale = Sdec
         else:
-            fp8_max = 256.0 if rule == "4over6" else float(scale_fmt.max)
-            S, Sdec = _nvfp4_te_tensor(amax_t, fp8_max)
-            dsq, enc = _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, 6.0)
+            S, Sdec = _nvfp4_te_tensor(amax_t, float(scale_fmt.max))
+            dsq, enc = _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, 6.0,
+                                        fold=rule == "nvfp4")
             V, clipped = _scale_elements(Bk, enc, elem, amax_b=amax_b)
-            if rule == "4over6":
-                dsq4, enc4 = _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, 4.0)
-                V4, clipped4 = _scale_elements(Bk, enc4, elem, amax_b=amax_b)
-                err6 = _block_sse(Bk, V, dsq, Sdec, elem, rounding, seed)
-                err4 = _block_sse(Bk, V4, dsq4, Sdec, elem, rounding, seed)
-                use4 = err4 < err6
-                V = np.where(use4[..., None], V4, V)
-                dsq = np.where(use4, dsq4, dsq)
-                clipped = np.where(use4, clipped4, clipped)
             tensor_scale = Sdec
         scodes = encode(dsq, scale_fmt)
         block_nan = np.isnan(dsq)
         clipped = clipped & ~block_nan
     has_nan = bool(block_nan.any())
-    codes = _round_elements(V, elem, rounding, seed, has_nan)
+    if codes is None:
+        codes = _round_elements(V, elem, rounding, seed, has_nan)
     if has_nan:
         codes = np.where(block_nan[..., None], elem.code_dtype.type(0), codes)
     return BlockQuantized(
@@ -599,13 +732,65 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         np.ascontiguousarray(sback(scodes.reshape(sshape))).astype(scale_fmt.code_dtype),
         elem=elem, scale_fmt=scale_fmt, block=block, axis=ax, scale_rule=rule,
         tensor_scale=tensor_scale, clipped=np.ascontiguousarray(sback(clipped)),
-        rounding=rounding, shape=tuple(X.shape))
+        rounding=rounding, shape=tuple(X32.shape))
 
 
-def _block_sse(Bk, V, dsq, Sdec, elem, rounding, seed):
-    """Sum of squared errors of each block, dequantized, exactly (float64 of
-    exact products; squares summed in float64)."""
-    codes = _round_elements(V, elem, rounding, seed)
+def _torchao_zero_times_inf(V, Bk, rs, amax_t):
+    """Where torchao's element multiplier ``1/t / scale`` overflowed (a tensor
+    amax below about 2.3e-35), its zero elements are 0 * inf: NaN in torchao,
+    whose bits it then writes as a code. fpemu keeps them 0, and says so."""
+    bad = np.isinf(rs)
+    if not bad.any():
+        return
+    zero = bad[..., None] & (Bk == 0)
+    if zero.any():
+        import warnings
+        warnings.warn(
+            f"quantize_blocks(): the tensor amax {float(amax_t):.3g} is so small that "
+            "torchao's element multiplier 1/t overflows to inf; torchao turns the zero "
+            "elements of those blocks into NaN and writes its bits as a code (11, -1.5, on "
+            "x86 CPUs); fpemu gives them 0. Rescale the tensor, or use the 'nvfp4' rule",
+            RuntimeWarning, stacklevel=3)
+        V[zero] = 0
+
+
+def _four_over_six(Bk, amax_b, S, Sdec, elem, scale_fmt, rounding, seed):
+    """Four Over Six: each block quantized with its amax mapped to 6 and to 4,
+    keeping the one of smaller squared error. Element codes (block layout),
+    scale values and clipped flags; blocks are taken a chunk at a time so
+    that the two candidates and their errors never exist for the whole
+    tensor at once."""
+    blen = Bk.shape[-1]
+    B = Bk.reshape(-1, blen)
+    a = amax_b.reshape(-1)
+    nblocks = a.size
+    n = _srn_bits(rounding, seed)
+    draws = _srn_draws(n, seed, B.size).reshape(B.shape) if n is not None else None
+    codes = np.empty(B.shape, elem.code_dtype)
+    dsq = np.empty(a.shape, np.float32)
+    clipped = np.empty(a.shape, bool)
+    step = max(1, (1 << 18) // blen)
+    for lo in range(0, nblocks, step):
+        hi = min(nblocks, lo + step)
+        Bc, ac = B[lo:hi], a[lo:hi]
+        dc = None if draws is None else draws[lo:hi]
+        found = []
+        for map_to in (6.0, 4.0):
+            d, enc = _nvfp4_te_blocks(ac, S, Sdec, elem, scale_fmt, map_to)
+            V, cl = _scale_elements(Bc, enc, elem, amax_b=ac)
+            c = _round_elements(V, elem, rounding, seed, offset=lo * blen, draws=dc)
+            found.append((c, d, cl, _block_sse(Bc, c, d, Sdec, elem)))
+        (c6, d6, cl6, err6), (c4, d4, cl4, err4) = found
+        use4 = err4 < err6                              # a tie (or NaN) keeps 6
+        codes[lo:hi] = np.where(use4[:, None], c4, c6)
+        dsq[lo:hi] = np.where(use4, d4, d6)
+        clipped[lo:hi] = np.where(use4, cl4, cl6)
+    return codes.reshape(Bk.shape), dsq.reshape(amax_b.shape), clipped.reshape(amax_b.shape)
+
+
+def _block_sse(Bk, codes, dsq, Sdec, elem):
+    """Sum of squared errors of each block, dequantized (float64 of exact
+    products; squares summed in float64)."""
     q = decode(codes, elem).astype(np.float64)
     deq = q * dsq[..., None].astype(np.float64) * np.float64(Sdec)
     with np.errstate(invalid="ignore"):
@@ -643,7 +828,35 @@ def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, 
         elem, scale_fmt = _lookup(elem), _lookup(scale_fmt)
         block = _check_block(block, "dequantize_blocks")
         shape = codes.shape
-        axis = None if isinstance(block, tuple) else axis % codes.ndim
+        for name, a in (("codes", codes), ("scales", scales)):
+            if a.dtype.kind not in "iu":
+                raise FpemuTypeError(f"dequantize_blocks(): {name} must be integer codes (as "
+                                     f"quantize_blocks returns them), got dtype {a.dtype}")
+        if isinstance(block, tuple):
+            if codes.ndim < 2:
+                raise FpemuValueError(f"dequantize_blocks(): 2-D tiles {block} need codes with "
+                                      f"two axes or more; got shape {shape}")
+            axis = None
+            want = shape[:-2] + (-(-shape[-2] // block[0]), -(-shape[-1] // block[1]))
+        else:
+            if codes.ndim == 0:
+                raise FpemuValueError("dequantize_blocks(): codes must have at least one axis, "
+                                      "got a 0-d value; pass np.atleast_1d(codes)")
+            axis = _check_axis(axis, codes.ndim, shape, "dequantize_blocks")
+            want = shape[:axis] + (-(-shape[axis] // block),) + shape[axis + 1:]
+        if scales.shape != want:
+            raise FpemuValueError(
+                f"dequantize_blocks(): codes of shape {shape} in blocks of {block} along "
+                f"{'the last two axes' if axis is None else f'axis {axis}'} need scales of "
+                f"shape {want}, got {scales.shape}: pass the scales quantize_blocks returned "
+                "with these codes, and the same block and axis")
+        if tensor_scale is not None:
+            t = np.asarray(tensor_scale)
+            if t.size != 1 or t.dtype.kind not in "iuf":
+                raise FpemuValueError(f"dequantize_blocks(): tensor_scale must be one real "
+                                      f"number (the fp32 decode tensor scale), got "
+                                      f"{tensor_scale!r}")
+            tensor_scale = t.reshape(())
     vals = decode(codes, elem).astype(np.float64)
     svals = decode(scales, scale_fmt).astype(np.float64)
     if isinstance(block, tuple):
@@ -745,7 +958,7 @@ def error_table(x, presets=TABLE_PRESETS, axis=-1):
     >>> [(r["preset"], r["bits"], round(r["sqnr_db"], 1)) for r in rows]
     [('mxfp8', 8.25, 30.3), ('nvfp4', 4.5, 20.5)]
     """
-    x = np.asarray(x, np.float32)
+    x = _float32_input(x, "error_table")
     ref = x.astype(np.float64)
     power = float(np.sum(ref ** 2))
     rows = []

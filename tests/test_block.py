@@ -5,8 +5,10 @@ and exhaustive tables.
 None of the oracles here calls fpemu: torchao runs its own PyTorch code;
 the TransformerEngine oracle below is written from the formulas of
 ``NVFP4QuantizerRef._quantize_blockwise_reference`` in
-``transformer_engine/pytorch/experimental/quantization_nvfp4.py`` in
-PyTorch float32 arithmetic, with its threshold table for e2m1.
+``transformer_engine/pytorch/custom_recipes/reference_nvfp4.py`` (TE commit
+1498424: the block scale is ``vec_max * (S * reciprocal(6))``; before commit
+d0067d0, ``(vec_max / 6) * S``) in PyTorch float32 arithmetic, with its
+threshold table for e2m1.
 """
 
 from __future__ import annotations
@@ -143,6 +145,84 @@ def test_nvfp4_torchao_preset_matches_torchao(seed):
     assert np.float32(q.tensor_scale) == np.float32(pts.item())
 
 
+@pytest.mark.parametrize("x", [np.array([[1e-36] + [0.0] * 15], np.float32),
+                               np.full((1, 17), 1e-38, np.float32)],
+                         ids=["tiny-amax", "tiny-amax-padded-tail"])
+def test_nvfp4_torchao_tiny_tensor_amax_matches_torchao_but_zeros(x):
+    """1/t overflows: torchao's nonzero elements become 6 and its scales 448,
+    as fpemu's; its zero elements are 0 * inf = NaN written as a code (CPU:
+    11), fpemu's are 0, with a warning naming the deviation."""
+    t = torch.tensor(x)
+    pts = per_tensor_amax_to_scale(t.abs().max())
+    s, d = nvfp4_quantize(torch.nn.functional.pad(t, (0, (-x.shape[1]) % 16)), 16, pts)
+    with pytest.warns(RuntimeWarning, match="torchao's element multiplier 1/t overflows"):
+        q = block.quantize_blocks(x, "nvfp4-torchao")
+    np.testing.assert_array_equal(q.scales, s.view(torch.uint8).numpy())
+    ao = unpack_uint4(d).numpy()[:, :x.shape[1]]
+    nz = x != 0
+    np.testing.assert_array_equal(q.codes[nz], ao[nz])
+    assert (q.codes[nz] == 7).all() and (q.codes[~nz] == 0).all()
+
+
+# ------------------------------------------------------ rceil, inf blocks
+@pytest.mark.parametrize("elem", ["e4m3fn", "e5m2", "e2m3", "e3m2", "e2m1"])
+def test_rceil_exact_is_the_smallest_power_of_two_that_clips_nothing(elem):
+    """``"rceil-exact"`` against exact rationals: the smallest e with
+    amax <= elem_max * 2**e, over amaxes at and one ulp either side of
+    elem_max * 2**k (subnormal float32 included), zero and inf."""
+    emax = {"e4m3fn": 448.0, "e5m2": 57344.0, "e2m3": 7.5, "e3m2": 28.0, "e2m1": 6.0}[elem]
+    base = np.array([emax * 2.0**k for k in range(-140, 110, 7)], np.float32)
+    base = base[(base > 0) & np.isfinite(base)]
+    amax = np.concatenate([base, np.nextafter(base, np.float32(0)),
+                           np.nextafter(base, np.float32(np.inf)), [0.0, np.inf]])
+    x = np.zeros((amax.size, 32), np.float32)
+    x[:, 5] = amax
+    q = block.quantize_blocks(x, elem, "e8m0", 32, scale_rule="rceil-exact")
+
+    def want(a):
+        if a == 0:
+            return 0
+        if np.isinf(a):
+            return 254
+        d, e = Fraction(float(a)) / Fraction(emax), -200
+        while Fraction(2) ** e < d:
+            e += 1
+        return min(127, max(-127, e)) + 127
+    np.testing.assert_array_equal(q.scales[:, 0], [want(a) for a in amax])
+
+
+def test_rceil_of_the_fp32_quotient_and_of_the_exact_one_part_below_2_to_minus_126():
+    """amax one ulp above 448 * 2**-127: the float32 quotient rounds down to
+    2**-127 (TE's kernel, torchao: scale code 0), the exact one is above it
+    (code 1)."""
+    a = np.nextafter(np.float32(448 * 2.0**-127), np.float32(1))
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = a
+    assert block.quantize_blocks(x, "mxfp8", scale_rule="rceil").scales.tolist() == [[0]]
+    assert block.quantize_blocks(x, "mxfp8", scale_rule="rceil-exact").scales.tolist() == [[1]]
+    ao, _ = torchao_mx(x, "e4m3fn", "rceil")
+    assert ao.tolist() == [[0]]
+
+
+@pytest.mark.parametrize("rule", ["floor", "rceil", "ceil", "even", "rceil-exact"])
+def test_an_infinity_saturates_its_block_or_makes_it_nan(rule):
+    x = spread((4, 64), 11, -3, 3)
+    x[1, 40] = -np.inf
+    sat = block.quantize_blocks(x, "mxfp8", scale_rule=rule)
+    nan = block.quantize_blocks(x, "mxfp8", scale_rule=rule, inf_block="nan")
+    assert sat.scales[1, 1] != 0xFF and sat.values[1, 40] == -448.0 * 2.0 ** (
+        int(sat.scales[1, 1]) - 127)
+    assert nan.scales[1, 1] == 0xFF and np.isnan(nan.values[1, 32:]).all()
+    keep = np.ones(sat.scales.shape, bool)
+    keep[1, 1] = False
+    np.testing.assert_array_equal(sat.scales[keep], nan.scales[keep])
+    np.testing.assert_array_equal(np.delete(sat.codes, np.s_[32:], 1)[1],
+                                  np.delete(nan.codes, np.s_[32:], 1)[1])
+    if rule != "rceil-exact":
+        want_s, _ = torchao_mx(x, "e4m3fn", rule)      # torchao 0.18 saturates
+        np.testing.assert_array_equal(sat.scales, want_s)
+
+
 # ------------------------------------------------ TransformerEngine NVFP4
 def te_cast_to_fp4(x):
     """TE's threshold table (codes 0..15), ties to even."""
@@ -164,12 +244,14 @@ def te_cast_to_fp4(x):
     return r
 
 
-def te_reference(x, tile=(1, 16), fp8_max=448.0, map_to=6.0, global_amax=None):
+def te_reference(x, tile=(1, 16), fp8_max=448.0, map_to=6.0, global_amax=None, fold=True):
     """TE's ``_quantize_blockwise_reference`` for one 2-D float32 tensor
     (padded to the tile like ``_pad_tensor``); returns element codes,
     e4m3fn scale codes per tile and the fp32 global decode scale. Global
     amax 0 gives encode scale 1 as TE's CUDA kernel (the Python reference
-    would give FLT_MAX there; the codes are the same)."""
+    would give FLT_MAX there; the codes are the same). ``fold``: the block
+    scale as TE computes it now, ``vec_max * (S * reciprocal(6))``; else
+    the older ``(vec_max / 6) * S``."""
     X = torch.tensor(x, dtype=torch.float32)
     M, N = X.shape
     ty, tx = tile
@@ -185,8 +267,12 @@ def te_reference(x, tile=(1, 16), fp8_max=448.0, map_to=6.0, global_amax=None):
     if amax == 0 or gen == 0:
         gen = torch.tensor(1.0, dtype=torch.float32)
     gdec = torch.div(torch.tensor(1.0, dtype=torch.float32), gen)
-    ds = torch.div(vec_max, torch.tensor(map_to, dtype=torch.float32))
-    ds = torch.min(ds * gen, fmax)
+    if fold:
+        mult = gen * torch.reciprocal(torch.tensor(map_to, dtype=torch.float32))
+        ds = torch.min(vec_max * mult, fmax)
+    else:
+        ds = torch.div(vec_max, torch.tensor(map_to, dtype=torch.float32))
+        ds = torch.min(ds * gen, fmax)
     ds = torch.clamp(ds, min=-448.0, max=448.0).to(torch.float8_e4m3fn)
     enc = torch.min(torch.div(1.0, ds.to(torch.float32) * gdec), fmax)
     full = enc.repeat_interleave(ty, 0).repeat_interleave(tx, 1)
@@ -215,10 +301,12 @@ def test_nvfp4_matches_transformer_engine_reference(tile, shape):
     assert (q.scales < 8).any(), "no subnormal e4m3 scale was exercised"
 
 
-def test_nvfp4_scale_rounding_boundaries_match_te():
+@pytest.mark.parametrize("rule", ["nvfp4", "nvfp4-div6"])
+def test_nvfp4_scale_rounding_boundaries_match_te(rule):
     """Block amaxes that put ``amax / 6 * S`` exactly on a midpoint between
     two e4m3 values (ties to even, both directions) and one float32 ulp to
-    either side."""
+    either side, under a tensor scale of 1 and one that is not a power of
+    two; TE's current rule and its older one."""
     mids = []
     e4m3 = [v for v in (2.0 ** e * (1 + m / 8) for e in range(-6, 9) for m in range(8))
             if v <= 448]
@@ -231,10 +319,23 @@ def test_nvfp4_scale_rounding_boundaries_match_te():
     x[:-1, 0] = amaxes
     x[:-1, 1:] = amaxes[:, None] * np.linspace(-0.9, 0.9, 15, dtype=np.float32)[None, :]
     x[-1, 0] = np.float32(2688.0)                 # global amax: S = 1 exactly
-    want_c, want_s, _ = te_reference(x)
-    q = block.quantize_blocks(x, "nvfp4")
-    np.testing.assert_array_equal(q.scales, want_s)
-    np.testing.assert_array_equal(q.codes, want_c)
+    fold = rule == "nvfp4"
+    for amax in (None, 3.0):                      # S = 896: the two rules part
+        want_c, want_s, _ = te_reference(x, global_amax=amax, fold=fold)
+        q = block.quantize_blocks(x, "nvfp4", scale_rule=rule, tensor_amax=amax)
+        np.testing.assert_array_equal(q.scales, want_s)
+        np.testing.assert_array_equal(q.codes, want_c)
+
+
+def test_nvfp4_current_te_rule_and_the_older_one_part_on_a_midpoint():
+    """a / 6 * S = 10.5 exactly (a tie, to even: 10) in the older rule; TE's
+    current fp32(S * fp32(1/6)) is a little above 149 1/3, so 11."""
+    x = np.array([[0.0703125]], np.float32)
+    for rule, code, fold in (("nvfp4", 83, True), ("nvfp4-div6", 82, False)):
+        q = block.quantize_blocks(x, "nvfp4", tensor_amax=3.0, scale_rule=rule)
+        assert q.scales.tolist() == [[code]]
+        _, want_s, _ = te_reference(np.pad(x, ((0, 0), (0, 15))), global_amax=3.0, fold=fold)
+        assert want_s.tolist() == [[code]]
 
 
 def test_nvfp4_edge_tensors_match_te():
@@ -303,8 +404,8 @@ def test_every_e2m1_code_under_every_e4m3_scale():
 # ------------------------------------------------------------ 4 over 6
 def test_four_over_six_picks_the_smaller_error_of_two_te_quantizations():
     x = spread((32, 128), 12, -6, 6)
-    c6, s6, g = te_reference(x, fp8_max=256.0, map_to=6.0)
-    c4, s4, g4 = te_reference(x, fp8_max=256.0, map_to=4.0)
+    c6, s6, g = te_reference(x, fp8_max=256.0, map_to=6.0, fold=False)
+    c4, s4, g4 = te_reference(x, fp8_max=256.0, map_to=4.0, fold=False)
     assert g == g4
 
     def sse(c, s):

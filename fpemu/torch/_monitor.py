@@ -455,8 +455,9 @@ class Monitor:
         amax_t = f32(finite.max().item()) if finite.numel() else f32(0)
         S, Sdec = _nvfp4_te_tensor(amax_t, 448.0, f.max)
         flt_max = torch.tensor(float(np.finfo(np.float32).max), device=x.device)
-        ds = (bmax / torch.tensor(float(f.max), device=x.device)) * torch.tensor(
-            float(S), device=x.device)
+        # TE's current rule: amax times fp32(S * fp32(1 / 6)) (fpemu.block, "nvfp4")
+        mult = f32(S * (f32(1.0) / f32(f.max)))
+        ds = bmax * torch.tensor(float(mult), dtype=torch.float32, device=x.device)
         ds = torch.clamp(torch.minimum(ds, flt_max), max=448.0)
         ds = ds.to(torch.float8_e4m3fn).to(torch.float32)
         enc = torch.minimum(1.0 / (ds * torch.tensor(float(Sdec), device=x.device)), flt_max)
