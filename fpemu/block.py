@@ -451,8 +451,8 @@ def _srn_bits(rounding, seed):
 
 def _srn_draws(n, seed, size):
     """The random bits of ``"srN"``: element i of the block layout takes draw i."""
-    return np.random.Generator(np.random.PCG64(seed)).integers(0, 2**n, size=size,
-                                                                dtype=np.uint64)
+    gen = np.random.Generator(np.random.PCG64(seed))
+    return gen.integers(0, 2**n, size=size, dtype=np.uint64)
 
 
 def _round_elements(V, elem, rounding, seed, has_nan=True, offset=0, draws=None):
@@ -558,8 +558,9 @@ def _check_padding(shape, block, ax, fname):
     n = int(np.prod(shape, dtype=object))
     if isinstance(block, tuple):
         lead = int(np.prod(shape[:-2], dtype=object))
-        padded = lead * (-(-shape[-2] // block[0]) * block[0]) * (-(-shape[-1] // block[1])
-                                                                   * block[1])
+        rows = -(-shape[-2] // block[0]) * block[0]
+        cols = -(-shape[-1] // block[1]) * block[1]
+        padded = lead * rows * cols
     else:
         padded = n // max(shape[ax], 1) * (-(-shape[ax] // block) * block)
     if padded > 2 * n + _PAD_SLACK:
