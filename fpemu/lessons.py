@@ -140,8 +140,8 @@ def _positive_interval(v, fmt: Format, overflow, signed_zero):
         hi = (v + up) / 2
         hi_in = _rounds_to(hi, v, fmt, overflow)
     down = float(next_down(v, fmt))
-    if down != down or down >= v:                           # the smallest value of e8m0
-        return 0.0, hi, False, hi_in
+    if down != down or down >= v or down == -math.inf:     # the smallest value of e8m0:
+        return 0.0, hi, False, hi_in                        # all above 0 rounds up to it
     lo = (down + v) / 2              # from the smallest positive value down, halfway to 0
     return lo, hi, _rounds_to(lo, v, fmt, overflow), hi_in
 
@@ -149,6 +149,18 @@ def _positive_interval(v, fmt: Format, overflow, signed_zero):
 def _fields(fmt: Format):
     return (["sign"] if fmt.signed else []) + ["exponent"] * fmt.exponent_bits \
         + ["mantissa"] * fmt.mantissa_bits
+
+
+def _exact(value, where):
+    """A starting value as encode reads it exactly: text becomes a Decimal."""
+    if isinstance(value, str):
+        import decimal
+        try:
+            return decimal.Decimal(value.strip().replace("_", ""))
+        except decimal.InvalidOperation:
+            raise FpemuValueError(f"{where}: {value!r} is not a number; type a decimal such "
+                                  "as 0.1, 1e-5, -0 or inf") from None
+    return value
 
 
 class BitToggle:
@@ -159,7 +171,10 @@ class BitToggle:
     fmt : str or Format
         Any fpemu format (``"fp32"``, ``"bf16"``, ``"e4m3fn"``, a custom one).
     value : float, optional
-        The starting value, rounded to nearest even into the format (1.0).
+        The starting value, rounded to nearest even into the format (1.0):
+        any real number, or text read exactly as a decimal
+        (``"1.00390625000000000001"`` rounds to bf16's 1.0078125, not to
+        the 1.0 its nearest float64 would give).
     code : int, optional
         The starting code instead of a value.
 
@@ -182,7 +197,7 @@ class BitToggle:
     def __init__(self, fmt="bf16", value=1.0, *, code=None):
         self.fmt = _as_format(fmt)
         if code is None:
-            self.code = int(encode(float(value), self.fmt))
+            self.code = int(encode(_exact(value, "BitToggle"), self.fmt))
         else:
             self.code = self._check_code(code)
         self._widget = None
@@ -229,13 +244,17 @@ class BitToggle:
         return self
 
     def set_value(self, x, rounding="rne"):
-        """Round ``x`` into the format (``rounding``) and show its code."""
-        self.code = int(encode(float(x), self.fmt, rounding=rounding))
+        """Round ``x`` (a real number, or text read exactly as a decimal) into
+        the format (``rounding``) and show its code."""
+        self.code = int(encode(_exact(x, "BitToggle.set_value"), self.fmt, rounding=rounding))
         self._refresh()
         return self
 
     def step(self, n=1):
         """Move to the ``n``-th next value up (n > 0) or down (n < 0)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise FpemuTypeError(f"BitToggle.step(): n counts values and must be an int "
+                                 f"(1: the next value up, -1: down), got {n!r}")
         v = self.value
         for _ in range(abs(int(n))):
             v = float(next_up(v, self.fmt) if n > 0 else next_down(v, self.fmt))
@@ -247,8 +266,12 @@ class BitToggle:
     def set_format(self, fmt):
         """Switch format, keeping the value (rounded to nearest even)."""
         v = self.value
-        self.fmt = _as_format(fmt)
-        self.code = int(encode(v, self.fmt)) if v == v else int(self.fmt.nan_code or 0)
+        new = _as_format(fmt)
+        if v != v and not new.has_nan:
+            raise FpemuValueError(f"BitToggle.set_format(): the toggle shows NaN and {new.name} "
+                                  f"has no NaN; set a value first (e.g. .set_value(1.0))")
+        self.fmt = new
+        self.code = int(encode(v, self.fmt)) if v == v else int(self.fmt.nan_code)
         if self._widget is not None:
             self._widget.rebuild()
         return self
@@ -399,7 +422,11 @@ class _BitToggleWidget:
 
     def _on_format(self, change):
         if change["new"] is not None and not self._syncing:
-            self.t.set_format(change["new"])
+            try:
+                self.t.set_format(change["new"])
+            except ValueError as e:             # NaN into a format without one
+                self.sync()
+                self.out.value = html.escape(str(e))
 
     def rebuild(self):
         """The format changed: one toggle per bit of the new one."""
@@ -411,7 +438,7 @@ class _BitToggleWidget:
         if not text:
             return
         try:
-            self.t.set_value(float(text))
+            self.t.set_value(text)
         except ValueError:
             self.out.value = (f"<b>{html.escape(text)!s}</b> is not a number; type a decimal "
                               "such as 0.1, 1e-5 or inf")
@@ -452,11 +479,19 @@ class CodeTable:
         self.values = table(self.fmt)
         self._cls = values(self.fmt)["cls"].reshape(self.values.shape)
 
+    def _code(self, code):
+        n = self.values.size
+        if isinstance(code, bool) or not isinstance(code, (int, np.integer)) \
+                or not 0 <= code < n:
+            raise FpemuValueError(f"CodeTable: a code of {self.fmt.name} is an int in 0 .. "
+                                  f"{n - 1} ({n - 1:#x}), got {code!r}")
+        return int(code)
+
     def value(self, code) -> float:
-        return float(self.values.flat[int(code)])
+        return float(self.values.flat[self._code(code)])
 
     def cls(self, code) -> str:
-        return str(self._cls.flat[int(code)])
+        return str(self._cls.flat[self._code(code)])
 
     def counts(self) -> dict:
         """How many codes of each class (the largest value counts as normal)."""
@@ -537,6 +572,17 @@ class Slider:
     description: str = ""
 
     def __post_init__(self):
+        import numbers
+        for name in ("min", "max", "value", "step", "base"):
+            v = getattr(self, name)
+            if v is None and name == "step":
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise FpemuTypeError(f"Slider: {name} must be a finite real number, got {v!r}")
+        if self.step is not None and self.step <= 0:
+            raise FpemuValueError(f"Slider: step must be > 0, got {self.step!r}")
+        if self.log and not self.base > 1:
+            raise FpemuValueError(f"Slider: a log slider's base must be > 1, got {self.base!r}")
         if not self.min <= self.max:
             raise FpemuValueError(f"Slider: min {self.min!r} must not exceed max {self.max!r}")
         lo, hi = (self.base ** self.min, self.base ** self.max) if self.log else \
