@@ -63,8 +63,7 @@ def check_output_file(path, what: str = "output file") -> str:
 
 def check_output_dir(path, what: str = "output folder") -> str:
     """``path`` as text, or FpemuValueError: a folder that exists and is
-    writable, or that can be created (its nearest existing parent is a
-    writable folder)."""
+    writable, or that can be created (tried, then removed again)."""
     name = os.fsdecode(path)
     if os.path.exists(path):
         if not os.path.isdir(path):
@@ -80,6 +79,18 @@ def check_output_dir(path, what: str = "output folder") -> str:
         raise FpemuValueError(f"cannot create the {what} {name}: {parent} is a file")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise FpemuValueError(f"cannot create the {what} {name}: {parent} is not writable")
+    # some places refuse even where access() says yes (/proc): try, and leave
+    # nothing behind (the folder is made when the output is written)
+    top = os.path.abspath(path)
+    while not os.path.exists(os.path.dirname(top)):
+        top = os.path.dirname(top)
+    try:
+        os.makedirs(path)
+    except OSError as err:
+        raise FpemuValueError(f"cannot create the {what} {name}: {_why(err)}; pass a folder "
+                              f"you can write to") from None
+    import shutil
+    shutil.rmtree(top, ignore_errors=True)
     return name
 
 

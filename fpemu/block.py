@@ -693,8 +693,10 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
                 d = np.minimum((amax_b / _f32(elem.max)).astype(np.float32),
                                _f32(scale_fmt.max))
                 dsq = quantize(d, scale_fmt, rounding="rup").astype(np.float32)
-                V = (Bk.astype(np.float32, copy=False) / dsq[..., None]).astype(np.float32)
-                V = np.where(dsq[..., None] == 0, np.float32(0), V)
+                V = Bk.astype(np.float32, copy=False) / dsq[..., None]
+                zero = dsq == 0         # an all-zero block: zeros, with their signs
+                if zero.any():
+                    V[zero] = np.copysign(np.float32(0), Bk[zero])
                 top = (amax_b / dsq).astype(np.float32)
             clipped = top > _clip_threshold(elem)
             np.clip(V, -_f32(elem.max), _f32(elem.max), out=V)
@@ -727,7 +729,10 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     if codes is None:
         codes = _round_elements(V, elem, rounding, seed, has_nan)
     if has_nan:
-        codes = np.where(block_nan[..., None], elem.code_dtype.type(0), codes)
+        # a NaN-scaled block decodes to NaN whatever its codes: they keep only
+        # the inputs' signs (a zero of each sign), so that -x mirrors x
+        signed0 = (np.signbit(Bk) * (1 << (elem.bits - 1))).astype(elem.code_dtype)
+        codes = np.where(block_nan[..., None], signed0, codes)
     return BlockQuantized(
         np.ascontiguousarray(back(codes)).astype(elem.code_dtype),
         np.ascontiguousarray(sback(scodes.reshape(sshape))).astype(scale_fmt.code_dtype),
@@ -867,9 +872,10 @@ def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, 
     else:
         full = np.repeat(svals, block, axis=axis)
         full = np.take(full, np.arange(shape[axis]), axis=axis)
-    out = vals * full
-    if tensor_scale is not None:
-        out = out * np.float64(tensor_scale)
+    with np.errstate(invalid="ignore"):     # 0 * a NaN or infinite scale is NaN
+        out = vals * full
+        if tensor_scale is not None:
+            out = out * np.float64(tensor_scale)
     return out
 
 

@@ -242,9 +242,10 @@ def _hist_sources(path):
     low = path.lower()
     if low.endswith(".npy"):
         arr = _npy(path)
+        _real(path, "", arr)
         return arr.size, [arr]
     if low.endswith(".npz"):
-        return None, (a for _, a in npz_arrays(path))
+        return None, (_real(path, k, a) for k, a in npz_arrays(path))
     if low.endswith((".pt", ".pth", ".bin")):
         tensors = [t for _, t in _torch_tensors(_torch_load(path))]
         if not tensors:
@@ -259,6 +260,15 @@ def _hist_sources(path):
         return None, _safetensors_arrays(path, safe_open)
     raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
                    "(torch) or .safetensors")
+
+
+def _real(path, name, a):
+    """``a`` if it holds real numbers (floats or integers), else a CliError."""
+    if a.dtype.kind not in "fiu":
+        what = f"{path}: the array {name!r}" if name else path
+        raise CliError(f"{what} holds {a.dtype} values; fpemu counts real numbers (floats or "
+                       f"integers): save those instead (for complex data, .real and .imag)")
+    return a
 
 
 def _torch_load(path):
@@ -355,7 +365,14 @@ def _cmd_hist(args) -> int:
         except ImportError:                # pragma: no cover - tqdm is in the plot extra
             bar = None
     scales = sorted({1.0, float(args.scale)})
-    sv = survey(parts, formats, scales=scales, progress=bar.update if bar else None)
+    try:
+        sv = survey(parts, formats, scales=scales,
+                    progress=bar.update if bar is not None else None)
+    except BaseException:
+        if bar is not None:             # clear the bar's line: the error is one line
+            bar.leave = False
+            bar.close()
+        raise
     if bar is not None:
         bar.close()
     if sv.total == 0:
@@ -772,6 +789,7 @@ def _cmd_monitor(args) -> int:
     print(f"report: {os.path.join(args.out, 'index.html')}")
     if mon.script_error is not None:
         err = mon.script_error
+        _print_script_traceback(err, args.script)
         print(f"fpemu monitor: the script raised {type(err).__name__}: {err}; the report "
               "covers the steps before it", file=sys.stderr)
         return 1
@@ -810,6 +828,17 @@ def _cmd_parity(args) -> int:
         failed += sum(not r.ok for r in results)
         print()
     return 1 if failed else 0
+
+
+def _print_script_traceback(err, script):
+    """The traceback of an error a user's script raised, from the script's own
+    frames on (as ``python script.py`` shows it), not fpemu's."""
+    import traceback
+    tb, want = err.__traceback__, os.path.abspath(script)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != want:
+        tb = tb.tb_next
+    text = traceback.format_exception(type(err), err, tb or err.__traceback__)
+    print("".join(text), file=sys.stderr, end="")
 
 
 def main(argv=None) -> int:

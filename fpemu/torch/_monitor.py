@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from collections import deque
 
 import numpy as np
@@ -538,7 +539,11 @@ class Monitor:
         from .._files import check_output_dir
         from ._report import write_report
         check_output_dir(out_dir, "report folder")
-        return write_report(self, out_dir, **kwargs)
+        try:
+            return write_report(self, out_dir, **kwargs)
+        except OSError as err:          # a full disk, a folder removed meanwhile
+            raise FpemuValueError(f"cannot write the report into {out_dir}: "
+                                  f"{(err.strerror or str(err)).lower()}") from None
 
 
 def monitor(model, optimizer=None, **kwargs) -> Monitor:
@@ -575,12 +580,16 @@ def _find_root_module(optimizer):
     if first is None:
         return None
     best, size = None, -1
-    for obj in gc.get_objects():
-        try:
-            if not isinstance(obj, torch.nn.Module):
+    with warnings.catch_warnings():   # isinstance on lazy modules can warn (deprecations)
+        warnings.simplefilter("ignore")
+        modules = []
+        for obj in gc.get_objects():
+            try:
+                if isinstance(obj, torch.nn.Module):
+                    modules.append(obj)
+            except ReferenceError:    # pragma: no cover - a dead weak proxy
                 continue
-        except ReferenceError:        # pragma: no cover - a dead weak proxy
-            continue
+    for obj in modules:
         params = list(obj.parameters())
         if any(p is first for p in params) and len(params) > size:
             best, size = obj, len(params)
