@@ -7,8 +7,8 @@ import numpy as np
 
 from ..._core import int64, tensor
 from .. import functional as F
-from ..parameter import Parameter
 from .module import Module
+from .normalization import _affine
 
 
 class _NormBase(Module):
@@ -21,15 +21,7 @@ class _NormBase(Module):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(np.ones(num_features, np.float32))
-            if bias:
-                self.bias = Parameter(np.zeros(num_features, np.float32))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, num_features, affine, bias)
         if track_running_stats:
             self.register_buffer("running_mean", tensor(np.zeros(num_features, np.float32)))
             self.register_buffer("running_var", tensor(np.ones(num_features, np.float32)))

@@ -20,6 +20,21 @@ def _index(i, n, what):
     return i % n
 
 
+def _delete_renumbered(container, idx, what):
+    """``del container[idx]`` (an index or a slice) for the numbered
+    containers, which then renumber their modules 0, 1, ... as torch's do."""
+    keys = list(container._modules)
+    if isinstance(idx, slice):
+        for k in keys[idx]:
+            del container._modules[k]
+    else:
+        del container._modules[keys[_index(idx, len(keys), what)]]
+    items = list(container._modules.values())
+    container._modules.clear()
+    for i, m in enumerate(items):
+        container._modules[str(i)] = m
+
+
 class Sequential(Module):
     """Modules called in order, each on the previous one's output."""
 
@@ -43,16 +58,7 @@ class Sequential(Module):
         setattr(self, keys[_index(idx, len(keys), "Sequential")], module)
 
     def __delitem__(self, idx):
-        keys = list(self._modules)
-        if isinstance(idx, slice):
-            for k in keys[idx]:
-                del self._modules[k]
-        else:
-            del self._modules[keys[_index(idx, len(keys), "Sequential")]]
-        items = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
+        _delete_renumbered(self, idx, "Sequential")
 
     def __len__(self):
         return len(self._modules)
@@ -120,16 +126,7 @@ class ModuleList(Module):
         setattr(self, key, module)
 
     def __delitem__(self, idx):
-        keys = list(self._modules)
-        if isinstance(idx, slice):
-            for k in keys[idx]:
-                del self._modules[k]
-        else:
-            del self._modules[keys[_index(idx, len(keys), "ModuleList")]]
-        items = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
+        _delete_renumbered(self, idx, "ModuleList")
 
     def __len__(self):
         return len(self._modules)

@@ -12,6 +12,20 @@ from ..parameter import Parameter
 from .module import Module
 
 
+def _affine(module, shape, affine, bias):
+    """Register ``weight`` (ones) and ``bias`` (zeros) of ``shape``, or None
+    for each the layer does not have, in torch's order."""
+    if affine:
+        module.weight = Parameter(np.ones(shape, np.float32))
+        if bias:
+            module.bias = Parameter(np.zeros(shape, np.float32))
+        else:
+            module.register_parameter("bias", None)
+    else:
+        module.register_parameter("weight", None)
+        module.register_parameter("bias", None)
+
+
 def _shape(normalized_shape):
     if isinstance(normalized_shape, numbers.Integral):
         return (int(normalized_shape),)
@@ -24,15 +38,7 @@ class LayerNorm(Module):
         super().__init__()
         self.normalized_shape = _shape(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, np.float32))
-            if bias:
-                self.bias = Parameter(np.zeros(self.normalized_shape, np.float32))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, self.normalized_shape, elementwise_affine, bias)
         if dtype is not None:
             self.to(dtype)
 
@@ -74,15 +80,7 @@ class GroupNorm(Module):
                              f"({num_groups})")
         self.num_groups, self.num_channels = num_groups, num_channels
         self.eps, self.affine = eps, affine
-        if affine:
-            self.weight = Parameter(np.ones(num_channels, np.float32))
-            if bias:
-                self.bias = Parameter(np.zeros(num_channels, np.float32))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, num_channels, affine, bias)
         if dtype is not None:
             self.to(dtype)
 
