@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_autograd.py
 	$(BIN)/python bench/bench_monitor.py
 	$(BIN)/python bench/bench_block.py
+	$(BIN)/python bench/block_memory.py
 
 record: $(STAMP)
 	$(BIN)/fpemu record --device cpu
