@@ -1,4 +1,4 @@
-"""GradScaler, optimizers and autocast against numerics-pytorch.md and torch CPU."""
+"""GradScaler, optimizers and autocast against docs/pytorch-numerics.md and torch CPU."""
 
 from fractions import Fraction
 
@@ -201,7 +201,7 @@ def test_bf16_sgd_stagnation_table(lr, pure, master, rounded):
                                 dict(weight_decay=0.1, maximize=True)])
 @pytest.mark.parametrize("foreach", [True, False])
 def test_fp32_sgd_matches_torch_cpu_bitwise(kw, foreach):
-    """fp32 SGD's formulas are the same on CPU and CUDA (numerics-pytorch §4, §3.8)."""
+    """fp32 SGD's formulas are the same on CPU and CUDA (docs/pytorch-numerics.md §4, §3.8)."""
     rng = np.random.default_rng(5)
     p0 = rng.standard_normal(500).astype(np.float32)
     grads = rng.standard_normal((20, 500)).astype(np.float32)
@@ -226,7 +226,7 @@ def _r(x):
 
 def _adam_oracle(p, g_seq, lr, b1, b2, eps, wd, decoupled):
     """CUDA's _multi_tensor_adam for one fp32 element, with exact rationals:
-    every rounding point of numerics-pytorch.md §3.3 written out."""
+    every rounding point of docs/pytorch-numerics.md §3.3 written out."""
     p, m, v = Fraction(float(p)), Fraction(0), Fraction(0)
     for t, g in enumerate(g_seq, start=1):
         g = Fraction(float(g))

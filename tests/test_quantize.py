@@ -180,7 +180,7 @@ def test_nan_input_gives_canonical_nan():
 
 # ------------------------------------------------ float64 double-rounding traps
 TRAPS = [
-    # (value, format, single rounding result) -- numerics-pytorch.md §1.3
+    # (value, format, single rounding result) -- docs/pytorch-numerics.md §1.3
     (1 + 2**-8 + 2**-30, "bf16", 1.0078125),
     (1 + 2**-11 + 2**-30, "fp16", 1.0009765625),
     (1 + 2**-4 + 2**-30, "e4m3fn", 1.125),
@@ -330,9 +330,9 @@ def test_rne_agrees_with_ml_dtypes(name):
     assert np.array_equal(f32_bits(got)[~nan_ref], f32_bits(ref)[~nan_ref])
 
 
-# ---------------------------------------------- PyTorch 2.13 cast table (§1.2)
+# ---------------------------------------------- PyTorch 2.13 cast table
 INF, NAN = float("inf"), float("nan")
-# numerics-pytorch.md §1.2, measured on torch 2.13 CPU; the same on CUDA.
+# Boundary values measured on torch 2.13 CPU (the rules: docs/pytorch-numerics.md §1.1).
 #   input: {format: (value, code)}  (code None where the table gives none)
 TORCH_213 = {
     500.0: {"bf16": (500.0, 0x43FA), "fp16": (500.0, None), "e4m3fn": (448.0, 0x7E),

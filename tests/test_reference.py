@@ -3,7 +3,7 @@
 Any folder under tests/reference/ holding a meta.json written by
 ``fpemu record`` is picked up: a trace recorded on CUDA is tested here without
 a code change. Each array must meet its tier: bit-exact where
-numerics-pytorch.md §6 says the result is determined, the stated tolerance
+docs/pytorch-numerics.md §6 says the result is determined, the stated tolerance
 elsewhere (the reasons are in fpemu/reference/scenarios.py and
 docs/fidelity.md).
 """
