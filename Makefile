@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-dev
 DOCSTAMP := $(VENV)/.installed-docs
 export MPLBACKEND := Agg
 
-.PHONY: demo test docs lab bench clean venv record parity
+.PHONY: demo test lint docs lab bench clean venv record parity
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --nbmake notebooks tests fpemu
+
+# flake8 over the package, the tests, the benchmarks and the scripts (setup.cfg).
+lint: $(STAMP)
+	$(BIN)/python -m flake8 fpemu tests bench scripts conftest.py
 
 # The documentation site: docs/_build/html/index.html. Warnings are errors; the
 # lesson notebooks are executed and the gallery is drawn during the build.

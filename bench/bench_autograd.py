@@ -102,8 +102,8 @@ def main():
     cases = {
         "MLP 784-512-10, batch 256": (mlp, rng.standard_normal((256, 784)),
                                       rng.integers(0, 10, 256)),
-        "transformer block d=64 h=4, 8x32 tokens": (block, rng.standard_normal((8, 32, 64)),
-                                                     rng.integers(0, 64, 256)),
+        "transformer block d=64 h=4, 8x32 tokens": (
+            block, rng.standard_normal((8, 32, 64)), rng.integers(0, 64, 256)),
         "nanoGPT shape 0.8M (4x128, 8x64 tokens)": (gpt, rng.integers(0, 65, (8, 64)),
                                                     rng.integers(0, 65, 512)),
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import numbers
+import textwrap
 from fractions import Fraction
 
 import numpy as np
@@ -65,8 +66,10 @@ class Explanation:
             f"  error     {self.abs_error:.6g} absolute, {self.rel_error:.6g} relative, "
             f"{self.ulp_error:.6g} ulp",
             f"  between   {_show(self.below)} and {_show(self.above)}",
-            f"  why       {self.reason}",
         ]
+        # the reason is prose: wrapped so that it reads in a terminal or a notebook
+        lines.append(textwrap.fill(self.reason, 88, initial_indent="  why       ",
+                                   subsequent_indent=" " * 12, break_long_words=False))
         return "\n".join(lines)
 
     def _spaced(self) -> str:
@@ -248,7 +251,8 @@ def explain(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None
       value     0.10009765625
       error     9.76562e-05 absolute, 0.000976562 relative, 0.2 ulp
       between   0.099609375 and 0.10009765625
-      why       x is nearer the neighbour above (9.76562e-05 away against 0.000390625), and round to nearest takes it.
+      why       x is nearer the neighbour above (9.76562e-05 away against 0.000390625), and
+                round to nearest takes it.
     """
     fmt = _as_format(fmt)
     xe, xv, text = _read_one(x)

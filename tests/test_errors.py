@@ -25,9 +25,11 @@ def test_non_real_input_is_a_type_error(fn, bad, kind):
 def test_unknown_names():
     with pytest.raises(ValueError, match=r"unknown format 'bf17'.*bf16.*float8_e4m3fn"):
         fpemu.quantize(1.0, "bf17")
-    with pytest.raises(ValueError, match=r"unknown rounding mode 'nearest'; expected rne, rna, rtz"):
+    with pytest.raises(ValueError,
+                       match=r"unknown rounding mode 'nearest'; expected rne, rna, rtz"):
         fpemu.quantize(1.0, "bf16", rounding="nearest")
-    with pytest.raises(ValueError, match=r"unknown overflow policy 'clip'; expected inf, saturate, nan"):
+    with pytest.raises(ValueError,
+                       match=r"unknown overflow policy 'clip'; expected inf, saturate, nan"):
         fpemu.quantize(1.0, "bf16", overflow="clip")
     with pytest.raises(TypeError, match="fmt must be a format name"):
         fpemu.quantize(1.0, 16)

@@ -70,7 +70,8 @@ def assert_values_match_codes(values, codes, o: TableOracle, what):
     assert np.array_equal(nan_w, nan_g), f"{what}: NaN positions differ"
     gb, wb = f32_bits(got)[~nan_g], f32_bits(want)[~nan_w]
     bad = np.flatnonzero(gb != wb)
-    assert bad.size == 0, f"{what}: {bad.size} values differ, e.g. {got[~nan_g][bad[:3]]} vs {want[~nan_w][bad[:3]]}"
+    assert bad.size == 0, (f"{what}: {bad.size} values differ, e.g. {got[~nan_g][bad[:3]]} vs "
+                           f"{want[~nan_w][bad[:3]]}")
 
 
 # ----------------------------------------------------------------- every code
@@ -87,7 +88,8 @@ def test_every_code_decodes_and_reencodes(name):
     assert np.array_equal(f32_bits(values)[finite], f32_bits(want.astype(np.float32))[finite])
     expect = np.where(np.isnan(want), o.nan_code if o.nan_code is not None else 0, codes)
     for dtype in (np.float32, np.float64):
-        back = fpemu.encode(values.astype(dtype), fmt, overflow="saturate" if not fmt.has_inf else "inf")
+        back = fpemu.encode(values.astype(dtype), fmt,
+                            overflow="saturate" if not fmt.has_inf else "inf")
         assert back.dtype == fmt.code_dtype
         assert_codes_equal(back, expect, values, f"{name} decode->encode ({np.dtype(dtype)})")
 

@@ -1,8 +1,6 @@
 """A character-level GPT trained for a few steps, in plain PyTorch style:
 tied embeddings, causal SDPA, AdamW with weight-decay groups, a warmup +
 cosine schedule, gradient clipping, torch.randint batches."""
-import math
-
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
