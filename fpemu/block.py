@@ -136,6 +136,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -144,8 +145,9 @@ from .formats import Format
 from .formats import format as _lookup
 from .quantize import _prepare_input, decode, encode, quantize
 
-__all__ = ["BlockQuantized", "BlockSpec", "PRESETS", "SCALE_RULES", "INF_BLOCK", "quantize_blocks",
-           "dequantize_blocks", "hadamard", "hadamard_matrix", "TE_SIGNS", "error_table"]
+__all__ = ["BlockQuantized", "BlockSpec", "PRESETS", "SCALE_RULES", "ScaleRule", "INF_BLOCK",
+           "quantize_blocks", "dequantize_blocks", "hadamard", "hadamard_matrix", "TE_SIGNS",
+           "error_table"]
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 _f32 = np.float32
@@ -154,23 +156,31 @@ _f32 = np.float32
 #: (``get_wgrad_sign_vector`` in its NVFP4 reference quantizer).
 TE_SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float64)
 
-MX_RULES = ("floor", "rceil", "ceil", "even", "rceil-exact")
-FP4_RULES = ("nvfp4", "nvfp4-div6", "nvfp4-torchao", "4over6", "cudnn")
+#: What an MX block holding an infinity gets (``quantize_blocks(inf_block=)``).
 INF_BLOCK = ("saturate", "nan")
-FP32_RULES = ("current", "pow2")
-SCALE_RULES = MX_RULES + FP4_RULES + FP32_RULES
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockSpec:
-    """A named block format: element and scale formats, block shape, rule."""
+    """A named block format: element and scale formats (fpemu format names),
+    block shape (a length along an axis, or a (rows, cols) tile over the
+    last two axes), scale rule (a key of :data:`SCALE_RULES`) and where it
+    comes from."""
 
     name: str
     elem: str
     scale_fmt: str
-    block: object
+    block: Union[int, Tuple[int, int]]
     scale_rule: str
     source: str
+
+    def __post_init__(self):
+        ok = (isinstance(self.block, int) and self.block >= 1) or (
+            isinstance(self.block, tuple) and len(self.block) == 2
+            and all(isinstance(b, int) and b >= 1 for b in self.block))
+        if not ok:
+            raise FpemuTypeError(f"BlockSpec {self.name!r}: block must be an int >= 1 or a "
+                                 f"pair of them, got {self.block!r}")
 
 
 #: Named block formats (``quantize_blocks(x, "nvfp4")``).
@@ -214,11 +224,26 @@ class BlockQuantized(tuple):
     e4m3fn), ``rounding``.
     """
 
-    def __new__(cls, codes, scales, **meta):
+    elem: Format
+    scale_fmt: Format
+    block: Union[int, Tuple[int, int]]
+    axis: Optional[int]
+    scale_rule: str
+    tensor_scale: Optional[np.float32]
+    clipped: np.ndarray
+    rounding: str
+    shape: Tuple[int, ...]
+
+    def __new__(cls, codes, scales, *, elem, scale_fmt, block, axis, scale_rule,
+                tensor_scale, clipped, rounding, shape):
         self = super().__new__(cls, (codes, scales))
-        for k, v in meta.items():
-            setattr(self, k, v)
+        self.elem, self.scale_fmt, self.block, self.axis = elem, scale_fmt, block, axis
+        self.scale_rule, self.tensor_scale, self.clipped = scale_rule, tensor_scale, clipped
+        self.rounding, self.shape = rounding, shape
         return self
+
+    def __reduce__(self):                   # pickles with its fields
+        return (_rebuild_quantized, (tuple(self), dict(self.__dict__)))
 
     @property
     def codes(self):
@@ -242,6 +267,10 @@ class BlockQuantized(tuple):
         return (f"BlockQuantized(elem={self.elem.name}, scale_fmt={self.scale_fmt.name}, "
                 f"block={self.block}, axis={self.axis}, scale_rule={self.scale_rule!r}, "
                 f"shape={self.codes.shape}, tensor_scale={self.tensor_scale})")
+
+
+def _rebuild_quantized(pair, fields):
+    return BlockQuantized(*pair, **fields)
 
 
 # ------------------------------------------------------------------ layout
@@ -491,6 +520,165 @@ def _round_srn(v, elem: Format, n, draws):
     return np.copysign(mag, v)
 
 
+# ------------------------------------------------------------ the rule table
+class _Job(NamedTuple):
+    """What a scale rule is given: the blocks (block layout, float32, zero
+    padded), each block's amax, the formats and the element rounding, the
+    tensor amax (NVFP4 rules; None: the amax of the whole input) and what
+    an infinite MX block gets."""
+
+    Bk: np.ndarray
+    amax_b: np.ndarray
+    elem: Format
+    scale_fmt: Format
+    rounding: str
+    seed: Optional[int]
+    tensor_amax: Optional[np.float32]
+    inf_block: str
+
+
+class _Scaled(NamedTuple):
+    """What a scale rule returns: scale codes (one per block), the scaled
+    elements still to be rounded (float32, block layout) or, for a rule that
+    rounds them itself, their codes; which blocks clipped or are NaN; the
+    fp32 decode tensor scale (two-level rules)."""
+
+    scodes: np.ndarray
+    V: Optional[np.ndarray]
+    codes: Optional[np.ndarray]
+    clipped: np.ndarray
+    block_nan: np.ndarray
+    tensor_scale: Optional[np.float32] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleRule:
+    """One entry of :data:`SCALE_RULES`: its ``kind`` (``"mx"``: E8M0
+    scales, ``"fp4"``: a small float scale with an optional fp32 tensor
+    scale, ``"fp32"``: float32 scales) and the function computing scales and
+    scaled elements from a :class:`_Job`."""
+
+    name: str
+    kind: str
+    compute: object
+
+    def __call__(self, job: _Job) -> _Scaled:
+        return self.compute(job)
+
+
+def _mx_rule(rule):
+    def compute(job):
+        e, nan = _mx_exponent(job.amax_b, job.elem, rule)
+        if job.inf_block == "nan":
+            nan = nan | np.isinf(job.amax_b)
+        k = (-e).astype(np.int32)
+        with np.errstate(all="ignore"):
+            # x / 2**e in float32: exact, except for values pushed below float32's
+            # normal range, which lie far below the element's smallest subnormal
+            # (they become 0 either way)
+            V = np.ldexp(job.Bk, k[..., None])
+            top = np.ldexp(job.amax_b, k)
+        m = _f32(job.elem.max)
+        clipped = (top > _clip_threshold(job.elem)) & ~nan
+        np.clip(V, -m, m, out=V)
+        scodes = np.where(nan, 0xFF, e + 127).astype(job.scale_fmt.code_dtype)
+        return _Scaled(scodes, V, None, clipped, nan)
+    return compute
+
+
+def _fp32_rule(pow2):
+    def compute(job):
+        enc = _te_scale(job.amax_b, job.elem.max, pow2)
+        dec = (_f32(1.0) / enc).astype(np.float32)
+        V, clipped = _scale_elements(job.Bk, enc, job.elem, amax_b=job.amax_b)
+        # TE casts a NaN to the fp8 NaN under scale 1; an element format without
+        # NaN marks the block by a NaN scale instead
+        block_nan = (np.isnan(job.amax_b) if not job.elem.has_nan
+                     else np.zeros(job.amax_b.shape, bool))
+        scodes = encode(np.where(block_nan, np.float32(np.nan), dec), job.scale_fmt)
+        return _Scaled(scodes, V, None, clipped, block_nan)
+    return compute
+
+
+def _fp4_result(job, dsq, V, clipped, tensor_scale=None, codes=None):
+    """A small-float-scale rule's result from its scale values ``dsq``."""
+    block_nan = np.isnan(dsq)
+    return _Scaled(encode(dsq, job.scale_fmt), V, codes, clipped & ~block_nan, block_nan,
+                   tensor_scale)
+
+
+def _te_nvfp4_rule(fold):
+    """TransformerEngine's NVFP4 quantizer: ``fold`` its current block scale
+    ``amax * fp32(S * fp32(1/6))``, else the older ``fp32(amax / 6) * S``."""
+    def compute(job):
+        S, Sdec = _nvfp4_te_tensor(job.tensor_amax, float(job.scale_fmt.max))
+        dsq, enc = _nvfp4_te_blocks(job.amax_b, S, Sdec, job.elem, job.scale_fmt, 6.0,
+                                    fold=fold)
+        V, clipped = _scale_elements(job.Bk, enc, job.elem, amax_b=job.amax_b)
+        return _fp4_result(job, dsq, V, clipped, Sdec)
+    return compute
+
+
+def _torchao_nvfp4(job):
+    """torchao's ``nvfp4_quantize`` with a per-tensor scale."""
+    with np.errstate(all="ignore"):
+        t = _f32(job.tensor_amax / _f32(448.0 * 6.0))
+        bs = (job.amax_b / _f32(6.0)).astype(np.float32)
+        sb = (bs / t).astype(np.float32)
+        sb = np.clip(sb, _f32(2.0**-6), _f32(job.scale_fmt.max))
+        dsq = _e4m3_cast(sb, job.scale_fmt)
+        rs = ((_f32(1.0) / t) / dsq).astype(np.float32)
+    V, clipped = _scale_elements(job.Bk, rs, job.elem, amax_b=job.amax_b)
+    _torchao_zero_times_inf(V, job.Bk, rs, job.tensor_amax)
+    return _fp4_result(job, dsq, V, clipped, t)
+
+
+def _four_over_six_rule(job):
+    """Four Over Six: the tensor constant 256; each block mapped to 6 and to 4."""
+    S, Sdec = _nvfp4_te_tensor(job.tensor_amax, 256.0)
+    codes, dsq, clipped = _four_over_six(job.Bk, job.amax_b, S, Sdec, job.elem,
+                                         job.scale_fmt, job.rounding, job.seed)
+    return _fp4_result(job, dsq, None, clipped, Sdec, codes)
+
+
+def _cudnn_rule(job):
+    """cuDNN's documented block-scale quantize: one level, the scale rounded up."""
+    with np.errstate(all="ignore"):
+        d = np.minimum((job.amax_b / _f32(job.elem.max)).astype(np.float32),
+                       _f32(job.scale_fmt.max))
+        dsq = quantize(d, job.scale_fmt, rounding="rup").astype(np.float32)
+        V = job.Bk.astype(np.float32, copy=False) / dsq[..., None]
+        zero = dsq == 0         # an all-zero block: zeros, with their signs
+        if zero.any():
+            V[zero] = np.copysign(np.float32(0), job.Bk[zero])
+        top = (job.amax_b / dsq).astype(np.float32)
+    clipped = top > _clip_threshold(job.elem)
+    np.clip(V, -_f32(job.elem.max), _f32(job.elem.max), out=V)
+    return _fp4_result(job, dsq, V, clipped)
+
+
+#: Every block scale rule by name (module text): ``SCALE_RULES[name](job)``.
+SCALE_RULES = {r.name: r for r in (
+    ScaleRule("floor", "mx", _mx_rule("floor")),
+    ScaleRule("rceil", "mx", _mx_rule("rceil")),
+    ScaleRule("ceil", "mx", _mx_rule("ceil")),
+    ScaleRule("even", "mx", _mx_rule("even")),
+    ScaleRule("rceil-exact", "mx", _mx_rule("rceil-exact")),
+    ScaleRule("nvfp4", "fp4", _te_nvfp4_rule(fold=True)),
+    ScaleRule("nvfp4-div6", "fp4", _te_nvfp4_rule(fold=False)),
+    ScaleRule("nvfp4-torchao", "fp4", _torchao_nvfp4),
+    ScaleRule("4over6", "fp4", _four_over_six_rule),
+    ScaleRule("cudnn", "fp4", _cudnn_rule),
+    ScaleRule("current", "fp32", _fp32_rule(pow2=False)),
+    ScaleRule("pow2", "fp32", _fp32_rule(pow2=True)),
+)}
+MX_RULES = tuple(n for n, r in SCALE_RULES.items() if r.kind == "mx")
+FP4_RULES = tuple(n for n, r in SCALE_RULES.items() if r.kind == "fp4")
+FP32_RULES = tuple(n for n, r in SCALE_RULES.items() if r.kind == "fp32")
+#: The two-level NVFP4 rules, which take ``tensor_amax``.
+TENSOR_SCALE_RULES = ("nvfp4", "nvfp4-div6", "nvfp4-torchao", "4over6")
+
+
 # ------------------------------------------------------------------- public
 def _resolve_args(elem, scale_fmt, block, scale_rule):
     if isinstance(elem, str) and elem.lower() in PRESETS:
@@ -508,7 +696,7 @@ def _resolve_args(elem, scale_fmt, block, scale_rule):
         raise FpemuValueError(f"quantize_blocks(): unknown scale_rule {scale_rule!r}; choose one "
                               f"of {', '.join(SCALE_RULES)}")
     scale_rule = scale_rule.lower()
-    kind = ("mx" if scale_rule in MX_RULES else "fp4" if scale_rule in FP4_RULES else "fp32")
+    kind = SCALE_RULES[scale_rule].kind
     want = {"mx": "an E8M0 scale (scale_fmt='e8m0')",
             "fp32": "fp32 scales (scale_fmt='fp32')",
             "fp4": "a small float scale such as scale_fmt='e4m3fn'"}[kind]
@@ -573,11 +761,11 @@ def _check_padding(shape, block, ax, fname):
 def _check_tensor_amax(tensor_amax, rule):
     if tensor_amax is None:
         return None
-    if rule not in FP4_RULES or rule == "cudnn":
+    if rule not in TENSOR_SCALE_RULES:
         raise FpemuValueError(
             f"quantize_blocks(): tensor_amax= sets the tensor scale of the two-level NVFP4 "
-            f"rules ({', '.join(r for r in FP4_RULES if r != 'cudnn')}); scale_rule "
-            f"{rule!r} has no tensor scale: drop tensor_amax")
+            f"rules ({', '.join(TENSOR_SCALE_RULES)}); scale_rule {rule!r} has no tensor "
+            f"scale: drop tensor_amax")
     t = np.asarray(tensor_amax)
     if t.size != 1 or t.dtype.kind not in "iuf" or t.dtype.kind == "b":
         raise FpemuValueError(f"quantize_blocks(): tensor_amax must be one real number (the "
@@ -659,75 +847,15 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     Bk, back, sshape, sback = _to_blocks(X32, block, ax)
     with np.errstate(invalid="ignore"):
         amax_b = np.max(np.abs(Bk), axis=-1).astype(np.float32)  # NaN propagates
-    tensor_scale = None
-    codes = None
-    if rule in MX_RULES:
-        e, nan = _mx_exponent(amax_b, elem, rule)
-        if inf_block == "nan":
-            nan = nan | np.isinf(amax_b)
-        k = (-e).astype(np.int32)
-        with np.errstate(all="ignore"):
-            # x / 2**e in float32: exact, except for values pushed below float32's
-            # normal range, which lie far below the element's smallest subnormal
-            # (they become 0 either way)
-            V = np.ldexp(Bk, k[..., None])
-            top = np.ldexp(amax_b, k)
-        m = _f32(elem.max)
-        clipped = (top > _clip_threshold(elem)) & ~nan
-        np.clip(V, -m, m, out=V)
-        scodes = np.where(nan, 0xFF, e + 127).astype(scale_fmt.code_dtype)
-        block_nan = nan
-    elif rule in FP32_RULES:
-        enc = _te_scale(amax_b, elem.max, rule == "pow2")
-        dec = (_f32(1.0) / enc).astype(np.float32)
-        V, clipped = _scale_elements(Bk, enc, elem, amax_b=amax_b)
-        # TE casts a NaN to the fp8 NaN under scale 1; an element format without
-        # NaN marks the block by a NaN scale instead
-        block_nan = np.isnan(amax_b) if not elem.has_nan else np.zeros(amax_b.shape, bool)
-        scodes = encode(np.where(block_nan, np.float32(np.nan), dec), scale_fmt)
-    else:
-        amax_t = amax_given if amax_given is not None else (
-            _f32(np.max(np.abs(X32))) if X32.size else _f32(0))     # NaN propagates
-        if rule == "cudnn":
-            with np.errstate(all="ignore"):
-                d = np.minimum((amax_b / _f32(elem.max)).astype(np.float32),
-                               _f32(scale_fmt.max))
-                dsq = quantize(d, scale_fmt, rounding="rup").astype(np.float32)
-                V = Bk.astype(np.float32, copy=False) / dsq[..., None]
-                zero = dsq == 0         # an all-zero block: zeros, with their signs
-                if zero.any():
-                    V[zero] = np.copysign(np.float32(0), Bk[zero])
-                top = (amax_b / dsq).astype(np.float32)
-            clipped = top > _clip_threshold(elem)
-            np.clip(V, -_f32(elem.max), _f32(elem.max), out=V)
-        elif rule == "nvfp4-torchao":
-            with np.errstate(all="ignore"):
-                t = _f32(amax_t / _f32(448.0 * 6.0))
-                bs = (amax_b / _f32(6.0)).astype(np.float32)
-                sb = (bs / t).astype(np.float32)
-                sb = np.clip(sb, _f32(2.0**-6), _f32(scale_fmt.max))
-                dsq = _e4m3_cast(sb, scale_fmt)
-                rs = ((_f32(1.0) / t) / dsq).astype(np.float32)
-            V, clipped = _scale_elements(Bk, rs, elem, amax_b=amax_b)
-            _torchao_zero_times_inf(V, Bk, rs, amax_t)
-            tensor_scale = t
-        elif rule == "4over6":
-            S, Sdec = _nvfp4_te_tensor(amax_t, 256.0)
-            codes, dsq, clipped = _four_over_six(Bk, amax_b, S, Sdec, elem, scale_fmt,
-                                                 rounding, seed)
-            tensor_scale = Sdec
-        else:
-            S, Sdec = _nvfp4_te_tensor(amax_t, float(scale_fmt.max))
-            dsq, enc = _nvfp4_te_blocks(amax_b, S, Sdec, elem, scale_fmt, 6.0,
-                                        fold=rule == "nvfp4")
-            V, clipped = _scale_elements(Bk, enc, elem, amax_b=amax_b)
-            tensor_scale = Sdec
-        scodes = encode(dsq, scale_fmt)
-        block_nan = np.isnan(dsq)
-        clipped = clipped & ~block_nan
+    tensor_amax = amax_given
+    if tensor_amax is None and rule in TENSOR_SCALE_RULES:
+        tensor_amax = _f32(np.max(np.abs(X32))) if X32.size else _f32(0)    # NaN propagates
+    res = SCALE_RULES[rule](_Job(Bk, amax_b, elem, scale_fmt, rounding, seed, tensor_amax,
+                                 inf_block))
+    block_nan, codes = res.block_nan, res.codes
     has_nan = bool(block_nan.any())
     if codes is None:
-        codes = _round_elements(V, elem, rounding, seed, has_nan)
+        codes = _round_elements(res.V, elem, rounding, seed, has_nan)
     if has_nan:
         # a NaN-scaled block decodes to NaN whatever its codes: they keep only
         # the inputs' signs (a zero of each sign), so that -x mirrors x
@@ -735,9 +863,9 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         codes = np.where(block_nan[..., None], signed0, codes)
     return BlockQuantized(
         np.ascontiguousarray(back(codes)).astype(elem.code_dtype),
-        np.ascontiguousarray(sback(scodes.reshape(sshape))).astype(scale_fmt.code_dtype),
+        np.ascontiguousarray(sback(res.scodes.reshape(sshape))).astype(scale_fmt.code_dtype),
         elem=elem, scale_fmt=scale_fmt, block=block, axis=ax, scale_rule=rule,
-        tensor_scale=tensor_scale, clipped=np.ascontiguousarray(sback(clipped)),
+        tensor_scale=res.tensor_scale, clipped=np.ascontiguousarray(sback(res.clipped)),
         rounding=rounding, shape=tuple(X32.shape))
 
 
@@ -756,7 +884,7 @@ def _torchao_zero_times_inf(V, Bk, rs, amax_t):
             "torchao's element multiplier 1/t overflows to inf; torchao turns the zero "
             "elements of those blocks into NaN and writes its bits as a code (11, -1.5, on "
             "x86 CPUs); fpemu gives them 0. Rescale the tensor, or use the 'nvfp4' rule",
-            RuntimeWarning, stacklevel=3)
+            RuntimeWarning, stacklevel=5)
         V[zero] = 0
 
 

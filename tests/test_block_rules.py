@@ -240,3 +240,24 @@ def test_fp32_scales_with_nan_keep_the_nan():
     q = block.quantize_blocks(x, "e2m1", "fp32", 128, scale_rule="pow2")   # no NaN code
     v = q.values
     assert np.isnan(v[0, :128]).all() and not np.isnan(v[0, 128:]).any()
+
+
+def test_the_rule_table_and_the_typed_results():
+    """Every preset names a rule of the table; each rule has a kind that
+    says which scale format it takes; results carry their declared fields
+    and survive pickling."""
+    import pickle
+    assert {p.scale_rule for p in block.PRESETS.values()} <= set(block.SCALE_RULES)
+    assert {r.kind for r in block.SCALE_RULES.values()} == {"mx", "fp4", "fp32"}
+    assert block.MX_RULES == ("floor", "rceil", "ceil", "even", "rceil-exact")
+    with pytest.raises(TypeError, match="block must be an int >= 1 or a pair"):
+        block.BlockSpec("bad", "e2m1", "e8m0", 0, "floor", "test")
+    x = spread((4, 64), 31, -3, 3)
+    for preset in block.PRESETS:
+        q = block.quantize_blocks(x, preset)
+        r = pickle.loads(pickle.dumps(q))
+        np.testing.assert_array_equal(r.codes, q.codes)
+        np.testing.assert_array_equal(r.scales, q.scales)
+        assert (r.elem, r.scale_fmt, r.block, r.axis, r.scale_rule, r.rounding, r.shape) == \
+            (q.elem, q.scale_fmt, q.block, q.axis, q.scale_rule, q.rounding, q.shape)
+        np.testing.assert_array_equal(r.values, q.values)
