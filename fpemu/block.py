@@ -218,10 +218,13 @@ class BlockQuantized(tuple):
     shape with the blocked axis (axes) divided by the block, rounded up.
     Attributes: ``elem``, ``scale_fmt`` (:class:`fpemu.Format`), ``block``
     (int or pair), ``axis``, ``scale_rule``, ``tensor_scale`` (the fp32
-    decode tensor scale, or None), ``clipped`` (per block: did some element
-    exceed the element maximum by more than half its spacing there, so that
-    the clamp, not rounding, brought it down: beyond 7 for e2m1, 464 for
-    e4m3fn), ``rounding``.
+    decode tensor scale, or None), ``tensor_amax`` (the amax the tensor
+    scale came from, two-level rules), ``clipped`` (per block: did some
+    element exceed the element maximum by more than half its spacing there,
+    so that the clamp, not rounding, brought it down: beyond 7 for e2m1, 464
+    for e4m3fn; None where the producer, an fp8 recipe, does not track it),
+    ``rounding``, ``shape``. The fp8 recipes of :mod:`fpemu.autograd.fp8`
+    return their operands as this type too.
     """
 
     elem: Format
@@ -230,16 +233,19 @@ class BlockQuantized(tuple):
     axis: Optional[int]
     scale_rule: str
     tensor_scale: Optional[np.float32]
-    clipped: np.ndarray
+    clipped: Optional[np.ndarray]
     rounding: str
     shape: Tuple[int, ...]
+    tensor_amax: Optional[np.float32]
 
     def __new__(cls, codes, scales, *, elem, scale_fmt, block, axis, scale_rule,
-                tensor_scale, clipped, rounding, shape):
+                tensor_scale=None, clipped=None, rounding="rne", shape=None, tensor_amax=None):
         self = super().__new__(cls, (codes, scales))
         self.elem, self.scale_fmt, self.block, self.axis = elem, scale_fmt, block, axis
         self.scale_rule, self.tensor_scale, self.clipped = scale_rule, tensor_scale, clipped
-        self.rounding, self.shape = rounding, shape
+        self.rounding = rounding
+        self.shape = tuple(np.shape(codes)) if shape is None else shape
+        self.tensor_amax = tensor_amax
         return self
 
     def __reduce__(self):                   # pickles with its fields
@@ -866,7 +872,8 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         np.ascontiguousarray(sback(res.scodes.reshape(sshape))).astype(scale_fmt.code_dtype),
         elem=elem, scale_fmt=scale_fmt, block=block, axis=ax, scale_rule=rule,
         tensor_scale=res.tensor_scale, clipped=np.ascontiguousarray(sback(res.clipped)),
-        rounding=rounding, shape=tuple(X32.shape))
+        rounding=rounding, shape=tuple(X32.shape),
+        tensor_amax=tensor_amax if rule in TENSOR_SCALE_RULES else None)
 
 
 def _torchao_zero_times_inf(V, Bk, rs, amax_t):

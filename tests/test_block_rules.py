@@ -199,17 +199,17 @@ def test_mxfp8_recipe_scale_rules_and_2d_weights():
     x[0, 0] = 500.0
     up = fp8.MXFP8BlockScaling()
     assert up.scale_rule == "rceil"
-    assert fp8.MXFP8BlockScaling(scale_rounding="down").scale_rule == "floor"
-    q, s, _ = up.quantize(x, fp8.e4m3fn, "input")
-    assert s[0, 0] == 2.0 and q[0, 0] == 256.0                # 500 / 2 = 250 -> 256
-    q, s, _ = fp8.MXFP8BlockScaling(scale_rule="floor").quantize(x, fp8.e4m3fn, "input")
-    assert s[0, 0] == 1.0 and q[0, 0] == 448.0                # clipped
+    with pytest.warns(DeprecationWarning, match="pass scale_rule='floor'"):
+        assert fp8.MXFP8BlockScaling(scale_rounding="down").scale_rule == "floor"
+    q = up.quantize(x, fp8.e4m3fn, "input")
+    assert q.scale_values[0, 0] == 2.0 and q.values[0, 0] == 512.0   # 500 / 2 = 250 -> 256
+    q = fp8.MXFP8BlockScaling(scale_rule="floor").quantize(x, fp8.e4m3fn, "input")
+    assert q.scale_values[0, 0] == 1.0 and q.values[0, 0] == 448.0   # clipped
     r = fp8.MXFP8BlockScaling(block_2d_weights=True)
-    qw, sw, _ = r.quantize(W, fp8.e4m3fn, "weight")
-    qt, st, _ = r.transpose(W, qw, sw, fp8.e4m3fn, "weight")
-    np.testing.assert_array_equal(qt * np.repeat(st, 32, axis=1)[:, :64],
-                                  (qw * np.repeat(sw, 32, axis=1)).T)
-    assert np.all(sw[:32, 0] == sw[0, 0])
+    qw = r.quantize(W, fp8.e4m3fn, "weight")
+    qt = r.transpose(W, qw, fp8.e4m3fn, "weight")
+    assert qw.block == (32, 32) and qw.scales.shape == (2, 3)      # one scale per tile
+    np.testing.assert_array_equal(qt.values, qw.values.T)
     with pytest.raises(ValueError, match="scale_rule must be one of"):
         fp8.MXFP8BlockScaling(scale_rule="round")
 

@@ -61,23 +61,25 @@ def test_mx_scale_conventions():
     # with "down", 500 / 2**0 saturates to 448; "up" never saturates
     x = np.full((1, 32), 1.0)
     x[0, 0] = 500.0
-    q, sinv, _ = fp8.quantize_operand(x, e4, fp8.MXFP8BlockScaling(scale_rounding="down"),
-                                      "input")
-    assert q[0, 0] * sinv[0, 0] == 448.0
-    q, sinv, _ = fp8.quantize_operand(x, e4, fp8.MXFP8BlockScaling(), "input")
-    assert q[0, 0] * sinv[0, 0] == 512.0 and sinv[0, 0] == 2.0
+    q = fp8.quantize_operand(x, e4, fp8.MXFP8BlockScaling(scale_rule="floor"), "input")
+    assert q.values[0, 0] == 448.0
+    q = fp8.quantize_operand(x, e4, fp8.MXFP8BlockScaling(), "input")
+    assert q.values[0, 0] == 512.0 and q.scale_values[0, 0] == 2.0
+    q = fp8.quantize_operand(x, e4, fp8.MXFP8BlockScaling(scale_rule="nearest"), "input")
+    assert q.scale_values[0, 0] == 1.0 and q.values[0, 0] == 448.0    # 500/448 -> 2**0
 
 
 def test_block_scaling_blocks_and_power_of_two_scales():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 300)).astype(np.float32)
     x[1, 130] = 1000.0
-    q, sinv, bk = fp8.quantize_operand(x, fpemu.e4m3fn, fp8.Float8BlockScaling(), "input")
-    assert bk == 128 and sinv.shape == (3, 3)
+    bq = fp8.quantize_operand(x, fpemu.e4m3fn, fp8.Float8BlockScaling(), "input")
+    q, sinv = fpemu.decode(bq.codes, "e4m3fn"), bq.scale_values
+    assert bq.block == 128 and sinv.shape == (3, 3)
     assert np.all(np.log2(sinv) == np.round(np.log2(sinv)))        # powers of two
     assert sinv[1, 1] > sinv[1, 0]                                 # the big value's block only
     w = rng.standard_normal((130, 130)).astype(np.float32)
-    _, sw, _ = fp8.quantize_operand(w, fpemu.e4m3fn, fp8.Float8BlockScaling(), "weight")
+    sw = fp8.quantize_operand(w, fpemu.e4m3fn, fp8.Float8BlockScaling(), "weight").scale_values
     assert np.all(sw[:128, 0] == sw[0, 0])                         # 128x128 tiles
     deq = q * np.repeat(sinv, 128, axis=1)[:, :300]
     rel = np.abs(deq - x) / np.maximum(np.abs(x), 0.05)
@@ -112,11 +114,15 @@ def test_fp8_gemm_is_the_manual_per_tensor_computation():
     X = rng.standard_normal((4, 40)).astype(np.float32)
     W = rng.standard_normal((5, 40)).astype(np.float32)
     recipe = fp8.Float8CurrentScaling()
-    qx, sx, bk = fp8.quantize_operand(X, fpemu.e4m3fn, recipe, "input")
-    qw, sw, _ = fp8.quantize_operand(W, fpemu.e4m3fn, recipe, "weight")
+    bx = fp8.quantize_operand(X, fpemu.e4m3fn, recipe, "input")
+    bw = fp8.quantize_operand(W, fpemu.e4m3fn, recipe, "weight")
+    qx, sx = fpemu.decode(bx.codes, "e4m3fn"), bx.scale_values.astype(np.float32)
+    qw, sw = fpemu.decode(bw.codes, "e4m3fn"), bw.scale_values.astype(np.float32)
     sxs = np.float32(448) / np.float32(np.abs(X).max())
     np.testing.assert_array_equal(qx, fpemu.quantize(X * sxs, "e4m3fn", overflow="saturate"))
-    got = fp8.scaled_gemm(qx, sx, qw, sw, bk, fpemu.e4m3fn, fpemu.e4m3fn, "h100-fp8", False)
+    got = fp8.scaled_gemm(qx, sx, qw, sw, bx.block, fpemu.e4m3fn, fpemu.e4m3fn, "h100-fp8",
+                          False)
+    np.testing.assert_array_equal(recipe.gemm(bx, bw, False), got)
     acc = fpemu.accumulate.matmul(qx, qw.T, "e4m3fn", model="h100-fp8")
     np.testing.assert_array_equal(got, acc * (sx[0, 0] * sw[0, 0]).astype(np.float32))
 

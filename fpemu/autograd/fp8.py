@@ -39,6 +39,12 @@ NVFP4 paper keeps the first and last blocks of its model in BF16.
 
 ``fp8_format``: ``Fp8Format.HYBRID`` (E4M3 forward, E5M2 gradients) or
 ``Fp8Format.E4M3`` (everywhere). Casts saturate.
+
+Every recipe's ``quantize`` returns its operand as one type,
+:class:`fpemu.block.BlockQuantized`: element codes, scale codes (fp32
+decode scales per row and K block for the per-tensor and fp8 block recipes,
+E8M0 for MX, E4M3 with a tensor scale and its amax for NVFP4), the block
+and the rule; one :meth:`gemm` takes two of them.
 """
 
 from __future__ import annotations
@@ -50,14 +56,19 @@ import enum
 import numpy as np
 
 from .. import accumulate as _acc
-from ..formats import e4m3fn, e5m2, e8m0
-from ..quantize import decode, encode, quantize
+from ..block import BlockQuantized, _mx_exponent
+from ..formats import e2m1, e4m3fn, e5m2, e8m0, fp32
+from ..quantize import decode, encode
 from ._autocast import cast_inputs
 from ._core import _result, _store, result_type
 from ._state import State
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 _f = np.float32
+
+#: TransformerEngine's NVFP4 GEMM epilogue divides the product of the two
+#: tensor amaxes by (e2m1 max * e4m3 max)**2: alpha = amax_a * amax_b / this.
+NVFP4_ALPHA_DIVISOR = _f(e2m1.max * e2m1.max * e4m3fn.max * e4m3fn.max)
 
 
 class Fp8Format(enum.Enum):
@@ -96,9 +107,29 @@ class _Recipe:
                 return True
         return False
 
-    def gemm(self, qa, sa, qb, sb, bk, fmt_a, fmt_b, split):
-        """The scaled GEMM of two quantized operands (see :func:`scaled_gemm`)."""
-        return scaled_gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, self.accumulate_model, split)
+    def gemm(self, a, b, split):
+        """``a @ b.T`` in float32 for two quantized operands (each a
+        :class:`BlockQuantized` of shape (rows, K), blocks along K):
+        block-scaled tensor cores take the codes and scales as they are
+        (E8M0 on ``b200-mxf8f6f4``, E4M3 with the tensor amaxes on
+        ``b200-mxf4nvf4``); other models multiply each K block's GEMM by its
+        two scales in fp32 (:func:`scaled_gemm`, promoted every 128 products
+        when ``split``)."""
+        model = self.accumulate_model
+        ca, sa, bk = _rowwise(a)
+        cb, sb, _ = _rowwise(b)
+        tensor_core = a.scale_fmt.name == "e4m3fn" or (
+            a.scale_fmt.name == "e8m0" and model in _acc.BLOCK_SCALED_CORES)
+        if tensor_core:
+            alpha = None
+            if a.tensor_amax is not None:
+                alpha = _f(_f(_f(a.tensor_amax) * _f(b.tensor_amax)) / NVFP4_ALPHA_DIVISOR)
+            return _acc.scaled_matmul(ca, sa, np.ascontiguousarray(cb.T),
+                                      np.ascontiguousarray(sb.T), a.elem, b.elem, a.scale_fmt,
+                                      block=bk, model=model, alpha=alpha)
+        return scaled_gemm(decode(ca, a.elem), decode(sa, a.scale_fmt).astype(np.float32),
+                           decode(cb, b.elem), decode(sb, b.scale_fmt).astype(np.float32),
+                           bk, a.elem, b.elem, model, split)
 
     def formats(self):
         fwd = e4m3fn
@@ -106,24 +137,24 @@ class _Recipe:
         return fwd, bwd
 
     def quantize(self, X, fmt, role, state=None):
-        """Quantize a (rows, K) float32 array for a GEMM over K: returns (q,
-        scale_inv, bk), the fp8 values, inverse scales of shape (rows, number
-        of K blocks) and the K block length."""
+        """Quantize a (rows, K) float32 array for a GEMM over K: a
+        :class:`BlockQuantized` with blocks along K."""
         raise NotImplementedError(f"{type(self).__name__} is not a scaling recipe: use "
                                   f"DelayedScaling, Float8CurrentScaling, Float8BlockScaling "
                                   f"or MXFP8BlockScaling, or define quantize() in a subclass")
 
-    def transpose(self, X, q, sinv, fmt, role, state=None):
+    def transpose(self, X, q, fmt, role, state=None):
         """The operand of a GEMM over the other axis of X (dgrad, wgrad):
         block recipes quantize X.T again, with blocks along its rows."""
         return self.quantize(np.ascontiguousarray(X.T), fmt, role + "_t")
 
 
 class _PerTensorRecipe(_Recipe):
-    def transpose(self, X, q, sinv, fmt, role, state=None):
-        """One scale for the whole tensor: the transpose reuses the fp8 values."""
-        return (np.ascontiguousarray(q.T), np.full((X.shape[1], 1), sinv[0, 0], np.float32),
-                max(1, X.shape[0]))
+    def transpose(self, X, q, fmt, role, state=None):
+        """One scale for the whole tensor: the transpose reuses the fp8 codes."""
+        return _per_row(np.ascontiguousarray(q.codes.T),
+                        np.full((X.shape[1], 1), decode(q.scales[:1, :1], fp32)[0, 0],
+                                np.float32), fmt, max(1, X.shape[0]), q.scale_rule)
 
 
 @dataclasses.dataclass
@@ -152,8 +183,9 @@ class DelayedScaling(_PerTensorRecipe):
         absx = np.abs(X.astype(np.float32))
         st = state[role]
         st.record(np.max(absx) if absx.size else 0.0)
-        q = _cast(X, np.full((R, 1), st.scale, np.float32), fmt)
-        return q, np.full((R, 1), st.scale_inv, np.float32), max(K, 1)
+        codes = _cast(X, np.full((R, 1), st.scale, np.float32), fmt)
+        return _per_row(codes, np.full((R, 1), st.scale_inv, np.float32), fmt, max(K, 1),
+                        "delayed")
 
 
 @dataclasses.dataclass
@@ -171,8 +203,9 @@ class Float8CurrentScaling(_PerTensorRecipe):
         absx = np.abs(X.astype(np.float32))
         amax = np.max(absx) if absx.size else _f(0)
         scale = scale_from_amax(amax, fmt.max, self.power_2_scale, self.amax_epsilon)
-        q = _cast(X, np.full((R, 1), scale, np.float32), fmt)
-        return q, np.full((R, 1), _f(_f(1) / scale), np.float32), max(K, 1)
+        codes = _cast(X, np.full((R, 1), scale, np.float32), fmt)
+        return _per_row(codes, np.full((R, 1), _f(_f(1) / scale), np.float32), fmt, max(K, 1),
+                        "pow2" if self.power_2_scale else "current")
 
 
 @dataclasses.dataclass
@@ -200,7 +233,7 @@ class Float8BlockScaling(_Recipe):
                 sc = scale_from_amax(amax, fmt.max, power_2_scale=True)
                 scales[r0:r1, s:e] = sc
                 sinv[r0:r1, j] = _f(_f(1) / sc)
-        return _cast(X, scales, fmt), sinv, bk
+        return _per_row(_cast(X, scales, fmt), sinv, fmt, bk, "pow2")
 
 
 @dataclasses.dataclass
@@ -209,22 +242,29 @@ class MXFP8BlockScaling(_Recipe):
 
     ``scale_rule``: ``"rceil"`` (TE: rounded up), ``"floor"`` (OCP),
     ``"ceil"``, ``"even"`` (:mod:`fpemu.block`) or ``"nearest"``
-    (ml_dtypes); the older ``scale_rounding`` names ``"up"`` / ``"down"``
-    mean rceil / floor. ``block_2d_weights`` quantizes weights in 32x32
-    tiles, so that W and its transpose share scales."""
+    (ml_dtypes). ``scale_rounding="up"`` / ``"down"``, the older spelling
+    of rceil / floor, still works and warns (DeprecationWarning).
+    ``block_2d_weights`` quantizes weights in 32x32 tiles, so that W and its
+    transpose share scales."""
 
     fp8_format: Fp8Format = Fp8Format.E4M3
     block: int = 32
-    scale_rounding: str = "up"
-    scale_rule: str = None
+    scale_rule: str = "rceil"
     block_2d_weights: bool = False
     accumulate_model: str = "b200-mxf8f6f4"
+    scale_rounding: dataclasses.InitVar[str] = None
 
     _ALIASES = {"up": "rceil", "down": "floor"}
 
-    def __post_init__(self):
+    def __post_init__(self, scale_rounding):
+        import warnings
         self.fp8_format = _check_format(self.fp8_format)
-        rule = self.scale_rule if self.scale_rule is not None else self.scale_rounding
+        rule = self.scale_rule
+        if scale_rounding is not None:
+            warnings.warn("MXFP8BlockScaling(scale_rounding=...) is deprecated: pass "
+                          f"scale_rule={self._ALIASES.get(scale_rounding, scale_rounding)!r}",
+                          DeprecationWarning, stacklevel=3)
+            rule = scale_rounding
         rule = self._ALIASES.get(rule, rule)
         from ..block import MX_RULES
         if rule not in MX_RULES + ("nearest",):
@@ -239,32 +279,21 @@ class MXFP8BlockScaling(_Recipe):
         if self.scale_rule == "nearest":
             absx = np.abs(X.astype(np.float32))
             spans = _blocks(K, self.block)
-            sinv = np.empty((R, len(spans)), np.float32)
-            q = np.empty((R, K), np.float32)
+            ex = np.empty((R, len(spans)), np.int64)
+            codes = np.empty((R, K), fmt.code_dtype)
             for j, (s, e) in enumerate(spans):
-                amax = absx[:, s:e].max(axis=1) if e > s else np.zeros(R)
-                ex = mx_scale_exponent(amax, fmt, "nearest")
-                sinv[:, j] = np.ldexp(np.float32(1), ex)
+                amax = absx[:, s:e].max(axis=1) if e > s else np.zeros(R, np.float32)
+                ex[:, j] = mx_scale_exponent(amax, fmt, "nearest")
                 with np.errstate(over="ignore"):
-                    q[:, s:e] = quantize(np.ldexp(X[:, s:e].astype(np.float64), -ex[:, None]),
-                                         fmt, overflow="saturate")
-            return q, sinv, self.block
+                    codes[:, s:e] = encode(np.ldexp(X[:, s:e].astype(np.float64),
+                                                    -ex[:, j:j + 1]), fmt, overflow="saturate")
+            return BlockQuantized(codes, (ex + 127).astype(np.uint8), elem=fmt, scale_fmt=e8m0,
+                                  block=self.block, axis=1, scale_rule="nearest")
         from ..block import quantize_blocks
         two_d = self.block_2d_weights and role.startswith("weight")
-        bq = quantize_blocks(np.asarray(X, np.float32), fmt, "e8m0",
-                             (self.block, self.block) if two_d else self.block,
-                             scale_rule=self.scale_rule)
-        sinv = bq.scale_values.astype(np.float32)
-        if two_d:
-            sinv = np.repeat(sinv, self.block, axis=0)[:R]
-        return decode(bq.codes, fmt), sinv, self.block
-
-    def gemm(self, qa, sa, qb, sb, bk, fmt_a, fmt_b, split):
-        if self.accumulate_model not in _acc.BLOCK_SCALED_CORES:
-            return super().gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, split)
-        return _acc.scaled_matmul(encode(qa, fmt_a), encode(sa, e8m0), encode(qb, fmt_b).T,
-                                  encode(sb, e8m0).T, fmt_a, fmt_b, e8m0, block=bk,
-                                  model=self.accumulate_model)
+        return quantize_blocks(np.asarray(X, np.float32), fmt, "e8m0",
+                               (self.block, self.block) if two_d else self.block,
+                               scale_rule=self.scale_rule)
 
 
 @dataclasses.dataclass
@@ -288,7 +317,8 @@ class NVFP4BlockScaling(_Recipe):
     sign vector and needs the number of tokens to be a multiple of 16; the
     stochastic rounding draws ``sr_bits`` bits per element from ``seed``
     and a per-call counter. GEMMs run on Blackwell's ``b200-mxf4nvf4`` with
-    ``alpha = amax_a * amax_b / (6 * 6 * 448 * 448)`` in float32, as TE.
+    ``alpha = amax_a * amax_b / NVFP4_ALPHA_DIVISOR`` (6 * 6 * 448 * 448) in
+    float32, as TE.
     """
 
     disable_rht: bool = False
@@ -313,7 +343,8 @@ class NVFP4BlockScaling(_Recipe):
         return e2m1, e2m1
 
     def quantize(self, X, fmt, role, state=None):
-        """(BlockQuantized, fp32 amax, 16) for one operand role."""
+        """The NVFP4 :class:`BlockQuantized` of one operand role (its
+        ``tensor_amax`` feeds the GEMM's alpha)."""
         from ..block import hadamard, quantize_blocks
         X = np.asarray(X, np.float32)
         base = role[:-2] if role.endswith("_t") else role
@@ -327,29 +358,11 @@ class NVFP4BlockScaling(_Recipe):
                                  f"(TransformerEngine's rule), got {X.shape[1]}; pad the batch "
                                  f"or pass disable_rht=True")
             X = hadamard(X, 16, axis=1, signs="te")
-        amax = np.float32(np.max(np.abs(X))) if X.size else np.float32(0)
         self._calls += 1
         rounding = f"sr{self.sr_bits}" if sr else "rne"
-        bq = quantize_blocks(X, "e2m1", "e4m3fn", (16, 16) if two_d else 16,
-                             scale_rule=self.scale_rule, rounding=rounding,
-                             seed=[self.seed, self._calls] if sr else None)
-        return bq, amax, 16
-
-    def transpose(self, X, q, sinv, fmt, role, state=None):
-        return self.quantize(np.ascontiguousarray(X.T), fmt, role + "_t")
-
-    def gemm(self, qa, sa, qb, sb, bk, fmt_a, fmt_b, split):
-        def rowwise(bq):
-            s = bq.scales
-            if isinstance(bq.block, tuple):
-                s = np.repeat(s, bq.block[0], axis=0)[:bq.codes.shape[0]]
-            return bq.codes, s
-        ca, xa = rowwise(qa)
-        cb, xb = rowwise(qb)
-        alpha = _f(_f(_f(sa) * _f(sb)) / _f(6.0 * 6.0 * 448.0 * 448.0))
-        return _acc.scaled_matmul(ca, xa, np.ascontiguousarray(cb.T),
-                                  np.ascontiguousarray(xb.T), "e2m1", "e2m1", "e4m3fn",
-                                  block=16, model=self.accumulate_model, alpha=alpha)
+        return quantize_blocks(X, "e2m1", "e4m3fn", (16, 16) if two_d else 16,
+                               scale_rule=self.scale_rule, rounding=rounding,
+                               seed=[self.seed, self._calls] if sr else None)
 
 
 _RECIPES = (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling,
@@ -433,23 +446,19 @@ class DelayedState:
 
 
 def mx_scale_exponent(amax, fmt, rounding):
-    """The E8M0 exponent of one MX block with this amax (clamped to
-    [-127, 127]); zero blocks get 2**-127."""
-    amax = np.asarray(amax, np.float64)
-    emax_elem = int(np.floor(np.log2(fmt.max)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if rounding == "down":
-            e = np.floor(np.log2(np.where(amax > 0, amax, 2.0 ** -126))) - emax_elem
-        elif rounding == "up":
-            x = (amax.astype(np.float32) / np.float32(fmt.max)).astype(np.float64)
-            m, ex = np.frexp(np.where(x > 0, x, 1.0))       # x = m * 2**ex, m in [0.5, 1)
-            e = np.where(m == 0.5, ex - 1, ex).astype(np.float64)
-            e = np.where(x > 0, e, -127)
-        else:
-            x = (amax.astype(np.float32) / np.float32(fmt.max))
-            v = quantize(np.where(x > 0, x, 2.0 ** -127), e8m0)
-            e = np.log2(v.astype(np.float64))
-    return np.clip(e, -127, 127).astype(np.int64)
+    """The E8M0 exponent of MX blocks with these amaxes (int64, clamped to
+    [-127, 127]; zero blocks get 2**-127), read from the float32 bits as
+    :mod:`fpemu.block` reads them: ``"down"`` its floor rule, ``"up"`` its
+    rceil rule, ``"nearest"`` the E8M0 code of ``fp32(amax / fmt.max)``
+    rounded to nearest (ml_dtypes' cast)."""
+    amax32 = np.asarray(amax, np.float64).astype(np.float32)
+    if rounding in ("down", "up"):
+        e, _ = _mx_exponent(amax32, fmt, "floor" if rounding == "down" else "rceil")
+        return e
+    with np.errstate(all="ignore"):
+        x = (amax32 / np.float32(fmt.max)).astype(np.float32)
+    codes = encode(np.where(x > 0, x, np.float32(2.0 ** -127)), e8m0).astype(np.int64)
+    return np.clip(codes - 127, -127, 127)
 
 
 # ------------------------------------------------------------- quantization
@@ -458,14 +467,33 @@ def _blocks(K, bk):
 
 
 def _cast(X, scale, fmt):
+    """The fp8 codes of fp32(X * scale), saturated."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return quantize(X.astype(np.float32) * scale.astype(np.float32),
-                        fmt, overflow="saturate")
+        return encode(X.astype(np.float32) * scale.astype(np.float32), fmt,
+                      overflow="saturate")
+
+
+def _per_row(codes, scale_inv, fmt, bk, rule):
+    """A :class:`BlockQuantized` with fp32 decode scales, one per row and K
+    block of length ``bk`` (a whole row for per-tensor recipes; a
+    128 x 128 weight tile repeats its scale on each of its rows)."""
+    return BlockQuantized(codes, encode(scale_inv, fp32), elem=fmt, scale_fmt=fp32, block=bk,
+                          axis=1, scale_rule=rule)
+
+
+def _rowwise(bq):
+    """(codes, scale codes with one row per row of codes, K block length) of
+    an operand: 2-D tiles repeat their scales down their rows."""
+    s = bq.scales
+    if isinstance(bq.block, tuple):
+        s = np.repeat(s, bq.block[0], axis=0)[:bq.codes.shape[0]]
+        return bq.codes, s, bq.block[1]
+    return bq.codes, s, bq.block
 
 
 def quantize_operand(X, fmt, recipe, role, state=None):
     """Quantize a (rows, K) float32 array for a GEMM over K under ``recipe``
-    (its :meth:`quantize`). Returns (q, scale_inv, bk)."""
+    (its :meth:`quantize`): a :class:`BlockQuantized`."""
     if not isinstance(recipe, _Recipe):
         raise TypeError(f"expected an fp8 recipe, got {type(recipe).__name__}")
     return recipe.quantize(X, fmt, role, state)
@@ -520,30 +548,26 @@ def fp8_linear(module, x, recipe):
     X = x._a.reshape(-1, x.shape[-1]).astype(np.float32)
     W = weight._a.astype(np.float32)
     fprop, dgrad, wgrad = recipe.split_accumulator
-    qx, sx, bk = quantize_operand(X, fwd_fmt, recipe, "input", state)
-    qw, sw, _ = quantize_operand(W, fwd_fmt, recipe, "weight", state)
-    acc = recipe.gemm(qx, sx, qw, sw, bk, fwd_fmt, fwd_fmt, fprop)
+    qx = quantize_operand(X, fwd_fmt, recipe, "input", state)
+    qw = quantize_operand(W, fwd_fmt, recipe, "weight", state)
+    acc = recipe.gemm(qx, qw, fprop)
     if bias is not None:
         acc = acc + bias._a.astype(np.float32)
     out = _store(acc, dt).reshape(x.shape[:-1] + (W.shape[0],))
 
     def backward(g):
         G = g.reshape(-1, g.shape[-1]).astype(np.float32)
+        qg = quantize_operand(G, bwd_fmt, recipe, "grad_output", state)
         if state is not None:
-            qg, sg, bkg = quantize_operand(G, bwd_fmt, recipe, "grad_output", state)
             state["grad_output"].update()
-        else:
-            qg, sg, bkg = quantize_operand(G, bwd_fmt, recipe, "grad_output")
         gx = gw = gb = None
         if x.requires_grad:                               # dgrad: K = out features
-            qwt, swt, _ = recipe.transpose(W, qw, sw, fwd_fmt, "weight", state)
-            gx = _store(recipe.gemm(qg, sg, qwt, swt, bkg, bwd_fmt, fwd_fmt, dgrad),
-                        dt).reshape(x.shape)
+            qwt = recipe.transpose(W, qw, fwd_fmt, "weight", state)
+            gx = _store(recipe.gemm(qg, qwt, dgrad), dt).reshape(x.shape)
         if weight.requires_grad:                          # wgrad: K = batch
-            qgt, sgt, bkt = recipe.transpose(G, qg, sg, bwd_fmt, "grad_output", state)
-            qxt, sxt, _ = recipe.transpose(X, qx, sx, fwd_fmt, "input", state)
-            gw = _store(recipe.gemm(qgt, sgt, qxt, sxt, bkt, bwd_fmt, fwd_fmt, wgrad),
-                        weight.dtype)
+            qgt = recipe.transpose(G, qg, bwd_fmt, "grad_output", state)
+            qxt = recipe.transpose(X, qx, fwd_fmt, "input", state)
+            gw = _store(recipe.gemm(qgt, qxt, wgrad), weight.dtype)
         if bias is not None and bias.requires_grad:
             gb = _store(G.astype(np.float64).sum(axis=0), bias.dtype)
         return gx, gw, gb
@@ -553,4 +577,5 @@ def fp8_linear(module, x, recipe):
 
 __all__ = ["Fp8Format", "Format", "DelayedScaling", "Float8CurrentScaling", "Float8BlockScaling",
            "MXFP8BlockScaling", "NVFP4BlockScaling", "fp8_autocast", "scale_from_amax",
-           "mx_scale_exponent", "quantize_operand", "scaled_gemm", "DelayedState"]
+           "mx_scale_exponent", "quantize_operand", "scaled_gemm", "DelayedState",
+           "NVFP4_ALPHA_DIVISOR"]
