@@ -39,6 +39,7 @@ _LAZY = {
     "decode": (".quantize", "decode"), "encode": (".quantize", "encode"),
     "next_down": (".quantize", "next_down"), "next_up": (".quantize", "next_up"),
     "quantize": (".quantize", "quantize"), "ulp": (".quantize", "ulp"),
+    "Cast": (".quantize", "Cast"),
 }
 
 try:
@@ -58,7 +59,7 @@ else:
     # fpemu.explain(0.1, "bf16") and fpemu.explain.values("e2m1") both work
     from . import explain, stats  # noqa: F401
     from .quantize import (  # noqa: F401
-        CLASSES, classify, decode, encode, next_down, next_up, quantize, ulp,
+        CLASSES, Cast, classify, decode, encode, next_down, next_up, quantize, ulp,
     )
     del _numba
 
@@ -66,7 +67,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORMATS", "Format", "format", "format_names", "Rounding", "Overflow", "CLASSES",
-    "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify",
+    "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify", "Cast",
     "fp32", "tf32", "fp16", "bf16", "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3",
     "e3m4", "e2m3", "e3m2", "e2m1", "e8m0",
     "add", "sub", "mul", "div", "sqrt", "fma", "accumulate", "explain", "stats",

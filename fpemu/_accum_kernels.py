@@ -381,3 +381,43 @@ def gst_matmul(A, B, SAs, SAe, SBs, SBe, C, out, G, L, F, e_zero, sblock):
                     acc += np.trunc(p[g] * _pow2(e[g] - emax + F))
                 c = _rz_fp32(acc * _pow2(emax - F), 23)
             out[i, j] = np.float32(c)
+
+
+# ------------------------------------------------ batched float32 matmul
+# The "sequential" model for whole batches of float32 matrices, as
+# fpemu.autograd's matmul runs it: out[b, i, j] = (((c + a0*b0) + a1*b1) + ...),
+# every product and every sum rounded to float32 in index order (no fma). It
+# takes four rows of A at a time, so each row of B is read once from memory
+# for four rows of the output (twice the throughput of one row at a time;
+# eight or sixteen rows were slower); the order of the adds of every output
+# element is unchanged.
+
+#: rows of A per task of :func:`bmm_sequential`
+BMM_ROWS = 4
+
+
+@pjit
+def bmm_sequential(A, B, out):
+    """A (batch, M, K), B (batch, K, N), out (batch, M, N), all float32 and
+    C-contiguous; the accumulator starts at -0.0 (an empty sum is +0.0)."""
+    nb, M, K = A.shape
+    N = B.shape[2]
+    nrb = (M + BMM_ROWS - 1) // BMM_ROWS
+    for t in prange(nb * nrb):
+        b = t // nrb
+        i0 = (t - b * nrb) * BMM_ROWS
+        rows = min(BMM_ROWS, M - i0)
+        acc = np.empty((BMM_ROWS, N), np.float32)
+        start = np.float32(0.0) if K == 0 else np.float32(-0.0)
+        for r in range(rows):
+            for j in range(N):
+                acc[r, j] = start
+        for k in range(K):
+            for r in range(rows):
+                a = A[b, i0 + r, k]
+                for j in range(N):
+                    p = a * B[b, k, j]
+                    acc[r, j] = acc[r, j] + p
+        for r in range(rows):
+            for j in range(N):
+                out[b, i0 + r, j] = acc[r, j]

@@ -3,8 +3,8 @@
 Contract shared by every kernel here: 1-D contiguous arrays and integers in,
 arrays out; no Python objects; no exceptions (the callers in
 :mod:`fpemu.quantize` check the input first). A format reaches a kernel as the
-tuple ``p`` and the int ``flags`` built by
-:func:`fpemu.quantize._kernel_params`::
+tuple ``p`` and the int ``flags`` of a :class:`fpemu.quantize.Cast`
+(``Cast.params``, ``Cast.flags``)::
 
     p[0]  M        mantissa bits              p[4]  maxmag   code of max (no sign)
     p[1]  emin     exponent of min normal     p[5]  infmag   code of inf, or -1

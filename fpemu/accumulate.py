@@ -42,19 +42,12 @@ from ._jit import run_kernel
 from .arith import _not_in_format
 from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
-from .quantize import (
-    _as_format,
-    decode,
-    _kernel_params,
-    _prepare_input,
-    _resolve_overflow,
-    _seed_key,
-    quantize,
-)
+from .checks import as_format, real_array
+from .quantize import Cast, decode, quantize
 from .rounding import Rounding, parse_rounding
 
 __all__ = ["TensorCore", "TENSOR_CORES", "MODELS", "BlockScaledCore", "BLOCK_SCALED_CORES",
-           "sum", "dot", "matmul", "scaled_matmul"]
+           "sum", "dot", "matmul", "scaled_matmul", "bmm_fp32_sequential"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,8 +153,8 @@ def _in_formats(in_fmt, fname):
         if len(in_fmt) != 2:
             raise FpemuValueError(f"{fname}(): in_fmt is one format or a pair (format of a, "
                                   f"format of b); got {in_fmt!r}")
-        return _as_format(in_fmt[0]), _as_format(in_fmt[1])
-    f = _as_format(in_fmt)
+        return as_format(in_fmt[0]), as_format(in_fmt[1])
+    f = as_format(in_fmt)
     return f, f
 
 
@@ -173,8 +166,8 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
          subnormals, overflow, seed, fname, check=True):
     """out[i, j] = dot(A[i], BT[j]) (or out[i] = dot(A[i], BT[i]) if paired)."""
     fmt_a, fmt_b = _in_formats(in_fmt, fname)
-    acc_fmt = _as_format(acc_fmt)
-    out_fmt = acc_fmt if out_fmt is None else _as_format(out_fmt)
+    acc_fmt = as_format(acc_fmt)
+    out_fmt = acc_fmt if out_fmt is None else as_format(out_fmt)
     model = _resolve_model(model, fname)
     if model == "blocked":
         if not (isinstance(block, (int, np.integer)) and not isinstance(block, bool)
@@ -186,10 +179,9 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
         block = int(block)
     else:
         block = 0
-    mode = parse_rounding(rounding)
-    pol = _resolve_overflow(acc_fmt, overflow)
-    p, flags = _kernel_params(acc_fmt, pol, subnormals)
-    key, _ = _seed_key(seed, mode)
+    cast = Cast.of(acc_fmt, rounding, subnormals, overflow)
+    mode, p, flags = cast.rounding, cast.params, cast.flags
+    key, _ = cast.seed_key(seed)
     if check:
         _check_operand(A, fmt_a, "a", fname)
         _check_operand(BT, fmt_b, "b", fname)
@@ -227,7 +219,7 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
             BT = np.where(np.isfinite(BT), BT, 0.0)
             C = np.where(np.isfinite(C), C, 0.0)
     native = (kind == _ak.SEQUENTIAL and block == 0 and acc_fmt.name == "fp32"
-              and mode is Rounding.RNE and subnormals and int(pol) == 0 and not paired)
+              and mode is Rounding.RNE and subnormals and int(cast.overflow) == 0 and not paired)
     out = np.empty(C.shape, np.float32)
     if out.size and kind == _ak.TC and not paired:
         out = _tc_matmul(A, BT, C, tc, block)
@@ -285,7 +277,7 @@ def _identity(rounding, K):
 
 
 def _as_matrix(x, fname, label):
-    flat, shape = _prepare_input(x, fname)
+    flat, shape = real_array(x, fname)
     return flat.astype(np.float64, copy=False).reshape(shape)
 
 
@@ -509,9 +501,9 @@ def scaled_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt=None, scale
     >>> bool(np.all(np.abs(y - exact) <= np.abs(exact) * 2.0**-20))
     True
     """
-    a_fmt = _as_format(a_fmt)
-    b_fmt = a_fmt if b_fmt is None else _as_format(b_fmt)
-    scale_fmt = _as_format(scale_fmt)
+    a_fmt = as_format(a_fmt)
+    b_fmt = a_fmt if b_fmt is None else as_format(b_fmt)
+    scale_fmt = as_format(scale_fmt)
     Ac, Bc = np.asarray(a_codes), np.asarray(b_codes)
     As, Bs = np.asarray(a_scales), np.asarray(b_scales)
     for name, arr in (("a_codes", Ac), ("b_codes", Bc), ("a_scales", As), ("b_scales", Bs)):
@@ -622,4 +614,17 @@ def scaled_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt=None, scale
     if nan.any():
         out = out.copy()
         out.view(np.uint32)[nan] = np.uint32(0x7FFFFFFF)
+    return out
+
+
+def bmm_fp32_sequential(A, B):
+    """``A @ B`` for C-contiguous float32 batches A (batch, M, K) and
+    B (batch, K, N) under the ``"sequential"`` model in fp32 (each product
+    and each sum rounded to float32 in index order, starting from -0; an
+    empty sum is +0), with no argument checks: the batched kernel behind
+    ``fpemu.autograd``'s matmul. Equal to ``matmul(a, b, "fp32")`` of each
+    batch element."""
+    out = np.empty((A.shape[0], A.shape[1], B.shape[2]), np.float32)
+    if out.size:
+        run_kernel(_ak.bmm_sequential, A, B, out)
     return out

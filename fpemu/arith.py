@@ -20,19 +20,13 @@ import numpy as np
 
 from . import _arith_kernels
 from ._jit import run_kernel
+from .checks import real_array
 from .errors import FpemuValueError
 from .formats import Format
-from .quantize import (
-    _as_format,
-    _kernel_params,
-    _prepare_input,
-    _resolve_overflow,
-    _seed_key,
-    quantize,
-)
-from .rounding import Rounding, parse_rounding
+from .quantize import Cast, quantize
+from .rounding import Rounding
 
-__all__ = ["add", "sub", "mul", "div", "sqrt", "fma"]
+__all__ = ["add", "sub", "mul", "div", "sqrt", "fma", "fma_fp32"]
 
 _NAMES = {1: ("a",), 2: ("a", "b"), 3: ("a", "b", "c")}
 
@@ -49,7 +43,7 @@ def _not_in_format(x, fmt: Format):
 def _operands(values, fmt: Format, fname):
     arrays = []
     for v in values:
-        flat, shape = _prepare_input(v, fname)
+        flat, shape = real_array(v, fname)
         arrays.append(flat.reshape(shape))
     try:
         shape = np.broadcast_shapes(*(a.shape for a in arrays))
@@ -81,11 +75,9 @@ def _report_bad(flat, fmt: Format, fname):
 
 
 def _elementwise(opname, values, fmt, rounding, subnormals, overflow, seed):
-    fmt = _as_format(fmt)
-    mode = parse_rounding(rounding)
-    pol = _resolve_overflow(fmt, overflow)
-    params, flags = _kernel_params(fmt, pol, subnormals)
-    key, offset = _seed_key(seed, mode)
+    cast = Cast.of(fmt, rounding, subnormals, overflow)
+    fmt, mode, params, flags = cast.fmt, cast.rounding, cast.params, cast.flags
+    key, offset = cast.seed_key(seed)
     flat, shape = _operands(values, fmt, opname)
     out = np.empty(shape, np.float32)
     if out.size:
@@ -94,8 +86,7 @@ def _elementwise(opname, values, fmt, rounding, subnormals, overflow, seed):
         c = flat[2] if len(flat) > 2 else a
         if (opname == "fma" and fmt.name == "fp32" and mode is Rounding.RNE and flags == 0
                 and a.dtype == np.float32):
-            run_kernel(_arith_kernels.fma_fp32_rne, a, b, c, out.reshape(-1))
-            return out
+            return fma_fp32(a, b, c, out.reshape(-1)).reshape(shape)
         kernel = _arith_kernels.arith_kernel(_arith_kernels.OPS[opname], int(mode), flags)
         bad = run_kernel(kernel, a, b, c, out.reshape(-1), params, key, offset)
         if bad:
@@ -111,6 +102,17 @@ def _elementwise(opname, values, fmt, rounding, subnormals, overflow, seed):
                     "compute in a format with NaN"
                 )
     return out
+
+
+def fma_fp32(a, b, c, out=None):
+    """fma(a, b, c) in fp32, nearest even, of C-contiguous 1-D float32 arrays
+    of one length, with no argument checks (the fast path of :func:`fma`,
+    for callers that have checked already: fpemu.autograd's kernel formulas).
+    Exact: the product and the sum are rounded once."""
+    res = np.empty(a.shape, np.float32) if out is None else out
+    if a.size:
+        run_kernel(_arith_kernels.fma_fp32_rne, a, b, c, res)
+    return res
 
 
 _DOC_ARGS = """

@@ -143,7 +143,8 @@ import numpy as np
 from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
 from .formats import format as _lookup
-from .quantize import _prepare_input, decode, encode, quantize
+from .checks import real_array
+from .quantize import decode, encode, quantize
 
 __all__ = ["BlockQuantized", "BlockSpec", "PRESETS", "SCALE_RULES", "ScaleRule", "INF_BLOCK",
            "quantize_blocks", "dequantize_blocks", "hadamard", "hadamard_matrix", "TE_SIGNS",
@@ -720,7 +721,7 @@ def _resolve_args(elem, scale_fmt, block, scale_rule):
 def _float32_input(x, fname):
     """x as an array of float32 values (a float64 array must hold float32
     values: block quantizers read float32 or bfloat16 tensors)."""
-    flat, shape = _prepare_input(x, fname)
+    flat, shape = real_array(x, fname)
     X = flat.reshape(shape)
     X32 = X.astype(np.float32, copy=False)
     if X.dtype != np.float32:
@@ -1060,7 +1061,7 @@ def hadamard(x, size=16, axis=-1, signs="te"):
     """
     from .accumulate import matmul
     H = hadamard_matrix(size, signs)
-    flat, shape = _prepare_input(x, "hadamard")
+    flat, shape = real_array(x, "hadamard")
     X = np.moveaxis(flat.reshape(shape).astype(np.float64), axis, -1)
     if X.shape[-1] % size:
         raise FpemuValueError(f"hadamard(): the axis has length {X.shape[-1]}, not a multiple "

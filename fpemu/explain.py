@@ -21,7 +21,8 @@ from ._callable import make_callable
 from ._exact import parse_real, to_float64_odd
 from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
-from .quantize import _as_format, classify, decode, encode, next_down, next_up, quantize, ulp
+from .checks import as_format
+from .quantize import classify, decode, encode, next_down, next_up, quantize, ulp
 from .rounding import parse_overflow, parse_rounding
 
 __all__ = ["Explanation", "explain", "values", "table", "table_text"]
@@ -173,9 +174,9 @@ def _one_value(x):
     one-element torch tensor, numpy or ml_dtypes array, list or tuple gives
     its element; numpy ints (uint64 too) and bools become Python ints,
     ml_dtypes scalars their exact float32 value."""
-    from .quantize import _ML_DTYPES_INTS, _ML_DTYPES_NAMES, _from_torch, _is_torch_tensor
-    if _is_torch_tensor(x):
-        x = _from_torch(x, "explain")
+    from .checks import ML_DTYPES_INTS, ML_DTYPES_NAMES, from_torch, is_torch_tensor
+    if is_torch_tensor(x):
+        x = from_torch(x, "explain")
     if isinstance(x, (list, tuple)):
         flat = list(_flatten(x))
         if len(flat) != 1:
@@ -191,9 +192,9 @@ def _one_value(x):
         return int(x)
     if isinstance(x, np.integer):
         return int(x)
-    if isinstance(x, np.generic) and x.dtype.name in _ML_DTYPES_NAMES:
+    if isinstance(x, np.generic) and x.dtype.name in ML_DTYPES_NAMES:
         return float(np.float32(x))
-    if isinstance(x, np.generic) and x.dtype.name in _ML_DTYPES_INTS:
+    if isinstance(x, np.generic) and x.dtype.name in ML_DTYPES_INTS:
         return int(np.int64(x))
     return x
 
@@ -254,7 +255,7 @@ def explain(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None
       why       x is nearer the neighbour above (9.76562e-05 away against 0.000390625), and
                 round to nearest takes it.
     """
-    fmt = _as_format(fmt)
+    fmt = as_format(fmt)
     xe, xv, text = _read_one(x)
     mode = parse_rounding(rounding).name.lower()
     kw = dict(rounding=mode, subnormals=subnormals, overflow=overflow, seed=seed)
@@ -311,7 +312,7 @@ def values(fmt) -> np.ndarray:
     >>> str(v["bits"][3]), str(v["cls"][1])
     ('0011', 'subnormal')
     """
-    fmt = _as_format(fmt)
+    fmt = as_format(fmt)
     if fmt.bits > 16:
         raise FpemuValueError(f"values() lists formats of at most 16 bits; {fmt.name} has "
                               f"{fmt.bits} ({2 ** fmt.bits} codes)")
@@ -346,7 +347,7 @@ def table(fmt) -> np.ndarray:
     >>> t.shape, float(t[7, 14]), bool(np.isnan(t[7, 15]))
     ((16, 16), 448.0, True)
     """
-    fmt = _as_format(fmt)
+    fmt = as_format(fmt)
     if fmt.bits > 8:
         raise FpemuValueError(f"table() lays out formats of at most 8 bits (256 codes); "
                               f"{fmt.name} has {fmt.bits}; use "
@@ -367,7 +368,7 @@ def table_text(fmt) -> str:
            .0   .1   .2   .3   .4   .5   .6   .7   .8   .9   .A   .B   .C   .D   .E   .F
     0.      0  0.5    1  1.5    2    3    4    6   -0 -0.5   -1 -1.5   -2   -3   -4   -6
     """
-    fmt = _as_format(fmt)
+    fmt = as_format(fmt)
     t = table(fmt)
     cells = [[_cell(v) for v in row] for row in t]
     w = max(len(c) for row in cells for c in row)

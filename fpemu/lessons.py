@@ -42,7 +42,8 @@ import numpy as np
 from .errors import FpemuTypeError, FpemuValueError
 from .explain import _cell
 from .formats import Format, format_names
-from .quantize import _as_format, classify, decode, encode, next_down, next_up, quantize, ulp
+from .checks import as_format
+from .quantize import classify, decode, encode, next_down, next_up, quantize, ulp
 
 __all__ = ["interactive", "BitToggle", "CodeTable", "Choice", "Slider", "interact",
            "Interaction", "rounding_interval", "FIELD_COLORS", "CLASS_COLORS"]
@@ -104,7 +105,7 @@ def rounding_interval(value, fmt, *, overflow=None):
     >>> rounding_interval(448.0, "e4m3fn")            # e4m3fn saturates by default
     (432.0, inf, True, True)
     """
-    fmt = _as_format(fmt)
+    fmt = as_format(fmt)
     v = float(quantize(float(value), fmt, overflow=overflow))
     if v != float(value) and not (v != v and float(value) != float(value)):
         raise FpemuValueError(f"rounding_interval(): {value!r} is not a value of {fmt.name}; "
@@ -195,7 +196,7 @@ class BitToggle:
     """
 
     def __init__(self, fmt="bf16", value=1.0, *, code=None):
-        self.fmt = _as_format(fmt)
+        self.fmt = as_format(fmt)
         if code is None:
             self.code = int(encode(_exact(value, "BitToggle"), self.fmt))
         else:
@@ -266,7 +267,7 @@ class BitToggle:
     def set_format(self, fmt):
         """Switch format, keeping the value (rounded to nearest even)."""
         v = self.value
-        new = _as_format(fmt)
+        new = as_format(fmt)
         if v != v and not new.has_nan:
             raise FpemuValueError(f"BitToggle.set_format(): the toggle shows NaN and {new.name} "
                                   f"has no NaN; set a value first (e.g. .set_value(1.0))")
@@ -475,7 +476,7 @@ class CodeTable:
 
     def __init__(self, fmt):
         from .explain import table, values
-        self.fmt = _as_format(fmt)
+        self.fmt = as_format(fmt)
         self.values = table(self.fmt)
         self._cls = values(self.fmt)["cls"].reshape(self.values.shape)
 

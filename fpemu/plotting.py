@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import FpemuValueError
 from .formats import Format
-from .quantize import _as_format
+from .checks import as_format
 
 __all__ = [
     "STYLE", "REGION_COLORS", "lecture_style", "new_axes", "save_figure", "format_regions",
@@ -140,7 +140,7 @@ def format_regions(fmt, rounding="rne"):
     ``b = log2(min_normal)`` it is subnormal, above ``c = log2(max)`` it
     overflows. A format without subnormals has an empty subnormal band.
     """
-    f = _as_format(fmt)
+    f = as_format(fmt)
     if rounding != "rne":
         raise FpemuValueError("format_regions(): only rounding='rne' bands are drawn; the "
                               f"counts of other modes come from fpemu.stats (got {rounding!r})")
@@ -152,7 +152,7 @@ def format_regions(fmt, rounding="rne"):
 
 
 def _fmt_name(fmt):
-    return fmt if isinstance(fmt, str) and not isinstance(fmt, Format) else _as_format(fmt).name
+    return fmt if isinstance(fmt, str) and not isinstance(fmt, Format) else as_format(fmt).name
 
 
 def _pct(x):
@@ -179,7 +179,7 @@ def _survey_for(values, formats, scales):
     from .stats import Survey, survey
     if isinstance(values, Survey):
         missing = [(f, s) for f in formats for s in scales
-                   if (_as_format(f).name, float(s)) not in values.counts]
+                   if (as_format(f).name, float(s)) not in values.counts]
         if missing:
             raise FpemuValueError(
                 f"the survey passed has no counts for {missing}; compute it with "
@@ -396,7 +396,7 @@ def plot_number_line(formats=("e4m3fn", "e5m2", "fp16", "bf16"), lo=2.0**-18, hi
     names = [_fmt_name(f) for f in formats]
     ax = _axes(ax, figsize=(11, 1.2 + 0.8 * len(names)))
     for i, n in enumerate(names):
-        f = _as_format(n)
+        f = as_format(n)
         if f.bits > 16:
             raise FpemuValueError(f"plot_number_line(): {n} has {f.bits} bits; number lines "
                                   "enumerate every code, so pass formats of up to 16 bits")
@@ -446,7 +446,7 @@ def plot_bit_layout(formats=("fp32", "tf32", "bf16", "fp16", "e5m2", "e4m3fn", "
     from .quantize import encode, quantize
     if isinstance(formats, (str, Format)):
         formats = [formats]
-    fmts = [_as_format(f) for f in formats]
+    fmts = [as_format(f) for f in formats]
     width = max(f.bits for f in fmts)
     ax = _axes(ax, figsize=(min(3 + 0.42 * width, 16), 0.9 + 0.75 * len(fmts)))
     field_colors = {"sign": "#bd1f01", "exponent": "#3f90da", "mantissa": "#ffa90e"}
@@ -498,7 +498,7 @@ def plot_rounding(x, fmt="bf16", modes=("rne", "rna", "rtz", "rup", "rdn", "rto"
     """
     from .lessons import rounding_interval
     from .quantize import next_down, next_up, quantize
-    f = _as_format(fmt)
+    f = as_format(fmt)
     x = float(x)
     if not math.isfinite(x):
         raise FpemuValueError(f"plot_rounding(): x must be finite, got {x!r}")

@@ -8,158 +8,27 @@ NaN into a format without NaN is an error) is in ``docs/numeric-contract.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import numbers
+from typing import Optional
 
 import numpy as np
 
 from . import _kernels
-from ._exact import EXACT_TYPES, array_to_float64_odd, to_float64_odd
 from ._jit import run_kernel
+from .checks import (as_format, no_nan_into, output_array, real_array, same_buffer,
+                     seed_key)
 from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
-from .formats import format as _lookup
 from .rounding import Overflow, Rounding, parse_overflow, parse_rounding
 
-__all__ = ["quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify"]
+__all__ = ["Cast", "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify"]
 
 #: The classes :func:`classify` returns, in order.
 CLASSES = ("zero", "subnormal", "normal", "inf", "nan")
 
-_ML_DTYPES_NAMES = {
-    "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    "float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz", "float8_e8m0fnu",
-    "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
-}
-#: ml_dtypes' narrow integer types: numpy sees them as void, their values are ints
-_ML_DTYPES_INTS = {"int2", "int4", "uint2", "uint4"}
 
-
-# ----------------------------------------------------------------- preparation
-def _as_format(fmt) -> Format:
-    return _lookup(fmt)
-
-
-_TORCH_FORMATS = {"bfloat16": "bf16", "float8_e4m3fn": "e4m3fn", "float8_e5m2": "e5m2",
-                  "float8_e4m3fnuz": "e4m3fnuz", "float8_e5m2fnuz": "e5m2fnuz",
-                  "float8_e8m0fnu": "e8m0"}
-
-
-def _from_torch(t, fname):
-    """A torch tensor of any real dtype as a numpy array, exactly: the dtypes
-    numpy lacks (bfloat16, the float8 types) are decoded from their bits."""
-    import torch  # only reached with a torch tensor in hand
-    t = t.detach().cpu().resolve_conj().resolve_neg()
-    name = str(t.dtype).replace("torch.", "")
-    if t.is_complex():
-        raise FpemuTypeError(f"{fname}() got a complex torch tensor ({name}); pass real values, "
-                             "e.g. t.real and t.imag separately")
-    if name in _TORCH_FORMATS:
-        fmt = _lookup(_TORCH_FORMATS[name])
-        raw = torch.uint8 if fmt.bits <= 8 else torch.int16
-        codes = t.contiguous().view(raw).numpy().view(fmt.code_dtype)
-        return decode(codes, fmt)
-    try:
-        return t.numpy()
-    except TypeError as err:
-        raise FpemuTypeError(f"{fname}() cannot read a torch tensor of dtype {name} ({err}); "
-                             "unpack it (packed fp4 pairs) or cast it to float32 first") from None
-
-
-def _is_torch_tensor(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "dtype") and hasattr(
-        x, "detach")
-
-
-def _object_values(arr, fname):
-    """An object array of real numbers (Python ints of any size, Fraction,
-    Decimal, floats) as float64, each rounded to odd where not exact."""
-    flat = arr.reshape(-1)
-    for v in flat:
-        if isinstance(v, (numbers.Real, EXACT_TYPES)) and not isinstance(v, (str, bytes)):
-            continue
-        what = "None" if v is None else f"a {type(v).__name__} ({v!r:.40})"
-        kind = "complex " if isinstance(v, numbers.Complex) else ""
-        raise FpemuTypeError(
-            f"{fname}() got a Python object array holding {kind}{what}; pass real numbers: "
-            "floats, ints, Fractions or Decimals (a float32 or float64 array is fastest)"
-        )
-    return np.array([to_float64_odd(v) for v in flat], np.float64).reshape(arr.shape)
-
-
-def _prepare_input(x, fname):
-    """Return (1-D contiguous native float32/float64 array, original shape).
-
-    Every value comes out exactly, or, where float64 cannot hold it (big
-    integers, Fraction, Decimal, longdouble), rounded to odd (fpemu._exact),
-    so that the kernel's one rounding is the correct rounding of the input.
-    """
-    if _is_torch_tensor(x):
-        x = _from_torch(x, fname)
-    if isinstance(x, np.ma.MaskedArray):
-        raise FpemuTypeError(
-            f"{fname}() does not take masked arrays (the mask would be lost); pass "
-            "x.compressed() for the unmasked values or x.filled(value)"
-        )
-    try:
-        arr = np.asarray(x)
-    except ValueError as err:
-        raise FpemuValueError(
-            f"{fname}() got a ragged nested sequence (rows of different lengths: {err}); "
-            "pass a rectangular array, or call it once per row"
-        ) from None
-    dt = arr.dtype
-    if dt.kind == "c":
-        raise FpemuTypeError(
-            f"{fname}() got a complex array ({dt}); pass real values, "
-            "e.g. x.real and x.imag separately"
-        )
-    if dt.kind == "O":
-        arr = _object_values(arr, fname)
-    elif dt.name in _ML_DTYPES_INTS:
-        arr = arr.astype(np.int64).astype(np.float64)   # every value is a small int
-    elif dt.kind in "USMmV" and dt.name not in _ML_DTYPES_NAMES:
-        text = " (text is read exactly by decimal.Decimal(text))" if dt.kind in "US" else ""
-        raise FpemuTypeError(
-            f"{fname}() got an array of dtype {dt}; pass real numbers (a float32 or "
-            f"float64 array, or anything np.asarray turns into one){text}"
-        )
-    elif dt.name in _ML_DTYPES_NAMES:
-        arr = arr.astype(np.float32)  # every ml_dtypes value is exact in float32
-    elif dt.kind == "b":
-        arr = arr.astype(np.float32)
-    elif dt.kind in "iu":
-        arr = array_to_float64_odd(arr)
-    elif dt.kind == "f":
-        if dt.itemsize == 2:
-            arr = arr.astype(np.float32)  # exact
-        elif dt.itemsize > 8:
-            arr = array_to_float64_odd(arr)
-    else:  # pragma: no cover - every numpy kind is handled above
-        raise FpemuTypeError(f"{fname}() cannot read dtype {dt}")
-    if not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    shape = arr.shape
-    return np.ascontiguousarray(arr).reshape(-1), shape
-
-
-def _prepare_out(out, shape, dtype, fname):
-    if out is None:
-        return np.empty(shape, dtype=dtype)
-    if not isinstance(out, np.ndarray):
-        raise FpemuTypeError(f"{fname}(): out must be a numpy array, got {type(out).__name__}")
-    if out.dtype != dtype:
-        raise FpemuTypeError(f"{fname}(): out must have dtype {np.dtype(dtype)}, got {out.dtype}")
-    if out.shape != tuple(shape):
-        raise FpemuValueError(f"{fname}(): out has shape {out.shape}, the input has {tuple(shape)}")
-    if not (out.flags.c_contiguous and out.flags.writeable and out.dtype.isnative):
-        raise FpemuValueError(
-            f"{fname}(): out must be a writeable, C-contiguous, native-byte-order array; "
-            "pass np.empty(shape, dtype) or leave out=None"
-        )
-    return out
-
-
+# ------------------------------------------------------------- kernel side
 def _resolve_overflow(fmt: Format, overflow) -> Overflow:
     pol = parse_overflow(fmt.default_overflow if overflow is None else overflow)
     if pol is Overflow.INF and not fmt.has_inf:
@@ -203,52 +72,6 @@ def _kernel_params(fmt: Format, pol: Overflow, subnormals: bool) -> tuple:
     return p, flags
 
 
-_MAX_OFFSET = 2**62   # offset + element index stays inside the kernels' int64
-
-
-def _seed_key(seed, mode: Rounding):
-    """(64-bit key as int64, index offset) for stochastic rounding."""
-    if mode is not Rounding.SR:
-        return 0, 0
-    offset = 0
-    if isinstance(seed, tuple):
-        if len(seed) != 2:
-            raise FpemuValueError(f"seed must be an int or a pair (seed, offset), got {seed!r}")
-        seed, offset = seed
-        if not isinstance(offset, numbers.Integral) or not 0 <= offset < _MAX_OFFSET:
-            raise FpemuValueError(
-                f"the offset in seed=(seed, offset) must be an int in 0 .. 2**62 - 1 (the "
-                f"flat index of x[0] in the whole array), got {offset!r}"
-            )
-    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)
-                             or seed < 0):
-        raise FpemuValueError(
-            f"seed must be None, an int >= 0 or a pair (seed, offset), got {seed!r}"
-        )
-    state = np.random.SeedSequence(None if seed is None else int(seed)).generate_state(
-        1, np.uint64
-    )[0]
-    return int(state.view(np.int64)), int(offset)
-
-
-def _check_nan_input(fmt: Format, arr, fname):
-    if not fmt.has_nan and arr.size:
-        bad = np.isnan(arr)
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
-            raise FpemuValueError(
-                f"{fname}(): {fmt.long_name or fmt.name} has no NaN, but the input holds "
-                f"{int(bad.sum())} NaN value(s) (the first at flat index {first}); "
-                "replace them (np.nan_to_num) or use a format with NaN"
-            )
-
-
-def _same_buffer(a, b) -> bool:
-    """a and b are the same contiguous elements (an in-place call, safe)."""
-    return (a.dtype.itemsize == b.dtype.itemsize and a.size == b.size
-            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
-
-
 def _masked(fn):
     """Let ``fn(x, ...)`` take a masked array: masked elements are not read
     (they are filled with 0 first) and the result carries x's mask."""
@@ -261,27 +84,6 @@ def _masked(fn):
         mask = np.ma.getmaskarray(x)
         return np.ma.MaskedArray(res if out is None else out, mask=mask.copy())
     return wrapper
-
-
-def _run(op, x, fmt, rounding, subnormals, overflow, seed, out, dtype, fname):
-    fmt = _as_format(fmt)
-    mode = parse_rounding(rounding)
-    pol = _resolve_overflow(fmt, overflow)
-    params, flags = _kernel_params(fmt, pol, subnormals)
-    key, offset = _seed_key(seed, mode)
-    arr, shape = _prepare_input(x, fname)
-    _check_nan_input(fmt, arr, fname)
-    result = _prepare_out(out, shape, fmt.code_dtype if dtype is None else dtype, fname)
-    if out is not None and np.may_share_memory(arr, result) and not _same_buffer(arr, result):
-        arr = arr.copy()  # out overlaps x at an offset: elements would be read after written
-    if arr.size:
-        fast = _fast_rne_params(fmt, mode, flags) if op == "quantize" else None
-        if fast is not None and arr.dtype == np.float32 and result.dtype == np.float32:
-            run_kernel(_kernels.quantize_rne_ieee, arr, result.reshape(-1), *fast)
-            return result
-        kernel = _kernels.rounding_kernel(op, arr.dtype.str[1:], int(mode), specialise(flags))
-        run_kernel(kernel, arr, result.reshape(-1), params, key, offset, flags)
-    return result
 
 
 @functools.lru_cache(maxsize=None)
@@ -319,6 +121,123 @@ def _fast_rne_params(fmt: Format, mode: Rounding, flags: int):
     overflow = (2.0 - 2.0 ** -(m + 1)) * 2.0 ** fmt.emax      # halfway above max: inf
     return (23 - m, bits(2.0 ** fmt.emin), bits(overflow),
             np.float32(2.0 ** (fmt.emin - m + 23)))
+
+
+# ------------------------------------------------------------------------ Cast
+@dataclasses.dataclass(frozen=True, eq=False)
+class Cast:
+    """One rounding configuration, checked once: the format, the rounding
+    mode, the overflow policy and subnormals, with what the kernels see of
+    them (``params``, ``flags``, the specialised ``kernel_flags``) and the
+    arguments of the IEEE-style nearest-even fast path (``fast``, or None).
+
+    ``Cast.of(fmt, rounding="rne", subnormals=True, overflow=None)`` builds
+    it once per configuration (cached); :func:`quantize`, :func:`encode`,
+    :func:`classify`, :mod:`fpemu.stats`, :mod:`fpemu.arith`,
+    :mod:`fpemu.accumulate` and ``fpemu.autograd``'s storage rounding all go
+    through it.
+
+    Examples
+    --------
+    >>> import fpemu
+    >>> c = fpemu.Cast.of("bf16")
+    >>> c.quantize([1 + 2**-8 + 2**-30]).tolist(), c is fpemu.Cast.of("bf16")
+    ([1.0078125], True)
+    """
+
+    fmt: Format
+    rounding: Rounding
+    overflow: Overflow
+    subnormals: bool
+    params: tuple
+    flags: int
+    kernel_flags: int
+    fast: Optional[tuple]
+
+    @staticmethod
+    def of(fmt, rounding="rne", subnormals=True, overflow=None) -> "Cast":
+        """The cast for this configuration (built once; the arguments are
+        those of :func:`quantize`)."""
+        key = (fmt, rounding, subnormals, type(subnormals), overflow)
+        try:
+            return _CASTS[key]
+        except KeyError:
+            pass
+        except TypeError:                       # an unhashable argument: check it, uncached
+            return Cast._build(fmt, rounding, subnormals, overflow)
+        cast = _CASTS[key] = Cast._build(fmt, rounding, subnormals, overflow)
+        return cast
+
+    @staticmethod
+    def _build(fmt, rounding, subnormals, overflow):
+        fmt = as_format(fmt)
+        mode = parse_rounding(rounding)
+        pol = _resolve_overflow(fmt, overflow)
+        params, flags = _kernel_params(fmt, pol, subnormals)
+        return Cast(fmt, mode, pol, bool(subnormals), params, flags, specialise(flags),
+                    _fast_rne_params(fmt, mode, flags))
+
+    def seed_key(self, seed):
+        """(64-bit key, index offset) of ``seed`` for stochastic rounding
+        (0, 0 for the other modes)."""
+        return seed_key(seed, self.rounding)
+
+    def kernel(self, op, dtype):
+        """The rounding kernel of ``op`` ("quantize" or "encode") for input
+        ``dtype`` (float32 or float64)."""
+        return _kernels.rounding_kernel(op, np.dtype(dtype).str[1:], int(self.rounding),
+                                        self.kernel_flags)
+
+    def _run(self, op, x, seed, out, dtype, fname):
+        key, offset = seed_key(seed, self.rounding)
+        arr, shape = real_array(x, fname)
+        no_nan_into(self.fmt, arr, fname)
+        result = output_array(out, shape, self.fmt.code_dtype if dtype is None else dtype,
+                              fname)
+        if out is not None and np.may_share_memory(arr, result) and not same_buffer(arr,
+                                                                                    result):
+            arr = arr.copy()  # out overlaps x at an offset: elements would be read after written
+        if arr.size:
+            if (op == "quantize" and self.fast is not None and arr.dtype == np.float32
+                    and result.dtype == np.float32):
+                run_kernel(_kernels.quantize_rne_ieee, arr, result.reshape(-1), *self.fast)
+                return result
+            run_kernel(self.kernel(op, arr.dtype), arr, result.reshape(-1), self.params, key,
+                       offset, self.flags)
+        return result
+
+    def quantize(self, x, *, seed=None, out=None, fname="quantize"):
+        """:func:`quantize` under this configuration."""
+        return self._run("quantize", x, seed, out, np.float32, fname)
+
+    def encode(self, x, *, seed=None, out=None, fname="encode"):
+        """:func:`encode` under this configuration."""
+        return self._run("encode", x, seed, out, None, fname)
+
+    def decode(self, codes):
+        """:func:`decode` of this format."""
+        return decode(codes, self.fmt)
+
+    def classify(self, x, *, seed=None):
+        """:func:`classify` under this configuration."""
+        return _classes(self.encode(x, seed=seed, fname="classify"), self.fmt)
+
+    def round_float32(self, x32, out=None):
+        """The rounded values of a C-contiguous float32 array, with no
+        argument checks (callers that have checked already: fpemu.autograd's
+        storage rounding). Deterministic modes only."""
+        res = np.empty(x32.shape, np.float32) if out is None else out
+        if x32.size:
+            if self.fast is not None:
+                run_kernel(_kernels.quantize_rne_ieee, x32.reshape(-1), res.reshape(-1),
+                           *self.fast)
+            else:
+                run_kernel(self.kernel("quantize", np.float32), x32.reshape(-1),
+                           res.reshape(-1), self.params, 0, 0, self.flags)
+        return res
+
+
+_CASTS = {}
 
 
 # ------------------------------------------------------------------ public API
@@ -368,8 +287,7 @@ def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.quantize(500.0, "e4m3fn", overflow="nan")
     array(nan, dtype=float32)
     """
-    return _run("quantize", x, fmt, rounding, subnormals, overflow, seed, out, np.float32,
-                "quantize")
+    return Cast.of(fmt, rounding, subnormals, overflow).quantize(x, seed=seed, out=out)
 
 
 @_masked
@@ -389,7 +307,7 @@ def encode(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None,
     >>> hex(int(fpemu.encode(65520.0, "fp16")))
     '0x7c00'
     """
-    return _run("encode", x, fmt, rounding, subnormals, overflow, seed, out, None, "encode")
+    return Cast.of(fmt, rounding, subnormals, overflow).encode(x, seed=seed, out=out)
 
 
 def decode(codes, fmt):
@@ -401,7 +319,7 @@ def decode(codes, fmt):
     >>> fpemu.decode([0x7E, 0xFE, 0x01], "e4m3fn").tolist()
     [448.0, -448.0, 0.001953125]
     """
-    fmt = _as_format(fmt)
+    fmt = as_format(fmt)
     arr = np.asarray(codes)
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(
@@ -434,8 +352,8 @@ def _neighbour(x, fmt, up):
     grid point is a float64, so that rounding gives the nearest grid point
     strictly beyond x, in every format."""
     fname = "next_up" if up else "next_down"
-    fmt = _as_format(fmt)
-    arr, shape = _prepare_input(x, fname)
+    fmt = as_format(fmt)
+    arr, shape = real_array(x, fname)
     a = arr.astype(np.float64)
     with np.errstate(over="ignore"):                   # next after ±DBL_MAX is ±inf
         step = np.nextafter(a, np.inf if up else -np.inf)
@@ -498,8 +416,8 @@ def ulp(x, fmt):
     >>> fpemu.ulp([1.0, 256.0, 0.0], "fp16").tolist() == [2**-10, 0.25, 2**-24]
     True
     """
-    fmt = _as_format(fmt)
-    arr, shape = _prepare_input(x, "ulp")
+    fmt = as_format(fmt)
+    arr, shape = real_array(x, "ulp")
     a = np.abs(arr.astype(np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(a)  # a = m * 2**e with m in [0.5, 1)
@@ -523,13 +441,16 @@ def classify(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.classify([1.0, 1e-6, 1e-9, 7e4, float("nan")], "fp16")
     array(['normal', 'subnormal', 'zero', 'inf', 'nan'], dtype='<U9')
     """
-    fmt = _as_format(fmt)
+    cast = Cast.of(fmt, rounding, subnormals, overflow)
     if isinstance(x, np.ma.MaskedArray):
-        res = classify(x.filled(0), fmt, rounding=rounding, subnormals=subnormals,
-                       overflow=overflow, seed=seed)
+        res = cast.classify(x.filled(0), seed=seed)
         return np.ma.MaskedArray(res, mask=np.ma.getmaskarray(x).copy())
-    codes = encode(x, fmt, rounding=rounding, subnormals=subnormals, overflow=overflow,
-                   seed=seed).astype(np.int64)
+    return cast.classify(x, seed=seed)
+
+
+def _classes(codes, fmt):
+    """The class names of codes of ``fmt``."""
+    codes = codes.astype(np.int64)
     mag = codes & (fmt.sign_code - 1) if fmt.signed else codes
     field = mag >> fmt.mantissa_bits
     cls = np.full(codes.shape, 2, np.int8)  # normal

@@ -50,9 +50,9 @@ from .errors import FpemuValueError
 from .formats import Format
 from . import _kernels
 from ._jit import run_kernel
-from .quantize import (_as_format, _kernel_params, _prepare_input, _resolve_overflow,
-                       _seed_key, specialise)
-from .rounding import parse_overflow, parse_rounding
+from .checks import as_format, real_array
+from .quantize import Cast
+from .rounding import parse_rounding
 
 __all__ = ["Counts", "Survey", "stats", "stats_chunked", "stats_dask", "survey", "CLASSES"]
 
@@ -156,9 +156,9 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     >>> fpemu.stats([1e-9], "fp16", scale=1024).counts["subnormal"]   # loss scaling saves it
     1
     """
-    fmt = _as_format(fmt)
-    mode = parse_rounding(rounding).name.lower()
-    parse_overflow(fmt.default_overflow if overflow is None else overflow)
+    cast = Cast.of(fmt, rounding, subnormals, overflow)
+    fmt = cast.fmt
+    mode = cast.rounding.name.lower()
     if isinstance(scale, (bool, np.bool_)) or not (
             isinstance(scale, (int, float, np.integer, np.floating)) and np.isfinite(scale)
             and scale > 0):
@@ -166,22 +166,19 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     lo, hi = _log2_range(log2_range)
     if isinstance(x, np.ma.MaskedArray):
         x = x.compressed()                                # masked elements are skipped
-    flat, _ = _prepare_input(x, "stats")
+    flat, _ = real_array(x, "stats")
     res = _empty(fmt, scale, mode, lo, hi)
     if flat.size == 0:
         return res
-    mode_ = parse_rounding(rounding)
-    pol = _resolve_overflow(fmt, overflow)
-    params, flags = _kernel_params(fmt, pol, subnormals)
-    key, offset = _seed_key(seed, mode_)
+    key, offset = cast.seed_key(seed)
     # one block per 2**16 elements (at most 64): each thread counts its blocks
     # into rows of its own, summed here; memory is O(blocks x bins)
     nblocks = int(min(64, max(1, flat.size >> 16)))
     counts = np.zeros((nblocks, _kernels.S_HIST + hi - lo + 1), np.int64)   # + a spare slot
     amaxes = np.zeros(nblocks, np.float64)
-    run_kernel(_kernels.stats_kernel(int(mode_), specialise(flags)), flat, params, key, offset,
-               float(scale), float(fmt.max), float(fmt.min_normal), bool(fmt.has_zero),
-               bool(fmt.signed), int(lo), counts, amaxes, flags)
+    run_kernel(_kernels.stats_kernel(int(cast.rounding), cast.kernel_flags), flat, cast.params,
+               key, offset, float(scale), float(fmt.max), float(fmt.min_normal),
+               bool(fmt.has_zero), bool(fmt.signed), int(lo), counts, amaxes, cast.flags)
     c = counts.sum(axis=0)
     names = {"nan": _kernels.S_NAN, "inf": _kernels.S_INF, "zero": _kernels.S_ZERO,
              "flushed": _kernels.S_FLUSHED, "subnormal": _kernels.S_SUBNORMAL,
@@ -236,7 +233,7 @@ def stats_chunked(x, fmt, *, chunk=1 << 22, **kwargs) -> Counts:
     if isinstance(x, np.ma.MaskedArray):
         return stats(x, fmt, **kwargs)
     if not isinstance(x, np.ndarray):
-        x, _ = _prepare_input(x, "stats_chunked")
+        x, _ = real_array(x, "stats_chunked")
     sr = parse_rounding(kwargs.get("rounding", "rne")).name == "SR"
     seed, offset = kwargs.pop("seed", None), 0
     if isinstance(seed, tuple) and len(seed) == 2:
@@ -333,9 +330,9 @@ class Survey:
 
     def __getitem__(self, key) -> Counts:
         fmt, scale = key
-        name = fmt if isinstance(fmt, str) else _as_format(fmt).name
+        name = fmt if isinstance(fmt, str) else as_format(fmt).name
         try:
-            return self.counts[(_as_format(name).name, float(scale))]
+            return self.counts[(as_format(name).name, float(scale))]
         except KeyError:
             raise FpemuValueError(
                 f"this survey has no counts for ({name}, scale {scale:g}); it holds the "
@@ -368,7 +365,7 @@ def survey(source, formats, *, scales=(1.0,), chunk=1 << 22, progress=None,
     (1, 0)
     """
     single = isinstance(formats, (str, Format))
-    fmts = tuple(_as_format(f) for f in ([formats] if single else formats))
+    fmts = tuple(as_format(f) for f in ([formats] if single else formats))
     if not fmts:
         raise FpemuValueError("survey(): formats is empty; pass at least one, e.g. ['fp16']")
     scale_list = tuple(float(s) for s in scales)

@@ -305,3 +305,15 @@ def test_scaled_matmul_nan_scale_and_errors():
         ac.scaled_matmul(a, one, a.copy(), one, "e4m3fn")
     with pytest.raises(ValueError, match="integer codes"):
         ac.scaled_matmul(a.astype(np.float32), one, a.T.copy(), one, "e4m3fn")
+
+
+def test_batched_fp32_sequential_matmul_is_matmul_of_each_batch_element():
+    rng = np.random.default_rng(12)
+    for K in (0, 1, 70):
+        A = (rng.standard_normal((3, 5, K)) * 1e3).astype(np.float32)
+        B = (rng.standard_normal((3, K, 6)) * 1e-3).astype(np.float32)
+        got = ac.bmm_fp32_sequential(A, B)
+        want = np.stack([ac.matmul(A[i], B[i], "fp32") for i in range(3)])
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.signbit(ac.bmm_fp32_sequential(np.zeros((1, 1, 0), np.float32),
+                                             np.zeros((1, 0, 1), np.float32))).sum() == 0

@@ -16,7 +16,6 @@
 """
 
 import os
-import sys
 from fractions import Fraction
 
 import ml_dtypes
@@ -26,10 +25,9 @@ import pytest
 import fpemu
 from fpemu import _jit
 from fpemu.formats import Format
-from fpemu.rounding import Rounding
+from fpemu.quantize import Cast
 from oracle import round_to_ieee
 
-Q = sys.modules["fpemu.quantize"]
 FORMATS = {"bf16": "bf16", "fp16": "fp16", "e5m2": "e5m2",
            "e6m9": Format.custom(6, 9, name="e6m9")}
 
@@ -62,7 +60,7 @@ def _sample():
 @pytest.mark.parametrize("name", list(FORMATS))
 def test_quantize_fast_path_matches_the_generic_kernel(name):
     fmt = FORMATS[name]
-    assert Q._fast_rne_params(Q._as_format(fmt), Rounding.RNE, 0) is not None
+    assert Cast.of(fmt).fast is not None
     if os.environ.get("FPEMU_EXHAUSTIVE"):
         chunks = (np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32).view(
             np.float32) for s in range(0, 1 << 32, 1 << 26))
@@ -125,7 +123,7 @@ def test_float32_kernels_match_the_float64_kernels():
     bf16, fp16, e4m3fn, e5m2 and e2m1."""
     x = _sample()
     for fmt, kw, mode in _cases():
-        fmt = Q._as_format(fmt)
+        fmt = fpemu.format(fmt)
         if kw.get("overflow") == "nan" and not fmt.has_nan:
             continue
         if kw.get("subnormals") is False and not fmt.has_subnormals:
@@ -140,7 +138,7 @@ def test_float32_kernels_match_the_float64_kernels():
             for mode in MODES:
                 for s in range(0, 1 << 32, 1 << 26):
                     x = np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32)
-                    _compare(Q._as_format(name), {}, mode, x.view(np.float32))
+                    _compare(fpemu.format(name), {}, mode, x.view(np.float32))
 
 
 def test_quantize_fast_path_matches_ml_dtypes_and_numpy():
@@ -161,11 +159,7 @@ def test_quantize_fast_path_matches_ml_dtypes_and_numpy():
                                     ("bf16", {"overflow": "saturate"}),
                                     ("fp16", {"subnormals": False}), ("e2m1", {})])
 def test_other_formats_and_modes_take_the_generic_kernel(fmt, kw):
-    f = Q._as_format(fmt)
-    mode = Q.parse_rounding(kw.get("rounding", "rne"))
-    pol = Q._resolve_overflow(f, kw.get("overflow"))
-    _, flags = Q._kernel_params(f, pol, kw.get("subnormals", True))
-    assert Q._fast_rne_params(f, mode, flags) is None
+    assert Cast.of(fmt, **kw).fast is None
 
 
 def test_fp32_fma_fast_path_matches_the_generic_kernel_and_exact_rationals():

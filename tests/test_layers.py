@@ -105,3 +105,23 @@ assert not bad, bad
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "dtype=torch.bfloat16, requires_grad=True) [1.0, 1.0]" in out.stdout
+
+
+def test_no_module_reaches_into_quantize_or_the_kernels():
+    """quantize's helpers are private: other modules use its public API
+    (Cast, quantize, encode, ...) and fpemu.checks; fpemu.autograd calls no
+    rounding, arithmetic or accumulation kernel directly (its _special.py
+    runs Numba loops of its own: float64 erf for GELU, not a rounding)."""
+    import re
+    root = pathlib.Path(fpemu.__file__).parent
+    private = re.compile(r"from \.+quantize import [^\n]*\b_\w|quantize\._\w|"
+                         r"from \.+quantize import \(\s*_")
+    kernels = re.compile(r"\b_kernels\b|\b_arith_kernels\b|\b_accum_kernels\b|\brun_kernel\(")
+    for path in root.rglob("*.py"):
+        if path.name == "quantize.py":
+            continue
+        text = path.read_text()
+        assert not private.search(text), f"{path.relative_to(root)} imports a private name " \
+                                         "of fpemu.quantize"
+        if "autograd" in path.parts and path.name != "_special.py":
+            assert not kernels.search(text), f"{path.relative_to(root)} calls a kernel"

@@ -550,3 +550,30 @@ def test_ragged_and_none_input_name_the_fix():
         fpemu.quantize([[1.0, 2.0], [3.0]], "bf16")
     with pytest.raises(TypeError, match="holding None; pass real numbers"):
         fpemu.quantize([1.0, None], "bf16")
+
+
+# ------------------------------------------------------------------ Cast
+def test_cast_is_built_once_per_configuration_and_computes_as_the_functions():
+    from fpemu.quantize import Cast
+    c = Cast.of("bf16")
+    assert Cast.of("bf16") is c and Cast.of(fpemu.format("bf16")) is not None
+    assert Cast.of("bf16", rounding="rtz") is not c
+    assert Cast.of("bf16", subnormals=True) is c
+    with pytest.raises(TypeError, match="subnormals must be True or False, got 1"):
+        Cast.of("bf16", subnormals=1)          # 1 == True, but not a bool: refused
+    with pytest.raises(ValueError, match="float8_e4m3fn has no infinity"):
+        Cast.of("e4m3fn", overflow="inf")
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(5000) * np.exp2(rng.integers(-40, 40, 5000))).astype(np.float32)
+    for fmt, kw in (("bf16", {}), ("fp16", {"rounding": "rtz"}), ("e4m3fn", {}),
+                    ("e2m1", {"rounding": "rup"}), ("e5m2", {"overflow": "saturate"})):
+        cast = Cast.of(fmt, **kw)
+        want = fpemu.quantize(x, fmt, **kw)
+        np.testing.assert_array_equal(cast.quantize(x).view(np.uint32), want.view(np.uint32))
+        np.testing.assert_array_equal(cast.encode(x), fpemu.encode(x, fmt, **kw))
+        np.testing.assert_array_equal(cast.round_float32(x).view(np.uint32),
+                                      want.view(np.uint32))
+        np.testing.assert_array_equal(cast.classify(x), fpemu.classify(x, fmt, **kw))
+    sr = Cast.of("bf16", rounding="sr")
+    np.testing.assert_array_equal(sr.quantize(x, seed=3),
+                                  fpemu.quantize(x, "bf16", rounding="sr", seed=3))

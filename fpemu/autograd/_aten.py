@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._arith_kernels import fma_fp32_rne
-from .._jit import run_kernel
+from ..arith import fma_fp32
 from ..arith import fma as _fma_exact
 from ..formats import Format
 from ._core import _store, float64, opmath
@@ -51,10 +50,7 @@ def fma(a, b, c, dt=None):
         # called without its argument checks and conversions
         shape = np.broadcast_shapes(*(v.shape for v in ops))
         flat = [np.ascontiguousarray(np.broadcast_to(v, shape)).reshape(-1) for v in ops]
-        out = np.empty(shape, np.float32)
-        if out.size:
-            run_kernel(fma_fp32_rne, *flat, out.reshape(-1))
-        return out
+        return fma_fp32(*flat).reshape(shape)
     return np.asarray(_fma_exact(a, b, c, "fp32"), np.float32)
 
 

@@ -29,9 +29,7 @@ import numpy as np
 
 from ..formats import Format, format as _lookup
 from ..formats import bf16, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, fp16, fp32
-from .._jit import run_kernel
-from .._kernels import quantize_rne_ieee
-from ..quantize import quantize
+from ..quantize import Cast, quantize
 from ..errors import (
     FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError, FpemuValueError,
 )
@@ -214,28 +212,23 @@ def _store(x, dtype):
         return x32
     if dtype.name == "e4m3fn":        # version-dependent (docs/pytorch-numerics.md §1.1)
         return quantize(x32, dtype, overflow=get_profile().e4m3_overflow)
-    fast = _fast_rne(dtype)
-    if fast is not None:              # bf16, fp16, e5m2: quantize's own fast path, called
+    cast = _default_cast(dtype)
+    if cast.fast is not None:         # bf16, fp16, e5m2: quantize's own fast path, called
         src = x32 if x32.flags.c_contiguous else np.ascontiguousarray(x32)
-        out = np.empty(x32.shape, np.float32)            # (without its argument checks)
-        if out.size:
-            run_kernel(quantize_rne_ieee, src.reshape(-1), out.reshape(-1), *fast)
-        return out
+        return cast.round_float32(src)                   # (without its argument checks)
     return quantize(x32, dtype)
 
 
-_FAST_RNE = {}
+_CASTS = {}
 
 
-def _fast_rne(dtype):
-    """The arguments of the IEEE-style nearest-even kernel for ``dtype``
-    under its default overflow and subnormal behaviour, or None."""
-    if dtype not in _FAST_RNE:
-        from ..quantize import _fast_rne_params, _kernel_params, _resolve_overflow
-        from ..rounding import Rounding
-        _, flags = _kernel_params(dtype, _resolve_overflow(dtype, None), True)
-        _FAST_RNE[dtype] = _fast_rne_params(dtype, Rounding.RNE, flags)
-    return _FAST_RNE[dtype]
+def _default_cast(dtype):
+    """The :class:`fpemu.quantize.Cast` of ``dtype`` under its default
+    overflow and subnormals, nearest even (one dict lookup per op)."""
+    cast = _CASTS.get(dtype)
+    if cast is None:
+        cast = _CASTS[dtype] = Cast.of(dtype)
+    return cast
 
 
 def _category(dtype) -> int:
@@ -1092,9 +1085,9 @@ def to_dtype(x, dtype):
 def from_torch(t):
     """A real torch tensor as an fpemu tensor of the same dtype, exactly (its
     bits decoded where numpy has no such dtype)."""
-    from ..quantize import _from_torch
+    from ..checks import from_torch
     name = str(t.dtype).replace("torch.", "")
-    arr = _from_torch(t, "from_torch")
+    arr = from_torch(t, "from_torch")
     return tensor(arr, dtype=as_dtype(name), requires_grad=False)
 
 

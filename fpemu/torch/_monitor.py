@@ -13,7 +13,7 @@ from collections import deque
 import numpy as np
 
 from ..errors import FpemuTypeError, FpemuValueError
-from ..quantize import _as_format
+from ..checks import as_format
 
 #: What is recorded, in the order a training step produces it.
 KINDS = ("activation", "activation_grad", "weight", "weight_grad", "exp_avg", "exp_avg_sq")
@@ -126,7 +126,7 @@ def _float_tensors(output, torch, key=""):
 def _policy(fmt):
     """The overflow policy the monitor counts with: one that tells a value beyond the
     range (inf, else NaN) from one that only rounds down to the largest value."""
-    f = _as_format(fmt)
+    f = as_format(fmt)
     return "inf" if f.has_inf else ("nan" if f.has_nan else None)
 
 
@@ -197,7 +197,7 @@ class Monitor:
                                  f"{type(optimizer).__name__}")
         if isinstance(formats, str):
             formats = (formats,)
-        self.formats = tuple(_as_format(f).name for f in formats)
+        self.formats = tuple(as_format(f).name for f in formats)
         if not self.formats:
             raise FpemuValueError("monitor(): formats is empty; pass e.g. ('fp16', 'bf16')")
         self.scalings = _check_choice("scaling", scaling, SCALINGS)
@@ -371,7 +371,7 @@ class Monitor:
         counted = flat.numel() if idx is None else int(idx.numel())
         for scaling in self.scalings:
             for fname in self.formats:
-                f = _as_format(fname)
+                f = as_format(fname)
                 src, scale, factor = self._scaled(scaling, kind, label, f, t, flat, amax_raw,
                                                   live)
                 if idx is not None:

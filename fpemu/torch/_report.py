@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from ..quantize import _as_format
+from ..checks import as_format
 
 
 def _merge(records):
@@ -34,7 +34,7 @@ def verdict(mon, fmt, scaling="none"):
     value is proposed, and the share still flushed at that scale is estimated
     from the log2 histograms (to within one binade: the histogram's bins).
     """
-    f = _as_format(fmt)
+    f = as_format(fmt)
     recs = [r for r in mon.records if r.format == f.name and r.scaling == scaling]
     if not recs:
         return "not recorded", f"{f.name} was not recorded under scaling {scaling!r}"

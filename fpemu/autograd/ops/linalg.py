@@ -15,14 +15,12 @@ import contextlib
 import numpy as np
 
 from ... import accumulate as _acc
-from ..._jit import run_kernel
 from ...formats import tf32 as _tf32
 from ...quantize import quantize
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, _sum_to, float32, float64, is_float, result_type
 from .._profile import get_profile
 from .._state import State
-from ._bmm import bmm_sequential
 from ._common import c10_name, operand, scalar_type  # noqa: F401  (re-exported)
 from .elementwise import mul
 
@@ -74,10 +72,7 @@ def mm_acc(A, B, dt, tf32=False):
             -1, M, K)
         B3 = np.ascontiguousarray(np.broadcast_to(B, batch + (K, N)), np.float32).reshape(
             -1, K, N)
-        out = np.empty((A3.shape[0], M, N), np.float32)
-        if out.size:
-            run_kernel(bmm_sequential, A3, B3, out)
-        return out.reshape(batch + (M, N))
+        return _acc.bmm_fp32_sequential(A3, B3).reshape(batch + (M, N))
     fmt = _in_fmt(dt, tf32)
     A = np.broadcast_to(A, batch + (M, K))
     B = np.broadcast_to(B, batch + (K, N))
