@@ -154,32 +154,6 @@ def _rz_fp32(v, out_f):
 
 
 @jit
-def _tc_block(A, BT, i, j, k0, k1, c, emin_a, emin_b, F, out_f, e_zero):
-    """One tensor-core step: c + sum of the products k0..k1-1, as the model says."""
-    emax = e_zero if c == 0.0 else _exponent(c, -126)
-    for k in range(k0, k1):
-        a = A[i, k]
-        b = BT[j, k]
-        if a == 0.0 or b == 0.0:
-            emax = max(emax, e_zero)
-        else:
-            emax = max(emax, _exponent(a, emin_a) + _exponent(b, emin_b))
-    scale = _pow2(F - emax)
-    s = np.trunc(c * scale)
-    for k in range(k0, k1):
-        s += np.trunc((A[i, k] * BT[j, k]) * scale)  # exact: < 2**33 in all
-    return _rz_fp32(s * _pow2(emax - F), out_f)
-
-
-@jit
-def _tc_dot(A, BT, i, j, k0, k1, c, tc):
-    L = tc[0]
-    for kb in range(k0, k1, L):
-        c = _tc_block(A, BT, i, j, kb, min(kb + L, k1), c, tc[4], tc[5], tc[1], tc[2], tc[3])
-    return c
-
-
-@jit
 def _dot_one(A, BT, i, j, k0, k1, c, p, tc, key, model, mode, flags):
     """dot(A[i, k0:k1], BT[j, k0:k1]) + c under one model, mode and flags
     (compile-time constants: one lean function per combination)."""
@@ -188,8 +162,6 @@ def _dot_one(A, BT, i, j, k0, k1, c, p, tc, key, model, mode, flags):
     numba.literally(flags)
     K = A.shape[1]
     base = (i * BT.shape[0] + j) * K
-    if model == TC:
-        return _tc_dot(A, BT, i, j, k0, k1, c, tc)
     if model == EXACT:
         limbs = np.zeros(_NL, np.int64)
         _limb_add(limbs, c)
@@ -289,44 +261,78 @@ def dot_kernel(model, mode, flags, block, native, paired):
     return kernel
 
 
+#: The exponent that marks a zero input of the tensor-core models (far below
+#: any real one); a sum of exponents below ZERO_BELOW holds a zero.
+ZERO_EXPONENT = -10000
+ZERO_BELOW = -5000
+
+
+@jit
+def _tc_row(a, ea, B, EB, c, L, F, out_f, e_zero):
+    """The tensor-core model for one row: ``c[j] += dot(a, B[:, j])`` for
+    every column j, in instructions of L products. ``a`` (K,) and ``B``
+    (K, N) float64 values, ``ea`` / ``EB`` their exponents (at least the
+    input format's emin; ZERO_EXPONENT for zeros), ``c`` (N,) float64, the
+    accumulator, updated in place. Per instruction: the largest exponent of
+    the accumulator and of the products sets the alignment; every term is
+    truncated to F fraction bits below it and the exact sum is truncated to
+    fp32 (out_f fraction bits)."""
+    K = a.shape[0]
+    N = B.shape[1]
+    emax = np.empty(N, np.int64)
+    scale = np.empty(N, np.float64)
+    s = np.empty(N, np.float64)
+    for kb in range(0, K, L):
+        k1 = min(kb + L, K)
+        for j in range(N):
+            emax[j] = e_zero if c[j] == 0.0 else _exponent(c[j], -126)
+        for k in range(kb, k1):
+            for j in range(N):
+                e = ea[k] + EB[k, j]
+                e = e_zero if e < ZERO_BELOW else e
+                emax[j] = max(emax[j], e)
+        for j in range(N):
+            scale[j] = _pow2(F - emax[j])
+            s[j] = np.trunc(c[j] * scale[j])
+        for k in range(kb, k1):
+            x = a[k]
+            for j in range(N):
+                s[j] += np.trunc((x * B[k, j]) * scale[j])  # exact: < 2**33 in all
+        for j in range(N):
+            c[j] = _rz_fp32(s[j] * _pow2(emax[j] - F), out_f)
+
+
 @pjit
 def tc_matmul(A, EA, B, EB, C, out, L, F, out_f, e_zero):
-    """The tensor-core model for a whole product, vectorised over columns.
-
-    ``A`` (M, K) and ``B`` (K, N) float64; ``EA`` / ``EB`` their exponents
-    (at least the input format's emin; zeros below -5000); ``C`` (M, N) the
-    initial accumulator. Same arithmetic as :func:`_tc_dot`, row by row.
-    """
-    M, K = A.shape
+    """The tensor-core model for a whole product ``C + A @ B``: ``A`` (M, K)
+    and ``B`` (K, N) float64 with their exponents ``EA`` / ``EB``, row by
+    row (:func:`_tc_row`)."""
+    M = A.shape[0]
     N = B.shape[1]
     for i in prange(M):
         c = np.empty(N, np.float64)
-        emax = np.empty(N, np.int64)
-        scale = np.empty(N, np.float64)
-        s = np.empty(N, np.float64)
         for j in range(N):
             c[j] = C[i, j]
-        for kb in range(0, K, L):
-            k1 = min(kb + L, K)
-            for j in range(N):
-                emax[j] = e_zero if c[j] == 0.0 else _exponent(c[j], -126)
-            for k in range(kb, k1):
-                ea = EA[i, k]
-                for j in range(N):
-                    e = ea + EB[k, j]
-                    e = e_zero if e < -5000 else e
-                    emax[j] = max(emax[j], e)
-            for j in range(N):
-                scale[j] = _pow2(F - emax[j])
-                s[j] = np.trunc(c[j] * scale[j])
-            for k in range(kb, k1):
-                a = A[i, k]
-                for j in range(N):
-                    s[j] += np.trunc((a * B[k, j]) * scale[j])
-            for j in range(N):
-                c[j] = _rz_fp32(s[j] * _pow2(emax[j] - F), out_f)
+        _tc_row(A[i], EA[i], B, EB, c, L, F, out_f, e_zero)
         for j in range(N):
             out[i, j] = np.float32(c[j])
+
+
+@pjit
+def tc_dot_rows(A, EA, BT, EBT, C, out, L, F, out_f, e_zero):
+    """Row-wise dot products under the tensor-core model: ``out[i, 0] =
+    C[i, 0] + dot(A[i], BT[i])`` (:func:`_tc_row` with one column)."""
+    M, K = A.shape
+    for i in prange(M):
+        c = np.empty(1, np.float64)
+        c[0] = C[i, 0]
+        b = np.empty((K, 1), np.float64)
+        eb = np.empty((K, 1), np.int64)
+        for k in range(K):
+            b[k, 0] = BT[i, k]
+            eb[k, 0] = EBT[i, k]
+        _tc_row(A[i], EA[i], b, eb, c, L, F, out_f, e_zero)
+        out[i, 0] = np.float32(c[0])
 
 
 @pjit

@@ -221,8 +221,8 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
     native = (kind == _ak.SEQUENTIAL and block == 0 and acc_fmt.name == "fp32"
               and mode is Rounding.RNE and subnormals and int(cast.overflow) == 0 and not paired)
     out = np.empty(C.shape, np.float32)
-    if out.size and kind == _ak.TC and not paired:
-        out = _tc_matmul(A, BT, C, tc, block)
+    if out.size and kind == _ak.TC:
+        out = _tc_matmul(A, BT, C, tc, block, paired)
     elif out.size:
         kernel = _ak.dot_kernel(kind, int(mode), flags, block, native, paired)
         run_kernel(kernel, A, BT, C, out, p, tc, key)
@@ -238,26 +238,37 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
 
 
 def _exponents(X, emin):
-    """floor(log2|x|), at least emin; -10000 for zeros (the kernels' mark)."""
+    """floor(log2|x|), at least emin; the kernels' ZERO_EXPONENT for zeros."""
     with np.errstate(divide="ignore"):
         _, e = np.frexp(X)
     e = np.maximum(e.astype(np.int64) - 1, emin)
-    return np.where(X == 0, -10000, e)
+    return np.where(X == 0, _ak.ZERO_EXPONENT, e)
 
 
-def _tc_matmul(A, BT, C, tc, block):
-    """The tensor-core model over whole matrices (row-vectorised kernel);
-    with block > 0, per block of K and promoted into fp32 in between."""
+def _tc_matmul(A, BT, C, tc, block, paired=False):
+    """The tensor-core model over whole matrices (``paired``: row-wise dot
+    products), one row routine for both; with block > 0, per block of K
+    and promoted into fp32 in between."""
     L, F, out_f, e_zero, emin_a, emin_b = tc
-    B = np.ascontiguousarray(BT.T)
-    EA, EB = _exponents(A, emin_a), _exponents(B, emin_b)
+    EA = _exponents(A, emin_a)
+    if paired:
+        B, EB, kernel = BT, _exponents(BT, emin_b), _ak.tc_dot_rows
+
+        def cols(X, k0, k1):
+            return np.ascontiguousarray(X[:, k0:k1])
+    else:
+        B = np.ascontiguousarray(BT.T)
+        EB, kernel = _exponents(B, emin_b), _ak.tc_matmul
+
+        def cols(X, k0, k1):
+            return np.ascontiguousarray(X[k0:k1])
     K = A.shape[1]
 
     def run(k0, k1, c):
         out = np.empty(c.shape, np.float32)
-        run_kernel(_ak.tc_matmul, np.ascontiguousarray(A[:, k0:k1]),
-                   np.ascontiguousarray(EA[:, k0:k1]), np.ascontiguousarray(B[k0:k1]),
-                   np.ascontiguousarray(EB[k0:k1]), c, out, L, F, out_f, e_zero)
+        run_kernel(kernel, np.ascontiguousarray(A[:, k0:k1]),
+                   np.ascontiguousarray(EA[:, k0:k1]), cols(B, k0, k1), cols(EB, k0, k1), c,
+                   out, L, F, out_f, e_zero)
         return out
 
     if block == 0:
@@ -582,10 +593,10 @@ def scaled_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt=None, scale
             Bp = np.pad(Bs_v, ((0, pad), (0, 0)))
             EA = _exponents(A, a_fmt.emin) + np.repeat(sa_e, block, axis=1)[:, :K]
             EB = _exponents(B, b_fmt.emin) + np.repeat(sb_e, block, axis=0)[:K]
-            EA = np.pad(np.where(As_v == 0, -10000, EA), ((0, 0), (0, pad)),
-                        constant_values=-10000)
-            EB = np.pad(np.where(Bs_v == 0, -10000, EB), ((0, pad), (0, 0)),
-                        constant_values=-10000)
+            EA = np.pad(np.where(As_v == 0, _ak.ZERO_EXPONENT, EA), ((0, 0), (0, pad)),
+                        constant_values=_ak.ZERO_EXPONENT)
+            EB = np.pad(np.where(Bs_v == 0, _ak.ZERO_EXPONENT, EB), ((0, pad), (0, 0)),
+                        constant_values=_ak.ZERO_EXPONENT)
             run_kernel(_ak.tc_matmul, np.ascontiguousarray(Ap), np.ascontiguousarray(EA),
                        np.ascontiguousarray(Bp), np.ascontiguousarray(EB), C, out, core.k,
                        core.fraction_bits, 23, core.e_zero)
