@@ -34,6 +34,7 @@ the hardware does and ignore them.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -162,11 +163,47 @@ def _in_formats(in_fmt, fname):
 _CANONICAL_NAN32 = np.uint32(0x7FFFFFFF).view(np.float32)
 
 
-def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, rounding,
-         subnormals, overflow, seed, fname, check=True):
-    """out[i, j] = dot(A[i], BT[j]) (or out[i] = dot(A[i], BT[i]) if paired)."""
+class _TC(NamedTuple):
+    """What the tensor-core kernels take of a model and the input formats."""
+
+    terms: int             # products per instruction
+    fraction_bits: int     # alignment bits kept below the largest exponent
+    out_fraction_bits: int
+    e_zero: int            # the exponent a zero term counts with
+    emin_a: int            # a subnormal input counts at its own format's emin
+    emin_b: int
+
+
+_NO_TC = _TC(1, 0, 23, 0, 0, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """An accumulation's arguments parsed and checked once (one per call of
+    matmul / dot / sum, or one for all the batch elements and K blocks of a
+    caller that runs many GEMMs of one configuration)."""
+
+    fmt_a: Format
+    fmt_b: Format
+    cast: Cast              # the accumulator format with its rounding configuration
+    out_fmt: Format
+    kind: int               # a model of fpemu._accum_kernels
+    block: int              # 0, or the promotion interval of "blocked"
+    tc: _TC
+    key: int                # the stochastic-rounding key
+
+    @property
+    def acc_fmt(self):
+        return self.cast.fmt
+
+
+def _plan(in_fmt, acc_fmt="fp32", out_fmt=None, model="sequential", block=128,
+          inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None,
+          fname="matmul") -> _Plan:
+    """The :class:`_Plan` of these arguments (the checks raise here)."""
     fmt_a, fmt_b = _in_formats(in_fmt, fname)
-    acc_fmt = as_format(acc_fmt)
+    cast = Cast.of(acc_fmt, rounding, subnormals, overflow)
+    acc_fmt = cast.fmt
     out_fmt = acc_fmt if out_fmt is None else as_format(out_fmt)
     model = _resolve_model(model, fname)
     if model == "blocked":
@@ -179,15 +216,8 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
         block = int(block)
     else:
         block = 0
-    cast = Cast.of(acc_fmt, rounding, subnormals, overflow)
-    mode, p, flags = cast.rounding, cast.params, cast.flags
     key, _ = cast.seed_key(seed)
-    if check:
-        _check_operand(A, fmt_a, "a", fname)
-        _check_operand(BT, fmt_b, "b", fname)
-        _check_operand(C, acc_fmt, "c", fname)
-    tc = (1, 0, 23, 0, 0, 0)
-    special = None
+    tc = _NO_TC
     if isinstance(model, TensorCore):
         if acc_fmt.name != "fp32":
             raise FpemuValueError(f"{fname}(): tensor-core models accumulate in fp32; got "
@@ -197,12 +227,24 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
                 raise FpemuValueError(
                     f"{fname}(): tensor-core models take inputs of at most 12 significant bits "
                     f"(fp16, bf16, tf32, fp8, fp6, fp4); {f.name} has {f.precision}")
-        # a subnormal input counts with its own format's emin (e4m3 -6, e5m2 -14)
-        tc = (model.terms, model.fraction_bits, model.out_fraction_bits, model.e_zero,
-              fmt_a.emin, fmt_b.emin)
+        tc = _TC(model.terms, model.fraction_bits, model.out_fraction_bits, model.e_zero,
+                 fmt_a.emin, fmt_b.emin)
         kind = _ak.TC
     else:
         kind = _ak.MODELS[model]
+    return _Plan(fmt_a, fmt_b, cast, out_fmt, kind, block, tc, key)
+
+
+def _run(plan: _Plan, A, BT, C, paired, fname="matmul", check=True):
+    """out[i, j] = dot(A[i], BT[j]) (or out[i] = dot(A[i], BT[i]) if paired)
+    under ``plan``: float64 A (M, K), BT (N, K) and C, the accumulator's
+    start, of the output's shape."""
+    if check:
+        _check_operand(A, plan.fmt_a, "a", fname)
+        _check_operand(BT, plan.fmt_b, "b", fname)
+        _check_operand(C, plan.acc_fmt, "c", fname)
+    kind, block, cast = plan.kind, plan.block, plan.cast
+    special = None
     if kind in (_ak.TC, _ak.EXACT):
         finite = np.isfinite(A).all() and np.isfinite(BT).all() and np.isfinite(C).all()
         if not finite:
@@ -218,22 +260,23 @@ def _run(A, BT, C, paired, in_fmt, acc_fmt, out_fmt, model, block, inner, roundi
             A = np.where(np.isfinite(A), A, 0.0)
             BT = np.where(np.isfinite(BT), BT, 0.0)
             C = np.where(np.isfinite(C), C, 0.0)
-    native = (kind == _ak.SEQUENTIAL and block == 0 and acc_fmt.name == "fp32"
-              and mode is Rounding.RNE and subnormals and int(cast.overflow) == 0 and not paired)
+    native = (kind == _ak.SEQUENTIAL and block == 0 and plan.acc_fmt.name == "fp32"
+              and cast.rounding is Rounding.RNE and cast.subnormals
+              and int(cast.overflow) == 0 and not paired)
     out = np.empty(C.shape, np.float32)
     if out.size and kind == _ak.TC:
-        out = _tc_matmul(A, BT, C, tc, block, paired)
+        out = _tc_matmul(A, BT, C, plan.tc, block, paired)
     elif out.size:
-        kernel = _ak.dot_kernel(kind, int(mode), flags, block, native, paired)
-        run_kernel(kernel, A, BT, C, out, p, tc, key)
+        kernel = _ak.dot_kernel(kind, int(cast.rounding), cast.flags, block, native, paired)
+        run_kernel(kernel, A, BT, C, out, cast.params, tuple(plan.tc), plan.key)
     if special is not None:
         with np.errstate(all="ignore"):
             special = special.astype(np.float32)
         if kind == _ak.TC:                  # a tensor core writes its one NaN
             special = np.where(np.isnan(special), _CANONICAL_NAN32, special)
         out = np.where(mask, special, out)
-    if out_fmt != acc_fmt:
-        out = quantize(out, out_fmt)
+    if plan.out_fmt != plan.acc_fmt:
+        out = quantize(out, plan.out_fmt)
     return out
 
 
@@ -332,19 +375,24 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
                               f"{B.shape}")
     C = _identity(rounding, A.shape[1]) if c is None else _as_matrix(c, "matmul", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
-    return _run(np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False, in_fmt,
-                acc_fmt, out_fmt, model, block, inner, rounding, subnormals, overflow, seed,
-                "matmul")
+    plan = _plan(in_fmt, acc_fmt, out_fmt, model, block, inner, rounding, subnormals, overflow,
+                 seed, "matmul")
+    return _run(plan, np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False)
 
 
 def _matmul_values(A, B, in_fmt, acc_fmt, out_fmt, model, block=128, inner="sequential"):
     """matmul for callers whose operands are known to be in_fmt values
     (float32 or float64 2-D arrays): rne, subnormals kept, no checks."""
+    return _matmul_planned(_plan(in_fmt, acc_fmt, out_fmt, model, block, inner), A, B)
+
+
+def _matmul_planned(plan, A, B):
+    """:func:`_matmul_values` under a :class:`_Plan` parsed once by a caller
+    that runs many GEMMs of one configuration (batch elements, K blocks)."""
     C = _identity("rne", A.shape[1])
     C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
-    return _run(np.ascontiguousarray(A, np.float64), np.ascontiguousarray(B.T, np.float64),
-                C, False, in_fmt, acc_fmt, out_fmt, model, block, inner, "rne", True, None,
-                None, "matmul", check=False)
+    return _run(plan, np.ascontiguousarray(A, np.float64), np.ascontiguousarray(B.T, np.float64),
+                C, False, check=False)
 
 
 def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,
@@ -377,8 +425,9 @@ def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block
     B2 = np.ascontiguousarray(np.broadcast_to(B, lead + (K,))).reshape(rows, K)
     C = _identity(rounding, K) if c is None else _as_matrix(c, "dot", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, lead)).reshape(-1, 1)
-    out = _run(A2, B2, C, True, in_fmt, acc_fmt, out_fmt, model, block, inner, rounding,
-               subnormals, overflow, seed, "dot")
+    plan = _plan(in_fmt, acc_fmt, out_fmt, model, block, inner, rounding, subnormals,
+                 overflow, seed, "dot")
+    out = _run(plan, A2, B2, C, True, "dot")
     return out.reshape(lead)
 
 
@@ -579,9 +628,9 @@ def scaled_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt=None, scale
         B = np.where(np.isfinite(B), B, 0.0)
         C = np.where(np.isfinite(C), C, 0.0)
     if core is None:
-        out = _run(As_v, np.ascontiguousarray(Bs_v.T), C, False, "fp32", "fp32", "fp32",
-                   "exact", 0, "sequential", "rne", True, None, None, "scaled_matmul",
-                   check=False) if K else C.astype(np.float32)
+        out = _run(_plan("fp32", model="exact", fname="scaled_matmul"), As_v,
+                   np.ascontiguousarray(Bs_v.T), C, False, check=False) if K else \
+            C.astype(np.float32)
     else:
         Kp = -(-K // core.k) * core.k if K else 0
         out = np.empty((M, N), np.float32)

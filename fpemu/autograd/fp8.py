@@ -508,15 +508,16 @@ def scaled_gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, model, split):
     M, K = qa.shape
     N = qb.shape[0]
     in_fmt = (fmt_a, fmt_b)         # each operand aligned with its own format's emin
+    plans = {}                      # parsed once per configuration, not per K block
     out = None
     for j, (s, e) in enumerate(_blocks(K, bk)):
         if e == s:
             continue
-        if split and e - s > 128:
-            part = _acc._matmul_values(qa[:, s:e], qb[:, s:e].T, in_fmt, "fp32", "fp32",
-                                       "blocked", 128, model)
-        else:
-            part = _acc._matmul_values(qa[:, s:e], qb[:, s:e].T, in_fmt, "fp32", "fp32", model)
+        promote = bool(split and e - s > 128)
+        if promote not in plans:
+            plans[promote] = (_acc._plan(in_fmt, "fp32", "fp32", "blocked", 128, model)
+                              if promote else _acc._plan(in_fmt, "fp32", "fp32", model))
+        part = _acc._matmul_planned(plans[promote], qa[:, s:e], qb[:, s:e].T)
         alpha = (sa[:, j][:, None] * sb[:, j][None, :]).astype(np.float32)
         with np.errstate(all="ignore"):
             # the first block's scaled result is the accumulator (a negative

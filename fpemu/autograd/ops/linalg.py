@@ -77,9 +77,9 @@ def mm_acc(A, B, dt, tf32=False):
     A = np.broadcast_to(A, batch + (M, K))
     B = np.broadcast_to(B, batch + (K, N))
     out = np.empty(batch + (M, N), np.float32)
+    plan = _acc._plan(fmt, "fp32", "fp32", m.model, m.block, m.inner)   # parsed once
     for idx in np.ndindex(*batch):
-        out[idx] = _acc._matmul_values(A[idx], B[idx], fmt, "fp32", "fp32", m.model, m.block,
-                                       m.inner)
+        out[idx] = _acc._matmul_planned(plan, A[idx], B[idx])
     return out
 
 
