@@ -22,6 +22,7 @@ import numpy as np
 from ._exact import parse_real
 from .errors import FpemuError, FpemuValueError
 from .formats import FORMATS, format_names
+from .numtext import float32_text as _float32_text
 from .rounding import Overflow, Rounding
 
 #: Values that show each format's edges (ties, overflow, underflow, specials).
@@ -38,18 +39,6 @@ TELLING_VALUES = (
     ("inf", float("inf")),
     ("nan", float("nan")),
 )
-
-
-def _num(v: float) -> str:
-    if v != v:
-        return "nan"
-    if v in (float("inf"), float("-inf")):
-        return "inf" if v > 0 else "-inf"
-    if v == 0:
-        return "-0" if np.signbit(v) else "0"
-    if v == int(v) and abs(v) < 1e7:
-        return str(int(v))
-    return str(np.float32(v))  # shortest digits that read back as this float32
 
 
 def format_table() -> str:
@@ -77,7 +66,7 @@ def cast_table(values=TELLING_VALUES) -> str:
             if v != v and not f.has_nan:
                 row.append("error")  # NaN into a format without NaN raises
                 continue
-            row.append(_num(float(quantize(np.float64(v), f))))
+            row.append(_float32_text(float(quantize(np.float64(v), f))))
         rows.append(tuple(row))
     return _render(rows)
 
@@ -97,8 +86,8 @@ def _cmd_casts(args) -> int:
     print(cast_table())
     print("\nRead it: 65520 overflows fp16 to inf; e4m3fn saturates 500 to 448 (PyTorch 2.13);")
     print("e4m3fnuz turns it into NaN; 1+2^-8+2^-30 rounds once to bf16 1.0078125, not")
-    print(f"through float32 to 1.0; 1e-8 is {_num(float(quantize(1e-8, 'fp16')))} in fp16 but "
-          f"{_num(float(quantize(1e-8, 'bf16')))} in bf16.")
+    print(f"through float32 to 1.0; 1e-8 is {_float32_text(float(quantize(1e-8, 'fp16')))} in "
+          f"fp16 but {_float32_text(float(quantize(1e-8, 'bf16')))} in bf16.")
     code = int(encode(500.0, "e4m3fn"))
     print(f"encode(500, e4m3fn) = 0x{code:02X}.")
     return 0
@@ -568,7 +557,7 @@ def _cmd_quantize(args) -> int:
     hexw = (lookup(args.format).bits + 3) // 4
     rows = [("input", "value", "code")]
     for text, qi, ci in zip(args.values, q, codes):
-        rows.append((text, _num(float(qi)), f"0x{int(ci):0{hexw}X}"))
+        rows.append((text, _float32_text(float(qi)), f"0x{int(ci):0{hexw}X}"))
     print(_render(rows))
     return 0
 

@@ -21,6 +21,8 @@ from ._callable import make_callable
 from ._exact import parse_real, to_float64_odd
 from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
+from .numtext import cell as _cell
+from .numtext import shortest as _show
 from .checks import as_format
 from .quantize import classify, decode, encode, next_down, next_up, quantize, ulp
 from .rounding import parse_overflow, parse_rounding
@@ -75,14 +77,6 @@ class Explanation:
 
     def _spaced(self) -> str:
         return " ".join(p for p in (self.sign, self.exponent_bits, self.mantissa_bits) if p)
-
-
-def _show(v: float) -> str:
-    if v != v:
-        return "nan"
-    if v in (np.inf, -np.inf):
-        return "inf" if v > 0 else "-inf"
-    return repr(float(v))
 
 
 def _fields(code: int, fmt: Format):
@@ -377,17 +371,6 @@ def table_text(fmt) -> str:
     for r, row in enumerate(cells):
         lines.append(f"{format(r, 'X')}.   " + " ".join(c.rjust(w) for c in row))
     return "\n".join(lines)
-
-
-def _cell(v: float, digits: int = 4, nan: str = "nan") -> str:
-    """A value in a table cell: ``digits`` significant digits, ``-0``, ``inf``."""
-    if v != v:
-        return nan
-    if v in (np.inf, -np.inf):
-        return "inf" if v > 0 else "-inf"
-    if v == 0:
-        return "-0" if np.signbit(v) else "0"
-    return f"{v:.{digits}g}"
 
 
 make_callable(__name__)   # fpemu.explain(x, fmt) is explain(x, fmt); see fpemu._callable

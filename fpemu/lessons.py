@@ -40,8 +40,10 @@ import os
 import numpy as np
 
 from .errors import FpemuTypeError, FpemuValueError
-from .explain import _cell
 from .formats import Format, format_names
+from .numtext import FIELD_TINTS
+from .numtext import cell as _cell
+from .numtext import readable as _show
 from .checks import as_format
 from .quantize import classify, decode, encode, next_down, next_up, quantize, ulp
 
@@ -49,7 +51,7 @@ __all__ = ["interactive", "BitToggle", "CodeTable", "Choice", "Slider", "interac
            "Interaction", "rounding_interval", "FIELD_COLORS", "CLASS_COLORS"]
 
 #: Background colours of the sign, exponent and mantissa bits.
-FIELD_COLORS = {"sign": "#f4c4bb", "exponent": "#c5dcf2", "mantissa": "#ffe1a8"}
+FIELD_COLORS = FIELD_TINTS
 #: Background colours of the value classes in tables (the plotting module's
 #: region colours, lightened so that the text on them stays readable).
 CLASS_COLORS = {"zero": "#e3e7e6", "subnormal": "#ffe1a8", "normal": "#d7e7f6",
@@ -71,14 +73,6 @@ def interactive() -> bool:
 def _display(obj):
     from IPython.display import display
     display(obj)
-
-
-def _show(v: float) -> str:
-    """A value as a person reads it: shortest repr, ``-0``, ``inf``, ``nan``."""
-    v = float(v)
-    if v != v or math.isinf(v) or v == 0:
-        return _cell(v)
-    return repr(v) if 1e-5 <= abs(v) < 1e7 else f"{v:.6g}"
 
 
 def rounding_interval(value, fmt, *, overflow=None):

@@ -449,7 +449,7 @@ def plot_bit_layout(formats=("fp32", "tf32", "bf16", "fp16", "e5m2", "e4m3fn", "
     fmts = [as_format(f) for f in formats]
     width = max(f.bits for f in fmts)
     ax = _axes(ax, figsize=(min(3 + 0.42 * width, 16), 0.9 + 0.75 * len(fmts)))
-    field_colors = {"sign": "#bd1f01", "exponent": "#3f90da", "mantissa": "#ffa90e"}
+    from .numtext import FIELD_COLORS as field_colors
     for i, f in enumerate(fmts):
         y = len(fmts) - 1 - i
         fields = ((["sign"] if f.signed else []) + ["exponent"] * f.exponent_bits

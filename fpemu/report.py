@@ -19,7 +19,7 @@ import time
 
 from . import __version__
 from .experiments import ORDER, module
-from .experiments._base import _show
+from .numtext import summary as _show
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;

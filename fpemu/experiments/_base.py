@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from ..errors import FpemuValueError
+from ..numtext import summary as _show
 
 
 class Summary(dict):
@@ -24,16 +25,6 @@ class Summary(dict):
         lines = [self.title] if self.title else []
         lines += [f"  {k:<{width}}  {_show(v)}" for k, v in self.items()]
         return "\n".join(lines)
-
-
-def _show(v):
-    if isinstance(v, float):
-        if v != v or v in (math.inf, -math.inf):
-            return str(v)
-        return f"{v:.6g}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_show(x) for x in v) + "]"
-    return str(v)
 
 
 def _jsonable(v):
