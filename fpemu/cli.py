@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from ._exact import parse_real
-from .errors import FpemuError, FpemuValueError
+from .errors import FpemuError
 from .formats import FORMATS, format_names
 from .numtext import float32_text as _float32_text
 from .rounding import Overflow, Rounding
@@ -94,7 +94,7 @@ def _cmd_casts(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from ._files import check_output_dir
+    from .tensorfiles import check_output_dir
     check_output_dir(args.out, "report folder")
     from .report import demo
     kinds = ("svg", "png") + (("pdf",) if args.pdf else ())
@@ -116,7 +116,7 @@ def _cmd_run(args) -> int:
     except KeyError as err:
         raise CliError(err.args[0]) from None
     if args.out:
-        from ._files import check_output_dir
+        from .tensorfiles import check_output_dir
         check_output_dir(args.out, "report folder")
     fields = {f.name: f for f in dataclasses.fields(mod.Config)}
     defaults = mod.Config()
@@ -200,136 +200,9 @@ def _checked(flag, value, default):
     return value
 
 
-_TENSOR_SUFFIXES = (".npy", ".npz", ".pt", ".pth", ".bin", ".safetensors")
-
-
-def _tensor_file(path):
-    """``path`` if its suffix is one fpemu reads and the file is there and
-    readable, else a CliError naming which."""
-    from ._files import check_input
-    if not path.lower().endswith(_TENSOR_SUFFIXES):
-        raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
-                       "(torch) or .safetensors")
-    check_input(path, "tensor file")
-    return path
-
-
-def _npy(path):
-    """A .npy file memory-mapped (a truncated or lying header is an error,
-    not an allocation), or a CliError saying what the file is."""
-    from .stats import _load_npy
-    try:
-        return _load_npy(path)
-    except FpemuValueError as err:
-        raise CliError(str(err).replace("stats_chunked(): ", "")) from None
-
-
-def _hist_sources(path):
-    """(total elements or None, an iterable of arrays) read lazily from a tensor file."""
-    from ._files import check_input, npz_arrays
-    check_input(path, "tensor file")
-    low = path.lower()
-    if low.endswith(".npy"):
-        arr = _npy(path)
-        _real(path, "", arr)
-        return arr.size, [arr]
-    if low.endswith(".npz"):
-        return None, (_real(path, k, a) for k, a in npz_arrays(path))
-    if low.endswith((".pt", ".pth", ".bin")):
-        tensors = [t for _, t in _torch_tensors(_torch_load(path))]
-        if not tensors:
-            raise CliError(f"{path} holds no floating-point tensors")
-        return sum(t.numel() for t in tensors), (c for t in tensors for c in _torch_chunks(t))
-    if low.endswith(".safetensors"):
-        try:
-            from safetensors import safe_open
-        except ImportError:
-            raise CliError(f"{path} is a safetensors file; reading it needs the safetensors "
-                           "package: pip install safetensors") from None
-        return None, _safetensors_arrays(path, safe_open)
-    raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
-                   "(torch) or .safetensors")
-
-
-def _real(path, name, a):
-    """``a`` if it holds real numbers (floats or integers), else a CliError."""
-    if a.dtype.kind not in "fiu":
-        what = f"{path}: the array {name!r}" if name else path
-        raise CliError(f"{what} holds {a.dtype} values; fpemu counts real numbers (floats or "
-                       f"integers): save those instead (for complex data, .real and .imag)")
-    return a
-
-
-def _torch_load(path):
-    """A PyTorch file's object (tensors on the CPU, memory-mapped), or a CliError."""
-    try:
-        import torch
-    except ImportError:
-        raise CliError(f"{path} is a PyTorch file; reading it needs torch: "
-                       "pip install torch (or save the tensors with numpy.save)") from None
-    try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as err:   # torch raises many kinds for a bad file
-        raise CliError(f"cannot read {path} with torch.load: {err}") from None
-
-
-def _torch_tensors(obj, prefix=""):
-    """(dotted name, tensor) of every floating-point tensor in nested dicts / lists."""
-    import torch
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point():
-            yield prefix or "tensor", obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _torch_tensors(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from _torch_tensors(v, f"{prefix}.{i}" if prefix else str(i))
-
-
-def _torch_chunks(t, chunk=1 << 22):
-    """A torch tensor as float32 / float64 numpy chunks (16-bit and fp8 values widen
-    exactly); only one chunk is in memory at a time."""
-    flat = t.detach().reshape(-1)
-    for i in range(0, flat.numel(), chunk):
-        yield _widened(flat[i:i + chunk])
-
-
-def _widened(t):
-    """A torch tensor as a float32 / float64 numpy array (16-bit and fp8 values
-    widen exactly)."""
-    import torch
-    if t.dtype not in (torch.float32, torch.float64):
-        t = t.to(torch.float32)
-    return t.detach().numpy()
-
-
-def _safetensors_arrays(path, safe_open):
-    """The floating-point tensors of a safetensors file, one at a time: through torch
-    when it is installed (bf16 and fp8 tensors need it), else through numpy."""
-    import importlib.util
-    framework = "pt" if importlib.util.find_spec("torch") is not None else "numpy"
-    try:
-        fh = safe_open(path, framework=framework)
-    except Exception as err:       # safetensors raises its own error types for a bad file
-        raise CliError(f"cannot read {path} as safetensors: {err}") from None
-    with fh:
-        for k in fh.keys():
-            try:
-                t = fh.get_tensor(k)
-            except (TypeError, ValueError) as err:
-                raise CliError(f"{path}: tensor {k!r} cannot be read without torch ({err}); "
-                               "pip install torch") from None
-            if framework == "pt":
-                if t.is_floating_point():
-                    yield from _torch_chunks(t)
-            elif t.dtype.kind == "f":
-                yield t
-
-
 def _cmd_hist(args) -> int:
-    from ._files import check_output_file
-    _tensor_file(args.file)
+    from .tensorfiles import check_output_file, check_tensor_file, value_chunks
+    check_tensor_file(args.file)
     if os.path.splitext(args.output)[1]:
         check_output_file(args.output, "figure file")
     else:
@@ -344,7 +217,7 @@ def _cmd_hist(args) -> int:
     from .formats import format as lookup
     for f in formats:
         lookup(f)                       # an unknown name raises with the list of formats
-    total, parts = _hist_sources(args.file)
+    total, parts = value_chunks(args.file)
     bar = None
     if not args.no_progress:
         try:
@@ -384,50 +257,14 @@ def _cmd_hist(args) -> int:
     return 0
 
 
-def _named_tensors(path):
-    """(name, float32 array) for each floating-point tensor of a file, with its
-    shape: .npy (named by the file), .npz, .pt / .pth / .bin, .safetensors.
-    bfloat16 and fp8 tensors widen exactly; float64 ones must hold float32 values."""
-    from ._files import check_input, npz_arrays
-    check_input(path, "tensor file")
-    low = path.lower()
-    if low.endswith((".npy", ".npz")):
-        items = [(os.path.basename(path), _npy(path))] if low.endswith(".npy") else \
-            npz_arrays(path)
-        for name, a in items:
-            if a.dtype.kind == "f":
-                yield name, a
-        return
-    if low.endswith(".safetensors"):
-        try:
-            from safetensors.torch import load_file
-        except ImportError:
-            raise CliError(f"{path} is a safetensors file; reading it needs torch and the "
-                           "safetensors package: pip install torch safetensors") from None
-        try:
-            obj = load_file(path)
-        except Exception as err:   # safetensors raises its own error types
-            raise CliError(f"cannot read {path} as safetensors: {err}") from None
-    elif low.endswith((".pt", ".pth", ".bin")):
-        obj = _torch_load(path)
-    else:
-        obj = None
-    if obj is not None:
-        for name, t in _torch_tensors(obj):
-            yield name, _widened(t)
-        return
-    raise CliError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
-                   "(torch) or .safetensors")
-
-
 def _cmd_blocks(args) -> int:
     import json
 
     import numpy as np
 
-    from ._files import check_output_file
     from .block import PRESETS, TABLE_PRESETS, _shares, error_table
-    _tensor_file(args.file)
+    from .tensorfiles import check_output_file, check_tensor_file, named_tensors
+    check_tensor_file(args.file)
     if args.json:
         check_output_file(args.json, "JSON file")
     if args.min_size < 0:
@@ -441,7 +278,7 @@ def _cmd_blocks(args) -> int:
     keys = ("values", "blocks", "clipped_blocks", "nonzero", "flushed_values", "sse", "power")
     total = {p: None for p in presets}
     per_tensor = []
-    for name, a in _named_tensors(args.file):
+    for name, a in named_tensors(args.file):
         if args.match and args.match not in name:
             continue
         if a.ndim == 0 or a.size < args.min_size:
@@ -564,7 +401,8 @@ def _cmd_quantize(args) -> int:
 
 def _cmd_stats(args) -> int:
     from .stats import stats_chunked
-    arr = _npy(args.file)
+    from .tensorfiles import load_npy
+    arr = load_npy(args.file)
     if arr.dtype.kind not in "fiub":
         raise CliError(f"{args.file} holds {arr.dtype} values, not real numbers; save a "
                        "float, integer or bool array")
@@ -756,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_monitor(args) -> int:
-    from ._files import check_input, check_output_dir
+    from .tensorfiles import check_input, check_output_dir
     check_input(args.script, "script")
     check_output_dir(args.out, "report folder")
     if args.every < 1:

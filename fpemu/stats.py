@@ -40,8 +40,6 @@ skipped. Counts add:
 from __future__ import annotations
 
 import dataclasses
-import os
-import stat
 
 import numpy as np
 
@@ -227,7 +225,8 @@ def stats_chunked(x, fmt, *, chunk=1 << 22, **kwargs) -> Counts:
     random bits of its C-order index, as in one whole-array call.
     """
     if isinstance(x, (str, bytes)) or hasattr(x, "__fspath__"):
-        x = _load_npy(x)
+        from .tensorfiles import load_npy
+        x = load_npy(x, "stats_chunked")
     if isinstance(chunk, bool) or not (isinstance(chunk, (int, np.integer)) and chunk >= 1):
         raise FpemuValueError(f"stats_chunked(): chunk must be an int >= 1, got {chunk!r}")
     if isinstance(x, np.ma.MaskedArray):
@@ -266,40 +265,6 @@ def _chunks(x: np.ndarray, chunk: int, ordered: bool):
     rows = max(1, chunk // max(row, 1))
     for i in range(0, x.shape[0], rows):
         yield i * row, np.ascontiguousarray(x[i:i + rows]).reshape(-1)
-
-
-def _load_npy(path):
-    """A .npy file memory-mapped, or a ValueError saying what the file is."""
-    name = os.fsdecode(path) if not isinstance(path, str) else path
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as err:
-        raise FpemuValueError(f"stats_chunked(): cannot read {name}: "
-                              f"{(err.strerror or str(err)).lower()}") from None
-    if not stat.S_ISREG(mode):
-        raise FpemuValueError(f"stats_chunked(): cannot read {name}: it is not a regular file (a "
-                              "device, FIFO or directory); save the array with numpy.save and "
-                              "pass that .npy file")
-    if not os.access(path, os.R_OK):
-        raise FpemuValueError(f"stats_chunked(): cannot read {name}: permission denied; check "
-                              f"its permissions (chmod u+r)")
-    with open(path, "rb") as fh:
-        head = fh.read(6)
-    try:
-        if head != b"\x93NUMPY":
-            raise FpemuValueError("it is empty" if not head else
-                                  "it does not start with the .npy signature")
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError) as err:
-        detail = str(err) if head != b"\x93NUMPY" else (
-            "it holds Python objects, which fpemu never unpickles"
-            if "pickle" in str(err) or "objects" in str(err) else f"unreadable header: {err}")
-        raise FpemuValueError(f"stats_chunked(): cannot read {name} as a .npy array ({detail}); "
-                              "save the array with numpy.save(path, array)") from None
-    if not isinstance(arr, np.ndarray):
-        raise FpemuValueError(f"stats_chunked(): {name} is a .npz archive, not one array; pass "
-                              "np.load(path)[name] or one of its arrays saved with numpy.save")
-    return arr
 
 
 def stats_dask(x, fmt, **kwargs) -> Counts:
@@ -372,7 +337,8 @@ def survey(source, formats, *, scales=(1.0,), chunk=1 << 22, progress=None,
     if not scale_list:
         raise FpemuValueError("survey(): scales is empty; pass at least one, e.g. (1.0,)")
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
-        parts = [_load_npy(source)]
+        from .tensorfiles import load_npy
+        parts = [load_npy(source, "survey")]
     elif isinstance(source, (np.ndarray, list, tuple)) and not (
             isinstance(source, (list, tuple)) and source
             and all(isinstance(a, np.ndarray) for a in source)):

@@ -536,7 +536,7 @@ class Monitor:
     def report(self, out_dir, **kwargs):
         """Write the HTML report (figures, verdicts) into ``out_dir``; returns the path
         of ``index.html``. See :func:`fpemu.torch._report.write_report`."""
-        from .._files import check_output_dir
+        from ..tensorfiles import check_output_dir
         from ._report import write_report
         check_output_dir(out_dir, "report folder")
         try:
@@ -610,7 +610,7 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
         raise FpemuValueError(f"fpemu monitor: no script {path!r}; pass the path of a "
                               "Python training script")
     Monitor(torch.nn.Linear(1, 1), **settings)           # check the settings before running
-    from .._files import check_output_dir
+    from ..tensorfiles import check_output_dir
     check_output_dir(out, "report folder")               # and where the report goes
     _PENDING["settings"] = dict(settings)
     _ACTIVE.clear()
