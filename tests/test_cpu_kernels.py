@@ -121,3 +121,21 @@ def test_zero_dim_tensors_are_cpu_scalars(op):
             got = getattr(ft, op)(ft.tensor(x).bfloat16(), other_f)
         assert str(got.dtype) == str(want.dtype)
         np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("dt", [(torch.float32, ft.float32), (torch.bfloat16, ft.bfloat16)],
+                         ids=["fp32", "bf16"])
+def test_lerp_with_a_tensor_weight_is_the_fma_form_bit_for_bit(dt):
+    """torch.lerp(a, b, w) with a tensor w: fma(w, b - a, a) where |w| < 0.5,
+    else fma(-(b - a), 1 - w, b), as with a scalar weight (the CPU kernel's
+    fmadd; nvcc contracts the same formula on CUDA)."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(4099).astype(np.float32)
+    b = (rng.standard_normal(4099) * 3).astype(np.float32)
+    w = rng.uniform(-0.2, 1.3, 4099).astype(np.float32)
+    want = torch.lerp(*(torch.tensor(v).to(dt[0]) for v in (a, b, w)))
+    with ft.use_profile(CPU):
+        got = ft.lerp(*(ft.tensor(v).to(dt[1]) for v in (a, b, w)))
+        meth = ft.tensor(a).to(dt[1]).lerp(ft.tensor(b).to(dt[1]), ft.tensor(w).to(dt[1]))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    np.testing.assert_array_equal(_bits(meth), _bits(want))

@@ -111,15 +111,26 @@ def foreach_div(X, s, D):
     return _store(X / opmath(D)(s), D)
 
 
-def lerp(start, end, weight, D):
-    """``lerp(start, end, w)`` with a Python weight: ``fma(w, end - start,
-    start)`` for |w| < 0.5, else ``fma(w - 1, end - start, end)`` (ATen's
-    ``lerp`` in opmath), rounded once."""
-    w = _f(weight)
+def lerp_opmath(start, end, weight):
+    """ATen's ``lerp`` in float32 opmath, not yet stored: ``fma(w, end -
+    start, start)`` where |w| < 0.5, else ``fma(-(end - start), 1 - w,
+    end)``. ``weight`` is a Python number or an array (torch's tensor
+    weight); both branches are the fma nvcc contracts on CUDA and the
+    explicit fmadd of the CPU kernels (torch 2.13 CPU agrees bit for bit)."""
     diff = end - start
-    if abs(w) < 0.5:
-        return _store(fma(w, diff, start), D)
-    return _store(fma(-diff, _f(1) - w, end), D)
+    if np.ndim(weight) == 0:
+        w = _f(weight)
+        if abs(w) < 0.5:
+            return fma(w, diff, start)
+        return fma(-diff, _f(1) - w, end)
+    w = np.asarray(weight, np.float32)
+    small = np.abs(w) < 0.5
+    return np.where(small, fma(w, diff, start), fma(-diff, _f(1) - w, end))
+
+
+def lerp(start, end, weight, D):
+    """``lerp(start, end, w)`` (:func:`lerp_opmath`) rounded once to ``D``."""
+    return _store(lerp_opmath(start, end, weight), D)
 
 
 def addcmul(S, T1, T2, value, D):

@@ -275,14 +275,14 @@ def _lerp(self, end, weight):
     dt = result_type(self, end)
     om = opmath(dt)
     A, B = self._data.astype(om), end._data.astype(om)
-    if isinstance(weight, Tensor):
-        Wv = weight._data.astype(om)
+    Wv = weight._data.astype(om) if isinstance(weight, Tensor) else om(weight)
+    if om is np.float64:
         with np.errstate(all="ignore"):
             res = np.where(np.abs(Wv) < 0.5, A + Wv * (B - A), B - (B - A) * (om(1) - Wv))
         res = _store(res, dt)
     else:
-        res = _aten.lerp(A, B, weight, dt)
-        Wv = om(weight)
+        with np.errstate(all="ignore"):
+            res = _aten.lerp(A, B, Wv, dt)
 
     def backward(g):
         G = g.astype(om)

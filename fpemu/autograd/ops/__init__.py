@@ -10,7 +10,7 @@ from .creation import (  # noqa: F401
 from .elementwise import (  # noqa: F401
     abs, add, allclose, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, clamp, clip, clone,
     cos, div, eq, equal, exp, expm1, floor_divide, ge, gelu, gt, isclose, isfinite, isinf,
-    isnan, le, log, log1p, logical_and, logical_not, logical_or, lt, masked_fill, maximum,
+    isnan, le, lerp, log, log1p, logical_and, logical_not, logical_or, lt, masked_fill, maximum,
     minimum, mul, ne, neg, pow, reciprocal, relu, remainder, rsqrt, rsub, sigmoid, sign, silu,
     sin, sqrt, square, sub, tanh, where,
 )

@@ -437,6 +437,12 @@ def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
 clip = clamp
 
 
+def lerp(input, end, weight):  # noqa: A002 - torch's names
+    """``torch.lerp``: ``input + weight * (end - input)`` as ATen computes it
+    (the Tensor method, :func:`fpemu.autograd._aten.lerp_opmath`)."""
+    return input.lerp(end, weight)
+
+
 def maximum(a, b):
     return _minmax(a, b, np.maximum, "maximum")
 

@@ -35,7 +35,7 @@ from .._core import Tensor, _store, float32
 from .._profile import get_profile
 from .. import _aten as aten
 from .optimizer import (  # noqa: F401
-    Optimizer, _advance, _check_lr, _cpu_tail, _f, _fma, _step_tensor,
+    Optimizer, _advance, _check_lr, _cpu_tail, _f, _fma, _step_tensor, _unscaled_grad,
 )
 
 
@@ -99,10 +99,7 @@ class SGD(Optimizer):
             p._a = aten.add_alpha(P, G, aten.scalar(-lr, D), D)  # p.add_(g, alpha=-lr)
 
     def _fused(self, p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale):
-        G = p.grad._a.astype(np.float64)
-        if grad_scale is not None:
-            G = G / np.float64(grad_scale)
-            p.grad._a = _store(G, p.grad.dtype)
+        G = _unscaled_grad(p, grad_scale, np.float64)
         P = p._a.astype(np.float64)
         if maximize:
             G = -G
@@ -125,11 +122,8 @@ class SGD(Optimizer):
         other way. (For 16-bit parameters torch 2.13's vector body never
         stores the parameter and reads the momentum buffer as float32, a
         torch bug fpemu does not reproduce: it computes what the tail does.)"""
-        G = p.grad._a.astype(np.float32)
+        G = _unscaled_grad(p, grad_scale)
         with np.errstate(all="ignore"):
-            if grad_scale is not None:
-                G = G / _f(grad_scale)
-                p.grad._a = _store(G, p.grad.dtype)
             if maximize:
                 G = -G
             P = p._a.astype(np.float32)
@@ -247,11 +241,8 @@ class Adam(Optimizer):
         step = _advance(st)
         bc1 = _f(1) - _f(np.float64(b1f) ** np.float64(step))
         bc2_sqrt = np.sqrt(_f(1) - _f(np.float64(b2f) ** np.float64(step)))
-        G = p.grad._a.astype(np.float32)
+        G = _unscaled_grad(p, grad_scale)
         with np.errstate(all="ignore"):
-            if grad_scale is not None:
-                G = G / grad_scale
-                p.grad._a = _store(G, p.grad.dtype)
             if group["maximize"]:
                 G = -G
             P = p._a.astype(np.float32)
@@ -293,11 +284,8 @@ class Adam(Optimizer):
         bc2_sqrt = math.sqrt(1 - b2 ** step)
         step_size = lr / bc1
         w, c2 = _f(1 - b1), _f(1 - b2)
-        G = p.grad._a.astype(np.float32)
+        G = _unscaled_grad(p, grad_scale)
         with np.errstate(all="ignore"):
-            if grad_scale is not None:
-                G = G / _f(grad_scale)
-                p.grad._a = _store(G, p.grad.dtype)
             if group["maximize"]:
                 G = -G
             P = p._a.astype(np.float32)
@@ -308,10 +296,7 @@ class Adam(Optimizer):
                     P = P * _f(1 - lr * wd)
                 else:
                     G = _fma(P, _f(wd), G)
-            if abs(w) < 0.5:
-                M = _fma(w, G - M, M)
-            else:
-                M = _fma(w - _f(1), G - M, G)
+            M = aten.lerp_opmath(M, G, w)                  # exp_avg.lerp_(grad, 1-b1)
             V = _fma(c2 * G, G, V0 * _f(b2))
             if D == float32:
                 tail = _cpu_tail(V.size, D).reshape(V.shape)
@@ -489,11 +474,8 @@ class Adagrad(_Simple):
                 tail[body_end:end] = True
             body = _store(np.float32(v), D).astype(np.float32)
             return np.where(tail.reshape(p._a.shape), _f(v), body).astype(np.float32)
+        G = _unscaled_grad(p, grad_scale)
         with np.errstate(all="ignore"):
-            G = p.grad._a.astype(np.float32)
-            if grad_scale is not None:
-                G = G / _f(grad_scale)
-                p.grad._a = _store(G, p.grad.dtype)
             if group["maximize"]:
                 G = G * _f(-1.0)
             P = p._a.astype(np.float32)

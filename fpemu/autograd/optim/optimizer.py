@@ -196,6 +196,18 @@ class Optimizer:
         return (None if scale is None else _f(scale)), (None if found is None else _f(found))
 
 
+def _unscaled_grad(p, grad_scale, opmath=np.float32):
+    """``p.grad`` in opmath divided by GradScaler's scale, as a fused
+    kernel's first step does (and written back to ``p.grad``, as the fused
+    kernels write the unscaled gradient); the gradient itself without one."""
+    G = p.grad._a.astype(opmath)
+    if grad_scale is not None:
+        with np.errstate(all="ignore"):
+            G = G / opmath(grad_scale)
+        p.grad._a = _store(G, p.grad.dtype)
+    return G
+
+
 def _check_lr(lr):
     # torch checks only 0 <= lr: numpy scalars (np.float32(0.1)) are fine
     if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real) or not lr >= 0:
