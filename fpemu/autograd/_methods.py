@@ -286,7 +286,10 @@ def _lerp(self, end, weight):
 
     def backward(g):
         G = g.astype(om)
-        return (_store(G * (om(1) - Wv), dt), _store(G * Wv, dt), None)
+        gw = None
+        if isinstance(weight, Tensor):          # d/dw of a + w (b - a) is b - a
+            gw = _store(G * (B - A), weight.dtype)
+        return (_store(G * (om(1) - Wv), dt), _store(G * Wv, dt), gw)
     return _result(res, dt, (self, end, weight), backward, op="lerp")
 
 

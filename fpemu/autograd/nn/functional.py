@@ -948,7 +948,11 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean",  # n
         Gs = G if scale is None else G / scale
         with np.errstate(all="ignore"):
             gi = -(np.exp(T) if log_target else T) * Gs
-        return _store(np.broadcast_to(gi, X.shape), dt), None
+            # d/dt of t (log t - x) is log t - x + 1; of exp(t) (t - x), exp(t) (t - x + 1)
+            gt = (np.exp(T) * (T - X + 1) if log_target
+                  else np.where(T > 0, np.log(T) - X + 1, 0.0)) * Gs
+        return (_store(np.broadcast_to(gi, X.shape), dt),
+                _store(np.broadcast_to(gt, T.shape), dt))
     return _result(res, dt, (input, target), backward, saved=(target,), op="kl_div")
 
 

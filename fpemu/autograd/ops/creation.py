@@ -83,6 +83,9 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
 
 
 def randint_like(t, low=0, high=None, dtype=None, device=None):
+    """torch.randint_like(t, high) or (t, low, high)."""
+    if high is None:
+        low, high = 0, low
     return randint(low, high, t.shape, dtype=_like(t, dtype))
 
 

@@ -1,0 +1,381 @@
+"""Every op of fpemu.autograd, listed once, in the spirit of torch's OpInfo.
+
+An :class:`Op` names the function (``ops.<module>.<name>`` or
+``nn.functional.<name>``), how to call it on both libraries, the sample
+inputs, whether a gradient is checked and how the result is compared:
+
+* ``"values"``: fpemu's result (under the CPU profile, float32) against
+  torch CPU's, to a few float32 ulps (``rtol``): the op's semantics, not
+  the bit-exact tiers, which other tests pin down;
+* ``"shape"``: random ops whose law, not draws, fpemu follows: shape and
+  dtype only;
+* ``"internal"``: a helper of the package that no program calls by name;
+  ``via`` names the entry whose call exercises it.
+
+A sample is ``(args, kwargs)``: numpy arrays become tensors of both
+libraries (float arrays with ``requires_grad`` when ``grad`` is on), other
+values pass as they are. The samples cover the shapes the op takes:
+broadcasting, 0-d and empty tensors where the op accepts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import numpy as np
+
+R = np.random.default_rng(1234)
+
+
+def f32(*shape, lo=-2.0, hi=2.0, positive=False):
+    x = np.asarray(R.uniform(lo, hi, shape), np.float32)
+    return np.asarray(np.abs(x) + np.float32(0.1), np.float32) if positive else x
+
+
+def ints(*shape, hi=5):
+    return R.integers(0, hi, shape).astype(np.int64)
+
+
+def bools(*shape):
+    return R.random(shape) < 0.5
+
+
+@dataclasses.dataclass
+class Op:
+    name: str                                   # "ops.elementwise.exp", "nn.functional.relu"
+    call: Optional[Callable] = None             # call(lib, *args, **kwargs); default lib.<name>
+    samples: Callable = None                    # () -> [(args, kwargs), ...]
+    grad: bool = True
+    compare: str = "values"                     # "values", "shape", "internal"
+    via: str = ""                               # for "internal": the entry that exercises it
+    rtol: float = 3e-6
+    atol: float = 1e-6
+    bf16: bool = False                          # also run on bfloat16 tensors (one bf16 ulp)
+
+    @property
+    def short(self):
+        return self.name.rsplit(".", 1)[1]
+
+    def run(self, lib, *args, **kwargs):
+        if self.call is not None:
+            return self.call(lib, *args, **kwargs)
+        ns = lib.nn.functional if self.name.startswith("nn.functional.") else lib
+        return getattr(ns, self.short)(*args, **kwargs)
+
+
+def unary(positive=False):
+    def gen():
+        out = [((f32(3, 4, positive=positive),), {}), ((f32(positive=positive),), {}),
+               ((f32(0, 4, positive=positive),), {})]
+        return out
+    return gen
+
+
+def binary(positive_b=False):
+    def gen():
+        return [((f32(3, 4), f32(3, 4, positive=positive_b)), {}),
+                ((f32(3, 1), f32(1, 4, positive=positive_b)), {}),     # broadcasting
+                ((f32(3, 4), f32(positive=positive_b)), {}),           # with a 0-d tensor
+                ((f32(3, 4), 1.5), {}),                                # with a Python number
+                ((f32(0, 4), f32(1, 4, positive=positive_b)), {})]     # empty
+    return gen
+
+
+def compare_only(*pairs):
+    def gen():
+        return [((a, b), {}) for a, b in pairs]
+    return gen
+
+
+def fixed(*samples):
+    def gen():
+        return [s if isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], dict)
+                else (s, {}) for s in samples]
+    return gen
+
+
+E, S, RD, L, C, IP, F = ("ops.elementwise.", "ops.shape.", "ops.reduce.", "ops.linalg.",
+                         "ops.creation.", "ops.inplace.", "nn.functional.")
+
+OPS = [
+    # ------------------------------------------------------------ elementwise
+    *[Op(E + n, samples=unary(), bf16=True) for n in
+      ("abs", "cos", "exp", "expm1", "neg", "relu", "sigmoid", "sin", "tanh", "square",
+       "clone")],
+    *[Op(E + n, call=(lambda n: lambda lib, x: getattr(lib.nn.functional, n)(x))(n),
+         samples=unary()) for n in ("silu", "gelu")],     # torch has them in F only
+    *[Op(E + n, samples=unary(positive=True), bf16=True) for n in
+      ("log", "log1p", "sqrt", "rsqrt", "reciprocal")],
+    Op(E + "sign", samples=unary(), grad=False),
+    *[Op(E + n, samples=binary(), bf16=True) for n in ("add", "sub", "mul")],
+    *[Op(E + n, samples=fixed((f32(3, 4), f32(3, 4)), (f32(3, 1), f32(1, 4)), (f32(3, 4), f32()),
+                              (f32(0, 4), f32(1, 4))))
+      for n in ("maximum", "minimum")],
+    Op(E + "div", samples=binary(positive_b=True)),
+    Op(E + "rsub", samples=binary()),
+    Op(E + "pow", samples=fixed((f32(3, 4, positive=True), f32(3, 4)),
+                                (f32(3, 4, positive=True), 2.0), (f32(3, 1, positive=True), 3))),
+    Op(E + "remainder", samples=fixed((f32(3, 4), np.float32(0.7)), (f32(3, 4), 1.5)),
+       grad=False),
+    Op(E + "floor_divide", samples=fixed((f32(3, 4), 0.7), (ints(3, 4), 2)), grad=False),
+    Op(E + "rdiv", call=lambda lib, x, s: s / x, samples=fixed((f32(3, 4, positive=True), 2.0))),
+    Op(E + "clamp", samples=fixed(((f32(3, 4),), {"min": -0.5, "max": 0.7}),
+                                  ((f32(3, 4),), {"min": -0.5}), ((f32(3, 4),), {"max": 0.1}))),
+    Op(E + "clip", samples=fixed(((f32(3, 4),), {"min": -0.5, "max": 0.7}))),
+    Op(E + "lerp", samples=fixed((f32(3, 4), f32(3, 4), 0.3), (f32(3, 4), f32(3, 4), 0.8),
+                                 (f32(3, 4), f32(3, 4), f32(3, 4, lo=-0.2, hi=1.2)))),
+    Op(E + "where", call=lambda lib, c, a, b: lib.where(c, a, b),
+       samples=fixed((bools(3, 4), f32(3, 4), f32(3, 4)), (bools(3, 1), f32(1, 4), f32(3, 4)))),
+    Op(E + "masked_fill", call=lambda lib, x, m: x.masked_fill(m, -1.5),
+       samples=fixed((f32(3, 4), bools(3, 4)), (f32(3, 4), bools(1, 4)))),
+    *[Op(E + n, samples=compare_only((f32(3, 4), f32(3, 4)), (f32(3, 1), f32(1, 4)),
+                                     (f32(3, 4), 0.0)), grad=False)
+      for n in ("eq", "ne", "lt", "le", "gt", "ge")],
+    *[Op(E + n, samples=compare_only((bools(3, 4), bools(3, 4)), (bools(3, 1), bools(1, 4))),
+         grad=False) for n in ("logical_and", "logical_or")],
+    Op(E + "logical_not", samples=fixed((bools(3, 4),)), grad=False),
+    *[Op(E + n, samples=compare_only((ints(3, 4, hi=64), ints(3, 4, hi=64)),
+                                     (bools(3, 4), bools(3, 4))), grad=False)
+      for n in ("bitwise_and", "bitwise_or", "bitwise_xor")],
+    Op(E + "bitwise_not", samples=fixed((ints(3, 4, hi=64),), (bools(3, 4),)), grad=False),
+    *[Op(E + n, samples=fixed((np.array([1.0, np.inf, -np.inf, np.nan, 0.0], np.float32),)),
+         grad=False) for n in ("isfinite", "isinf", "isnan")],
+    Op(E + "isclose", samples=compare_only((f32(3, 4), f32(3, 4)),
+                                           (np.ones(4, np.float32), np.float32(1 + 1e-7) *
+                                            np.ones(4, np.float32))), grad=False),
+    Op(E + "allclose", call=lambda lib, a, b: np.array(lib.allclose(a, b)),
+       samples=compare_only((np.ones(4, np.float32), np.ones(4, np.float32) * 1.0001)),
+       grad=False),
+    Op(E + "equal", call=lambda lib, a, b: np.array(lib.equal(a, b)),
+       samples=compare_only((np.ones(4, np.float32), np.ones(4, np.float32))), grad=False),
+    # ------------------------------------------------------------------ shape
+    Op(S + "view", call=lambda lib, x: x.view(4, 3), samples=fixed((f32(3, 4),))),
+    Op(S + "reshape", call=lambda lib, x: lib.reshape(x, (2, -1)), samples=fixed((f32(3, 4),))),
+    Op(S + "view_as", call=lambda lib, x, y: x.view_as(y),
+       samples=fixed((f32(3, 4), f32(12)))),
+    Op(S + "reshape_as", call=lambda lib, x, y: x.reshape_as(y),
+       samples=fixed((f32(3, 4), f32(2, 6)))),
+    Op(S + "contiguous", call=lambda lib, x: x.t().contiguous(), samples=fixed((f32(3, 4),))),
+    *[Op(S + n, call=(lambda n: lambda lib, x: getattr(lib, n)(x, 0, 1))(n),
+         samples=fixed((f32(3, 4),), (f32(2, 3, 4),))) for n in
+      ("transpose", "swapaxes", "swapdims")],
+    Op(S + "t", samples=fixed((f32(3, 4),), (f32(4),))),
+    Op(S + "permute", call=lambda lib, x: x.permute(2, 0, 1), samples=fixed((f32(2, 3, 4),))),
+    Op(S + "movedim", call=lambda lib, x: lib.movedim(x, 0, -1), samples=fixed((f32(2, 3, 4),))),
+    Op(S + "unsqueeze", call=lambda lib, x: lib.unsqueeze(x, -1),
+       samples=fixed((f32(3, 4),), (f32(),))),
+    Op(S + "squeeze", samples=fixed((f32(3, 1, 4),), ((f32(3, 1, 4),), {"dim": 1}))),
+    Op(S + "flatten", samples=fixed((f32(2, 3, 4),), ((f32(2, 3, 4),), {"start_dim": 1}))),
+    Op(S + "unflatten", call=lambda lib, x: x.unflatten(1, (2, 2)), samples=fixed((f32(3, 4),))),
+    Op(S + "expand", call=lambda lib, x: x.expand(3, 4), samples=fixed((f32(3, 1),), (f32(4),))),
+    Op(S + "expand_as", call=lambda lib, x, y: x.expand_as(y),
+       samples=fixed((f32(1, 4), f32(3, 4)))),
+    Op(S + "broadcast_to", call=lambda lib, x: lib.broadcast_to(x, (2, 3, 4)),
+       samples=fixed((f32(3, 1),))),
+    Op(S + "meshgrid", call=lambda lib, a, b: lib.stack(lib.meshgrid(a, b, indexing="ij")),
+       samples=fixed((f32(3), f32(4)))),
+    Op(S + "repeat", call=lambda lib, x: x.repeat(2, 3), samples=fixed((f32(3, 4),))),
+    Op(S + "repeat_interleave", call=lambda lib, x: lib.repeat_interleave(x, 2, dim=1),
+       samples=fixed((f32(3, 4),))),
+    Op(S + "narrow", call=lambda lib, x: lib.narrow(x, 1, 1, 2), samples=fixed((f32(3, 4),))),
+    Op(S + "select", call=lambda lib, x: lib.select(x, 1, 2), samples=fixed((f32(3, 4),))),
+    Op(S + "split", call=lambda lib, x: lib.cat(lib.split(x, [1, 3], dim=1)[::-1], 1),
+       samples=fixed((f32(3, 4),))),
+    Op(S + "chunk", call=lambda lib, x: lib.chunk(x, 2, dim=1)[1], samples=fixed((f32(3, 4),))),
+    Op(S + "tensor_split", call=lambda lib, x: lib.tensor_split(x, 3, dim=1)[0],
+       samples=fixed((f32(3, 4),))),
+    Op(S + "unbind", call=lambda lib, x: lib.unbind(x, 1)[2], samples=fixed((f32(3, 4),))),
+    *[Op(S + n, call=(lambda n: lambda lib, a, b: getattr(lib, n)([a, b], dim=1))(n),
+         samples=fixed((f32(3, 4), f32(3, 2)), (f32(3, 0), f32(3, 2))))
+      for n in ("cat", "concat", "concatenate")],
+    Op(S + "stack", call=lambda lib, a, b: lib.stack([a, b], dim=1),
+       samples=fixed((f32(3, 4), f32(3, 4)))),
+    Op(S + "flip", call=lambda lib, x: lib.flip(x, (0, 1)), samples=fixed((f32(3, 4),))),
+    Op(S + "roll", call=lambda lib, x: lib.roll(x, 1, 1), samples=fixed((f32(3, 4),))),
+    Op(S + "tril", samples=fixed((f32(4, 4),), ((f32(4, 4),), {"diagonal": -1}))),
+    Op(S + "triu", samples=fixed((f32(4, 4),), ((f32(4, 4),), {"diagonal": 1}))),
+    Op(S + "gather", call=lambda lib, x, i: lib.gather(x, 1, i),
+       samples=fixed((f32(3, 4), ints(3, 2, hi=4)))),
+    Op(S + "index_select", call=lambda lib, x, i: lib.index_select(x, 1, i),
+       samples=fixed((f32(3, 4), np.array([3, 0, 3]))),),
+    Op(S + "getitem", call=lambda lib, x: x[1:, ::2], samples=fixed((f32(3, 4),))),
+    Op(S + "setitem", compare="internal", via="ops.shape.index_put"),
+    Op(S + "index_put", call=lambda lib, x, v: lib.index_put(
+        x.clone(), (lib.tensor([0, 2]),), v, accumulate=True),
+       samples=fixed((f32(3, 4), f32(2, 4)))),
+    Op(S + "masked_select", call=lambda lib, x, m: lib.masked_select(x, m),
+       samples=fixed((f32(3, 4), bools(3, 4)))),
+    Op(S + "nonzero", samples=fixed((np.array([[0, 1.5], [2.0, 0]], np.float32),)), grad=False),
+    # ----------------------------------------------------------------- reduce
+    *[Op(RD + n, samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1}),
+                               ((f32(3, 4),), {"dim": 0, "keepdim": True})))
+      for n in ("sum", "mean", "amax", "amin", "prod")],
+    Op(RD + "logsumexp", call=lambda lib, x, **k: lib.logsumexp(x, **k),
+       samples=fixed(((f32(3, 4),), {"dim": 1}), ((f32(3, 4),), {"dim": 0, "keepdim": True}))),
+    *[Op(RD + n, samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1}),
+                               ((f32(3, 4),), {"dim": 1, "correction": 0})))
+      for n in ("var", "std")],
+    Op(RD + "max", call=lambda lib, x, **k: lib.max(x, **k)[0] if k else lib.max(x),
+       samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1}))),
+    Op(RD + "min", call=lambda lib, x, **k: lib.min(x, **k)[0] if k else lib.min(x),
+       samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1}))),
+    *[Op(RD + n, samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1})), grad=False)
+      for n in ("argmax", "argmin")],
+    Op(RD + "topk", call=lambda lib, x: lib.topk(x, 2, dim=1)[0], samples=fixed((f32(3, 4),))),
+    Op(RD + "sort", call=lambda lib, x: lib.sort(x, dim=1, descending=True)[0],
+       samples=fixed((f32(3, 4),))),
+    Op(RD + "argsort", call=lambda lib, x: lib.argsort(x, dim=1), samples=fixed((f32(3, 4),)),
+       grad=False),
+    Op(RD + "cumsum", call=lambda lib, x: lib.cumsum(x, 1), samples=fixed((f32(3, 4),))),
+    Op(RD + "norm", samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1}),
+                                  ((f32(3, 4),), {"p": 1, "dim": 0}))),
+    *[Op(RD + n, samples=fixed((bools(3, 4),), ((bools(3, 4),), {"dim": 1})), grad=False)
+      for n in ("any", "all")],
+    Op(RD + "count_nonzero", samples=fixed((np.array([[0, 1.5], [2.0, 0]], np.float32),)),
+       grad=False),
+    # ----------------------------------------------------------------- linalg
+    Op(L + "matmul", samples=fixed((f32(3, 4), f32(4, 5)), (f32(2, 3, 4), f32(4, 5)),
+                                   (f32(4), f32(4, 5)), (f32(3, 4), f32(4)))),
+    Op(L + "mm", samples=fixed((f32(3, 4), f32(4, 5)))),
+    Op(L + "bmm", samples=fixed((f32(2, 3, 4), f32(2, 4, 5)))),
+    Op(L + "mv", samples=fixed((f32(3, 4), f32(4)))),
+    Op(L + "dot", samples=fixed((f32(4), f32(4)))),
+    *[Op(L + n, samples=fixed((f32(3), f32(4)))) for n in ("outer", "ger")],
+    Op(L + "linear", call=lambda lib, x, w, b: lib.nn.functional.linear(x, w, b),
+       samples=fixed((f32(3, 4), f32(5, 4), f32(5)))),
+    Op(L + "addmm", samples=fixed((f32(3, 5), f32(3, 4), f32(4, 5)),
+                                  ((f32(5), f32(3, 4), f32(4, 5)), {"beta": 0.5, "alpha": 2.0}))),
+    Op(L + "baddbmm", samples=fixed((f32(2, 3, 5), f32(2, 3, 4), f32(2, 4, 5)))),
+    Op(L + "mm_acc", compare="internal", via="ops.linalg.matmul"),
+    Op(L + "same_mm_dtype", compare="internal", via="ops.linalg.matmul"),
+    Op(L + "check_mm_dtype", compare="internal", via="ops.linalg.matmul"),
+    Op(L + "set_matmul_model", compare="internal", via="ops.linalg.matmul"),
+    Op(L + "matmul_model", compare="internal", via="ops.linalg.matmul"),
+    # -------------------------------------------------------------- inplace
+    Op(IP + "write", compare="internal", via="ops.inplace.copy_into"),
+    Op(IP + "apply_inplace", call=lambda lib, x: x.clone().mul_(2.0).add_(1.0),
+       samples=fixed((f32(3, 4),))),
+    Op(IP + "copy_into", call=lambda lib, x, y: lib.zeros(3, 4).copy_(y) + x,
+       samples=fixed((f32(3, 4), f32(1, 4)))),
+    Op(IP + "fill", call=lambda lib, x: x.clone().fill_(2.5) * x, samples=fixed((f32(3, 4),))),
+    Op(IP + "zero", call=lambda lib, x: x.clone().zero_() + x, samples=fixed((f32(3, 4),))),
+    # ------------------------------------------------------------- creation
+    Op(C + "arange", call=lambda lib: lib.arange(1, 7, 2), samples=fixed(()), grad=False),
+    Op(C + "linspace", call=lambda lib: lib.linspace(-1, 1, 7), samples=fixed(()), grad=False),
+    Op(C + "eye", call=lambda lib: lib.eye(3, 4), samples=fixed(()), grad=False),
+    *[Op(C + n, call=(lambda n: lambda lib: getattr(lib, n)(2, 3))(n), samples=fixed(()),
+         grad=False) for n in ("zeros", "ones")],
+    Op(C + "empty", call=lambda lib: lib.empty(2, 3).shape and lib.zeros(2, 3),
+       samples=fixed(()), grad=False),
+    Op(C + "full", call=lambda lib: lib.full((2, 3), 1.5), samples=fixed(()), grad=False),
+    *[Op(C + n, call=(lambda n: lambda lib, x: getattr(lib, n)(x))(n), samples=fixed((f32(2, 3),)),
+         grad=False) for n in ("zeros_like", "ones_like")],
+    Op(C + "empty_like", call=lambda lib, x: lib.empty_like(x) * 0, samples=fixed((f32(2, 3),)),
+       grad=False),
+    Op(C + "full_like", call=lambda lib, x: lib.full_like(x, 3.0), samples=fixed((f32(2, 3),)),
+       grad=False),
+    Op(C + "as_tensor", call=lambda lib: lib.as_tensor([1.0, 2.0]), samples=fixed(()),
+       grad=False),
+    Op(C + "from_numpy", call=lambda lib: lib.from_numpy(np.arange(3.0)), samples=fixed(()),
+       grad=False),
+    Op(C + "is_tensor", call=lambda lib, x: np.array(lib.is_tensor(x)),
+       samples=fixed((f32(2),)), grad=False),
+    Op(C + "is_floating_point", call=lambda lib, x: np.array(lib.is_floating_point(x)),
+       samples=fixed((f32(2),), (ints(2),)), grad=False),
+    Op(C + "numel", call=lambda lib, x: np.array(lib.numel(x)), samples=fixed((f32(2, 3),)),
+       grad=False),
+    *[Op(C + n, call=(lambda n: lambda lib: (lib.manual_seed(3), getattr(lib, n)(3, 4))[1])(n),
+         samples=fixed(()), grad=False) for n in ("rand",)],
+    Op(C + "randint", call=lambda lib: (lib.manual_seed(3), lib.randint(0, 9, (3, 4)))[1],
+       samples=fixed(()), grad=False),
+    Op(C + "randperm", call=lambda lib: (lib.manual_seed(3), lib.randperm(9))[1],
+       samples=fixed(()), grad=False),
+    Op(C + "randn", call=lambda lib: (lib.manual_seed(3), lib.randn(3, 4))[1],
+       samples=fixed(()), grad=False, rtol=1e-6),
+    *[Op(C + n, call=(lambda n: lambda lib, x: (lib.manual_seed(3), getattr(lib, n)(x))[1])(n),
+         samples=fixed((f32(3, 4),)), grad=False, compare="shape")
+      for n in ("rand_like", "randn_like")],
+    Op(C + "randint_like", call=lambda lib, x: lib.randint_like(x, 5), samples=fixed((f32(3, 4),)),
+       grad=False, compare="shape"),
+    Op(C + "bernoulli", call=lambda lib, x: lib.bernoulli(x),
+       samples=fixed((f32(3, 4, lo=0, hi=1),)), grad=False, compare="shape"),
+    Op(C + "multinomial", call=lambda lib, x: lib.multinomial(x, 2),
+       samples=fixed((f32(3, 4, positive=True),)), grad=False, compare="shape"),
+    Op(C + "normal", call=lambda lib, x: lib.normal(x, 1.0), samples=fixed((f32(3, 4),)),
+       grad=False, compare="shape"),
+    Op(E + "to_dtype", call=lambda lib, x: x.to(lib.bfloat16).float(),
+       samples=fixed((f32(3, 4),))),
+    # ---------------------------------------------------------- nn.functional
+    *[Op(F + n, samples=unary()) for n in
+      ("relu6", "elu", "selu", "celu", "softsign", "tanhshrink", "mish", "hardswish",
+       "hardsigmoid", "logsigmoid", "softplus", "hardtanh")],
+    Op(F + "leaky_relu", samples=fixed((f32(3, 4),), ((f32(3, 4),), {"negative_slope": 0.2}))),
+    Op(F + "glu", samples=fixed((f32(3, 4),))),
+    Op(F + "prelu", samples=fixed((f32(2, 3, 4), np.array([0.25, -0.1, 0.5], np.float32)))),
+    *[Op(F + n, call=(lambda n: lambda lib, x: getattr(lib.nn.functional, n)(x.clone()))(n),
+         samples=fixed((f32(3, 4),))) for n in ("relu_", "elu_", "hardtanh_")],
+    *[Op(F + n, samples=fixed(((f32(3, 4),), {"dim": 1}), ((f32(3, 4),), {"dim": 0})))
+      for n in ("softmax", "log_softmax", "softmin")],
+    Op(F + "normalize", samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 0}))),
+    Op(F + "layer_norm", call=lambda lib, x, w, b: lib.nn.functional.layer_norm(x, (4,), w, b),
+       samples=fixed((f32(3, 4), f32(4), f32(4)))),
+    Op(F + "rms_norm", call=lambda lib, x, w: lib.nn.functional.rms_norm(x, (4,), w),
+       samples=fixed((f32(3, 4), f32(4)))),
+    Op(F + "group_norm", call=lambda lib, x, w, b: lib.nn.functional.group_norm(x, 2, w, b),
+       samples=fixed((f32(2, 4, 3), f32(4), f32(4)))),
+    Op(F + "batch_norm", call=lambda lib, x, w, b: lib.nn.functional.batch_norm(
+        x, None, None, w, b, training=True), samples=fixed((f32(5, 3), f32(3), f32(3)))),
+    Op(F + "instance_norm", call=lambda lib, x: lib.nn.functional.instance_norm(x),
+       samples=fixed((f32(2, 3, 5),))),
+    Op(F + "conv1d", samples=fixed((f32(2, 3, 8), f32(4, 3, 3), f32(4)),
+                                   ((f32(2, 3, 8), f32(4, 3, 3)), {"stride": 2, "padding": 1}))),
+    Op(F + "conv2d", samples=fixed((f32(2, 3, 6, 6), f32(4, 3, 3, 3), f32(4)),
+                                   ((f32(1, 2, 5, 5), f32(2, 2, 3, 3)), {"padding": 1}))),
+    Op(F + "conv_transpose2d", samples=fixed((f32(2, 3, 4, 4), f32(3, 2, 3, 3), f32(2)),
+                                             ((f32(1, 2, 3, 3), f32(2, 2, 2, 2)),
+                                              {"stride": 2}))),
+    *[Op(F + n, call=(lambda n: lambda lib, x: getattr(lib.nn.functional, n)(x, 2))(n),
+         samples=fixed((f32(2, 3, 8),))) for n in ("max_pool1d", "avg_pool1d")],
+    *[Op(F + n, call=(lambda n: lambda lib, x: getattr(lib.nn.functional, n)(x, 2))(n),
+         samples=fixed((f32(2, 3, 6, 6),))) for n in ("max_pool2d", "avg_pool2d")],
+    Op(F + "adaptive_avg_pool1d", call=lambda lib, x: lib.nn.functional.adaptive_avg_pool1d(x, 3),
+       samples=fixed((f32(2, 3, 9),))),
+    Op(F + "adaptive_avg_pool2d", call=lambda lib, x: lib.nn.functional.adaptive_avg_pool2d(
+        x, (2, 3)), samples=fixed((f32(2, 3, 6, 6),))),
+    Op(F + "pad", call=lambda lib, x: lib.nn.functional.pad(x, (1, 2)),
+       samples=fixed((f32(3, 4),))),
+    Op(F + "pixel_shuffle", call=lambda lib, x: lib.nn.functional.pixel_shuffle(x, 2),
+       samples=fixed((f32(1, 8, 2, 3),))),
+    Op(F + "pixel_unshuffle", call=lambda lib, x: lib.nn.functional.pixel_unshuffle(x, 2),
+       samples=fixed((f32(1, 2, 4, 6),))),
+    Op(F + "embedding", call=lambda lib, i, w: lib.nn.functional.embedding(i, w),
+       samples=fixed((ints(3, 2, hi=5), f32(5, 4)))),
+    Op(F + "one_hot", call=lambda lib, i: lib.nn.functional.one_hot(i, 5),
+       samples=fixed((ints(4, hi=5),)), grad=False),
+    *[Op(F + n, call=(lambda n: lambda lib, x: (lib.manual_seed(0),
+                                                getattr(lib.nn.functional, n)(x, 0.0))[1])(n),
+         samples=fixed((f32(2, 3, 4, 4),))) for n in ("dropout", "dropout2d", "dropout3d")],
+    Op(F + "dropout1d", call=lambda lib, x: lib.nn.functional.dropout1d(x, 0.0),
+       samples=fixed((f32(2, 3, 4),))),
+    *[Op(F + n, samples=fixed((f32(3, 4), f32(3, 4)))) for n in
+      ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")],
+    Op(F + "binary_cross_entropy",
+       samples=fixed((f32(3, 4, lo=0.05, hi=0.95), f32(3, 4, lo=0, hi=1)))),
+    Op(F + "binary_cross_entropy_with_logits", samples=fixed((f32(3, 4), f32(3, 4, lo=0, hi=1)))),
+    Op(F + "cross_entropy", samples=fixed((f32(3, 5), ints(3, hi=5)),
+                                          ((f32(3, 5), ints(3, hi=5)),
+                                           {"label_smoothing": 0.1}))),
+    Op(F + "nll_loss", call=lambda lib, x, t: lib.nn.functional.nll_loss(
+        lib.nn.functional.log_softmax(x, 1), t), samples=fixed((f32(3, 5), ints(3, hi=5)))),
+    Op(F + "kl_div", call=lambda lib, x, t: lib.nn.functional.kl_div(
+        lib.nn.functional.log_softmax(x, 1), t, reduction="batchmean"),
+       samples=fixed((f32(3, 5), f32(3, 5, lo=0.01, hi=1)))),
+    Op(F + "scaled_dot_product_attention", samples=fixed(
+        (f32(2, 3, 5, 4), f32(2, 3, 5, 4), f32(2, 3, 5, 4)),
+        ((f32(1, 2, 4, 4), f32(1, 2, 4, 4), f32(1, 2, 4, 4)), {"is_causal": True}))),
+    Op(F + "multi_head_attention_forward", compare="internal",
+       via="nn.functional.scaled_dot_product_attention"),
+    Op(F + "sdpa_backend", compare="internal", via="nn.functional.scaled_dot_product_attention"),
+    Op(F + "sdpa_kernel", compare="internal", via="nn.functional.scaled_dot_product_attention"),
+]

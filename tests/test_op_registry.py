@@ -1,0 +1,114 @@
+"""Every op of fpemu.autograd against torch CPU, from one registry
+(tests/op_registry.py): values and gradients on each op's samples, and a
+check that no function of ``ops/`` or ``nn.functional`` is left out."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import fpemu.autograd as ft
+from fpemu.autograd import ops as fops
+from op_registry import OPS
+
+torch = pytest.importorskip("torch")
+
+CPU = ft.Profile("cpu", "2.13.0", cpu_threads=torch.get_num_threads())
+BY_NAME = {op.name: op for op in OPS}
+
+
+def _public_functions():
+    import fpemu.autograd.nn.functional as F
+    names = []
+    for mod in ("creation", "elementwise", "linalg", "reduce", "shape", "inplace"):
+        m = getattr(fops, mod)
+        names += [f"ops.{mod}.{n}" for n, v in vars(m).items()
+                  if inspect.isfunction(v) and not n.startswith("_") and v.__module__ == m.__name__]
+    names += [f"nn.functional.{n}" for n, v in vars(F).items()
+              if inspect.isfunction(v) and not n.startswith("_") and v.__module__ == F.__name__]
+    return names
+
+
+def test_every_op_is_in_the_registry_once():
+    listed = [op.name for op in OPS]
+    dups = {n for n in listed if listed.count(n) > 1}
+    assert not dups, f"listed twice: {sorted(dups)}"
+    missing = sorted(set(_public_functions()) - set(listed))
+    assert not missing, f"not in tests/op_registry.py: {missing}"
+    for op in OPS:
+        if op.compare == "internal":
+            assert op.via in BY_NAME and BY_NAME[op.via].compare != "internal", op.name
+
+
+def _both(value, grad):
+    """(torch tensor, fpemu tensor) of a sample argument, or the value twice."""
+    if isinstance(value, np.ndarray):
+        t, f = torch.tensor(value), ft.tensor(value)
+        if grad and value.dtype.kind == "f":
+            t.requires_grad_(True)
+            f.requires_grad_(True)
+        return t, f
+    return value, value
+
+
+def _np(x):
+    if hasattr(x, "detach"):
+        x = x.detach()
+        return np.asarray(x.float().numpy() if x.dtype.is_floating_point else x.numpy())
+    return np.asarray(x)
+
+
+CASES = [op for op in OPS if op.compare != "internal"]
+
+
+@pytest.mark.parametrize("op", CASES, ids=[op.name for op in CASES])
+def test_op_against_torch(op):
+    for args, kwargs in op.samples():
+        pairs = [_both(a, op.grad) for a in args]
+        targs = [p[0] for p in pairs]
+        fargs = [p[1] for p in pairs]
+        want = op.run(torch, *targs, **kwargs)
+        with ft.use_profile(CPU):
+            got = op.run(ft, *fargs, **kwargs)
+        w, g = _np(want), _np(got)
+        assert tuple(g.shape) == tuple(w.shape), (op.name, g.shape, w.shape)
+        if op.compare == "shape":
+            continue
+        assert str(got.dtype).replace("torch.", "") == str(want.dtype).replace("torch.", ""), \
+            (op.name, got.dtype, want.dtype)
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=op.rtol,
+                                   atol=op.atol, equal_nan=True, err_msg=op.name)
+        if not (op.grad and getattr(want, "requires_grad", False)):
+            continue
+        cot = np.random.default_rng(7).standard_normal(tuple(w.shape)).astype(np.float32)
+        want.backward(torch.tensor(cot))
+        with ft.use_profile(CPU):
+            got.backward(ft.tensor(cot))
+        for (t, f) in pairs:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                assert (t.grad is None) == (f.grad is None), op.name
+                if t.grad is not None:
+                    np.testing.assert_allclose(_np(f.grad), _np(t.grad), rtol=op.rtol * 10,
+                                               atol=op.atol * 10, err_msg=f"{op.name} grad")
+
+
+BF16 = [op for op in OPS if op.bf16]
+
+
+@pytest.mark.parametrize("op", BF16, ids=[op.name for op in BF16])
+def test_op_in_bfloat16_against_torch(op):
+    """The same samples as bfloat16 tensors: both round the float32 opmath
+    result once to bfloat16; torch's SIMD exp / log / sin may sit one bf16
+    ulp away from the correctly rounded value fpemu computes."""
+    for args, kwargs in op.samples():
+        targs = [torch.tensor(a).bfloat16() if isinstance(a, np.ndarray) else a for a in args]
+        with ft.use_profile(CPU):
+            fargs = [ft.tensor(a).to(ft.bfloat16) if isinstance(a, np.ndarray) else a
+                     for a in args]
+            got = op.run(ft, *fargs, **kwargs)
+        want = op.run(torch, *targs, **kwargs)
+        assert str(got.dtype) == str(want.dtype) == "torch.bfloat16", op.name
+        np.testing.assert_allclose(_np(got), _np(want), rtol=2.0**-7, atol=2.0**-126,
+                                   err_msg=op.name)
