@@ -5,8 +5,11 @@ An :class:`Op` names the function (``ops.<module>.<name>`` or
 inputs, whether a gradient is checked and how the result is compared:
 
 * ``"values"``: fpemu's result (under the CPU profile, float32) against
-  torch CPU's, to a few float32 ulps (``rtol``): the op's semantics, not
-  the bit-exact tiers, which other tests pin down;
+  torch CPU's: bit for bit where both round one exact result (``exact``:
+  arithmetic, comparisons, selections, data movement, the seeded draws),
+  else to a few float32 ulps (``rtol``), where torch's SIMD exp / log /
+  sin or its blocked sums differ from fpemu's correctly rounded or
+  index-order ones;
 * ``"shape"``: random ops whose law, not draws, fpemu follows: shape and
   dtype only;
 * ``"internal"``: a helper of the package that no program calls by name;
@@ -52,6 +55,7 @@ class Op:
     rtol: float = 3e-6
     atol: float = 1e-6
     bf16: bool = False                          # also run on bfloat16 tensors (one bf16 ulp)
+    exact: bool = False                         # values and gradients compared bit for bit
 
     @property
     def short(self):
@@ -379,3 +383,29 @@ OPS = [
     Op(F + "sdpa_backend", compare="internal", via="nn.functional.scaled_dot_product_attention"),
     Op(F + "sdpa_kernel", compare="internal", via="nn.functional.scaled_dot_product_attention"),
 ]
+
+#: Ops whose values both libraries round once from the exact result, or only
+#: move, select or draw: compared bit for bit. (Not sqrt: torch CPU's SIMD
+#: sqrt is off by one ulp on some inputs; fpemu's is correctly rounded, as
+#: CUDA's sqrtf.)
+EXACT = {
+    "add", "sub", "mul", "div", "rsub", "rdiv", "neg", "abs", "relu", "square", "clone",
+    "reciprocal", "maximum", "minimum", "clamp", "clip", "where", "masked_fill", "lerp", "sign",
+    "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+    "logical_or", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "isfinite", "isinf", "isnan", "isclose", "allclose", "equal", "to_dtype",
+    "view", "reshape", "view_as", "reshape_as", "contiguous", "transpose", "swapaxes",
+    "swapdims", "t", "permute", "movedim", "unsqueeze", "squeeze", "flatten", "unflatten",
+    "expand", "expand_as", "broadcast_to", "meshgrid", "repeat", "repeat_interleave", "narrow",
+    "select", "split", "chunk", "tensor_split", "unbind", "cat", "concat", "concatenate",
+    "stack", "flip", "roll", "tril", "triu", "gather", "index_select", "getitem", "index_put",
+    "masked_select", "nonzero", "amax", "amin", "max", "min", "argmax", "argmin", "topk", "sort",
+    "argsort", "any", "all", "count_nonzero", "apply_inplace", "copy_into", "fill", "zero",
+    "arange", "eye", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
+    "full_like", "as_tensor", "from_numpy", "is_tensor", "is_floating_point", "numel", "rand",
+    "randint", "randperm", "relu6", "hardtanh", "leaky_relu", "relu_", "hardtanh_", "pad",
+    "pixel_shuffle", "pixel_unshuffle", "embedding", "one_hot", "dropout", "dropout1d",
+    "dropout2d", "dropout3d", "max_pool1d", "max_pool2d",
+}
+for _op in OPS:
+    _op.exact = _op.short in EXACT

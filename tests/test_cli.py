@@ -49,7 +49,7 @@ def test_bad_command_exits_nonzero():
 
 def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "fpemu.cli", "formats"], capture_output=True,
-                       text=True, check=False)
+                       text=True, check=False, timeout=300)
     assert r.returncode == 0 and "e8m0" in r.stdout
 
 
@@ -101,10 +101,10 @@ def test_unreadable_file_and_bad_number(tmp_path):
     bad = tmp_path / "x.npy"
     bad.write_text("hello")
     r = subprocess.run([sys.executable, "-m", "fpemu.cli", "stats", str(bad), "-f", "fp16"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "cannot read" in r.stderr
     r = subprocess.run([sys.executable, "-m", "fpemu.cli", "explain", "zero", "-f", "fp16"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "expected a number" in r.stderr
 
 
@@ -118,6 +118,7 @@ def test_every_command_has_help(cmd, capsys):
 
 # ---------------------------------------------------------------- reliability
 def _run(*argv, **kw):
+    kw.setdefault("timeout", 300)
     return subprocess.run([sys.executable, "-m", "fpemu.cli", *argv], capture_output=True,
                           text=True, **kw)
 
@@ -148,7 +149,8 @@ def test_negative_numbers_are_values_not_options(capsys):
 
 def test_broken_pipe_is_quiet():
     r = subprocess.run(f"{sys.executable} -m fpemu.cli quantize -f bf16 $(seq 1 30000) | head -1",
-                       shell=True, capture_output=True, text=True, executable="/bin/bash")
+                       shell=True, capture_output=True, text=True, executable="/bin/bash",
+                       timeout=300)
     assert r.stdout.startswith("input") and r.stderr == ""
 
 

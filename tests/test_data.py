@@ -33,6 +33,8 @@ def _random_dataset(lib, data_mod):
 
 
 def _epochs(lib, data_mod, epochs=2, **kwargs):
+    if kwargs.get("num_workers"):
+        kwargs.setdefault("timeout", 120)        # a hung worker fails, never hangs the run
     loader = data_mod.DataLoader(_random_dataset(lib, data_mod), batch_size=3, shuffle=True,
                                  generator=lib.Generator().manual_seed(5), **kwargs)
     out = []

@@ -61,6 +61,6 @@ def test_command_lines_run(line, scratch):
     cmd = f"{sys.executable} -m fpemu.cli" + line[len("fpemu"):]
     cwd = ROOT if line in AT_ROOT else scratch
     r = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True, text=True,
-                       executable="/bin/bash", env=dict(os.environ))
+                       executable="/bin/bash", env=dict(os.environ), timeout=600)
     assert r.returncode == 0, f"{line}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     assert r.stdout.strip(), line

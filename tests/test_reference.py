@@ -206,7 +206,8 @@ def test_record_needs_no_numba_and_reproduces_the_committed_trace(tmp_path):
     # recorded with ATen's AVX2 kernels: the committed trace is AVX512's, so the replay
     # below checks the profile's AVX2 model on any x86 machine
     env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=600)
     assert r.returncode == 0, r.stderr
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     meta = json.loads((folder / "meta.json").read_text())
@@ -229,7 +230,7 @@ def test_record_needs_no_numba_and_reproduces_the_committed_trace(tmp_path):
     assert compared >= 30 and "optim-sgd-foreach-bf16:in.p0" not in skipped
     assert "optim-sgd-foreach-bf16:in.grads" in skipped and "e2e-mlp-bf16:out.loss" in skipped
     r = subprocess.run([sys.executable, "-m", "fpemu.cli", "parity", str(folder)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{len(RECORD_AGAIN)} scenarios" in r.stdout and "0 failed" in r.stdout
 
@@ -267,7 +268,7 @@ def test_parity_cli_reports_a_failure(tmp_path):
     arrays["out.scale"][3] *= 2
     np.savez_compressed(dst / "scaler-pattern.npz", **arrays)
     r = subprocess.run([sys.executable, "-m", "fpemu.cli", "parity", str(dst)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 1
     assert "scale" in r.stdout and "failed" in r.stdout and "1/" in r.stdout
 
@@ -275,12 +276,12 @@ def test_parity_cli_reports_a_failure(tmp_path):
 @needs_torch
 def test_cli_errors_name_the_fix(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fpemu.cli", "parity", str(tmp_path)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "not a trace folder" in r.stderr
     r = subprocess.run([sys.executable, "-m", "fpemu.cli", "record", "--only", "nothing-*",
-                        "--out", str(tmp_path)], capture_output=True, text=True)
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "no scenario matches" in r.stderr
     if not torch.cuda.is_available():
         r = subprocess.run([sys.executable, "-m", "fpemu.cli", "record", "--device", "cuda",
-                            "--out", str(tmp_path)], capture_output=True, text=True)
+                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
         assert r.returncode == 2 and "--device cpu" in r.stderr

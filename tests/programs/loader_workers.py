@@ -31,7 +31,7 @@ def seed_worker(worker_id):
 
 
 loader = DataLoader(Noisy(), batch_size=8, shuffle=True, num_workers=2, pin_memory=True,
-                    persistent_workers=True, worker_init_fn=seed_worker,
+                    persistent_workers=True, worker_init_fn=seed_worker, timeout=120,
                     generator=torch.Generator().manual_seed(4))
 model = nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Linear(12, 2))
 opt = torch.optim.Adam(model.parameters(), lr=1e-2)

@@ -47,9 +47,6 @@ class _NormBase(Module):
             if self.bias is not None:
                 self.bias.data.zero_()
 
-    def _check_input_dim(self, input):  # noqa: A002
-        raise NotImplementedError
-
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
                 f"affine={self.affine}, bias={self.bias is not None}, "

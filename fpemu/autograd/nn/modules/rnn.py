@@ -112,12 +112,14 @@ class RNNBase(Module):
     """What RNN, LSTM and GRU share: the parameters, their initialisation,
     the argument checks and the layer loop over plain or packed input."""
 
-    _gates = 1
+    _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
                  batch_first=False, dropout=0.0, bidirectional=False, proj_size=0,
                  device=None, dtype=None):
         super().__init__()
+        if mode not in self._GATES:
+            raise ValueError(f"Unrecognized RNN mode: {mode}")
         self.mode = mode
         if proj_size:
             raise NotImplementedError(
@@ -177,8 +179,17 @@ class RNNBase(Module):
         w = self._flat_weights
         return [w[i:i + per] for i in range(0, len(w), per)]
 
+    @property
+    def _gates(self):
+        return self._GATES[self.mode]
+
     def _cell_fn(self):
-        raise NotImplementedError
+        """The cell of the mode (RNNBase("LSTM", ...) works as torch's does)."""
+        if self.mode == "LSTM":
+            return _lstm_cell
+        if self.mode == "GRU":
+            return _gru_cell
+        return _simple_cell(F.tanh if self.mode == "RNN_TANH" else F.relu)
 
     def forward(self, input, hx=None):  # noqa: A002
         from ..utils.rnn import PackedSequence
@@ -302,32 +313,19 @@ class RNN(RNNBase):
                          0, device, dtype)
         self.nonlinearity = nonlinearity
 
-    def _cell_fn(self):
-        return _simple_cell(F.tanh if self.nonlinearity == "tanh" else F.relu)
-
 
 class LSTM(RNNBase):
-    _gates = 4
-
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None):
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional, proj_size, device, dtype)
 
-    def _cell_fn(self):
-        return _lstm_cell
-
 
 class GRU(RNNBase):
-    _gates = 3
-
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False, device=None, dtype=None):
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional, 0, device, dtype)
-
-    def _cell_fn(self):
-        return _gru_cell
 
 
 class RNNCellBase(Module):

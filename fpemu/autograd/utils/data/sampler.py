@@ -26,7 +26,7 @@ class Sampler:
         pass
 
     def __iter__(self):
-        raise NotImplementedError
+        raise NotImplementedError("Subclasses of Sampler should implement __iter__.")
 
 
 class SequentialSampler(Sampler):
