@@ -19,6 +19,16 @@ def _int64_seed(gen):
     return int(gen.draws64(1)[0]) % (1 << 63)
 
 
+def _check_positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} should be a positive integer value, but got {name}={value}")
+
+
+def _check_bool(name, value, error=ValueError):
+    if not isinstance(value, bool):
+        raise error(f"{name} should be a boolean value, but got {name}={value}")
+
+
 class Sampler:
     """Base class: ``__iter__`` yields indices (``__len__`` optional)."""
 
@@ -48,13 +58,8 @@ class RandomSampler(Sampler):
     def __init__(self, data_source, replacement=False, num_samples=None, generator=None):
         self.data_source, self.replacement = data_source, replacement
         self._num_samples, self.generator = num_samples, generator
-        if not isinstance(replacement, bool):
-            raise TypeError(f"replacement should be a boolean value, but got "
-                            f"replacement={replacement}")
-        n = self.num_samples
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:
-            raise ValueError(f"num_samples should be a positive integer value, but got "
-                             f"num_samples={n}")
+        _check_bool("replacement", replacement, TypeError)     # torch's classes, as torch
+        _check_positive("num_samples", self.num_samples)
 
     @property
     def num_samples(self):
@@ -101,13 +106,8 @@ class WeightedRandomSampler(Sampler):
     numbers, ``docs/autograd.md``)."""
 
     def __init__(self, weights, num_samples, replacement=True, generator=None):
-        if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or \
-                num_samples <= 0:
-            raise ValueError(f"num_samples should be a positive integer value, but got "
-                             f"num_samples={num_samples}")
-        if not isinstance(replacement, bool):
-            raise ValueError(f"replacement should be a boolean value, but got "
-                             f"replacement={replacement}")
+        _check_positive("num_samples", num_samples)
+        _check_bool("replacement", replacement)
         w = np.asarray(weights._data if hasattr(weights, "_data") else weights, np.float64)
         if w.ndim != 1:
             raise ValueError(f"weights should be a 1d sequence but given weights have shape "
@@ -130,13 +130,8 @@ class BatchSampler(Sampler):
     """Groups the indices of ``sampler`` into lists of ``batch_size``."""
 
     def __init__(self, sampler, batch_size, drop_last):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or \
-                batch_size <= 0:
-            raise ValueError(f"batch_size should be a positive integer value, but got "
-                             f"batch_size={batch_size}")
-        if not isinstance(drop_last, bool):
-            raise ValueError(f"drop_last should be a boolean value, but got "
-                             f"drop_last={drop_last}")
+        _check_positive("batch_size", batch_size)
+        _check_bool("drop_last", drop_last)
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
 
     def __iter__(self):
