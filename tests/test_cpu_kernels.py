@@ -16,8 +16,10 @@ import fpemu.autograd as ft
 
 import torch  # installed by `make` (the dev extras): the reference
 
-# which columns ATen's CPU softmax runs as vectors depends on its thread count
-CPU = ft.Profile("cpu", "2.13.0", cpu_threads=torch.get_num_threads())
+# which columns and elements ATen's CPU kernels run as vectors depends on its
+# thread count and its instruction set (AVX512 or AVX2): the profile reads both
+CPU = ft.Profile("cpu", "2.13.0", cpu_threads=torch.get_num_threads(),
+                 cpu_capability=torch.backends.cpu.get_cpu_capability())
 DTYPES = [(torch.bfloat16, ft.bfloat16), (torch.float16, ft.float16)]
 
 

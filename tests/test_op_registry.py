@@ -15,7 +15,10 @@ from op_registry import OPS
 
 torch = pytest.importorskip("torch")
 
-CPU = ft.Profile("cpu", "2.13.0", cpu_threads=torch.get_num_threads())
+# which columns and elements ATen's CPU kernels run as vectors depends on its
+# thread count and its instruction set (AVX512 or AVX2): the profile reads both
+CPU = ft.Profile("cpu", "2.13.0", cpu_threads=torch.get_num_threads(),
+                 cpu_capability=torch.backends.cpu.get_cpu_capability())
 BY_NAME = {op.name: op for op in OPS}
 
 
