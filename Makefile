@@ -46,6 +46,7 @@ lab: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/bench_quantize.py
+	$(BIN)/python bench/first_touch.py
 	$(BIN)/python bench/bench_startup.py
 	$(BIN)/python bench/bench_arith.py
 	$(BIN)/python bench/bench_autograd.py

@@ -6,15 +6,22 @@ least 7 repeats, in million elements per second (M/s). Ratios are fpemu / peer
 at the same thread count (peers without threads: against fpemu at 1 thread).
 The slow pure-Python emulators (gfloat, pychop) run on a 2**16-element slice.
 
-Then: thread scaling, the per-call time of small arrays, and fpemu.stats.
+Then: thread scaling, the per-call time of small arrays, fpemu.stats, and
+the speed targets (allocating quantize against ``x.copy()``, encode against
+torch, every mode against rne, stats against quantize), printed once as
+measured and once more in a child process with AVX-512 masked
+(``bench/isa.py``) where the CPU has it.
 
-    python bench/bench_quantize.py [--size-log2 24] [--repeats 7]
+    python bench/bench_quantize.py [--size-log2 24] [--repeats 7] [--targets-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numba
@@ -108,9 +115,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-log2", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--targets-only", action="store_true",
+                    help="only the targets table (the AVX-512-masked child runs this)")
     args = ap.parse_args(argv)
     x = data(1 << args.size_log2)
     n = x.size
+    if args.targets_only:
+        return targets(x, args.repeats)
     print(f"{n} float32 values, median of {args.repeats} repeats, M elements/s; "
           f"{numba.config.NUMBA_NUM_THREADS} cores")
     peer, notes = peers(x, args.repeats)
@@ -189,6 +200,8 @@ def main(argv=None):
                 print(f"  {op:8s} {f:7s} rne {two / one:5.2f}")
     overhead(x)
     stats_table(x, ours, copy, args.repeats)
+    targets(x, args.repeats)
+    masked_targets(args)
 
 
 def overhead(x):
@@ -231,6 +244,100 @@ def stats_table(x, ours, copy, repeats):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     print(f"  memory: {peak / x.size:.3f} bytes per element (Python heap peak)")
+
+
+def paired(fn, base, repeats):
+    """median over ``repeats`` rounds of time(base) / time(fn), each round
+    timing the two back to back (the machine's drift cancels)."""
+    fn()
+    base()
+    ratios = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        r = base()
+        t1 = time.perf_counter()
+        del r
+        t2 = time.perf_counter()
+        r = fn()
+        t3 = time.perf_counter()
+        del r
+        ratios.append((t1 - t0) / (t3 - t2))
+    return statistics.median(ratios)
+
+
+def _isa():
+    feats = (numba.config.CPU_FEATURES or "") or ""
+    if numba.config.CPU_NAME and "-avx512f" in feats:
+        return "AVX-512 masked (AVX2)"
+    from llvmlite import binding
+    return "AVX-512" if "+avx512f" in binding.get_host_cpu_features().flatten() else "AVX2"
+
+
+def targets(x, repeats):
+    """The speed targets, each as the ratio it is set on, measured here."""
+    print()
+    print(f"targets, {_isa()} (ratios > 1: fpemu faster; medians of 1-thread runs unless 2T)")
+    rows = []
+    before = numba.get_num_threads()
+    for threads in (1, 2):
+        if threads > numba.config.NUMBA_NUM_THREADS:
+            continue
+        numba.set_num_threads(threads)
+        for f in FORMATS:
+            r = paired(lambda: fpemu.quantize(x, f), lambda: x.copy(), repeats)
+            rows.append((f"quantize(x, {f}) allocating / x.copy(), {threads}T", r, ">= 0.6",
+                         r >= 0.6))
+    numba.set_num_threads(1)
+    try:
+        import torch
+        torch.set_num_threads(1)
+        tx = torch.from_numpy(x)
+        tt = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3fn": torch.float8_e4m3fn,
+              "e5m2": torch.float8_e5m2}
+        for f in FORMATS:
+            # each timed in a run of its own calls: alternating them would hand
+            # glibc's reused heap chunk (outputs under 32 MB) to one side only
+            theirs = timed(lambda: tx.to(tt[f]), repeats)
+            r = theirs / timed(lambda: fpemu.encode(x, f), repeats)
+            rows.append((f"encode {f} / torch .to(), 1T", r, ">= 1.0", r >= 1.0))
+    except ImportError:
+        print("  torch not installed: no encode / torch rows")
+    for op in ("encode", "quantize"):
+        fn = getattr(fpemu, op)
+        for f in FORMATS:
+            worst, worst_mode = 1e9, ""
+            for mode in MODES[1:]:
+                r = paired(lambda: fn(x, f, rounding=mode, seed=1), lambda: fn(x, f), repeats)
+                if r < worst:
+                    worst, worst_mode = r, mode
+            t = 1 / worst
+            rows.append((f"{op} {f}: slowest mode ({worst_mode}) time / rne time, 1T", t,
+                         "<= 1.3", t <= 1.3))
+    for f in FORMATS:
+        r = paired(lambda: fpemu.stats(x, f, scale=1024.0), lambda: fpemu.quantize(x, f),
+                   repeats)
+        rows.append((f"stats {f} / quantize rne throughput, 1T", r, ">= 0.5", r >= 0.5))
+    numba.set_num_threads(before)
+    width = max(len(r[0]) for r in rows)
+    for name, r, target, ok in rows:
+        print(f"  {name:{width}s} {r:6.2f}  target {target:7s} {'met' if ok else 'MISSED'}")
+    met = sum(r[3] for r in rows)
+    print(f"  {met} of {len(rows)} targets met")
+
+
+def masked_targets(args):
+    """The targets table once more with AVX-512 masked (bench/isa.py), in a
+    child process: Numba, numpy and torch read the variables at import."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import isa
+    if not isa.has_avx512():
+        return
+    cmd = [sys.executable, os.path.abspath(__file__), "--targets-only",
+           "--size-log2", str(args.size_log2), "--repeats", str(args.repeats)]
+    try:
+        subprocess.run(cmd, env=isa.avx2_env(), timeout=1800, check=False)
+    except subprocess.TimeoutExpired:
+        print("  the AVX-512-masked run took over 30 minutes and was stopped")
 
 
 if __name__ == "__main__":
