@@ -40,11 +40,12 @@ LLVM vectorises as one vector), then the tail. A freshly allocated output
 (``quantize(x, f)`` without ``out=``) is not yet backed by memory: its first
 write takes a page fault, and for an array of 4 MB or more (numpy asks for
 transparent huge pages) the kernel zeroes a whole 2 MB page there. Writing
-2**24 float32 values into such memory in ascending order took 2.1x the time
+2**24 float32 values into such memory in ascending order took 2.4x the time
 of the same loop on touched memory on this project's test machine (AMD EPYC,
-Linux 6.18), and 1.2x in descending order; the same held in C
-(``docs/performance.md``). Every element is still computed on its own, so
-the order changes no bit; stochastic rounding draws by element index.
+Linux 6.18), and 1.3x in descending order (``bench/first_touch.py``); C
+showed the same (``docs/performance.md``). Every element is still computed
+on its own, so the order changes no bit; stochastic rounding draws by
+element index.
 """
 
 from __future__ import annotations
@@ -59,11 +60,11 @@ from ._jit import (ashr32, f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, j
                    pjit, shl32)
 
 RNE, RNA, RTZ, RUP, RDN, RTO, SR = range(7)
+OVF_INF, OVF_SATURATE, OVF_NAN = range(3)
+POLICY_MASK, FLUSH, FNUZ, UNSIGNED, NO_ZERO, NORMALIZE = 3, 4, 8, 16, 32, 64
 
 #: elements per block of the element-wise loops (see "Output order")
 LANES = 16
-OVF_INF, OVF_SATURATE, OVF_NAN = range(3)
-POLICY_MASK, FLUSH, FNUZ, UNSIGNED, NO_ZERO, NORMALIZE = 3, 4, 8, 16, 32, 64
 
 # splitmix64 constants (Steele, Lea, Flood 2014): the counter-based generator
 # behind stochastic rounding. Element i of a call gets the bits
