@@ -31,6 +31,9 @@ import fpemu
 
 FORMATS = ("bf16", "fp16", "e4m3fn", "e5m2")
 MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto", "sr")
+#: torch's dtype of each format (attribute names of the torch module)
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "e4m3fn": "float8_e4m3fn",
+                "e5m2": "float8_e5m2"}
 
 
 def timed(fn, repeats):
@@ -77,8 +80,7 @@ def peers(x, repeats):
         import torch
 
         tx = torch.from_numpy(x)
-        tt = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3fn": torch.float8_e4m3fn,
-              "e5m2": torch.float8_e5m2}
+        tt = {f: getattr(torch, name) for f, name in TORCH_DTYPES.items()}
         for threads in (1, 2):
             torch.set_num_threads(threads)
             for f, t in tt.items():
@@ -292,8 +294,7 @@ def targets(x, repeats):
         import torch
         torch.set_num_threads(1)
         tx = torch.from_numpy(x)
-        tt = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3fn": torch.float8_e4m3fn,
-              "e5m2": torch.float8_e5m2}
+        tt = {f: getattr(torch, name) for f, name in TORCH_DTYPES.items()}
         for f in FORMATS:
             # each timed in a run of its own calls: alternating them would hand
             # glibc's reused heap chunk (outputs under 32 MB) to one side only
