@@ -268,7 +268,7 @@ def _run(plan: _Plan, A, BT, C, paired, fname="matmul", check=True):
         out = _tc_matmul(A, BT, C, plan.tc, block, paired)
     elif out.size:
         kernel = _ak.dot_kernel(kind, int(cast.rounding), cast.flags, block, native, paired)
-        run_kernel(kernel, A, BT, C, out, cast.params, tuple(plan.tc), plan.key)
+        run_kernel(kernel, A, BT, C, out, cast.params, tuple(plan.tc), plan.key, inputs=3)
     if special is not None:
         with np.errstate(all="ignore"):
             special = special.astype(np.float32)
@@ -311,7 +311,7 @@ def _tc_matmul(A, BT, C, tc, block, paired=False):
         out = np.empty(c.shape, np.float32)
         run_kernel(kernel, np.ascontiguousarray(A[:, k0:k1]),
                    np.ascontiguousarray(EA[:, k0:k1]), cols(B, k0, k1), cols(EB, k0, k1), c,
-                   out, L, F, out_f, e_zero)
+                   out, L, F, out_f, e_zero, inputs=5)
         return out
 
     if block == 0:
@@ -648,7 +648,7 @@ def scaled_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt=None, scale
                         constant_values=_ak.ZERO_EXPONENT)
             run_kernel(_ak.tc_matmul, np.ascontiguousarray(Ap), np.ascontiguousarray(EA),
                        np.ascontiguousarray(Bp), np.ascontiguousarray(EB), C, out, core.k,
-                       core.fraction_bits, 23, core.e_zero)
+                       core.fraction_bits, 23, core.e_zero, inputs=5)
         else:
             pad = Kp - K
             nbp = Kp // block
@@ -664,7 +664,7 @@ def scaled_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt=None, scale
             SAs, SAe = padded(sa_s, sa_e, 1)
             SBs, SBe = padded(sb_s, sb_e, 0)
             run_kernel(_ak.gst_matmul, Ap, Bp, SAs, SAe, SBs, SBe, C, out, core.group,
-                       core.k, core.fraction_bits, core.e_zero, block)
+                       core.k, core.fraction_bits, core.e_zero, block, inputs=7)
     if special is not None:
         out = np.where(bad, special.astype(np.float32), out)
     if alpha is not None:
@@ -686,5 +686,5 @@ def bmm_fp32_sequential(A, B):
     batch element."""
     out = np.empty((A.shape[0], A.shape[1], B.shape[2]), np.float32)
     if out.size:
-        run_kernel(_ak.bmm_sequential, A, B, out)
+        run_kernel(_ak.bmm_sequential, A, B, out, inputs=2)
     return out

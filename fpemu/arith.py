@@ -88,7 +88,7 @@ def _elementwise(opname, values, fmt, rounding, subnormals, overflow, seed):
                 and a.dtype == np.float32):
             return fma_fp32(a, b, c, out.reshape(-1)).reshape(shape)
         kernel = _arith_kernels.arith_kernel(_arith_kernels.OPS[opname], int(mode), flags)
-        bad = run_kernel(kernel, a, b, c, out.reshape(-1), params, key, offset)
+        bad = run_kernel(kernel, a, b, c, out.reshape(-1), params, key, offset, inputs=3)
         if bad:
             _report_bad(flat, fmt, opname)
         if not fmt.has_nan:
@@ -111,7 +111,7 @@ def fma_fp32(a, b, c, out=None):
     Exact: the product and the sum are rounded once."""
     res = np.empty(a.shape, np.float32) if out is None else out
     if a.size:
-        run_kernel(_arith_kernels.fma_fp32_rne, a, b, c, res)
+        run_kernel(_arith_kernels.fma_fp32_rne, a, b, c, res, inputs=3)
     return res
 
 

@@ -200,10 +200,11 @@ class Cast:
         if arr.size:
             if (op == "quantize" and self.fast is not None and arr.dtype == np.float32
                     and result.dtype == np.float32):
-                run_kernel(_kernels.quantize_rne_ieee, arr, result.reshape(-1), *self.fast)
+                run_kernel(_kernels.quantize_rne_ieee, arr, result.reshape(-1), *self.fast,
+                           inputs=1)
                 return result
             run_kernel(self.kernel(op, arr.dtype), arr, result.reshape(-1), self.params, key,
-                       offset, self.flags)
+                       offset, self.flags, inputs=1)
         return result
 
     def quantize(self, x, *, seed=None, out=None, fname="quantize"):
@@ -230,10 +231,10 @@ class Cast:
         if x32.size:
             if self.fast is not None:
                 run_kernel(_kernels.quantize_rne_ieee, x32.reshape(-1), res.reshape(-1),
-                           *self.fast)
+                           *self.fast, inputs=1)
             else:
                 run_kernel(self.kernel("quantize", np.float32), x32.reshape(-1),
-                           res.reshape(-1), self.params, 0, 0, self.flags)
+                           res.reshape(-1), self.params, 0, 0, self.flags, inputs=1)
         return res
 
 
@@ -342,7 +343,7 @@ def decode(codes, fmt):
     out = np.empty(shape, np.float32)
     if flat.size:
         p, flags = _kernel_params(fmt, Overflow.SATURATE, True)
-        run_kernel(_kernels.decode_kernel(flags), flat, out.reshape(-1), p)
+        run_kernel(_kernels.decode_kernel(flags), flat, out.reshape(-1), p, inputs=1)
     return out
 
 

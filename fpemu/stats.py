@@ -176,7 +176,8 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     amaxes = np.zeros(nblocks, np.float64)
     run_kernel(_kernels.stats_kernel(int(cast.rounding), cast.kernel_flags), flat, cast.params,
                key, offset, float(scale), float(fmt.max), float(fmt.min_normal),
-               bool(fmt.has_zero), bool(fmt.signed), int(lo), counts, amaxes, cast.flags)
+               bool(fmt.has_zero), bool(fmt.signed), int(lo), counts, amaxes, cast.flags,
+               inputs=1)
     c = counts.sum(axis=0)
     names = {"nan": _kernels.S_NAN, "inf": _kernels.S_INF, "zero": _kernels.S_ZERO,
              "flushed": _kernels.S_FLUSHED, "subnormal": _kernels.S_SUBNORMAL,

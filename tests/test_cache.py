@@ -93,3 +93,38 @@ def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
     after = _snapshot(tmp_path)
     assert sorted(set(after) - set(before)) == [], "the cache grew"
     assert after == before, "cache entries were rewritten"
+
+
+def test_read_only_and_writeable_inputs_share_one_compiled_kernel():
+    """run_kernel passes input arrays as read-only views: a read-only input
+    (a broadcast, np.frombuffer, a frozen array) does not compile a kernel
+    again for itself."""
+    import numpy as np
+
+    import fpemu
+    from fpemu import _accum_kernels, _jit
+    from fpemu.accumulate import bmm_fp32_sequential
+    from fpemu.quantize import Cast
+
+    x = np.linspace(-3.0, 3.0, 5000, dtype=np.float32)        # small: the serial twin
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    twin = _jit._serial_twin(Cast.of("e4m3fn", "rtz").kernel("quantize", np.float32))
+    want = fpemu.quantize(x, "e4m3fn", rounding="rtz")
+    n = len(twin.signatures)
+    got = fpemu.quantize(frozen, "e4m3fn", rounding="rtz")
+    assert len(twin.signatures) == n, twin.signatures
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+    A = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    B = np.arange(16, dtype=np.float32).reshape(2, 4, 2)
+    bmm = _jit._serial_twin(_accum_kernels.bmm_sequential)
+    want = bmm_fp32_sequential(A, B)
+    n = len(bmm.signatures)
+    B.flags.writeable = False
+    got = bmm_fp32_sequential(A, B)
+    A.flags.writeable = False
+    got2 = bmm_fp32_sequential(A, B)
+    assert len(bmm.signatures) == n, bmm.signatures
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got2, want)

@@ -43,7 +43,7 @@ def _flat_loop(loop, *arrays):
     shape = np.shape(arrays[-1])
     flat = [np.ascontiguousarray(a, np.float64).reshape(-1) for a in arrays]
     out = np.empty(flat[-1].size, np.float64)
-    run_kernel(loop, *flat, out)
+    run_kernel(loop, *flat, out, inputs=len(flat))
     return out.reshape(shape)
 
 
