@@ -128,3 +128,58 @@ def test_read_only_and_writeable_inputs_share_one_compiled_kernel():
     assert len(bmm.signatures) == n, bmm.signatures
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got2, want)
+
+
+AFTER_WARMUP = textwrap.dedent("""
+    import json, sys
+    import numba.core.event as ev
+    from numba.core import caching
+    from fpemu.warmup import _mlp_step, warmup
+    warmup()
+    loaded = []
+    load = caching.Cache.load_overload
+
+    def recording_load(self, sig, target_context):
+        cres = load(self, sig, target_context)
+        if cres is not None:
+            loaded.append(self._name.split(" at ")[0])
+        return cres
+    caching.Cache.load_overload = recording_load
+    with ev.install_recorder("numba:compile") as rec:
+        import numpy as np
+        import fpemu
+        _mlp_step("bfloat16")
+        fpemu.explain(0.1, "e4m3fn")
+        x = np.linspace(-300.0, 300.0, 200_000, dtype=np.float32)
+        for fmt in ("fp16", "e2m1", "e5m2fnuz"):
+            for rounding in ("rne", "rdn", "sr"):
+                fpemu.quantize(x, fmt, rounding=rounding, seed=1)
+                fpemu.encode(x[:100], fmt, rounding=rounding, seed=1)
+                fpemu.encode(x[:100].astype(np.float64), fmt, rounding=rounding, seed=1)
+        fpemu.stats(x, "e4m3fn")
+    names = sorted({e.data["dispatcher"].py_func.__qualname__
+                    for _, e in rec.buffer if e.is_start} | set(loaded))
+    json.dump(names, sys.stdout)
+""")
+
+
+def test_warmup_covers_the_common_set():
+    """After ``fpemu.warmup.warmup()`` (``fpemu warmup``, which make venv runs)
+    a process needs no further kernel, compiled or loaded from the cache, for
+    the README's MLP step, explain() of a Python float, and quantize / encode
+    of other formats of the warmed families, small and large, in several
+    modes. Runs with the suite's own cache (fast once make venv warmed it)."""
+    res = subprocess.run([sys.executable, "-c", AFTER_WARMUP], capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [], (
+        f"not covered by the warm-up: {res.stdout}")
+
+
+def test_warmup_command_reports_where_the_kernels_are(capsys):
+    from fpemu.cli import main
+    assert main(["warmup"]) == 0
+    out = capsys.readouterr().out
+    from fpemu.warmup import cache_dir, workload
+    assert f"fpemu warmup: {len(workload())} items in " in out
+    assert cache_dir() in out

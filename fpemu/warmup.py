@@ -1,0 +1,117 @@
+"""Compile fpemu's common kernels ahead of use, into Numba's on-disk cache.
+
+Every kernel is compiled on its first call and then loaded from the cache
+(``docs/performance.md``). With an empty cache a new user pays the compiler
+in their first cells: about half a second for each (operation, format
+family, rounding mode), once for small arrays and once more for large ones,
+and about 2.7 s for the first training step of the README's MLP
+(``bench/bench_startup.py``). :func:`warmup` runs the common set once so
+that those calls load instead:
+
+* ``quantize`` and ``encode`` in every rounding mode, for one format of each
+  family that has kernels of its own (IEEE-style with inf: bf16, fp16, e5m2
+  and the like; saturating or NaN-only: e4m3fn and the MX element formats;
+  fnuz; e8m0) and each width of codes, on a small and a large float32 array
+  and a small float64 one (Python numbers: ``explain``, the lessons' plots);
+* ``decode``;
+* ``fpemu.stats`` of those formats;
+* the README's MLP training step, in bf16 and in fp16 autocast with a
+  GradScaler.
+
+``make venv`` (and so ``make demo`` and ``make test``) runs it as ``fpemu
+warmup``. Other formats, modes or operations still compile on first use.
+The cache is Numba's: ``__pycache__`` beside the sources, or
+``NUMBA_CACHE_DIR``; it holds code for this CPU only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+#: one format of each set of kernel flags that the named formats use
+FAMILIES = ("bf16", "e4m3fn", "e4m3fnuz", "e8m0")
+#: formats of bf16's family with codes of another width (encode's output
+#: dtype is part of the kernel's signature): fp32 (uint32), e5m2 (uint8)
+CODE_WIDTHS = ("fp32", "e5m2")
+MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto", "sr")
+#: a small array runs a kernel's serial loop, a large one its parallel loop
+#: (``fpemu._jit.SERIAL_BELOW``)
+SMALL, LARGE = 64, (1 << 17) + 1
+
+
+def _inputs(n):
+    x = np.geomspace(1e-12, 1e12, n).astype(np.float32)
+    x[1::2] *= -1
+    return x
+
+
+def _mlp_step(dtype_name):
+    import fpemu.autograd as torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 10))
+    opt = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    xb, yb = torch.randn(256, 784), torch.randint(0, 10, (256,))
+    with torch.autocast(device_type="cuda", dtype=getattr(torch, dtype_name)):
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+
+
+def workload():
+    """The common set, as (label, function) pairs."""
+    import fpemu
+    jobs = []
+    small64 = _inputs(SMALL).astype(np.float64)         # Python floats and lists
+    for fmt in FAMILIES + CODE_WIDTHS:
+        quantize = fmt in FAMILIES                      # values: one kernel per family
+        for x in (_inputs(SMALL), _inputs(LARGE), small64):
+            for mode in MODES:
+                label = f"{'quantize/' if quantize else ''}encode {fmt} {mode} " \
+                        f"{x.dtype} n={x.size}"
+                jobs.append((label, lambda x=x, f=fmt, m=mode, q=quantize: (
+                    fpemu.encode(x, f, rounding=m, seed=0),
+                    q and fpemu.quantize(x, f, rounding=m, seed=0))))
+    for fmt in FAMILIES:
+        for n in (SMALL, LARGE):
+            x = _inputs(n)
+            jobs.append((f"decode {fmt} n={n}",
+                         lambda x=x, f=fmt: fpemu.decode(fpemu.encode(x, f), f)))
+            jobs.append((f"stats {fmt} n={n}", lambda x=x, f=fmt: fpemu.stats(x, f)))
+    # the IEEE fast path of quantize rne, and formats that share bf16's kernels
+    for fmt in ("fp16", "e5m2"):
+        for n in (SMALL, LARGE):
+            jobs.append((f"quantize {fmt} rne n={n}",
+                         lambda x=_inputs(n), f=fmt: fpemu.quantize(x, f)))
+    for dtype in ("bfloat16", "float16"):
+        jobs.append((f"README MLP step, {dtype} autocast", lambda d=dtype: _mlp_step(d)))
+    return jobs
+
+
+def cache_dir():
+    """Where Numba keeps fpemu's compiled kernels."""
+    import numba
+    return numba.config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "__pycache__")
+
+
+def warmup(progress=None):
+    """Run the common set (:func:`workload`); returns [(label, seconds)].
+    ``progress``: called with each label and its time as it finishes."""
+    import warnings
+    times = []
+    for label, fn in workload():
+        t = time.perf_counter()
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fn()
+        dt = time.perf_counter() - t
+        times.append((label, dt))
+        if progress is not None:
+            progress(label, dt)
+    return times
