@@ -596,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "in every rounding mode for each family of formats, stats, "
                                    "the README's MLP training step in bf16 and fp16) so that "
                                    "later processes load those kernels from Numba's on-disk "
-                                   "cache instead of compiling them. About a minute and a half "
+                                   "cache instead of compiling them. About two minutes "
                                    "on two cores with an empty cache, a few seconds with a "
                                    "full one.")
     w.add_argument("--verbose", "-v", action="store_true", help="print each item and its time")
