@@ -121,6 +121,23 @@ lshr32 = _shift("lshr", types.uint32)
 
 
 @intrinsic
+def clz32(typingctx, a):
+    """Leading zero bits of an int32, as an int32 (32 for zero): LLVM's
+    ctlz on i32. Numba's ``leading_zeros`` returns a 64-bit integer, which
+    puts a loop's lanes through 64-bit arithmetic and halves them."""
+    if a != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        fn = builder.module.declare_intrinsic("llvm.ctlz", [i32],
+                                              ir.FunctionType(i32, [i32, ir.IntType(1)]))
+        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 0)])
+
+    return types.int32(types.int32), codegen
+
+
+@intrinsic
 def fma(typingctx, a, b, c):
     """a * b + c with one rounding (LLVM's llvm.fma.f64: the FMA instruction,
     or libm's correctly rounded fma where the CPU has none)."""

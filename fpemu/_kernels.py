@@ -56,7 +56,7 @@ import numpy as np
 from numba import prange
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from ._jit import (ashr32, f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, jit,
+from ._jit import (ashr32, clz32, f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, jit,
                    pjit, shl32)
 
 RNE, RNA, RTZ, RUP, RDN, RTO, SR = range(7)
@@ -242,6 +242,7 @@ def _quantize_one(neg, e, sig, special, frac_nz, in_m, mode, p, flags, key, inde
 # kernels against the float64-input kernels above, bit for bit.
 _I0 = np.int32(0)
 _I1 = np.int32(1)
+_U0 = np.uint32(0)
 _U1 = np.uint32(1)
 
 
@@ -254,15 +255,12 @@ def _pow2_f32(k):
 
 
 @jit
-def _rounded32(u, mode, p, flags, key, index):
-    """(magnitude code, negative, nan) of the float32 with bits ``u`` rounded
-    to the format: the split of the float32 into sign, exponent and integer
-    significand (subnormals normalised under NORMALIZE: formats such as e8m0
-    have binades below float32's normal range), :func:`_round` and
-    :func:`_finish`, in int32 arithmetic."""
-    M = np.int32(p[0])
-    emin = np.int32(p[1])
-    emax = np.int32(p[2])
+def _split32(u, flags):
+    """(negative, e, sig, special, fraction != 0) of the float32 with bits
+    ``u``: its value is ``sig * 2**(e - 23)`` with ``sig`` an int32 below
+    2**24. Subnormals are normalised (``sig`` shifted up to bit 23, ``e``
+    below -126) under NORMALIZE: formats such as e8m0 have binades below
+    float32's normal range."""
     neg = (u >> np.uint32(31)) != np.uint32(0)
     a = u & np.uint32(0x7FFFFFFF)
     ef = np.int32(a >> np.uint32(23))
@@ -272,9 +270,20 @@ def _rounded32(u, mode, p, flags, key, index):
     sig = np.int32(fr | shl32(np.int32(ef != _I0), np.int32(23)))
     e = np.int32(max(ef, _I1) - np.int32(127))
     if flags & NORMALIZE:
-        lz = np.int32(min(np.int32(leading_zeros(sig)) - np.int32(8), np.int32(23)))
+        lz = np.int32(min(np.int32(clz32(sig) - np.int32(8)), np.int32(23)))
         e = np.int32(e - lz)
         sig = shl32(sig, lz)
+    return neg, e, sig, special, frac_nz
+
+
+@jit
+def _round32(neg, e, sig, special, frac_nz, mode, p, flags, key, index):
+    """:func:`_round` and :func:`_finish` of ``±sig * 2**(e - 23)`` (int32
+    ``e`` and ``sig`` < 2**24, as :func:`_split32` gives them), in int32
+    arithmetic: (magnitude code, negative, nan)."""
+    M = np.int32(p[0])
+    emin = np.int32(p[1])
+    emax = np.int32(p[2])
     shift = np.int32(np.int32(23) - M + max(np.int32(emin - e), _I0))
     s = np.int32(min(shift, np.int32(30)))
     kept = ashr32(sig, s)
@@ -341,6 +350,14 @@ def _rounded32(u, mode, p, flags, key, index):
     else:
         negative = neg
     return mag, negative, nan
+
+
+@jit
+def _rounded32(u, mode, p, flags, key, index):
+    """(magnitude code, negative, nan) of the float32 with bits ``u`` rounded
+    to the format: :func:`_split32`, then :func:`_round32`."""
+    neg, e, sig, special, frac_nz = _split32(u, flags)
+    return _round32(neg, e, sig, special, frac_nz, mode, p, flags, key, index)
 
 
 @jit
@@ -707,6 +724,119 @@ def _stats_factory(mode, flags):
             amax[t] = f64_from_bits(am)
 
     return stats_blocks
+
+
+# What the 32-bit stats kernel counts, one code per element (its class, the
+# NaN class split by whether x is zero, overflow split by where it goes),
+# counted in pairs: code c adds 1 << 16 * (c & 1) to counter c >> 1, so five
+# int32 counters hold the ten counts (at most 2048 each) in 16-bit halves.
+(_K_NAN, _K_NAN_ZERO, _K_INF, _K_ZERO, _K_FLUSHED, _K_SUBNORMAL, _K_NORMAL, _K_SATURATED,
+ _K_TO_INF, _K_TO_NAN) = (np.int32(k) for k in range(10))
+#: the slots of fpemu.stats' count rows that each code adds to (-1: none)
+_K_SLOTS = np.array([(S_NAN, -1), (S_NAN, S_ZERO_BIN), (S_INF, -1), (S_ZERO, S_ZERO_BIN),
+                     (S_FLUSHED, -1), (S_SUBNORMAL, -1), (S_NORMAL, -1),
+                     (S_OVERFLOW, S_SATURATED), (S_OVERFLOW, S_TO_INF),
+                     (S_OVERFLOW, S_TO_NAN)], np.int64)
+
+
+@jit
+def _stats32_one(u, s, mode, p, flags, key, index, big_bits, has_zero, signed, lo, nbins):
+    """:func:`_stats_one` for the float32 with bits ``u`` scaled by ``2**s``,
+    in int32 lanes: the scale is added to the exponent (exact, as the
+    float64 product is while ``s`` keeps every float32 inside float64's
+    normal range), and the classes are read off the magnitude code rather
+    than the rounded value. ``big_bits`` is the largest float32 at or below
+    ``fmax / 2**s``, as bits: ``|x| * 2**s > fmax`` is ``|x|``'s bits above
+    it. Returns (count code ``_K_*``, histogram slot, bits of |x| if finite
+    else 0)."""
+    neg, e, sig, special, frac_nz = _split32(u, flags | NORMALIZE)
+    a = u & np.uint32(0x7FFFFFFF)
+    zero = a == _U0
+    es = np.int32(e + s)                             # floor(log2 |x * 2**s|)
+    mag, negative, nan = _round32(neg, es, sig, special, frac_nz, mode, p, flags, key, index)
+    invalid = (not special) & ((nan & zero) | ((not signed) & neg & (not zero)))
+    big = a > big_bits
+    flushed = (not nan) & (mag == _I0) & (not (flags & NO_ZERO))
+    sub = has_zero & (not nan) & (mag < shl32(_I1, np.int32(p[0])))
+    # the codes by arithmetic on the flags, not a chain of selects between
+    # ten constants (which LLVM keeps in vector registers, spilling others)
+    over = np.int32(_K_SATURATED + (np.int32(2) if nan else np.int32(mag == np.int32(p[5]))))
+    finite = np.int32(_K_NORMAL - np.int32(sub) - np.int32(flushed))
+    rest = over if big else finite
+    code = (np.int32(zero) if (special & frac_nz) | invalid else
+            _K_INF if special else _K_ZERO if zero else rest)
+    k = np.int32(min(max(np.int32(es - lo), _I0), np.int32(nbins - _I1)))
+    slot = k if not (special | zero) else nbins
+    return code, slot, np.uint32(a if not special else _U0)
+
+
+@jit
+def _add_counts(c, pair, k):
+    """Add the two 16-bit counts of ``pair`` (codes 2k and 2k + 1) to row ``c``."""
+    for code in (2 * k, 2 * k + 1):
+        n = (pair >> (16 * (code & 1))) & 0xFFFF
+        for slot in _K_SLOTS[code]:
+            if slot >= 0:
+                c[slot] += n
+
+
+def _stats32_factory(mode, flags):
+    @pjit
+    def stats32_blocks(x, p, key, offset, s, big_bits, has_zero, signed, lo, counts, amax,
+                       flags_arg):
+        fl = flags_arg if flags < 0 else flags
+        n = x.size
+        nblocks = counts.shape[0]
+        nbins = counts.shape[1] - S_HIST - 1
+        step = (n + nblocks - 1) // nblocks
+        s32 = np.int32(s)
+        bb = np.uint32(big_bits)
+        lo32 = np.int32(lo)
+        nb32 = np.int32(nbins)
+        for t in prange(nblocks):
+            c = counts[t]
+            h = np.zeros((4, nbins + 1), np.int64)
+            slots = np.empty(_STATS_BLOCK, np.uint32)   # unsigned: no wrap-around test
+            am = _U0
+            end = min(n, (t + 1) * step)
+            for start in range(t * step, end, _STATS_BLOCK):
+                m = min(_STATS_BLOCK, end - start)
+                c01 = c23 = c45 = c67 = c89 = _I0
+                xb = x[start:start + m]     # (x[start + j] would be a gather: j could wrap)
+                for j in range(m):                     # vectorised; sums, no stores
+                    code, slot, a = _stats32_one(
+                        f32_ubits(xb[j]), s32, mode, p, fl, key, offset + start + j, bb,
+                        has_zero, signed, lo32, nb32)
+                    one = shl32(_I1, shl32(np.int32(code & _I1), np.int32(4)))
+                    pair = ashr32(code, _I1)
+                    c01 = np.int32(c01 + (one if pair == _I0 else _I0))
+                    c23 = np.int32(c23 + (one if pair == _I1 else _I0))
+                    c45 = np.int32(c45 + (one if pair == np.int32(2) else _I0))
+                    c67 = np.int32(c67 + (one if pair == np.int32(3) else _I0))
+                    c89 = np.int32(c89 + (one if pair == np.int32(4) else _I0))
+                    slots[j] = np.uint32(slot)
+                    am = np.uint32(max(am, a))
+                for j in range(m):
+                    h[j & 3, slots[j]] += 1
+                _add_counts(c, c01, 0)
+                _add_counts(c, c23, 1)
+                _add_counts(c, c45, 2)
+                _add_counts(c, c67, 3)
+                _add_counts(c, c89, 4)
+            for k in range(nbins + 1):
+                c[S_HIST + k] = h[0, k] + h[1, k] + h[2, k] + h[3, k]
+            amax[t] = np.float64(f32_from_ubits(am))
+
+    return stats32_blocks
+
+
+@functools.lru_cache(maxsize=None)
+def stats32_kernel(mode, flags):
+    """:func:`stats_kernel` for float32 input and a power-of-two scale
+    ``2**s``, in 32-bit lanes (several times faster). Called as
+    ``kernel(x, p, key, offset, s, big_bits, has_zero, signed, lo, counts,
+    amax, flags)``, ``big_bits`` as in :func:`_stats32_one`."""
+    return _stats32_factory(int(mode), int(flags))
 
 
 @functools.lru_cache(maxsize=None)

@@ -40,6 +40,7 @@ skipped. Counts add:
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -145,6 +146,10 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
           log2_range=LOG2_RANGE) -> Counts:
     """Count what rounding ``x * scale`` into fmt does to each element.
 
+    One pass, no per-element temporaries. float32 input with a power-of-two
+    scale runs a kernel in 32-bit lanes, about five times the float64 one
+    that other input and other scales take (``docs/performance.md``).
+
     Examples
     --------
     >>> import fpemu
@@ -174,10 +179,17 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     nblocks = int(min(64, max(1, flat.size >> 16)))
     counts = np.zeros((nblocks, _kernels.S_HIST + hi - lo + 1), np.int64)   # + a spare slot
     amaxes = np.zeros(nblocks, np.float64)
-    run_kernel(_kernels.stats_kernel(int(cast.rounding), cast.kernel_flags), flat, cast.params,
-               key, offset, float(scale), float(fmt.max), float(fmt.min_normal),
-               bool(fmt.has_zero), bool(fmt.signed), int(lo), counts, amaxes, cast.flags,
-               inputs=1)
+    s = _pow2_exponent(scale) if flat.dtype == np.float32 else None
+    if s is not None:
+        run_kernel(_kernels.stats32_kernel(int(cast.rounding), cast.kernel_flags), flat,
+                   cast.params, key, offset, s, _above_bits(float(fmt.max), s),
+                   bool(fmt.has_zero), bool(fmt.signed), int(lo), counts, amaxes, cast.flags,
+                   inputs=1)
+    else:
+        run_kernel(_kernels.stats_kernel(int(cast.rounding), cast.kernel_flags), flat,
+                   cast.params, key, offset, float(scale), float(fmt.max),
+                   float(fmt.min_normal), bool(fmt.has_zero), bool(fmt.signed), int(lo),
+                   counts, amaxes, cast.flags, inputs=1)
     c = counts.sum(axis=0)
     names = {"nan": _kernels.S_NAN, "inf": _kernels.S_INF, "zero": _kernels.S_ZERO,
              "flushed": _kernels.S_FLUSHED, "subnormal": _kernels.S_SUBNORMAL,
@@ -188,6 +200,33 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
                      "saturated": int(c[_kernels.S_SATURATED])},
         amax=float(amaxes.max()), hist=c[_kernels.S_HIST:-1].copy(),
         zero_bin=int(c[_kernels.S_ZERO_BIN]))
+
+
+#: the exponents s of a power-of-two scale 2**s that keep x * 2**s of every
+#: finite nonzero float32 x (2**-149 <= |x| < 2**128) a float64 normal, so
+#: that the float32 kernel's exponent arithmetic is the float64 product
+_POW2_SCALES = (-1022 + 149, 1023 - 128)
+
+
+def _pow2_exponent(scale):
+    """s where ``scale`` is 2**s inside :data:`_POW2_SCALES`, else None (the
+    float32 stats kernel adds s to the exponent; other scales multiply in
+    float64)."""
+    m, ex = math.frexp(float(scale))
+    s = ex - 1
+    return s if m == 0.5 and _POW2_SCALES[0] <= s <= _POW2_SCALES[1] else None
+
+
+def _above_bits(fmax, s):
+    """The bits of the largest float32 at or below ``fmax / 2**s``: a
+    float32 x has ``|x| * 2**s > fmax`` exactly when the bits of ``|x|`` are
+    above these (non-negative floats order as their bits)."""
+    with np.errstate(over="ignore"):
+        t = np.ldexp(np.float64(fmax), -s)
+        f = np.float32(t)
+    if float(f) > t:
+        f = np.nextafter(f, np.float32(-np.inf))
+    return int(f.view(np.uint32))
 
 
 #: floor(log2 |x|) of a finite nonzero float64 is in -1074 .. 1023

@@ -14,7 +14,8 @@ that those calls load instead:
   fnuz; e8m0) and each width of codes, on a small and a large float32 array
   and a small float64 one (Python numbers: ``explain``, the lessons' plots);
 * ``decode``;
-* ``fpemu.stats`` of those formats;
+* ``fpemu.stats`` of those formats, on float32 (its 32-bit kernel) and on
+  float64 input;
 * the README's MLP training step, in bf16 and in fp16 autocast with a
   GradScaler.
 
@@ -83,6 +84,9 @@ def workload():
             jobs.append((f"decode {fmt} n={n}",
                          lambda x=x, f=fmt: fpemu.decode(fpemu.encode(x, f), f)))
             jobs.append((f"stats {fmt} n={n}", lambda x=x, f=fmt: fpemu.stats(x, f)))
+        # float64 input (numpy's default) and a scale that is no power of two
+        # take the float64 kernel
+        jobs.append((f"stats {fmt} float64", lambda f=fmt: fpemu.stats(small64, f)))
     # the IEEE fast path of quantize rne, and formats that share bf16's kernels
     for fmt in ("fp16", "e5m2"):
         for n in (SMALL, LARGE):

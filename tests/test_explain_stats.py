@@ -171,6 +171,38 @@ def test_stats_one_pass_kernel_matches_a_numpy_recount(fmt, kw):
             assert c.amax == np.max(np.abs(arr[np.isfinite(arr)]))
 
 
+@pytest.mark.parametrize("fmt,kw", [("e4m3fn", {}), ("e8m0", {"rounding": "rup"}),
+                                    ("fp16", {"rounding": "sr"}), ("e5m2", {"rounding": "rdn"}),
+                                    ("e3m2", {"subnormals": False})])
+def test_stats_of_float32_at_extreme_power_of_two_scales(fmt, kw):
+    """float32 input with a power-of-two scale 2**s takes the 32-bit kernel,
+    which adds s to the exponent and tests overflow on the bits of |x|
+    (against the largest float32 at or below fmax / 2**s), while x * 2**s
+    stays a float64 normal (s in -873..895); past that, the float64 kernel.
+    Both against the numpy recount, at and just past each limit, with the
+    float32 neighbours of fmax / 2**s in the input."""
+    rng = np.random.default_rng(11)
+    n = 30000
+    x = (rng.uniform(1, 2, n) * rng.choice([-1, 1], n)
+         * np.exp2(rng.integers(-149, 128, n))).astype(np.float32)
+    x[:40] = 0.0
+    x[40:60] = -0.0
+    x[60:80] = np.inf
+    x[80:90] = np.nan
+    x[90:100] = np.float32(2.0**-149) * np.arange(1, 11)      # float32 subnormals
+    fmax = fpemu.format(fmt).max
+    for s in (-874, -873, -300, -160, -20, 0, 20, 150, 160, 300, 895, 896):
+        with np.errstate(over="ignore", under="ignore"):
+            t = np.float32(np.ldexp(fmax, -s))
+        edge = [t, np.nextafter(t, np.float32(np.inf)), np.nextafter(t, np.float32(0)), -t]
+        xs = np.concatenate([x, np.array(edge, np.float32)])
+        c = fpemu.stats(xs, fmt, scale=2.0**s, seed=3, **kw)
+        counts, to, hist, zeros = _recount(xs, fmt, 2.0**s, seed=3, **kw)
+        assert c.counts == counts and c.overflow_to == to and c.zero_bin == zeros, s
+        np.testing.assert_array_equal(c.hist, hist)
+        assert c.amax == np.max(np.abs(xs[np.isfinite(xs)]))
+
+
 def test_stats_makes_no_per_element_temporaries():
     """One fused pass: the memory stats() takes does not grow with the array
     (the kernel's own buffers are per block of 2**16 elements)."""
