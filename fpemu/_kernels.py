@@ -96,7 +96,7 @@ def _split_f64(x, flags):
 
     float64 subnormals lie far below every format's smallest value, so they
     are never normalised (``flags`` is unused: the float32 input path,
-    :func:`_rounded32`, normalises them under NORMALIZE).
+    :func:`_split32`, normalises float32 subnormals under NORMALIZE).
     """
     b = f64_bits(x)
     ef = (b >> 52) & 0x7FF
