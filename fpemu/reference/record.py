@@ -87,12 +87,18 @@ def record(device="cpu", out="tests/reference", only=None, log=print):
     })
     meta.setdefault("scenarios", {})
     env = Env(torch, device, "torch")
+    failed = {}
     for name in names:
         sc = SCENARIOS[name]
         torch.manual_seed(0)
-        inputs = sc.make_inputs(env, sc.config)
-        trace = sc.run(env, sc.config, inputs)
-        env.sync()
+        try:
+            inputs = sc.make_inputs(env, sc.config)
+            trace = sc.run(env, sc.config, inputs)
+            env.sync()
+        except Exception as exc:            # record the rest; report this one at the end
+            failed[name] = f"{type(exc).__name__}: {exc}"
+            log(f"FAILED   {name:<32} {failed[name]}")
+            continue
         arrays = trace.arrays()
         payload = {f"in.{k}": np.asarray(v) for k, v in inputs.items()}
         payload.update({f"out.{k}": v for k, v in arrays.items()})
@@ -105,4 +111,11 @@ def record(device="cpu", out="tests/reference", only=None, log=print):
         log(f"recorded {name:<32} {len(arrays)} arrays")
     with open(meta_path, "w") as fh:
         json.dump(meta, fh, indent=1, sort_keys=True)
+    if failed:
+        raise RuntimeError(
+            f"{len(failed)} of {len(names)} scenarios raised in PyTorch and were not recorded "
+            f"(the others are in {folder}): "
+            + "; ".join(f"{k}: {v}" for k, v in failed.items())
+            + ". A scenario must run in real PyTorch on this device: fix it in "
+              "fpemu/reference/scenarios.py, then record it again with --only")
     return folder
