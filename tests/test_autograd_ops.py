@@ -182,8 +182,15 @@ def test_elementwise_bf16_is_fp32_op_then_one_rounding():
         np.testing.assert_array_equal(got.numpy().view(np.uint32), _bf16(ref).view(np.uint32))
     # a Python number is converted once to float32, then the fp32 result rounded once
     np.testing.assert_array_equal((ta + 0.1).numpy(), _bf16(a + np.float32(0.1)))
-    # tensor / number multiplies by the float32 reciprocal
-    np.testing.assert_array_equal((ta / 3.0).numpy(), _bf16(a * (np.float32(1) / np.float32(3))))
+    # tensor / number multiplies by the reciprocal taken in double, rounded to
+    # float32 (torch 2.11 on an H200): for sqrt(0.001) that is 31.622776, where
+    # the float32 reciprocal of float32(sqrt(0.001)) would be 31.622778
+    np.testing.assert_array_equal((ta / 3.0).numpy(), _bf16(a * np.float32(1 / 3.0)))
+    s = 0.001 ** 0.5
+    t32 = ft.tensor(a, dtype=ft.float32)
+    want = (a * np.float32(1 / s)).astype(np.float32)
+    assert np.float32(1 / s) != np.float32(1) / np.float32(s)
+    np.testing.assert_array_equal((t32 / s).numpy().view(np.uint32), want.view(np.uint32))
 
 
 def test_add_alpha_is_an_exact_fma():

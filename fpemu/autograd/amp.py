@@ -6,7 +6,8 @@
 * the scale is a float32; ``init_scale`` is rounded to float32 on first use;
 * ``unscale_`` multiplies each gradient by ``float32(1 / float64(scale))``
   (not a division) unless that is 1, after checking every value *before*
-  scaling for inf / NaN; float16 gradients raise, as on the GPU;
+  scaling for inf / NaN; float16 gradients raise, as on the GPU, and so do
+  bfloat16 gradients under a ``"cuda"`` scaler (the CUDA kernel has no bf16);
 * ``step`` skips the optimizer entirely (parameters, states and step counters
   untouched) when any gradient was non-finite; fused optimizers instead get
   ``grad_scale`` and ``found_inf`` and skip inside their kernel;
@@ -20,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._autocast import TORCH_CPU, TORCH_CUDA, Policy, autocast, get_autocast_dtype  # noqa: F401
-from ._core import Tensor, _store, float16, float32
+from ._core import Tensor, _store, bfloat16, float16, float32
 from .ops.elementwise import mul
 
 _f = np.float32
@@ -121,22 +122,33 @@ class GradScaler:
     def _unscale_grads_(self, optimizer, inv_scale, allow_fp16):
         if hasattr(optimizer, "_prepare_grads"):
             optimizer._prepare_grads()
-        grads = []
+        by_dtype = {}                      # torch groups the grads by dtype, first seen first
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if not allow_fp16 and p.grad.dtype == float16:
                     raise ValueError("Attempting to unscale FP16 gradients.")
-                grads.append(p.grad)
+                by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
         found = _f(0)
-        for g in grads:
-            values = g._a.astype(np.float32)
-            if not np.all(np.isfinite(values)):
-                found = _f(1)
-            if inv_scale != _f(1):
-                with np.errstate(all="ignore"):
-                    g._a = _store(values * inv_scale, g.dtype)
+        for dtype, grads in by_dtype.items():
+            if self._device == "cuda" and dtype == bfloat16:
+                # AmpKernels.cu dispatches the unscale kernel for float, double
+                # and half only: real CUDA raises here (measured with torch
+                # 2.11 on an H200; tests/reference/nvidia-h200-torch2.11.0),
+                # after unscaling the dtype groups met before this one
+                raise NotImplementedError(
+                    "\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for "
+                    "'BFloat16' (as on a real GPU: a CUDA GradScaler cannot unscale bfloat16 "
+                    "gradients; bf16 training needs no loss scaling, so drop the GradScaler "
+                    "or keep the parameters in float32)")
+            for g in grads:
+                values = g._a.astype(np.float32)
+                if not np.all(np.isfinite(values)):
+                    found = _f(1)
+                if inv_scale != _f(1):
+                    with np.errstate(all="ignore"):
+                        g._a = _store(values * inv_scale, g.dtype)
         return {self._device: found}
 
     def unscale_(self, optimizer):

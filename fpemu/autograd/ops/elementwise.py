@@ -7,9 +7,10 @@ How each op computes (``docs/pytorch-numerics.md`` §3.2, §6):
   so the float32 result is correctly rounded; ``add(a, b, alpha)`` with
   alpha != 1 is the exact ``fma(alpha, b, a)`` nvcc contracts it to;
 * a Python number is converted once to float32 (CUDA's wrapped scalars);
-  ``tensor / number`` multiplies by the float32 reciprocal, as CUDA's
-  ``div_true`` kernel does (the formulas that differ on the CPU build are
-  in :mod:`.._aten`);
+  ``tensor / number`` multiplies by the reciprocal of the number, taken in
+  double and rounded to float32, as CUDA's ``div_true`` kernel does
+  (measured, ``docs/pytorch-numerics.md`` §13; the formulas that differ on
+  the CPU build are in :mod:`.._aten`);
 * exp, log, tanh, sigmoid, silu, gelu, cos, sin and rsqrt compute in float64
   and round to float32: CUDA's libdevice functions are within a few float32
   ulp of that but not bit-defined (tier 2, ``docs/autograd.md``);
@@ -118,8 +119,9 @@ def _tensors(xs):
 
 def div(a, b, rounding_mode=None, out=None):
     """True division; on CUDA a tensor divided by a number multiplies by the
-    float32 reciprocal of the number (div_true with a scalar); the CPU profile
-    divides. ``rounding_mode`` "trunc" / "floor" as torch."""
+    reciprocal of the number, taken in double and rounded to float32
+    (div_true with a scalar); the CPU profile divides. ``rounding_mode``
+    "trunc" / "floor" as torch."""
     a, b = t_or_number(a, "div()"), t_or_number(b, "div()")
     if rounding_mode is not None:
         return _out(_div_rounded(a, b, rounding_mode), out)
@@ -132,7 +134,7 @@ def div(a, b, rounding_mode=None, out=None):
             res = _store(A / B, dt)
         else:
             res = _aten.div_scalar(A, b, dt)
-            inv = None if get_profile().cpu else om(1) / B
+            inv = None if get_profile().cpu else om(1.0 / float(b))
     b_needs = isinstance(b, Tensor) and b.requires_grad
 
     def backward(g):
@@ -186,6 +188,7 @@ def rdiv(a, s):
 
 
 def reciprocal(a):
+    (a,) = cast_inputs("reciprocal", a)     # float32 under CUDA autocast (measured, torch 2.11)
     dt = float_dt(a)
     A = operand(a, dt)
     with np.errstate(all="ignore"):
