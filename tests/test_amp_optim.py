@@ -121,6 +121,26 @@ def test_gradscaler_errors_and_fp16_grads():
     assert scaler.state_dict()["scale"] == 65536.0
 
 
+def test_cuda_gradscaler_cannot_unscale_bf16_grads_and_the_cpu_one_can():
+    """Measured with torch 2.11 on an H200 (tests/reference/nvidia-h200-torch2.11.0,
+    the unscale scenarios): CUDA's unscale kernel has no bfloat16 version. The
+    float32 group met first is unscaled before the bfloat16 one raises."""
+    def setup(device):
+        p32 = ft.tensor([1.0], requires_grad=True)
+        pb = ft.tensor([1.0], dtype=ft.bfloat16, requires_grad=True)
+        opt = ft.optim.SGD([p32, pb], lr=0.1)
+        scaler = ft.amp.GradScaler(device, init_scale=4.0)
+        scaler.scale(p32.sum() + pb.float().sum()).backward()
+        return p32, pb, opt, scaler
+    p32, pb, opt, scaler = setup("cuda")
+    with pytest.raises(NotImplementedError, match=r"not implemented for 'BFloat16'.*GradScaler"):
+        scaler.unscale_(opt)
+    assert p32.grad.item() == 1.0 and pb.grad.item() == 4.0
+    p32, pb, opt, scaler = setup("cpu")
+    scaler.unscale_(opt)
+    assert p32.grad.item() == 1.0 and pb.grad.item() == 1.0
+
+
 def test_gradscaler_fused_path_and_skip_keeps_adam_step():
     for fused in (None, True):
         p = ft.tensor([1.0, -1.0], dtype=ft.float16 if fused else ft.float32,
@@ -370,3 +390,18 @@ def test_custom_policy_plugs_in():
     x = ft.randn(2, 2)
     with ft.autocast("cuda", dtype=ft.bfloat16, policy=everything_low):
         assert ft.softmax(x, dim=-1).dtype is ft.bfloat16
+
+
+def test_cuda_fused_lanes_follow_multi_tensor_apply():
+    """A thread of CUDA's fused optimizers holds 4 elements: adjacent in a
+    65,536-element chunk whose length is a multiple of 4, 512 apart in one
+    that is not (ATen's MultiTensorApply.cuh)."""
+    from fpemu.autograd.optim.optimizer import _cuda_lanes
+    lane, aligned = _cuda_lanes((65536 + 1030,))
+    assert aligned[:65536].all() and not aligned[65536:].any()
+    assert lane[:8].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert lane[65536:65536 + 512].tolist() == [0] * 512
+    assert lane[65536 + 512:65536 + 1024].tolist() == [1] * 512
+    assert lane[65536 + 1024:].tolist() == [2] * 6
+    lane2, aligned2 = _cuda_lanes((3, 4))
+    assert aligned2.all() and lane2.tolist() == [[0, 1, 2, 3]] * 3

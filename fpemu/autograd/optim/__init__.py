@@ -11,11 +11,12 @@ the way ``docs/pytorch-numerics.md`` §3-4 writes it down:
   with a value are exact fmas (nvcc contracts them); bias corrections are
   Python doubles, converted to float32 where they enter a kernel;
 * ``foreach=False`` (single-tensor): the same, except that Adam's
-  ``sqrt(v) / bc2_sqrt`` divides by a Python number and so multiplies by the
-  float32 reciprocal;
+  ``sqrt(v) / bc2_sqrt`` divides by a Python number and so multiplies by its
+  reciprocal, taken in double and rounded to float32;
 * ``fused=True``: one kernel in float32, states rounded only when stored;
-  bias corrections in float32 (``powf``: here the correctly rounded power,
-  CUDA's ``powf`` may differ by an ulp: tier 2); fused SGD computes in double.
+  bias corrections in float32 from CUDA's own ``powf``, emulated bit for bit
+  (``_cuda_math``); fused SGD in float32 with nvcc's contractions, as measured
+  on an H200.
   Fused optimizers take GradScaler's ``grad_scale`` / ``found_inf``.
 
 Parameters may be float32, float16 or bfloat16 (or any fpemu format).
@@ -32,10 +33,12 @@ import math
 import numpy as np
 
 from .._core import Tensor, _store, float32
+from .._cuda_math import powf
 from .._profile import get_profile
 from .. import _aten as aten
 from .optimizer import (  # noqa: F401
-    Optimizer, _advance, _check_lr, _cpu_tail, _f, _fma, _step_tensor, _unscaled_grad,
+    Optimizer, _advance, _check_lr, _cpu_tail, _cuda_lanes, _f, _fma, _step_tensor,
+    _unscaled_grad,
 )
 
 
@@ -99,21 +102,36 @@ class SGD(Optimizer):
             p._a = aten.add_alpha(P, G, aten.scalar(-lr, D), D)  # p.add_(g, alpha=-lr)
 
     def _fused(self, p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale):
-        G = _unscaled_grad(p, grad_scale, np.float64)
-        P = p._a.astype(np.float64)
-        if maximize:
-            G = -G
-        if wd:
-            G = G + wd * P
-        if mom:
-            buf = st.get("momentum_buffer")
-            if buf is None:
-                B = G
-            else:
-                B = mom * buf._a.astype(np.float64) + (1 - damp) * G
-            st["momentum_buffer"] = Tensor(_store(B, D), D)
-            G = G + mom * B if nesterov else B
-        p._a = _store(P - lr * G, D)
+        """The CUDA fused SGD kernel as measured with torch 2.11 on an H200
+        (the fused-* and optim-sgd-fused-* scenarios): float32 throughout with
+        float32 scalars and nvcc's contractions: ``g = fma(wd, p, g)``, ``buf =
+        fma(1 - dampening, g, r(momentum * buf))`` (with ``maximize`` and no
+        weight decay: ``fma(momentum, buf, r((1 - dampening) * g))``), Nesterov
+        ``g = fma(momentum, buf, g)``, ``p = fma(-lr, g, p)``. With a
+        GradScaler's ``grad_scale`` the aligned path computes lanes 0-2 of
+        each 4 as ``p - r(lr * g)``, unfused (:func:`_cuda_lanes`)."""
+        G = _unscaled_grad(p, grad_scale)
+        P = p._a.astype(np.float32)
+        with np.errstate(all="ignore"):
+            if maximize:
+                G = -G
+            if wd:
+                G = _fma(_f(wd), P, G)
+            if mom:
+                buf = st.get("momentum_buffer")
+                if buf is None:
+                    B = G
+                elif maximize and not wd:
+                    B = _fma(_f(mom), buf._a.astype(np.float32), _f(1 - damp) * G)
+                else:
+                    B = _fma(_f(1 - damp), G, _f(mom) * buf._a.astype(np.float32))
+                st["momentum_buffer"] = Tensor(_store(B, D), D)
+                G = _fma(_f(mom), B, G) if nesterov else B
+            P_new = _fma(_f(-lr), G, P)
+            if grad_scale is not None:
+                lane, aligned = _cuda_lanes(P.shape)
+                P_new = np.where(aligned & (lane < 3), P - _f(lr) * G, P_new)
+            p._a = _store(P_new, D)
 
     def _fused_cpu(self, p, st, D, lr, mom, damp, wd, nesterov, maximize, grad_scale):
         """FusedSGDKernel.cpp (CPU, float32 parameters): float32 throughout,
@@ -232,15 +250,20 @@ class Adam(Optimizer):
         st["exp_avg_sq"] = Tensor(V, D)
 
     def _fused(self, p, st, group, grad_scale, found_inf):
-        """fused_adam_utils.cuh::adam_math: float32 throughout, one store."""
+        """fused_adam_utils.cuh::adam_math as measured with torch 2.11 on an
+        H200: float32 throughout, one store; bias corrections with CUDA's own
+        ``powf``; L2 weight decay ``g = fma(p, wd, g)``, except in lane 0 of
+        each 4 (:func:`_cuda_lanes`) and under ``maximize``, where nvcc leaves
+        ``g + r(wd * p)`` unfused, and with a ``grad_scale``, where every lane
+        is fused."""
         if found_inf is not None and found_inf == 1:
             return
         D = p.dtype
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         lr32, b1f, b2f, wd32, eps32 = _f(lr), _f(b1), _f(b2), _f(wd), _f(eps)
-        step = _advance(st)
-        bc1 = _f(1) - _f(np.float64(b1f) ** np.float64(step))
-        bc2_sqrt = np.sqrt(_f(1) - _f(np.float64(b2f) ** np.float64(step)))
+        step = _f(_advance(st))
+        bc1 = _f(1) - powf(b1f, step)                 # CUDA's powf, bit for bit
+        bc2_sqrt = np.sqrt(_f(1) - powf(b2f, step))
         G = _unscaled_grad(p, grad_scale)
         with np.errstate(all="ignore"):
             if group["maximize"]:
@@ -250,8 +273,13 @@ class Adam(Optimizer):
             if wd != 0:
                 if group["decoupled_weight_decay"]:
                     P = _fma(-_f(lr32 * wd32), P, P)
-                else:
+                elif group["maximize"]:
+                    G = G + wd32 * P                    # measured: never contracted
+                elif grad_scale is not None:
                     G = _fma(P, wd32, G)
+                else:                                   # lane 0 of each 4 is not contracted
+                    lane, _ = _cuda_lanes(P.shape)
+                    G = np.where(lane == 0, G + wd32 * P, _fma(P, wd32, G))
             M = _fma(b1f, M, _fma(-b1f, G, G))
             GG = G * G
             V = _fma(b2f, V, _fma(-b2f, GG, GG))

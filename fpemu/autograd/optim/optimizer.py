@@ -34,6 +34,30 @@ def _cpu_tail(n, D):
     return mask
 
 
+# CUDA's fused optimizers run through multi_tensor_apply (ATen's
+# MultiTensorApply.cuh): chunks of 65,536 elements, blocks of 512 threads,
+# each thread holding kILP = 4 elements. A chunk whose length is a multiple
+# of 4 takes the aligned path, where a thread's 4 elements are adjacent
+# (element j of the chunk is lane j % 4); otherwise the thread's elements are
+# 512 apart (lane (j // 512) % 4). nvcc contracts the unrolled lanes
+# differently in places (measured with torch 2.11 on an H200; the
+# fused-* scenarios): docs/pytorch-numerics.md §3.5 and §4.
+_CUDA_CHUNK, _CUDA_BLOCK, _CUDA_ILP = 65536, 512, 4
+
+
+def _cuda_lanes(shape):
+    """(lane, aligned) of every element of a tensor of ``shape`` in CUDA's
+    fused optimizer kernels: the unrolled lane (0..3) that computes it and
+    whether its chunk took the aligned path."""
+    n = int(np.prod(shape, dtype=np.int64))
+    i = np.arange(n, dtype=np.int64)
+    j = i % _CUDA_CHUNK
+    chunk_len = np.minimum(_CUDA_CHUNK, n - (i - j))
+    aligned = chunk_len % _CUDA_ILP == 0
+    lane = np.where(aligned, j % _CUDA_ILP, (j // _CUDA_BLOCK) % _CUDA_ILP)
+    return lane.reshape(shape), aligned.reshape(shape)
+
+
 def _step_tensor():
     """A new ``state["step"]``: a 0-d float32 tensor, as torch keeps it (on
     the CPU unless capturable or fused)."""
