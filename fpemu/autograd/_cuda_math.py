@@ -15,9 +15,9 @@ polynomial scaled by two powers of two. Every step is an IEEE float32 add,
 multiply or fma except one: the reciprocal ``MUFU.RCP`` (PTX
 ``rcp.approx.ftz.f32``) of m + 1, which is not correctly rounded and not
 documented bit for bit. Its value on every input powf can give it, each
-float32 in [1.70, 2.43], was measured on an NVIDIA H200 and is stored in
-``cuda_rcp_sm90.npz`` as the difference from the correctly rounded
-reciprocal (-1, 0 or +1 ulp; 13.5 % of the inputs differ).
+float32 in [1.70, 2.43], was measured on an NVIDIA H200 (an H100 gave the
+same) and is stored in ``cuda_rcp_sm90.npz`` as the difference from the
+correctly rounded reciprocal (-1, 0 or +1 ulp; 13.5 % of the inputs differ).
 
 Checked (``tests/test_cuda_powf.py``) against powf measured on that GPU: every
 step up to ``beta**step < 2**-26`` of 15 common betas (257,303 values) and
