@@ -561,17 +561,20 @@ def decode_kernel(flags):
 
 # ------------------------------------------- fast path: IEEE-style formats, RNE
 @pjit
-def quantize_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic):
-    """Round float32 ``x`` to nearest, ties to even, into an IEEE-style format
-    (sign, exponent with inf / NaN reserved, subnormals, exponent range
-    within float32's) and write the values as float32: the fast path of
-    :func:`fpemu.quantize` for bf16, fp16, e5m2 and their kind.
+def quantize_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign):
+    """Round float32 ``x`` to nearest, ties to even, into a signed format with
+    subnormals, a NaN and an exponent range within float32's (IEEE-style
+    bf16, fp16, e5m2, and e4m3fn, whose top binade holds numbers) and write
+    the values as float32: the fast path of :func:`fpemu.quantize`.
 
-    ``shift`` = 23 - mantissa bits; ``normal_bits`` and ``overflow_bits`` are
-    the float32 bit patterns of 2**emin and of the halfway point above the
-    largest finite value (from there on the result is inf); ``magic`` is
-    2**(emin - mantissa bits + 23), whose float32 ulp is the format's
-    subnormal step.
+    ``shift`` = 23 - mantissa bits; ``normal_bits`` is the float32 bit
+    pattern of 2**emin; ``overflow_bits`` the first pattern that overflows
+    (the halfway point above the largest finite value where that tie rounds
+    up, as in IEEE formats, one above it where the largest value is even, as
+    e4m3fn's 448); ``magic`` is 2**(emin - mantissa bits + 23), whose float32
+    ulp is the format's subnormal step. An overflow and an infinite input
+    give ``(sign & ovf_sign) | ovf_mag``: ±inf (0x7f800000, 0x80000000),
+    ±max (saturation) or the canonical NaN (0x7fc00000, 0).
 
     * normal results: add half an ulp less one, plus the kept lowest bit
       (ties to even), to the magnitude's bits and clear the dropped bits; a
@@ -580,8 +583,8 @@ def quantize_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic):
       whose addition rounds |x| to a multiple of the subnormal step, to
       nearest even (the processor's float32 add; Numba sets no
       flush-to-zero mode) and whose subtraction is exact;
-    * inf stays inf, NaN becomes the canonical quiet NaN 0x7fc00000, and the
-      sign is put back on every result (-0 stays -0).
+    * NaN becomes the canonical quiet NaN 0x7fc00000, and the sign is put
+      back on every other result (-0 stays -0).
 
     The generic kernel gives the same bits on all 2**32 inputs
     (``tests/test_fast_paths.py``).
@@ -597,13 +600,15 @@ def quantize_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic):
         xs = x[i0:i0 + LANES]
         o = out[i0:i0 + LANES]
         for j in range(LANES):
-            o[j] = _rne_ieee_one(xs[j], half, keep, one, sh, normal_bits, overflow_bits, magic)
+            o[j] = _rne_ieee_one(xs[j], half, keep, one, sh, normal_bits, overflow_bits, magic,
+                                 ovf_mag, ovf_sign)
     for i in range(nb * LANES, n):
-        out[i] = _rne_ieee_one(x[i], half, keep, one, sh, normal_bits, overflow_bits, magic)
+        out[i] = _rne_ieee_one(x[i], half, keep, one, sh, normal_bits, overflow_bits, magic,
+                               ovf_mag, ovf_sign)
 
 
 @jit
-def _rne_ieee_one(xv, half, keep, one, sh, normal_bits, overflow_bits, magic):
+def _rne_ieee_one(xv, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign):
     """One element of :func:`quantize_rne_ieee`."""
     u = f32_ubits(xv)
     sign = u & np.uint32(0x80000000)
@@ -611,7 +616,7 @@ def _rne_ieee_one(xv, half, keep, one, sh, normal_bits, overflow_bits, magic):
     if a > np.uint32(0x7F800000):
         r = np.uint32(0x7FC00000)
     elif a >= overflow_bits:
-        r = np.uint32(sign | np.uint32(0x7F800000))
+        r = np.uint32((sign & ovf_sign) | ovf_mag)
     elif a >= normal_bits:
         r = np.uint32(sign | ((a + half + ((a >> sh) & one)) & keep))
     else:

@@ -103,24 +103,40 @@ def specialise(flags: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _fast_rne_params(fmt: Format, mode: Rounding, flags: int):
-    """The arguments of :func:`fpemu._kernels.quantize_rne_ieee` when ``fmt``
-    is an IEEE-style format (inf and NaN in the top exponent, subnormals, a
-    signed zero, exponents within float32's), ``mode`` is RNE and nothing
-    changes the IEEE behaviour (overflow to inf, no flush); else None."""
-    if mode is not Rounding.RNE or flags != int(Overflow.INF):
+    """The arguments of :func:`fpemu._kernels.quantize_rne_ieee` when ``mode``
+    is RNE, nothing but the overflow policy is set in ``flags`` (no flush),
+    and ``fmt`` is signed with a signed zero, subnormals, a NaN and exponents
+    within float32's, of one of two kinds: IEEE-style (inf and NaN in the top
+    exponent: bf16, fp16, e5m2) or "fn" (no inf, the top binade's last code
+    the NaN: e4m3fn); else None."""
+    policy = Overflow(flags & 3) if flags in (0, 1, 2) else None
+    if mode is not Rounding.RNE or policy is None:
         return None
     m = fmt.mantissa_bits
-    if not (fmt.has_inf and fmt.has_nan and fmt.has_subnormals and fmt.signed
-            and fmt.nan_encoding == "ieee" and 1 <= m < 23 and -126 <= fmt.emin
-            and fmt.emax <= 127 and fmt.max == (2.0 - 2.0 ** -m) * 2.0 ** fmt.emax):
+    if not (fmt.has_nan and fmt.has_subnormals and fmt.signed and 1 <= m < 23
+            and -126 <= fmt.emin and fmt.emax <= 127):
+        return None
+    if fmt.nan_encoding == "ieee" and fmt.has_inf:
+        ulps_below_top = 1              # max = (2 - 2**-m) * 2**emax, odd: its tie rounds up
+    elif fmt.nan_encoding == "fn" and not fmt.has_inf:
+        ulps_below_top = 2              # the top code is NaN: max is even, its tie stays
+    else:
+        return None
+    if fmt.max != (2.0 - ulps_below_top * 2.0 ** -m) * 2.0 ** fmt.emax:
+        return None
+    if policy is Overflow.INF and not fmt.has_inf:
         return None
 
     def bits(v):
         return np.uint32(np.array(v, np.float32).view(np.uint32))
 
-    overflow = (2.0 - 2.0 ** -(m + 1)) * 2.0 ** fmt.emax      # halfway above max: inf
-    return (23 - m, bits(2.0 ** fmt.emin), bits(overflow),
-            np.float32(2.0 ** (fmt.emin - m + 23)))
+    halfway = fmt.max + 2.0 ** (fmt.emax - m - 1)
+    overflow = bits(halfway) + np.uint32(ulps_below_top - 1)
+    ovf_mag, ovf_sign = {Overflow.INF: (0x7F800000, 0x80000000),
+                         Overflow.SATURATE: (int(bits(fmt.max)), 0x80000000),
+                         Overflow.NAN: (0x7FC00000, 0)}[policy]
+    return (23 - m, bits(2.0 ** fmt.emin), overflow, np.float32(2.0 ** (fmt.emin - m + 23)),
+            np.uint32(ovf_mag), np.uint32(ovf_sign))
 
 
 # ------------------------------------------------------------------------ Cast

@@ -1,8 +1,9 @@
 """The fast paths against the generic kernels and independent oracles.
 
-* ``quantize`` of float32 to an IEEE-style format to nearest even runs a bit
-  trick (``_kernels.quantize_rne_ieee``); the generic kernel (float64 input
-  takes it) must give the same bits. The sample below covers every sign and
+* ``quantize`` of float32 to nearest even into an IEEE-style format or
+  e4m3fn, under any overflow policy, runs a bit trick
+  (``_kernels.quantize_rne_ieee``); the generic kernel (float64 input takes
+  it) must give the same bits. The sample below covers every sign and
   exponent with the mantissas around every rounding boundary; with
   ``FPEMU_EXHAUSTIVE=1`` the test runs all 2**32 float32 inputs (about 30 s
   per format).
@@ -28,8 +29,9 @@ from fpemu.formats import Format
 from fpemu.quantize import Cast
 from oracle import round_to_ieee
 
-FORMATS = {"bf16": "bf16", "fp16": "fp16", "e5m2": "e5m2",
+FORMATS = {"bf16": "bf16", "fp16": "fp16", "e5m2": "e5m2", "e4m3fn": "e4m3fn",
            "e6m9": Format.custom(6, 9, name="e6m9")}
+OVERFLOWS = (None, "saturate", "nan")
 
 
 def _bits(a):
@@ -57,20 +59,22 @@ def _sample():
     return u.view(np.float32)
 
 
+@pytest.mark.parametrize("overflow", OVERFLOWS)
 @pytest.mark.parametrize("name", list(FORMATS))
-def test_quantize_fast_path_matches_the_generic_kernel(name):
+def test_quantize_fast_path_matches_the_generic_kernel(name, overflow):
     fmt = FORMATS[name]
-    assert Cast.of(fmt).fast is not None
+    kw = {} if overflow is None else {"overflow": overflow}
+    assert Cast.of(fmt, **kw).fast is not None
     if os.environ.get("FPEMU_EXHAUSTIVE"):
         chunks = (np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32).view(
             np.float32) for s in range(0, 1 << 32, 1 << 26))
     else:
         chunks = [_sample()]
     for x in chunks:
-        fast = fpemu.quantize(x, fmt)
+        fast = fpemu.quantize(x, fmt, **kw)
         with np.errstate(invalid="ignore"):                     # signalling NaNs
             x64 = x.astype(np.float64)
-        generic = fpemu.quantize(x64, fmt)                      # the generic kernel
+        generic = fpemu.quantize(x64, fmt, **kw)                # the generic kernel
         np.testing.assert_array_equal(_bits(fast), _bits(generic))
 
 
@@ -142,22 +146,24 @@ def test_float32_kernels_match_the_float64_kernels():
 
 
 def test_quantize_fast_path_matches_ml_dtypes_and_numpy():
-    """Independent oracles: ml_dtypes' bfloat16 and float8_e5m2 casts and
-    numpy's float16 cast (all round to nearest even); NaNs compared as NaN."""
+    """Independent oracles: ml_dtypes' bfloat16, float8_e5m2 and float8_e4m3fn
+    casts and numpy's float16 cast (all round to nearest even; ml_dtypes'
+    e4m3fn gives NaN beyond 464, fpemu's overflow="nan"); NaNs compared as NaN."""
     x = _sample()
     with np.errstate(all="ignore"):
-        for name, oracle in (("bf16", ml_dtypes.bfloat16), ("fp16", np.float16),
-                             ("e5m2", ml_dtypes.float8_e5m2)):
+        for name, oracle, kw in (("bf16", ml_dtypes.bfloat16, {}), ("fp16", np.float16, {}),
+                                 ("e5m2", ml_dtypes.float8_e5m2, {}),
+                                 ("e4m3fn", ml_dtypes.float8_e4m3fn, {"overflow": "nan"})):
             want = x.astype(oracle).astype(np.float32)
-            got = fpemu.quantize(x, name)
+            got = fpemu.quantize(x, name, **kw)
             nan = np.isnan(want)
             np.testing.assert_array_equal(np.isnan(got), nan)
             np.testing.assert_array_equal(_bits(got)[~nan], _bits(want)[~nan])
 
 
-@pytest.mark.parametrize("fmt,kw", [("e4m3fn", {}), ("e4m3fnuz", {}), ("bf16", {"rounding": "rtz"}),
-                                    ("bf16", {"overflow": "saturate"}),
-                                    ("fp16", {"subnormals": False}), ("e2m1", {})])
+@pytest.mark.parametrize("fmt,kw", [("e4m3fnuz", {}), ("bf16", {"rounding": "rtz"}),
+                                    ("e4m3fn", {"rounding": "sr"}),
+                                    ("fp16", {"subnormals": False}), ("e2m1", {}), ("e8m0", {})])
 def test_other_formats_and_modes_take_the_generic_kernel(fmt, kw):
     assert Cast.of(fmt, **kw).fast is None
 
