@@ -625,6 +625,53 @@ def _rne_ieee_one(xv, half, keep, one, sh, normal_bits, overflow_bits, magic, ov
     return f32_from_ubits(r)
 
 
+@pjit
+def encode_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic, rebias, nan_code,
+                    ovf_code, ovf_sign, sign_code):
+    """The codes of :func:`quantize_rne_ieee`'s values (``encode`` of float32
+    to nearest even, the same formats and arguments) written into ``out``
+    (uint8 or uint16): a normal result's code is its rounded float32 bits
+    shifted down by ``shift`` less ``rebias`` = (127 - bias) << mantissa bits,
+    a subnormal one's the number of subnormal steps, read off the bits of
+    ``|x| + magic``; NaN gives ``nan_code``, an overflow ``(sign & ovf_sign) |
+    ovf_code``, and ``sign_code`` is the sign bit of a code."""
+    half = np.uint32((1 << (shift - 1)) - 1)
+    keep = ~np.uint32((1 << shift) - 1)
+    sh = np.uint32(shift)
+    magic_bits = f32_ubits(magic)
+    n = x.size
+    nb = n // LANES
+    for b in prange(nb):
+        i0 = (nb - 1 - b) * LANES                       # descending (see "Output order")
+        xs = x[i0:i0 + LANES]
+        o = out[i0:i0 + LANES]
+        for j in range(LANES):
+            o[j] = _encode_rne_ieee_one(xs[j], half, keep, sh, normal_bits, overflow_bits, magic,
+                                        magic_bits, rebias, nan_code, ovf_code, ovf_sign,
+                                        sign_code)
+    for i in range(nb * LANES, n):
+        out[i] = _encode_rne_ieee_one(x[i], half, keep, sh, normal_bits, overflow_bits, magic,
+                                      magic_bits, rebias, nan_code, ovf_code, ovf_sign, sign_code)
+
+
+@jit
+def _encode_rne_ieee_one(xv, half, keep, sh, normal_bits, overflow_bits, magic, magic_bits, rebias,
+                         nan_code, ovf_code, ovf_sign, sign_code):
+    """One element of :func:`encode_rne_ieee`, as a uint32."""
+    u = f32_ubits(xv)
+    sign = sign_code if (u >> np.uint32(31)) != np.uint32(0) else np.uint32(0)
+    a = u & np.uint32(0x7FFFFFFF)
+    if a > np.uint32(0x7F800000):
+        r = nan_code
+    elif a >= overflow_bits:
+        r = np.uint32((sign & ovf_sign) | ovf_code)
+    elif a >= normal_bits:
+        r = np.uint32(sign | ((((a + half + ((a >> sh) & np.uint32(1))) & keep) >> sh) - rebias))
+    else:
+        r = np.uint32(sign | (f32_ubits(abs(xv) + magic) - magic_bits))
+    return r
+
+
 # ------------------------------------------------------------------ statistics
 # Slots of the per-block count rows of :func:`stats_kernel` (fpemu.stats).
 S_NAN, S_INF, S_ZERO, S_FLUSHED, S_SUBNORMAL, S_NORMAL, S_OVERFLOW = range(7)

@@ -139,6 +139,24 @@ def _fast_rne_params(fmt: Format, mode: Rounding, flags: int):
             np.uint32(ovf_mag), np.uint32(ovf_sign))
 
 
+@functools.lru_cache(maxsize=None)
+def _fast_encode_params(fmt: Format, mode: Rounding, flags: int):
+    """The arguments of :func:`fpemu._kernels.encode_rne_ieee` where
+    :func:`_fast_rne_params` has a fast path (else None): the quantize
+    arguments, less the overflow result, plus the code layout (rebias, NaN
+    code, overflow code and its sign mask, the sign bit)."""
+    q = _fast_rne_params(fmt, mode, flags)
+    if q is None:
+        return None
+    m = fmt.mantissa_bits
+    sign_code = 1 << (fmt.bits - 1)
+    ovf_code, ovf_sign = {Overflow.INF: (fmt.inf_code, sign_code),
+                          Overflow.SATURATE: (fmt.max_code, sign_code),
+                          Overflow.NAN: (fmt.nan_code, 0)}[Overflow(flags & 3)]
+    return (q[0], q[1], q[2], q[3], np.uint32((127 - fmt.bias) << m), np.uint32(fmt.nan_code),
+            np.uint32(ovf_code), np.uint32(ovf_sign), np.uint32(sign_code))
+
+
 # ------------------------------------------------------------------------ Cast
 @dataclasses.dataclass(frozen=True, eq=False)
 class Cast:
@@ -169,6 +187,7 @@ class Cast:
     flags: int
     kernel_flags: int
     fast: Optional[tuple]
+    fast_encode: Optional[tuple] = None
 
     @staticmethod
     def of(fmt, rounding="rne", subnormals=True, overflow=None) -> "Cast":
@@ -191,7 +210,7 @@ class Cast:
         pol = _resolve_overflow(fmt, overflow)
         params, flags = _kernel_params(fmt, pol, subnormals)
         return Cast(fmt, mode, pol, bool(subnormals), params, flags, specialise(flags),
-                    _fast_rne_params(fmt, mode, flags))
+                    _fast_rne_params(fmt, mode, flags), _fast_encode_params(fmt, mode, flags))
 
     def seed_key(self, seed):
         """(64-bit key, index offset) of ``seed`` for stochastic rounding
@@ -217,6 +236,11 @@ class Cast:
             if (op == "quantize" and self.fast is not None and arr.dtype == np.float32
                     and result.dtype == np.float32):
                 run_kernel(_kernels.quantize_rne_ieee, arr, result.reshape(-1), *self.fast,
+                           inputs=1)
+                return result
+            if (op == "encode" and self.fast_encode is not None and arr.dtype == np.float32
+                    and result.dtype == self.fmt.code_dtype):
+                run_kernel(_kernels.encode_rne_ieee, arr, result.reshape(-1), *self.fast_encode,
                            inputs=1)
                 return result
             run_kernel(self.kernel(op, arr.dtype), arr, result.reshape(-1), self.params, key,

@@ -1,9 +1,9 @@
 """The fast paths against the generic kernels and independent oracles.
 
-* ``quantize`` of float32 to nearest even into an IEEE-style format or
-  e4m3fn, under any overflow policy, runs a bit trick
-  (``_kernels.quantize_rne_ieee``); the generic kernel (float64 input takes
-  it) must give the same bits. The sample below covers every sign and
+* ``quantize`` and ``encode`` of float32 to nearest even into an IEEE-style
+  format or e4m3fn, under any overflow policy, run a bit trick
+  (``_kernels.quantize_rne_ieee``, ``encode_rne_ieee``); the generic kernel
+  (float64 input takes it) must give the same bits. The sample below covers every sign and
   exponent with the mantissas around every rounding boundary; with
   ``FPEMU_EXHAUSTIVE=1`` the test runs all 2**32 float32 inputs (about 30 s
   per format).
@@ -76,6 +76,46 @@ def test_quantize_fast_path_matches_the_generic_kernel(name, overflow):
             x64 = x.astype(np.float64)
         generic = fpemu.quantize(x64, fmt, **kw)                # the generic kernel
         np.testing.assert_array_equal(_bits(fast), _bits(generic))
+
+
+@pytest.mark.parametrize("overflow", OVERFLOWS)
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_encode_fast_path_matches_the_generic_kernel(name, overflow):
+    """``encode`` of float32 to nearest even runs ``_kernels.encode_rne_ieee``
+    (the codes of the quantize fast path's values); the generic kernel
+    (float64 input) must give the same codes. All 2**32 inputs under
+    ``FPEMU_EXHAUSTIVE=1``."""
+    fmt = FORMATS[name]
+    kw = {} if overflow is None else {"overflow": overflow}
+    assert Cast.of(fmt, **kw).fast_encode is not None
+    if os.environ.get("FPEMU_EXHAUSTIVE"):
+        chunks = (np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32).view(
+            np.float32) for s in range(0, 1 << 32, 1 << 26))
+    else:
+        chunks = [_sample()]
+    for x in chunks:
+        fast = fpemu.encode(x, fmt, **kw)
+        with np.errstate(invalid="ignore"):
+            x64 = x.astype(np.float64)
+        np.testing.assert_array_equal(fast, fpemu.encode(x64, fmt, **kw))
+
+
+def test_encode_fast_path_matches_ml_dtypes_and_numpy_codes():
+    """Independent oracles for the codes: ml_dtypes' bfloat16, float8_e5m2 and
+    float8_e4m3fn and numpy's float16, viewed as integers (NaN compared as a
+    NaN code: the oracles keep the input's sign and payload, fpemu writes the
+    canonical code)."""
+    x = _sample()
+    with np.errstate(all="ignore"):
+        for name, oracle, itype, kw in (
+                ("bf16", ml_dtypes.bfloat16, np.uint16, {}), ("fp16", np.float16, np.uint16, {}),
+                ("e5m2", ml_dtypes.float8_e5m2, np.uint8, {}),
+                ("e4m3fn", ml_dtypes.float8_e4m3fn, np.uint8, {"overflow": "nan"})):
+            cast = x.astype(oracle)
+            nan = np.isnan(cast.astype(np.float32))
+            got = fpemu.encode(x, name, **kw)
+            np.testing.assert_array_equal(got[nan], fpemu.format(name).nan_code)
+            np.testing.assert_array_equal(got[~nan], cast.view(itype)[~nan])
 
 
 # One format per kind of flags the 32-bit kernels compile for: IEEE with inf
