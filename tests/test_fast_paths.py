@@ -59,18 +59,22 @@ def _sample():
     return u.view(np.float32)
 
 
+def _chunks():
+    """The boundary sample, or all 2**32 float32 inputs in chunks of 2**26
+    under ``FPEMU_EXHAUSTIVE=1``."""
+    if os.environ.get("FPEMU_EXHAUSTIVE"):
+        return (np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32).view(np.float32)
+                for s in range(0, 1 << 32, 1 << 26))
+    return [_sample()]
+
+
 @pytest.mark.parametrize("overflow", OVERFLOWS)
 @pytest.mark.parametrize("name", list(FORMATS))
 def test_quantize_fast_path_matches_the_generic_kernel(name, overflow):
     fmt = FORMATS[name]
     kw = {} if overflow is None else {"overflow": overflow}
     assert Cast.of(fmt, **kw).fast is not None
-    if os.environ.get("FPEMU_EXHAUSTIVE"):
-        chunks = (np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32).view(
-            np.float32) for s in range(0, 1 << 32, 1 << 26))
-    else:
-        chunks = [_sample()]
-    for x in chunks:
+    for x in _chunks():
         fast = fpemu.quantize(x, fmt, **kw)
         with np.errstate(invalid="ignore"):                     # signalling NaNs
             x64 = x.astype(np.float64)
@@ -88,12 +92,7 @@ def test_encode_fast_path_matches_the_generic_kernel(name, overflow):
     fmt = FORMATS[name]
     kw = {} if overflow is None else {"overflow": overflow}
     assert Cast.of(fmt, **kw).fast_encode is not None
-    if os.environ.get("FPEMU_EXHAUSTIVE"):
-        chunks = (np.arange(s, s + (1 << 26), dtype=np.uint64).astype(np.uint32).view(
-            np.float32) for s in range(0, 1 << 32, 1 << 26))
-    else:
-        chunks = [_sample()]
-    for x in chunks:
+    for x in _chunks():
         fast = fpemu.encode(x, fmt, **kw)
         with np.errstate(invalid="ignore"):
             x64 = x.astype(np.float64)
