@@ -57,7 +57,7 @@ from numba import prange
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from ._jit import (ashr32, clz32, f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, jit,
-                   pjit, shl32)
+                   lshr32, pjit, shl32)
 
 RNE, RNA, RTZ, RUP, RDN, RTO, SR = range(7)
 OVF_INF, OVF_SATURATE, OVF_NAN = range(3)
@@ -611,14 +611,14 @@ def quantize_rne_ieee(x, out, shift, normal_bits, overflow_bits, magic, ovf_mag,
 def _rne_ieee_one(xv, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign):
     """One element of :func:`quantize_rne_ieee`."""
     u = f32_ubits(xv)
-    sign = u & np.uint32(0x80000000)
-    a = u & np.uint32(0x7FFFFFFF)
+    sign = np.uint32(u & np.uint32(0x80000000))
+    a = np.uint32(u & np.uint32(0x7FFFFFFF))
     if a > np.uint32(0x7F800000):
         r = np.uint32(0x7FC00000)
     elif a >= overflow_bits:
         r = np.uint32((sign & ovf_sign) | ovf_mag)
     elif a >= normal_bits:
-        r = np.uint32(sign | ((a + half + ((a >> sh) & one)) & keep))
+        r = np.uint32(sign | (np.uint32(a + half + (lshr32(a, sh) & one)) & keep))
     else:
         t = (abs(xv) + magic) - magic
         r = np.uint32(sign | f32_ubits(t))
@@ -660,13 +660,14 @@ def _encode_rne_ieee_one(xv, half, keep, sh, normal_bits, overflow_bits, magic, 
     """One element of :func:`encode_rne_ieee`, as a uint32."""
     u = f32_ubits(xv)
     sign = sign_code if (u >> np.uint32(31)) != np.uint32(0) else np.uint32(0)
-    a = u & np.uint32(0x7FFFFFFF)
+    a = np.uint32(u & np.uint32(0x7FFFFFFF))
     if a > np.uint32(0x7F800000):
         r = nan_code
     elif a >= overflow_bits:
         r = np.uint32((sign & ovf_sign) | ovf_code)
     elif a >= normal_bits:
-        r = np.uint32(sign | ((((a + half + ((a >> sh) & np.uint32(1))) & keep) >> sh) - rebias))
+        r = np.uint32(sign | np.uint32(lshr32(np.uint32(np.uint32(a + half + (lshr32(a, sh) & np.uint32(1))) & keep), sh)
+                                      - rebias))
     else:
         r = np.uint32(sign | (f32_ubits(abs(xv) + magic) - magic_bits))
     return r
