@@ -101,16 +101,16 @@ def specialise(flags: int) -> int:
     return flags if flags in _common_flags() else -1
 
 
-@functools.lru_cache(maxsize=None)
-def _fast_rne_params(fmt: Format, mode: Rounding, flags: int):
-    """The arguments of :func:`fpemu._kernels.quantize_rne_ieee` when ``mode``
-    is RNE, nothing but the overflow policy is set in ``flags`` (no flush),
-    and ``fmt`` is signed with a signed zero, subnormals, a NaN and exponents
-    within float32's, of one of two kinds: IEEE-style (inf and NaN in the top
+def _ieee_fast_kind(fmt: Format, flags: int):
+    """How many ulps below the top of its exponent range ``fmt``'s largest
+    value lies (1 for IEEE-style formats, 2 for "fn" ones), where the fast
+    paths take ``fmt`` under ``flags``: nothing but the overflow policy set
+    (no flush), and ``fmt`` signed with a signed zero, subnormals, a NaN and
+    exponents within float32's, either IEEE-style (inf and NaN in the top
     exponent: bf16, fp16, e5m2) or "fn" (no inf, the top binade's last code
     the NaN: e4m3fn); else None."""
     policy = Overflow(flags & 3) if flags in (0, 1, 2) else None
-    if mode is not Rounding.RNE or policy is None:
+    if policy is None:
         return None
     m = fmt.mantissa_bits
     if not (fmt.has_nan and fmt.has_subnormals and fmt.signed and 1 <= m < 23
@@ -126,17 +126,41 @@ def _fast_rne_params(fmt: Format, mode: Rounding, flags: int):
         return None
     if policy is Overflow.INF and not fmt.has_inf:
         return None
+    return ulps_below_top
 
-    def bits(v):
-        return np.uint32(np.array(v, np.float32).view(np.uint32))
 
+def _f32_bits(v):
+    return np.uint32(np.array(v, np.float32).view(np.uint32))
+
+
+def _overflow_result(fmt, flags):
+    """The float32 bits, ``(sign & ovf_sign) | ovf_mag``, of an overflow that
+    goes to infinity under the overflow policy in ``flags``."""
+    return {Overflow.INF: (np.uint32(0x7F800000), np.uint32(0x80000000)),
+            Overflow.SATURATE: (_f32_bits(fmt.max), np.uint32(0x80000000)),
+            Overflow.NAN: (np.uint32(0x7FC00000), np.uint32(0))}[Overflow(flags & 3)]
+
+
+def _overflow_code(fmt, flags):
+    sign_code = 1 << (fmt.bits - 1)
+    code, sign = {Overflow.INF: (fmt.inf_code, sign_code),
+                  Overflow.SATURATE: (fmt.max_code, sign_code),
+                  Overflow.NAN: (fmt.nan_code, 0)}[Overflow(flags & 3)]
+    return np.uint32(code), np.uint32(sign)
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_rne_params(fmt: Format, mode: Rounding, flags: int):
+    """The arguments of :func:`fpemu._kernels.quantize_rne_ieee` when ``mode``
+    is RNE and :func:`_ieee_fast_kind` takes the format; else None."""
+    ulps_below_top = _ieee_fast_kind(fmt, flags)
+    if mode is not Rounding.RNE or ulps_below_top is None:
+        return None
+    m = fmt.mantissa_bits
     halfway = fmt.max + 2.0 ** (fmt.emax - m - 1)
-    overflow = bits(halfway) + np.uint32(ulps_below_top - 1)
-    ovf_mag, ovf_sign = {Overflow.INF: (0x7F800000, 0x80000000),
-                         Overflow.SATURATE: (int(bits(fmt.max)), 0x80000000),
-                         Overflow.NAN: (0x7FC00000, 0)}[policy]
-    return (23 - m, bits(2.0 ** fmt.emin), overflow, np.float32(2.0 ** (fmt.emin - m + 23)),
-            np.uint32(ovf_mag), np.uint32(ovf_sign))
+    overflow = _f32_bits(halfway) + np.uint32(ulps_below_top - 1)
+    return (23 - m, _f32_bits(2.0 ** fmt.emin), overflow, np.float32(2.0 ** (fmt.emin - m + 23)),
+            *_overflow_result(fmt, flags))
 
 
 @functools.lru_cache(maxsize=None)
@@ -149,12 +173,41 @@ def _fast_encode_params(fmt: Format, mode: Rounding, flags: int):
     if q is None:
         return None
     m = fmt.mantissa_bits
-    sign_code = 1 << (fmt.bits - 1)
-    ovf_code, ovf_sign = {Overflow.INF: (fmt.inf_code, sign_code),
-                          Overflow.SATURATE: (fmt.max_code, sign_code),
-                          Overflow.NAN: (fmt.nan_code, 0)}[Overflow(flags & 3)]
     return (q[0], q[1], q[2], q[3], np.uint32((127 - fmt.bias) << m), np.uint32(fmt.nan_code),
-            np.uint32(ovf_code), np.uint32(ovf_sign), np.uint32(sign_code))
+            *_overflow_code(fmt, flags), np.uint32(1 << (fmt.bits - 1)))
+
+
+_DIRECTED = (Rounding.RNA, Rounding.RTZ, Rounding.RUP, Rounding.RDN, Rounding.RTO)
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_directed_params(fmt: Format, mode: Rounding, flags: int):
+    """The arguments of ``fpemu._kernels.directed_kernel("quantize", mode)``
+    for the other deterministic modes (RNA, RTZ, RUP, RDN, RTO) where
+    :func:`_ieee_fast_kind` takes the format; else None: the shift, the
+    bits of 2**emin and of the largest value, magic (2**(emin - m + 23),
+    whose ulp is the subnormal step), the step, the overflow result."""
+    if mode not in _DIRECTED or _ieee_fast_kind(fmt, flags) is None:
+        return None
+    m = fmt.mantissa_bits
+    return (23 - m, _f32_bits(2.0 ** fmt.emin), _f32_bits(fmt.max),
+            np.float32(2.0 ** (fmt.emin - m + 23)), np.float32(2.0 ** (fmt.emin - m)),
+            *_overflow_result(fmt, flags))
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_directed_encode_params(fmt: Format, mode: Rounding, flags: int):
+    """The arguments of ``fpemu._kernels.directed_kernel("encode", mode)``:
+    those of :func:`_fast_directed_params` up to the step, then the code
+    layout (rebias, NaN code, overflow code and its sign mask, the sign bit,
+    the largest value's code); else None."""
+    q = _fast_directed_params(fmt, mode, flags)
+    if q is None:
+        return None
+    m = fmt.mantissa_bits
+    return (*q[:5], np.uint32((127 - fmt.bias) << m), np.uint32(fmt.nan_code),
+            *_overflow_code(fmt, flags), np.uint32(1 << (fmt.bits - 1)),
+            np.uint32(fmt.max_code))
 
 
 # ------------------------------------------------------------------------ Cast
@@ -188,6 +241,8 @@ class Cast:
     kernel_flags: int
     fast: Optional[tuple]
     fast_encode: Optional[tuple] = None
+    fast_directed: Optional[tuple] = None
+    fast_directed_encode: Optional[tuple] = None
 
     @staticmethod
     def of(fmt, rounding="rne", subnormals=True, overflow=None) -> "Cast":
@@ -210,7 +265,9 @@ class Cast:
         pol = _resolve_overflow(fmt, overflow)
         params, flags = _kernel_params(fmt, pol, subnormals)
         return Cast(fmt, mode, pol, bool(subnormals), params, flags, specialise(flags),
-                    _fast_rne_params(fmt, mode, flags), _fast_encode_params(fmt, mode, flags))
+                    _fast_rne_params(fmt, mode, flags), _fast_encode_params(fmt, mode, flags),
+                    _fast_directed_params(fmt, mode, flags),
+                    _fast_directed_encode_params(fmt, mode, flags))
 
     def seed_key(self, seed):
         """(64-bit key, index offset) of ``seed`` for stochastic rounding
@@ -243,6 +300,16 @@ class Cast:
                 run_kernel(_kernels.encode_rne_ieee, arr, result.reshape(-1), *self.fast_encode,
                            inputs=1)
                 return result
+            if (op == "quantize" and self.fast_directed is not None
+                    and arr.dtype == np.float32 and result.dtype == np.float32):
+                run_kernel(_kernels.directed_kernel("quantize", self.rounding), arr,
+                           result.reshape(-1), *self.fast_directed, inputs=1)
+                return result
+            if (op == "encode" and self.fast_directed_encode is not None
+                    and arr.dtype == np.float32 and result.dtype == self.fmt.code_dtype):
+                run_kernel(_kernels.directed_kernel("encode", self.rounding), arr,
+                           result.reshape(-1), *self.fast_directed_encode, inputs=1)
+                return result
             run_kernel(self.kernel(op, arr.dtype), arr, result.reshape(-1), self.params, key,
                        offset, self.flags, inputs=1)
         return result
@@ -272,6 +339,9 @@ class Cast:
             if self.fast is not None:
                 run_kernel(_kernels.quantize_rne_ieee, x32.reshape(-1), res.reshape(-1),
                            *self.fast, inputs=1)
+            elif self.fast_directed is not None:
+                run_kernel(_kernels.directed_kernel("quantize", self.rounding), x32.reshape(-1),
+                           res.reshape(-1), *self.fast_directed, inputs=1)
             else:
                 run_kernel(self.kernel("quantize", np.float32), x32.reshape(-1),
                            res.reshape(-1), self.params, 0, 0, self.flags, inputs=1)

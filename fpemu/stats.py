@@ -51,7 +51,7 @@ from . import _kernels
 from ._jit import run_kernel
 from .checks import as_format, real_array
 from .quantize import Cast
-from .rounding import parse_rounding
+from .rounding import Overflow, parse_rounding
 
 __all__ = ["Counts", "Survey", "stats", "stats_chunked", "stats_dask", "survey", "CLASSES"]
 
@@ -180,7 +180,11 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
     counts = np.zeros((nblocks, _kernels.S_HIST + hi - lo + 1), np.int64)   # + a spare slot
     amaxes = np.zeros(nblocks, np.float64)
     s = _pow2_exponent(scale) if flat.dtype == np.float32 else None
-    if s is not None:
+    th = None if s is None else _fast_thresholds(cast, s)
+    if th is not None:
+        run_kernel(_kernels.stats32_fast, flat, s, _above_bits(float(fmt.max), s), th, int(lo),
+                   counts, amaxes, inputs=1)
+    elif s is not None:
         run_kernel(_kernels.stats32_kernel(int(cast.rounding), cast.kernel_flags), flat,
                    cast.params, key, offset, s, _above_bits(float(fmt.max), s),
                    bool(fmt.has_zero), bool(fmt.signed), int(lo), counts, amaxes, cast.flags,
@@ -227,6 +231,47 @@ def _above_bits(fmax, s):
     if float(f) > t:
         f = np.nextafter(f, np.float32(-np.inf))
     return int(f.view(np.uint32))
+
+
+def _float32_bits_near(t, at_or_above):
+    """The bits of the largest float32 at or below ``t`` (a float64 that
+    holds the threshold exactly), or of the smallest at or above it; clamped
+    to 0 .. the bits of +inf."""
+    with np.errstate(over="ignore", under="ignore"):
+        f = np.float32(t)
+    if at_or_above and float(f) < t:
+        f = np.nextafter(f, np.float32(np.inf))
+    elif not at_or_above and float(f) > t:
+        f = np.nextafter(f, np.float32(-np.inf))
+    return int(f.view(np.uint32))
+
+
+def _fast_thresholds(cast, s):
+    """The thresholds of ``_kernels.stats32_fast`` for ``cast`` and the
+    scale 2**s, or None where the cast has no nearest-even fast path: the
+    bits of the largest float32 x with |x| * 2**s at most half the subnormal
+    step (it rounds to zero, ties to even), of the smallest at or above
+    2**emin less half a step (it rounds up to the smallest normal), and of
+    the smallest whose overflow is not rounded back to the largest value
+    (at or above the halfway point for IEEE-style formats, whose largest
+    value is odd; above it for e4m3fn's even 448), then the count slot of
+    where such an overflow goes. Each threshold divided by 2**s is a
+    float64 exactly for every s that the float32 kernel takes."""
+    if cast.fast is None:
+        return None
+    fmt = cast.fmt
+    m = fmt.mantissa_bits
+    step = 2.0 ** (fmt.emin - m)
+    halfway = fmt.max + 2.0 ** (fmt.emax - m - 1)
+    ieee = fmt.nan_encoding == "ieee"
+    ovf = _float32_bits_near(np.ldexp(halfway, -s), at_or_above=ieee)
+    if not ieee and ovf < 0x7F800000:
+        ovf += 1                                             # strictly above: the tie stays
+    dest = {Overflow.INF: _kernels.S_TO_INF, Overflow.SATURATE: _kernels.S_SATURATED,
+            Overflow.NAN: _kernels.S_TO_NAN}[cast.overflow]
+    return (_float32_bits_near(np.ldexp(step / 2, -s), at_or_above=False),
+            _float32_bits_near(np.ldexp(2.0 ** fmt.emin - step / 2, -s), at_or_above=True),
+            ovf, dest)
 
 
 #: floor(log2 |x|) of a finite nonzero float64 is in -1074 .. 1023

@@ -13,8 +13,8 @@ that those calls load instead:
   and the like; saturating or NaN-only: e4m3fn and the MX element formats;
   fnuz; e8m0) and each width of codes, on a small and a large float32 array
   and a small float64 one (Python numbers: ``explain``, the lessons' plots);
-* the same to nearest even for fp32 and e2m1, which share those families'
-  kernels but not bf16's and e4m3fn's fast paths;
+* the same for fp32 and e2m1, which share those families' generic kernels
+  but not bf16's and e4m3fn's fast paths (every mode but SR);
 * ``decode``;
 * ``fpemu.stats`` of those formats, on float32 (its 32-bit kernel) and on
   float64 input;
@@ -94,13 +94,16 @@ def workload():
         for n in (SMALL, LARGE):
             jobs.append((f"quantize {fmt} rne n={n}",
                          lambda x=_inputs(n), f=fmt: fpemu.quantize(x, f)))
-    # to nearest even, bf16 and e4m3fn take the fast paths; formats of their
-    # families that cannot (fp32: 23 mantissa bits; the MX element formats: no
-    # NaN) take the generic 32-bit kernels, compiled here
+    # in every mode but SR, bf16 and e4m3fn take the fast paths; formats of
+    # their families that cannot (fp32: 23 mantissa bits; the MX element
+    # formats: no NaN) take the generic 32-bit kernels, compiled here
     for fmt in ("fp32", "e2m1"):
         for n in (SMALL, LARGE):
-            jobs.append((f"quantize/encode {fmt} rne n={n}", lambda x=_inputs(n), f=fmt: (
-                fpemu.quantize(x, f), fpemu.encode(x, f))))
+            for mode in MODES[:-1]:
+                jobs.append((f"quantize/encode {fmt} {mode} n={n}",
+                             lambda x=_inputs(n), f=fmt, m=mode: (
+                                 fpemu.quantize(x, f, rounding=m),
+                                 fpemu.encode(x, f, rounding=m))))
     for dtype in ("bfloat16", "float16"):
         jobs.append((f"README MLP step, {dtype} autocast", lambda d=dtype: _mlp_step(d)))
     return jobs

@@ -203,6 +203,39 @@ def test_stats_of_float32_at_extreme_power_of_two_scales(fmt, kw):
         assert c.amax == np.max(np.abs(xs[np.isfinite(xs)]))
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "e5m2", "e4m3fn"])
+@pytest.mark.parametrize("overflow", [None, "saturate", "nan"])
+def test_stats_fast_path_at_its_thresholds(fmt, overflow):
+    """float32 input, a power-of-two scale, to nearest even in the formats
+    and policies of the nearest-even fast path: ``stats`` counts the classes
+    as intervals of |x|'s bits (``_kernels.stats32_fast``) between
+    thresholds computed in advance. Against the numpy recount (fpemu.quantize
+    of x * 2**s in float64: the generic kernel), with every threshold and its
+    float32 neighbours in the input, at scales from one end of the float32
+    kernel's range to the other."""
+    from fpemu.quantize import Cast
+    from fpemu.stats import _above_bits, _fast_thresholds
+    kw = {} if overflow is None else {"overflow": overflow}
+    cast = Cast.of(fmt, **kw)
+    rng = np.random.default_rng(12)
+    n = 4000
+    base = (rng.uniform(1, 2, n) * rng.choice([-1, 1], n)
+            * np.exp2(rng.integers(-149, 128, n))).astype(np.float32)
+    base[:20] = [0.0, -0.0, np.inf, -np.inf, np.nan] * 4
+    for s in (-873, -200, -126, -40, -10, 0, 10, 40, 126, 140, 200, 895):
+        th = _fast_thresholds(cast, s)
+        assert th is not None
+        bounds = np.array(list(th[:3]) + [_above_bits(float(cast.fmt.max), s)], np.int64)
+        near = (bounds[:, None] + np.arange(-2, 3)[None, :]).reshape(-1)
+        near = np.clip(near, 0, 0x7F800000).astype(np.uint32).view(np.float32)
+        xs = np.concatenate([base, near, -near])
+        c = fpemu.stats(xs, fmt, scale=2.0**s, **kw)
+        counts, to, hist, zeros = _recount(xs, fmt, 2.0**s, **kw)
+        assert c.counts == counts and c.overflow_to == to and c.zero_bin == zeros, s
+        np.testing.assert_array_equal(c.hist, hist)
+        assert c.amax == np.max(np.abs(xs[np.isfinite(xs)]))
+
+
 def test_stats_makes_no_per_element_temporaries():
     """One fused pass: the memory stats() takes does not grow with the array
     (the kernel's own buffers are per block of 2**16 elements)."""

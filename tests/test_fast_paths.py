@@ -2,11 +2,13 @@
 
 * ``quantize`` and ``encode`` of float32 to nearest even into an IEEE-style
   format or e4m3fn, under any overflow policy, run a bit trick
-  (``_kernels.quantize_rne_ieee``, ``encode_rne_ieee``); the generic kernel
-  (float64 input takes it) must give the same bits. The sample below covers every sign and
+  (``_kernels.quantize_rne_ieee``, ``encode_rne_ieee``), and in the other
+  deterministic modes (RNA, RTZ, RUP, RDN, RTO) another
+  (``_kernels.directed_kernel``); the generic kernel (float64 input takes
+  it) must give the same bits. The sample below covers every sign and
   exponent with the mantissas around every rounding boundary; with
-  ``FPEMU_EXHAUSTIVE=1`` the test runs all 2**32 float32 inputs (about 30 s
-  per format).
+  ``FPEMU_EXHAUSTIVE=1`` the tests run all 2**32 float32 inputs (about 30 s
+  per format, mode and policy).
 * ``fma`` of float32 operands in fp32 to nearest even runs the processor's
   fused multiply-add; the generic kernel (float64 operands) and exact
   rationals must agree.
@@ -68,12 +70,23 @@ def _chunks():
     return [_sample()]
 
 
+FAST_MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto")
+
+
+def _takes_fast_path(fmt, kw, op):
+    cast = Cast.of(fmt, **kw)
+    if cast.rounding.name == "RNE":
+        return (cast.fast if op == "quantize" else cast.fast_encode) is not None
+    return (cast.fast_directed if op == "quantize" else cast.fast_directed_encode) is not None
+
+
+@pytest.mark.parametrize("mode", FAST_MODES)
 @pytest.mark.parametrize("overflow", OVERFLOWS)
 @pytest.mark.parametrize("name", list(FORMATS))
-def test_quantize_fast_path_matches_the_generic_kernel(name, overflow):
+def test_quantize_fast_path_matches_the_generic_kernel(name, overflow, mode):
     fmt = FORMATS[name]
-    kw = {} if overflow is None else {"overflow": overflow}
-    assert Cast.of(fmt, **kw).fast is not None
+    kw = {"rounding": mode} if overflow is None else {"rounding": mode, "overflow": overflow}
+    assert _takes_fast_path(fmt, kw, "quantize")
     for x in _chunks():
         fast = fpemu.quantize(x, fmt, **kw)
         with np.errstate(invalid="ignore"):                     # signalling NaNs
@@ -82,21 +95,72 @@ def test_quantize_fast_path_matches_the_generic_kernel(name, overflow):
         np.testing.assert_array_equal(_bits(fast), _bits(generic))
 
 
+@pytest.mark.parametrize("mode", FAST_MODES)
 @pytest.mark.parametrize("overflow", OVERFLOWS)
 @pytest.mark.parametrize("name", list(FORMATS))
-def test_encode_fast_path_matches_the_generic_kernel(name, overflow):
-    """``encode`` of float32 to nearest even runs ``_kernels.encode_rne_ieee``
-    (the codes of the quantize fast path's values); the generic kernel
-    (float64 input) must give the same codes. All 2**32 inputs under
-    ``FPEMU_EXHAUSTIVE=1``."""
+def test_encode_fast_path_matches_the_generic_kernel(name, overflow, mode):
+    """``encode`` of float32 runs ``_kernels.encode_rne_ieee`` to nearest
+    even and ``_kernels.directed_kernel("encode", mode)`` in the other
+    deterministic modes (the codes of the quantize fast paths' values); the
+    generic kernel (float64 input) must give the same codes. All 2**32 inputs
+    under ``FPEMU_EXHAUSTIVE=1``."""
     fmt = FORMATS[name]
-    kw = {} if overflow is None else {"overflow": overflow}
-    assert Cast.of(fmt, **kw).fast_encode is not None
+    kw = {"rounding": mode} if overflow is None else {"rounding": mode, "overflow": overflow}
+    assert _takes_fast_path(fmt, kw, "encode")
     for x in _chunks():
         fast = fpemu.encode(x, fmt, **kw)
         with np.errstate(invalid="ignore"):
             x64 = x.astype(np.float64)
         np.testing.assert_array_equal(fast, fpemu.encode(x64, fmt, **kw))
+
+
+def test_directed_fast_path_against_exact_rationals():
+    """An oracle that shares no code with either kernel: each mode's result
+    for float32 inputs at and between the subnormal steps, near the top of
+    the range and around 1, from exact rationals (the two grid neighbours of
+    |x| and the mode's rule), saturating."""
+    rng = np.random.default_rng(8)
+    for name in ("bf16", "fp16", "e5m2", "e4m3fn"):
+        f = fpemu.format(name)
+        m, emin = f.mantissa_bits, f.emin
+        step = Fraction(2) ** (emin - m)
+        grid = [k * step / 4 for k in range(0, 4 * (1 << m) + 9)]       # subnormal quarters
+        grid += [v for v in (Fraction(f.max) * (1 + Fraction(k, 1 << (m + 3)))
+                             for k in range(-9, 12)) if v < 2 ** 128]
+        grid += [1 + Fraction(k, 1 << (m + 2)) for k in range(-9, 9)]
+        x = np.array([float(v) for v in grid], np.float32)
+        x = np.concatenate([x, -x, rng.standard_normal(200).astype(np.float32)])
+        vals = [Fraction(float(v)) for v in x]
+        for mode in FAST_MODES[1:]:
+            got = fpemu.quantize(x, name, rounding=mode, overflow="saturate")
+            for v, xv, g in zip(vals, x, got):
+                want = _round_rational(v, m, emin, float(f.max), mode)
+                assert float(g) == want and np.signbit(g) == np.signbit(xv), (name, mode, xv, g,
+                                                                             want)
+
+
+def _round_rational(v, m, emin, fmax, mode):
+    """The value of rational ``v`` rounded in ``mode`` to a format with ``m``
+    mantissa bits, minimum exponent ``emin`` and largest value ``fmax``,
+    saturating: the two grid neighbours of |v| by exact arithmetic."""
+    a = abs(v)
+    e = emin
+    while a >= Fraction(2) ** (e + 1):
+        e += 1
+    unit = Fraction(2) ** (e - m)
+    lo = (a // unit) * unit
+    hi = lo if lo == a else lo + unit
+    k = int(lo / unit)
+    if mode == "rtz":
+        r = lo
+    elif mode == "rna":
+        r = hi if a - lo >= hi - a else lo
+    elif mode == "rto":
+        r = lo if (lo == a or k % 2 == 1) else hi
+    else:
+        up = (mode == "rup") == (v >= 0)                 # the magnitude rounds away from zero
+        r = hi if up else lo
+    return float(min(r, Fraction(fmax))) * (-1.0 if v < 0 else 1.0)
 
 
 def test_encode_fast_path_matches_ml_dtypes_and_numpy_codes():
@@ -200,11 +264,15 @@ def test_quantize_fast_path_matches_ml_dtypes_and_numpy():
             np.testing.assert_array_equal(_bits(got)[~nan], _bits(want)[~nan])
 
 
-@pytest.mark.parametrize("fmt,kw", [("e4m3fnuz", {}), ("bf16", {"rounding": "rtz"}),
+@pytest.mark.parametrize("fmt,kw", [("e4m3fnuz", {}), ("e4m3fnuz", {"rounding": "rtz"}),
                                     ("e4m3fn", {"rounding": "sr"}),
-                                    ("fp16", {"subnormals": False}), ("e2m1", {}), ("e8m0", {})])
+                                    ("fp16", {"subnormals": False}),
+                                    ("fp16", {"subnormals": False, "rounding": "rup"}),
+                                    ("e2m1", {}), ("e2m1", {"rounding": "rdn"}), ("e8m0", {})])
 def test_other_formats_and_modes_take_the_generic_kernel(fmt, kw):
-    assert Cast.of(fmt, **kw).fast is None
+    cast = Cast.of(fmt, **kw)
+    assert (cast.fast, cast.fast_encode, cast.fast_directed, cast.fast_directed_encode) == (
+        None, None, None, None)
 
 
 def test_fp32_fma_fast_path_matches_the_generic_kernel_and_exact_rationals():
