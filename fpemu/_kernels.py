@@ -696,10 +696,11 @@ def _encode_rne_ieee_one(xv, half, keep, sh, normal_bits, overflow_bits, magic, 
 def _directed_ieee(a, neg, ax, mode, sh, keep, magic, half_step):
     """One float32 with magnitude bits ``a`` (|x| = ``ax``, sign ``neg``)
     rounded in ``mode`` (RNA, RTZ, RUP, RDN or RTO): (the normal result's
-    float32 bits, above the largest pattern where it overflows; the
-    nearest-even subnormal result t; the bits of |x| + magic; the step count,
-    -1, 0 or 1, that moves t to the mode's subnormal result; whether an
-    overflow goes to infinity)."""
+    float32 bits, above the largest pattern where it overflows; y = |x| +
+    magic, whose ulp is the subnormal step and whose mantissa counts the
+    steps of the nearest-even subnormal result; the step count, -1, 0 or 1,
+    that moves that result to the mode's; whether an overflow goes to
+    infinity)."""
     mask = np.uint32(~keep)
     # RUP and RDN round the magnitude away from zero on one side of zero
     # and toward it on the other
@@ -727,7 +728,7 @@ def _directed_ieee(a, neg, ax, mode, sh, keep, magic, half_step):
         floor_even = np.int32(np.uint32(f32_ubits(y) & np.uint32(1))) == below
         adj = np.int32((res != np.float32(0)) & floor_even) - below
     to_inf = (mode == RNA) | away
-    return rn, t, y, adj, to_inf
+    return rn, y, adj, to_inf
 
 
 def _quantize_directed(mode):
@@ -759,8 +760,8 @@ def _quantize_directed_one(xv, mode, sh, keep, normal_bits, max_bits, magic, ste
     u = f32_ubits(xv)
     sign = np.uint32(u & np.uint32(0x80000000))
     a = np.uint32(u & np.uint32(0x7FFFFFFF))
-    rn, t, y, adj, to_inf = _directed_ieee(a, sign != np.uint32(0), abs(xv), mode, sh, keep,
-                                           magic, half_step)
+    rn, y, adj, to_inf = _directed_ieee(a, sign != np.uint32(0), abs(xv), mode, sh, keep, magic,
+                                        half_step)
     if a > np.uint32(0x7F800000):
         r = np.uint32(0x7FC00000)
     elif (a == np.uint32(0x7F800000)) | ((rn > max_bits) & to_inf):
@@ -770,8 +771,8 @@ def _quantize_directed_one(xv, mode, sh, keep, normal_bits, max_bits, magic, ste
     elif a >= normal_bits:
         r = np.uint32(sign | rn)
     else:
-        r = np.uint32(sign | f32_ubits(f32_from_ubits(np.uint32(f32_ubits(y) + np.uint32(adj)))
-                                         - magic))
+        moved = f32_from_ubits(np.uint32(f32_ubits(y) + np.uint32(adj)))   # adj steps on
+        r = np.uint32(sign | f32_ubits(moved - magic))
     return f32_from_ubits(r)
 
 
@@ -808,7 +809,7 @@ def _encode_directed_one(xv, mode, sh, keep, normal_bits, max_bits, magic, magic
     neg = (u >> np.uint32(31)) != np.uint32(0)
     sign = sign_code if neg else np.uint32(0)
     a = np.uint32(u & np.uint32(0x7FFFFFFF))
-    rn, t, y, adj, to_inf = _directed_ieee(a, neg, abs(xv), mode, sh, keep, magic, half_step)
+    rn, y, adj, to_inf = _directed_ieee(a, neg, abs(xv), mode, sh, keep, magic, half_step)
     if a > np.uint32(0x7F800000):
         r = nan_code
     elif (a == np.uint32(0x7F800000)) | ((rn > max_bits) & to_inf):

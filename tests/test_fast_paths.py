@@ -135,8 +135,8 @@ def test_directed_fast_path_against_exact_rationals():
             got = fpemu.quantize(x, name, rounding=mode, overflow="saturate")
             for v, xv, g in zip(vals, x, got):
                 want = _round_rational(v, m, emin, float(f.max), mode)
-                assert float(g) == want and np.signbit(g) == np.signbit(xv), (name, mode, xv, g,
-                                                                             want)
+                assert float(g) == want and np.signbit(g) == np.signbit(xv), (
+                    name, mode, xv, g, want)
 
 
 def _round_rational(v, m, emin, fmax, mode):
