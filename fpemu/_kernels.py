@@ -710,10 +710,11 @@ def _directed_ieee(a, neg, ax, mode, sh, keep, magic, half_step):
     elif mode == RTZ:
         rn = np.uint32(a & keep)
     elif mode == RUP or mode == RDN:
-        rn = np.uint32(np.uint32(a + np.uint32(mask & np.uint32(-np.int32(away)))) & keep)
+        rn = np.uint32(np.uint32(a + (mask if away else np.uint32(0))) & keep)
     else:                                                   # RTO: set the last kept bit
         lsb = np.uint32(mask + np.uint32(1))
-        rn = np.uint32(np.uint32(a & keep) | (lsb if (a & mask) != np.uint32(0) else np.uint32(0)))
+        dropped = np.uint32(a & mask)
+        rn = np.uint32(np.uint32(a & keep) | (lsb if dropped != np.uint32(0) else np.uint32(0)))
     y = ax + magic
     t = y - magic
     res = ax - t                                # exact
