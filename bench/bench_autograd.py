@@ -3,8 +3,9 @@
 Step = forward, backward, AdamW, GradScaler (scale / step / update).
 fpemu runs under bf16 autocast (emulated CUDA); torch runs the same model in
 fp32 on the CPU, in the same process. Printed: median ms per step and the
-ratio fpemu / torch (targets: at most 5x; the nanoGPT-shaped step at most 3x,
-threads equal).
+ratio fpemu / torch, against the target of at most 2x (threads equal) for
+every model, a tiny nanoGPT (2 layers of 64, 8 x 32 tokens) included: there
+torch's step takes a few ms, so the emulator's per-op overhead shows.
 
     python bench/bench_autograd.py [--repeats 20]
 """
@@ -106,9 +107,12 @@ def main():
             block, rng.standard_normal((8, 32, 64)), rng.integers(0, 64, 256)),
         "nanoGPT shape 0.8M (4x128, 8x64 tokens)": (gpt, rng.integers(0, 65, (8, 64)),
                                                     rng.integers(0, 65, 512)),
+        "tiny nanoGPT (2x64, 8x32 tokens)": (
+            lambda lib: gpt(lib, n_layer=2, n_embd=64, block_size=32),
+            rng.integers(0, 65, (8, 32)), rng.integers(0, 65, 256)),
     }
     print(f"{'one training step':44s} {'torch fp32 ms':>14s} {'fpemu bf16 ms':>14s} "
-          f"{'ratio':>7s}")
+          f"{'ratio':>7s}  target <= 2x")
     for name, (build, xs, ys) in cases.items():
         ft.manual_seed(0)
         torch.manual_seed(0)
@@ -117,8 +121,9 @@ def main():
                                   torch.tensor(ys), False), args.repeats)
         t_ours = timed(make_step(ft, build(ft), ft.tensor(xs.astype(xdt)),
                                  ft.tensor(ys), True), args.repeats)
+        r = t_ours / t_torch
         print(f"{name:44s} {t_torch * 1e3:14.2f} {t_ours * 1e3:14.2f} "
-              f"{t_ours / t_torch:6.1f}x")
+              f"{r:6.1f}x  {'met' if r <= 2.0 else 'MISSED'}")
 
 
 if __name__ == "__main__":
