@@ -225,12 +225,7 @@ def _above_bits(fmax, s):
     """The bits of the largest float32 at or below ``fmax / 2**s``: a
     float32 x has ``|x| * 2**s > fmax`` exactly when the bits of ``|x|`` are
     above these (non-negative floats order as their bits)."""
-    with np.errstate(over="ignore"):
-        t = np.ldexp(np.float64(fmax), -s)
-        f = np.float32(t)
-    if float(f) > t:
-        f = np.nextafter(f, np.float32(-np.inf))
-    return int(f.view(np.uint32))
+    return _float32_bits_near(np.ldexp(np.float64(fmax), -s), at_or_above=False)
 
 
 def _float32_bits_near(t, at_or_above):
