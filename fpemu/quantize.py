@@ -274,6 +274,22 @@ class Cast:
         (0, 0 for the other modes)."""
         return seed_key(seed, self.rounding)
 
+    def fast_path(self, op):
+        """(kernel, arguments) of the fast path of ``op`` ("quantize" or
+        "encode") on float32 input, or None: nearest even
+        (``quantize_rne_ieee`` / ``encode_rne_ieee``) or another
+        deterministic mode (``directed_kernel``), where the format and policy
+        allow one."""
+        if op == "quantize":
+            if self.fast is not None:
+                return _kernels.quantize_rne_ieee, self.fast
+            args = self.fast_directed
+        else:
+            if self.fast_encode is not None:
+                return _kernels.encode_rne_ieee, self.fast_encode
+            args = self.fast_directed_encode
+        return None if args is None else (_kernels.directed_kernel(op, self.rounding), args)
+
     def kernel(self, op, dtype):
         """The rounding kernel of ``op`` ("quantize" or "encode") for input
         ``dtype`` (float32 or float64)."""
@@ -290,25 +306,10 @@ class Cast:
                                                                                     result):
             arr = arr.copy()  # out overlaps x at an offset: elements would be read after written
         if arr.size:
-            if (op == "quantize" and self.fast is not None and arr.dtype == np.float32
-                    and result.dtype == np.float32):
-                run_kernel(_kernels.quantize_rne_ieee, arr, result.reshape(-1), *self.fast,
-                           inputs=1)
-                return result
-            if (op == "encode" and self.fast_encode is not None and arr.dtype == np.float32
-                    and result.dtype == self.fmt.code_dtype):
-                run_kernel(_kernels.encode_rne_ieee, arr, result.reshape(-1), *self.fast_encode,
-                           inputs=1)
-                return result
-            if (op == "quantize" and self.fast_directed is not None
-                    and arr.dtype == np.float32 and result.dtype == np.float32):
-                run_kernel(_kernels.directed_kernel("quantize", self.rounding), arr,
-                           result.reshape(-1), *self.fast_directed, inputs=1)
-                return result
-            if (op == "encode" and self.fast_directed_encode is not None
-                    and arr.dtype == np.float32 and result.dtype == self.fmt.code_dtype):
-                run_kernel(_kernels.directed_kernel("encode", self.rounding), arr,
-                           result.reshape(-1), *self.fast_directed_encode, inputs=1)
+            fast = self.fast_path(op)
+            out_dtype = np.float32 if op == "quantize" else self.fmt.code_dtype
+            if fast is not None and arr.dtype == np.float32 and result.dtype == out_dtype:
+                run_kernel(fast[0], arr, result.reshape(-1), *fast[1], inputs=1)
                 return result
             run_kernel(self.kernel(op, arr.dtype), arr, result.reshape(-1), self.params, key,
                        offset, self.flags, inputs=1)
@@ -336,12 +337,9 @@ class Cast:
         storage rounding). Deterministic modes only."""
         res = np.empty(x32.shape, np.float32) if out is None else out
         if x32.size:
-            if self.fast is not None:
-                run_kernel(_kernels.quantize_rne_ieee, x32.reshape(-1), res.reshape(-1),
-                           *self.fast, inputs=1)
-            elif self.fast_directed is not None:
-                run_kernel(_kernels.directed_kernel("quantize", self.rounding), x32.reshape(-1),
-                           res.reshape(-1), *self.fast_directed, inputs=1)
+            fast = self.fast_path("quantize")
+            if fast is not None:
+                run_kernel(fast[0], x32.reshape(-1), res.reshape(-1), *fast[1], inputs=1)
             else:
                 run_kernel(self.kernel("quantize", np.float32), x32.reshape(-1),
                            res.reshape(-1), self.params, 0, 0, self.flags, inputs=1)
