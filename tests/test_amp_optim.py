@@ -244,27 +244,38 @@ def _r(x):
     return Fraction(round_to_ieee(Fraction(x), 8, 23, "rne"))
 
 
-def _adam_oracle(p, g_seq, lr, b1, b2, eps, wd, decoupled):
-    """CUDA's _multi_tensor_adam for one fp32 element, with exact rationals:
-    every rounding point of docs/pytorch-numerics.md §3.3 written out."""
+def _r_bf16(x):
+    if x == 0:
+        return Fraction(0)
+    return Fraction(round_to_ieee(Fraction(x), 8, 7, "rne"))
+
+
+def _adam_oracle(p, g_seq, lr, b1, b2, eps, wd, decoupled, L=_r):
+    """CUDA's _multi_tensor_adam for one element, with exact rationals: every
+    rounding point of docs/pytorch-numerics.md §3.3 written out. Every
+    kernel computes in float32 (``_r``) and rounds its result to the
+    parameter's dtype when it stores it (``L``): bf16 parameters round twice,
+    as on the GPU."""
+    def Lr(x):
+        return L(_r(x))
     p, m, v = Fraction(float(p)), Fraction(0), Fraction(0)
     for t, g in enumerate(g_seq, start=1):
-        g = Fraction(float(g))
+        g = L(Fraction(float(g)))  # grads are D's values
         if wd:
             if decoupled:
-                p = _r(p * Fraction(float(np.float32(1 - lr * wd))))
+                p = Lr(p * Fraction(float(np.float32(1 - lr * wd))))
             else:
-                g = _r(Fraction(float(np.float32(wd))) * p + g)
+                g = Lr(Fraction(float(np.float32(wd))) * p + g)
         w = Fraction(float(np.float32(1 - b1)))
-        m = _r(w * _r(g - m) + m)
-        v = _r(v * Fraction(float(np.float32(b2))))
-        v = _r(Fraction(float(np.float32(1 - b2))) * _r(g * g) + v)
+        m = Lr(w * _r(g - m) + m)
+        v = Lr(v * Fraction(float(np.float32(b2))))
+        v = Lr(Fraction(float(np.float32(1 - b2))) * _r(g * g) + v)
         bc1, bc2 = 1 - b1 ** float(t), 1 - b2 ** float(t)
         step_size = (lr / bc1) * -1
-        d = Fraction(float(np.sqrt(np.float32(float(v)))))     # IEEE sqrt: numpy's
-        d = _r(d / Fraction(float(np.float32(bc2 ** 0.5))))
-        d = _r(d + Fraction(float(np.float32(eps))))
-        p = _r(Fraction(float(np.float32(step_size))) * _r(m / d) + p)
+        d = L(Fraction(float(np.sqrt(np.float32(float(v))))))  # IEEE sqrt: numpy's
+        d = Lr(d / Fraction(float(np.float32(bc2 ** 0.5))))
+        d = Lr(d + Fraction(float(np.float32(eps))))
+        p = Lr(Fraction(float(np.float32(step_size))) * _r(m / d) + p)
     return float(p), float(m), float(v)
 
 
@@ -287,6 +298,42 @@ def test_foreach_adam_fp32_against_exact_oracle(decoupled, wd):
         ep, em, ev = _adam_oracle(p0[i], grads[:, i], 3e-3, 0.9, 0.999, 1e-8, wd, decoupled)
         assert (p.detach().numpy()[i], m[i], v[i]) == (np.float32(ep), np.float32(em),
                                                        np.float32(ev)), i
+
+
+@pytest.mark.parametrize("decoupled,wd", [(False, 0.05), (True, 0.01)])
+def test_foreach_adam_over_many_parameters_against_exact_oracle(decoupled, wd):
+    """One group of fp32 and bf16 parameters of several shapes, one of them
+    without a gradient on one step (its step count lags): foreach Adam runs
+    each op once per dtype and step count on the concatenated parameters;
+    every element must still get the bits of its own exact oracle."""
+    rng = np.random.default_rng(12)
+    spec = [((40,), ft.float32, 1.0), ((3, 5), ft.bfloat16, 1.0), ((7,), ft.float32, 1.0),
+            ((2, 2, 3), ft.bfloat16, 1e-3), ((9,), ft.float32, 1e3)]
+    steps, lagging, skipped = 5, 2, 1
+    params, p0s, grads = [], [], []
+    for shape, dt, scale in spec:
+        p0 = ft.tensor(rng.standard_normal(shape) * scale, dtype=dt).float().numpy()
+        params.append(ft.tensor(p0, dtype=dt, requires_grad=True))
+        p0s.append(p0.reshape(-1))
+        g = rng.standard_normal((steps,) + shape) * 10.0 ** rng.integers(-5, 2, (steps,) + shape)
+        grads.append(ft.tensor(g, dtype=dt).float().numpy().reshape(steps, -1))
+    cls = ft.optim.AdamW if decoupled else ft.optim.Adam
+    opt = cls(params, lr=3e-3, weight_decay=wd)
+    for s in range(steps):
+        for k, (p, (shape, dt, _)) in enumerate(zip(params, spec)):
+            p.grad = None if (k, s) == (lagging, skipped) else ft.tensor(
+                grads[k][s].reshape(shape), dtype=dt)
+        opt.step()
+    for k, (p, (_, dt, _)) in enumerate(zip(params, spec)):
+        L = _r_bf16 if dt is ft.bfloat16 else _r
+        used = [s for s in range(steps) if (k, s) != (lagging, skipped)]
+        got = [t.float().numpy().reshape(-1) for t in
+               (p.detach(), opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"])]
+        assert float(opt.state[p]["step"].item()) == len(used)
+        for i in range(p0s[k].size):
+            want = _adam_oracle(p0s[k][i], grads[k][used, i], 3e-3, 0.9, 0.999, 1e-8, wd,
+                                decoupled, L)
+            assert tuple(float(a[i]) for a in got) == want, (k, i)
 
 
 def test_single_tensor_and_fused_adam_differ_from_foreach_as_documented():

@@ -42,6 +42,35 @@ from .optimizer import (  # noqa: F401
 )
 
 
+def _foreach_batches(todo, batchable):
+    """The (param, state, step) triples of one group as torch's foreach
+    optimizers apply them: one batch per dtype and step count (bias
+    corrections are per step; ``torch._foreach_*`` groups tensors by dtype),
+    in order of first appearance; one parameter per batch unless
+    ``batchable``. Every kernel of a batch is element-wise, so running it
+    once on the concatenated parameters gives each element the bits it gets
+    alone, for a kernel launch per op instead of one per op and parameter."""
+    if not batchable:
+        return [[item] for item in todo]
+    batches = {}
+    for item in todo:
+        batches.setdefault((item[0].dtype, item[2]), []).append(item)
+    return list(batches.values())
+
+
+def _flat(arrays):
+    """The arrays of one batch, flattened and concatenated (a view for one)."""
+    if len(arrays) == 1:
+        return arrays[0].reshape(-1)
+    return np.concatenate([a.reshape(-1) for a in arrays])
+
+
+def _own(part, shape):
+    """A parameter's (or state's) slice of a batch, in storage of its own
+    (as torch's in-place foreach kernels leave every tensor)."""
+    return part.reshape(shape).copy()
+
+
 class SGD(Optimizer):
     """SGD(params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
     nesterov=False, *, maximize=False, foreach=None, fused=None,
@@ -192,6 +221,7 @@ class Adam(Optimizer):
 
     def _update_group(self, group):
         grad_scale, found_inf = self._grad_scale_and_found_inf()
+        todo = []
         for p in group["params"]:
             if p.grad is None:
                 continue
@@ -206,17 +236,30 @@ class Adam(Optimizer):
                 fused = self._fused_cpu if get_profile().cpu else self._fused
                 fused(p, st, group, grad_scale, found_inf)
             else:
-                self._op_by_op(p, st, group, single=self.impl == "single")
+                todo.append((p, st, float(_advance(st))))
+        for batch in _foreach_batches(todo, self.impl == "foreach" and self._batchable(group)):
+            self._op_by_op(batch, group, single=self.impl == "single")
 
-    def _op_by_op(self, p, st, group, single):
+    @staticmethod
+    def _batchable(group):
+        """Whether every kernel of the foreach step is element-wise (the same
+        bits on a concatenation of the parameters): all but CPU's 16-bit
+        ``add(alpha)``, whose tail depends on each tensor's own size."""
+        return (group["weight_decay"] == 0 or group["decoupled_weight_decay"]
+                or not get_profile().cpu)
+
+    def _op_by_op(self, batch, group, single):
         """_multi_tensor_adam / _single_tensor_adam, one ATen kernel per line
-        (the kernels' CUDA and CPU formulas are in ``_aten``)."""
-        D = p.dtype
+        (the kernels' CUDA and CPU formulas are in ``_aten``), on a batch of
+        parameters of one dtype and step (:func:`_foreach_batches`)."""
+        D = batch[0][0].dtype
+        t = batch[0][2]
         foreach = not single
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        t = float(_advance(st))
-        P, G = p._a, _store(p.grad._a, D)
-        M, V = st["exp_avg"]._a, st["exp_avg_sq"]._a
+        P = _flat([p._a for p, _, _ in batch])
+        G = _store(_flat([p.grad._a for p, _, _ in batch]), D)
+        M = _flat([st["exp_avg"]._a for _, st, _ in batch])
+        V = _flat([st["exp_avg_sq"]._a for _, st, _ in batch])
         if group["maximize"]:
             G = -G
         if wd != 0:
@@ -232,8 +275,7 @@ class Adam(Optimizer):
         step_size = (lr / bc1) * -1
         bc2_sqrt = bc2 ** 0.5
         if group["amsgrad"]:
-            MX = np.maximum(st["max_exp_avg_sq"]._a, V)
-            st["max_exp_avg_sq"] = Tensor(MX, D)
+            MX = np.maximum(_flat([st["max_exp_avg_sq"]._a for _, st, _ in batch]), V)
             V_used = MX
         else:
             V_used = V
@@ -245,9 +287,16 @@ class Adam(Optimizer):
                 d = aten.div_scalar(d, bc2_sqrt, D)                  # / bias_correction2_sqrt
             d = aten.add_scalar(d, eps, D)                           # .add_(eps)
             P = aten.addcdiv(P, M, d, step_size, D)                  # param.addcdiv_(m, d, ss)
-        p._a = P
-        st["exp_avg"] = Tensor(M, D)
-        st["exp_avg_sq"] = Tensor(V, D)
+        at = 0
+        for p, st, _ in batch:
+            shape, n = p._a.shape, p._a.size
+            part = slice(at, at + n)
+            at += n
+            p._a = _own(P[part], shape)
+            st["exp_avg"] = Tensor(_own(M[part], shape), D)
+            st["exp_avg_sq"] = Tensor(_own(V[part], shape), D)
+            if group["amsgrad"]:
+                st["max_exp_avg_sq"] = Tensor(_own(MX[part], shape), D)
 
     def _fused(self, p, st, group, grad_scale, found_inf):
         """fused_adam_utils.cuh::adam_math as measured with torch 2.11 on an
