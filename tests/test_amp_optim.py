@@ -452,3 +452,48 @@ def test_cuda_fused_lanes_follow_multi_tensor_apply():
     assert lane[65536 + 1024:].tolist() == [2] * 6
     lane2, aligned2 = _cuda_lanes((3, 4))
     assert aligned2.all() and lane2.tolist() == [[0, 1, 2, 3]] * 3
+
+
+_SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.2e-38, 3.4e38,
+                      -3.4e38, 1e-20, 1e20, 1.0, -1.0], np.float32)
+
+
+@pytest.mark.parametrize("single", [False, True])
+@pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1), dict(maximize=True),
+                                dict(amsgrad=True, weight_decay=0.02),
+                                dict(betas=(0.3, 0.5), eps=1e-3)])
+@pytest.mark.parametrize("cls", ["Adam", "AdamW"])
+def test_fp32_adam_loop_matches_the_op_by_op_kernels(cls, kw, single, monkeypatch):
+    """Float32 parameters take one Numba loop (optim/_kernels.py); the op-by-op
+    ATen kernels (_aten.py) it replaces must give the same bits, NaN, inf,
+    signed zeros and subnormals included, in parameters, gradients and
+    states, over steps whose bias corrections differ."""
+    rng = np.random.default_rng(21)
+    shapes = [(300,), (6, 7), (1,)]
+    p0 = [rng.standard_normal(s).astype(np.float32) * np.float32(10.0) ** rng.integers(
+        -40, 39, s).astype(np.float32) for s in shapes]
+    p0[0][:_SPECIALS.size] = _SPECIALS
+    grads = []
+    for k in range(6):
+        gs = [(rng.standard_normal(s) * 10.0 ** rng.integers(-44, 39, s)).astype(np.float32)
+              for s in shapes]
+        gs[0][k:k + _SPECIALS.size] = _SPECIALS[::-1 if k % 2 else 1]
+        grads.append(gs)
+    finals = {}
+    for kernel in (True, False):
+        monkeypatch.setattr(ft.optim.Adam, "_fp32_kernel", kernel)
+        ps = [ft.tensor(p, requires_grad=True) for p in p0]
+        ps[1] = ft.nn.Parameter(ft.tensor(p0[1].T.copy()).t())   # strided storage
+        assert not ps[1].is_contiguous()
+        opt = getattr(ft.optim, cls)(ps, lr=1e-2, foreach=not single, **kw)
+        for gs in grads:
+            for p, g in zip(ps, gs):
+                p.grad = ft.tensor(g)
+            with np.errstate(all="ignore"):
+                opt.step()
+        finals[kernel] = [t.numpy().view(np.uint32).copy() for p in ps for t in
+                          [p.detach()] + [v for k, v in sorted(opt.state[p].items())
+                                          if k != "step"]]
+    assert len(finals[True]) == len(shapes) * (4 if kw.get("amsgrad") else 3)
+    for a, b in zip(finals[True], finals[False]):
+        np.testing.assert_array_equal(a, b)

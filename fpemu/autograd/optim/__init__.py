@@ -36,6 +36,8 @@ from .._core import Tensor, _store, float32
 from .._cuda_math import powf
 from .._profile import get_profile
 from .. import _aten as aten
+from ..._jit import run_kernel
+from . import _kernels as _adam_kernels
 from .optimizer import (  # noqa: F401
     Optimizer, _advance, _check_lr, _cpu_tail, _cuda_lanes, _f, _fma, _step_tensor,
     _unscaled_grad,
@@ -65,10 +67,28 @@ def _flat(arrays):
     return np.concatenate([a.reshape(-1) for a in arrays])
 
 
-def _own(part, shape):
-    """A parameter's (or state's) slice of a batch, in storage of its own
-    (as torch's in-place foreach kernels leave every tensor)."""
-    return part.reshape(shape).copy()
+def _inplace(a):
+    """A float32 array as a flat view of the same storage, or None."""
+    if a.dtype != np.float32 or not a.flags.c_contiguous or not a.flags.writeable:
+        return None
+    return a.reshape(-1)
+
+
+def _unbatch(batch, P, M, V, MX):
+    """Hand each parameter of a batch its slice of the new values, and its
+    states theirs in storage of their own (``MX``: amsgrad's maximum, or
+    None)."""
+    D = batch[0][0].dtype
+    at = 0
+    for p, st, _ in batch:
+        shape, n = p._a.shape, p._a.size
+        part = slice(at, at + n)
+        at += n
+        p._a = P[part].reshape(shape)            # written into its storage
+        st["exp_avg"] = Tensor(M[part].reshape(shape).copy(), D)
+        st["exp_avg_sq"] = Tensor(V[part].reshape(shape).copy(), D)
+        if MX is not None:
+            st["max_exp_avg_sq"] = Tensor(MX[part].reshape(shape).copy(), D)
 
 
 class SGD(Optimizer):
@@ -219,6 +239,10 @@ class Adam(Optimizer):
                                       decoupled_weight_decay=decoupled_weight_decay),
                          master_weights)
 
+    #: float32 parameters on CUDA take the one-loop form of the op-by-op
+    #: step (``_kernels``; False: the op-by-op form, which the tests compare)
+    _fp32_kernel = True
+
     def _update_group(self, group):
         grad_scale, found_inf = self._grad_scale_and_found_inf()
         todo = []
@@ -256,6 +280,9 @@ class Adam(Optimizer):
         t = batch[0][2]
         foreach = not single
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        if D is float32 and self._fp32_kernel and not get_profile().cpu:
+            self._fp32_loop(batch, group, single)
+            return
         P = _flat([p._a for p, _, _ in batch])
         G = _store(_flat([p.grad._a for p, _, _ in batch]), D)
         M = _flat([st["exp_avg"]._a for _, st, _ in batch])
@@ -287,16 +314,41 @@ class Adam(Optimizer):
                 d = aten.div_scalar(d, bc2_sqrt, D)                  # / bias_correction2_sqrt
             d = aten.add_scalar(d, eps, D)                           # .add_(eps)
             P = aten.addcdiv(P, M, d, step_size, D)                  # param.addcdiv_(m, d, ss)
-        at = 0
-        for p, st, _ in batch:
-            shape, n = p._a.shape, p._a.size
-            part = slice(at, at + n)
-            at += n
-            p._a = _own(P[part], shape)
-            st["exp_avg"] = Tensor(_own(M[part], shape), D)
-            st["exp_avg_sq"] = Tensor(_own(V[part], shape), D)
-            if group["amsgrad"]:
-                st["max_exp_avg_sq"] = Tensor(_own(MX[part], shape), D)
+        _unbatch(batch, P, M, V, MX if group["amsgrad"] else None)
+
+    def _fp32_loop(self, batch, group, single):
+        """:meth:`_op_by_op` for float32 parameters on CUDA: the same kernels,
+        one element at a time in one loop (``_kernels``), writing the
+        parameter and its states in place as torch's in-place kernels do
+        (one call per parameter: nothing is concatenated or allocated)."""
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        t = batch[0][2]
+        bc1, bc2_sqrt = 1 - b1 ** t, (1 - b2 ** t) ** 0.5
+        K = _adam_kernels
+        flags = ((K.MAXIMIZE if group["maximize"] else 0) | (K.SINGLE if single else 0)
+                 | (K.AMSGRAD if group["amsgrad"] else 0)
+                 | (0 if wd == 0 else K.DECOUPLED if group["decoupled_weight_decay"] else K.L2))
+        scalars = np.array([wd, 1 - lr * wd, 1 - b1, b2, 1 - b2,
+                            1.0 / float(bc2_sqrt) if single else bc2_sqrt, eps,
+                            (lr / bc1) * -1], np.float32)
+        names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+        none = np.empty(0, np.float32)
+        with np.errstate(all="ignore"):
+            for p, st, _ in batch:
+                tensors = [p] + [st[k] for k in names]
+                G = np.ascontiguousarray(p.grad._a, np.float32).reshape(-1)
+                flat = [_inplace(x._data) for x in tensors]
+                copied = any(a is None for a in flat)        # a strided view, say
+                if copied:
+                    flat = [np.array(x._data, np.float32).reshape(-1) for x in tensors]
+                P, M, V, MX = flat + [none] * (4 - len(flat))
+                run_kernel(K.adam_fp32_step, P, G, M, V, MX, scalars, flags, P, M, V,
+                           inputs=4)
+                for x, a in zip(tensors, flat):
+                    if copied:
+                        x._a = a.reshape(x.shape)            # written back (and bumped)
+                    else:
+                        x._bump()
 
     def _fused(self, p, st, group, grad_scale, found_inf):
         """fused_adam_utils.cuh::adam_math as measured with torch 2.11 on an
