@@ -392,11 +392,15 @@ def gst_matmul(A, B, SAs, SAe, SBs, SBe, C, out, G, L, F, e_zero, sblock):
 # ------------------------------------------------ batched float32 matmul
 # The "sequential" model for whole batches of float32 matrices, as
 # fpemu.autograd's matmul runs it: out[b, i, j] = (((c + a0*b0) + a1*b1) + ...),
-# every product and every sum rounded to float32 in index order (no fma). It
-# takes four rows of A at a time, so each row of B is read once from memory
-# for four rows of the output (twice the throughput of one row at a time;
-# eight or sixteen rows were slower); the order of the adds of every output
-# element is unchanged.
+# every product and every sum rounded to float32 in index order (no fma:
+# Numba leaves LLVM's fp-contract off). A task takes four rows of A and keeps
+# their sums in a (4, N) block that stays in L1; each pass over the block adds
+# four terms (k .. k+3) to every sum, so a sum is loaded and stored once per
+# four terms and each row of B is read once for four rows of the output. The
+# order of the adds of every output element is unchanged: the four terms are
+# added one after the other, as the single-term loop for the last K % 4 and
+# the last M % 4 rows adds them. (One term per pass was bound by the stores
+# of the sums: about half the speed; eight or sixteen rows were slower.)
 
 #: rows of A per task of :func:`bmm_sequential`
 BMM_ROWS = 4
@@ -409,6 +413,7 @@ def bmm_sequential(A, B, out):
     nb, M, K = A.shape
     N = B.shape[2]
     nrb = (M + BMM_ROWS - 1) // BMM_ROWS
+    K4 = K - K % 4
     for t in prange(nb * nrb):
         b = t // nrb
         i0 = (t - b * nrb) * BMM_ROWS
@@ -418,7 +423,27 @@ def bmm_sequential(A, B, out):
         for r in range(rows):
             for j in range(N):
                 acc[r, j] = start
-        for k in range(K):
+        k0 = 0
+        if rows == BMM_ROWS:
+            for k in range(0, K4, 4):
+                a00, a01, a02, a03 = A[b, i0, k], A[b, i0, k + 1], A[b, i0, k + 2], A[b, i0, k + 3]
+                a10, a11, a12, a13 = (A[b, i0 + 1, k], A[b, i0 + 1, k + 1], A[b, i0 + 1, k + 2],
+                                      A[b, i0 + 1, k + 3])
+                a20, a21, a22, a23 = (A[b, i0 + 2, k], A[b, i0 + 2, k + 1], A[b, i0 + 2, k + 2],
+                                      A[b, i0 + 2, k + 3])
+                a30, a31, a32, a33 = (A[b, i0 + 3, k], A[b, i0 + 3, k + 1], A[b, i0 + 3, k + 2],
+                                      A[b, i0 + 3, k + 3])
+                for j in range(N):
+                    b0 = B[b, k, j]
+                    b1 = B[b, k + 1, j]
+                    b2 = B[b, k + 2, j]
+                    b3 = B[b, k + 3, j]
+                    acc[0, j] = (((acc[0, j] + a00 * b0) + a01 * b1) + a02 * b2) + a03 * b3
+                    acc[1, j] = (((acc[1, j] + a10 * b0) + a11 * b1) + a12 * b2) + a13 * b3
+                    acc[2, j] = (((acc[2, j] + a20 * b0) + a21 * b1) + a22 * b2) + a23 * b3
+                    acc[3, j] = (((acc[3, j] + a30 * b0) + a31 * b1) + a32 * b2) + a33 * b3
+            k0 = K4
+        for k in range(k0, K):
             for r in range(rows):
                 a = A[b, i0 + r, k]
                 for j in range(N):

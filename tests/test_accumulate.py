@@ -317,3 +317,29 @@ def test_batched_fp32_sequential_matmul_is_matmul_of_each_batch_element():
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     assert np.signbit(ac.bmm_fp32_sequential(np.zeros((1, 1, 0), np.float32),
                                              np.zeros((1, 0, 1), np.float32))).sum() == 0
+
+
+@pytest.mark.parametrize("M,K,N", [(4, 8, 16), (7, 9, 5), (6, 3, 33), (9, 14, 1),
+                                   (130, 67, 70)])
+def test_batched_fp32_sequential_matmul_on_every_remainder_and_special_value(M, K, N):
+    """The batched kernel adds four terms per pass over blocks of four rows and
+    one at a time for the rest (_accum_kernels.py): every split of M and K
+    (M % 4, K % 4 from 0 to 3), both loops (130 x 67 runs the parallel one),
+    and values that overflow, underflow, cancel to -0 or +0 and make NaNs must
+    give the bits of the single-matrix kernel, term by term in index order."""
+    rng = np.random.default_rng(M * 1000 + K)
+    A = (rng.standard_normal((2, M, K)) * 2.0 ** rng.integers(-70, 70, (2, M, K)))
+    B = (rng.standard_normal((2, K, N)) * 2.0 ** rng.integers(-70, 70, (2, K, N)))
+    A, B = A.astype(np.float32), B.astype(np.float32)
+    special = np.array([np.inf, -np.inf, -0.0, 0.0, 3e38, 1e-45, -1e-40], np.float32)
+    A.reshape(-1)[::11] = np.resize(special, A.reshape(-1)[::11].size)
+    B.reshape(-1)[5::13] = np.resize(special[::-1], B.reshape(-1)[5::13].size)
+    A[0, 0, :], B[0, :, 0] = -0.0, 1.0                 # -0 products: a sum of -0
+    A[1, -1, 0], B[1, 0, -1] = np.inf, 0.0             # inf * 0: a NaN
+    got = ac.bmm_fp32_sequential(A, B)
+    with np.errstate(all="ignore"):
+        want = np.stack([ac.matmul(A[i], B[i], "fp32") for i in range(2)])
+    nan = np.isnan(want)
+    assert nan[1, -1, -1] and np.array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+    assert got.view(np.uint32)[0, 0, 0] == 0x80000000
