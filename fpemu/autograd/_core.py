@@ -907,7 +907,7 @@ def _accumulate(old, new, dtype):
     if old is None:
         return new
     dt = opmath(dtype)
-    return _store(old.astype(dt) + new.astype(dt), dtype)
+    return _store(old.astype(dt, copy=False) + new.astype(dt, copy=False), dtype)
 
 
 def _grad_array(t, g):

@@ -1220,7 +1220,7 @@ def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
             np.float32)
     else:
         p_used = p
-    P16 = _store(p_used, dt).astype(np.float32)
+    P16 = _store(p_used, dt).astype(np.float32, copy=False)
     acc = _linalg.mm_acc(P16, V, dt)
     with np.errstate(all="ignore"):
         O32 = (acc / lsum).astype(np.float32)
@@ -1228,10 +1228,10 @@ def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
     qn, kn, vn = q.requires_grad, k.requires_grad, v.requires_grad
 
     def backward(g):
-        G = g.astype(np.float32)
+        G = g.astype(np.float32, copy=False)
         with np.errstate(all="ignore"):
             Pn = (p_used / lsum).astype(np.float32)            # normalised, fp32
-            Pn16 = _store(Pn, dt).astype(np.float32)
+            Pn16 = _store(Pn, dt).astype(np.float32, copy=False)
             dV = _linalg.mm_acc(np.swapaxes(Pn16, -1, -2), G, dt) if vn else None
             dP = _linalg.mm_acc(G, np.swapaxes(V, -1, -2), dt)
             if keep is not None:
@@ -1239,7 +1239,7 @@ def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
             D = (G.astype(np.float64) * res.astype(np.float64)).sum(axis=-1, keepdims=True)
             Pbase = (p / lsum).astype(np.float32)
             dS = (Pbase * (dP - D.astype(np.float32))).astype(np.float32)
-            dS16 = _store(dS, dt).astype(np.float32)
+            dS16 = _store(dS, dt).astype(np.float32, copy=False)
             dQ = _linalg.mm_acc(dS16, K, dt) * np.float32(sc) if qn else None
             dK = _linalg.mm_acc(np.swapaxes(dS16, -1, -2), Q, dt) * np.float32(sc) if kn \
                 else None
