@@ -255,7 +255,7 @@ def _readonly(a):
     return v
 
 
-def run_kernel(kernel, *args, inputs=0):
+def run_kernel(kernel, *args, inputs=0, twin=True):
     """kernel(*args), safely from any number of Python threads (see the
     module's note on the threading layer), inside :class:`inlining` only the
     first time a kernel sees a kind of arguments (when it compiles or loads
@@ -270,10 +270,15 @@ def run_kernel(kernel, *args, inputs=0):
     broadcast, a frozen tensor) in the next compiled twice: the README MLP's
     first training step compiled the batched matmul three times (three mixes
     of read-only and writeable operands, 1.0-1.3 s each).
+
+    ``twin=False``: always the parallel loop, for a kernel whose serial twin
+    would cost a compilation and gain little (Adam's float32 step: LLVM
+    vectorises the outlined parallel body, not the serial one, so the twin
+    runs several times slower per element).
     """
     if inputs:
         args = (*map(_readonly, args[:inputs]), *args[inputs:])
-    if getattr(kernel, "targetoptions", {}).get("parallel"):
+    if twin and getattr(kernel, "targetoptions", {}).get("parallel"):
         layer = _layer_name()
         if _largest(args) < SERIAL_BELOW.get(layer, SERIAL_BELOW_DEFAULT):
             return _run(_serial_twin(kernel), args)

@@ -343,7 +343,7 @@ class Adam(Optimizer):
                     flat = [np.array(x._data, np.float32).reshape(-1) for x in tensors]
                 P, M, V, MX = flat + [none] * (4 - len(flat))
                 run_kernel(K.adam_fp32_step, P, G, M, V, MX, scalars, flags, P, M, V,
-                           inputs=4)
+                           inputs=4, twin=False)
                 for x, a in zip(tensors, flat):
                     if copied:
                         x._a = a.reshape(x.shape)            # written back (and bumped)
