@@ -4,7 +4,7 @@ Every kernel is compiled on its first call and then loaded from the cache
 (``docs/performance.md``). With an empty cache a new user pays the compiler
 in their first cells: about half a second for each (operation, format
 family, rounding mode), once for small arrays and once more for large ones,
-and about 2.5 s for the first training step of the README's MLP
+and about 3 s for the first training step of the README's MLP
 (``bench/bench_startup.py``). :func:`warmup` runs the common set once so
 that those calls load instead:
 
