@@ -24,18 +24,19 @@ _INV_SQRT_2PI = 0.3989422804014327
 
 
 @pjit
-def _gelu_fwd_loop(v, out):
+def _gelu_fwd_loop(v, out, cdf):
     for i in prange(v.size):
         x = v[i]
-        out[i] = 0.5 * x * (1.0 + math.erf(x * _SQRT1_2))
+        e = math.erf(x * _SQRT1_2)
+        out[i] = 0.5 * x * (1.0 + e)
+        cdf[i] = 0.5 * (1.0 + e)
 
 
 @pjit
-def _gelu_bwd_loop(g, v, out):
+def _gelu_bwd_loop(g, v, cdf, out):
     for i in prange(v.size):
         x = v[i]
-        cdf = 0.5 * (1.0 + math.erf(x * _SQRT1_2))
-        out[i] = g[i] * (cdf + x * math.exp(-0.5 * x * x) * _INV_SQRT_2PI)
+        out[i] = g[i] * (cdf[i] + x * math.exp(-0.5 * x * x) * _INV_SQRT_2PI)
 
 
 def _flat_loop(loop, *arrays):
@@ -49,11 +50,16 @@ def _flat_loop(loop, *arrays):
 
 def gelu_erf(v):
     """x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) of a float64 array, in float64
-    with libm's erf (one fused loop: no temporaries)."""
-    return _flat_loop(_gelu_fwd_loop, v)
+    with libm's erf (one fused loop: no temporaries), and Phi(x) for
+    :func:`gelu_erf_grad` (the backward pass then needs no second erf)."""
+    from .._jit import run_kernel
+    flat = np.ascontiguousarray(v, np.float64).reshape(-1)
+    out, cdf = np.empty(flat.size, np.float64), np.empty(flat.size, np.float64)
+    run_kernel(_gelu_fwd_loop, flat, out, cdf, inputs=1)
+    return out.reshape(np.shape(v)), cdf.reshape(np.shape(v))
 
 
-def gelu_erf_grad(g, v):
+def gelu_erf_grad(g, v, cdf):
     """g * (Phi(x) + x phi(x)), the gradient of :func:`gelu_erf`, in float64
-    with libm's erf and exp."""
-    return _flat_loop(_gelu_bwd_loop, g, v)
+    with libm's exp; ``cdf``: Phi(x) as :func:`gelu_erf` returned it."""
+    return _flat_loop(_gelu_bwd_loop, g, v, cdf)

@@ -385,11 +385,15 @@ def relu(x, inplace=False):
 def gelu(x, approximate="none"):
     """x * Phi(x) (erf form), or the tanh approximation."""
     if approximate == "none":
+        phi = []                                     # Phi(x), kept for the backward
+
         def fwd(v):
-            return _gelu_erf(v)
+            y, cdf = _gelu_erf(v)
+            phi.append(cdf)
+            return y
 
         def bwd(g, v, y):
-            return _gelu_erf_grad(np.broadcast_to(g, v.shape), v)
+            return _gelu_erf_grad(np.broadcast_to(g, v.shape), v, phi[0])
     elif approximate == "tanh":
         def fwd(v):
             return 0.5 * v * (1 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3)))
