@@ -406,11 +406,24 @@ def gst_matmul(A, B, SAs, SAe, SBs, SBe, C, out, G, L, F, e_zero, sblock):
 BMM_ROWS = 4
 
 
+@jit
+def _a4(A, b, i, k, trans_a):
+    """A's terms k .. k+3 of row i (A stored transposed when ``trans_a``)."""
+    if trans_a:
+        return A[b, k, i], A[b, k + 1, i], A[b, k + 2, i], A[b, k + 3, i]
+    return A[b, i, k], A[b, i, k + 1], A[b, i, k + 2], A[b, i, k + 3]
+
+
 @pjit
-def bmm_sequential(A, B, out):
+def bmm_sequential(A, B, out, trans_a):
     """A (batch, M, K), B (batch, K, N), out (batch, M, N), all float32 and
-    C-contiguous; the accumulator starts at -0.0 (an empty sum is +0.0)."""
-    nb, M, K = A.shape
+    C-contiguous; the accumulator starts at -0.0 (an empty sum is +0.0).
+    ``trans_a``: A is given as its transpose (batch, K, M), C-contiguous (the
+    weight gradient's ``g.T @ x`` reads ``g`` where it lies; the terms are
+    read one at a time, so the layout costs nothing)."""
+    nb = A.shape[0]
+    M = A.shape[2] if trans_a else A.shape[1]
+    K = B.shape[1]
     N = B.shape[2]
     nrb = (M + BMM_ROWS - 1) // BMM_ROWS
     K4 = K - K % 4
@@ -426,13 +439,10 @@ def bmm_sequential(A, B, out):
         k0 = 0
         if rows == BMM_ROWS:
             for k in range(0, K4, 4):
-                a00, a01, a02, a03 = A[b, i0, k], A[b, i0, k + 1], A[b, i0, k + 2], A[b, i0, k + 3]
-                a10, a11, a12, a13 = (A[b, i0 + 1, k], A[b, i0 + 1, k + 1], A[b, i0 + 1, k + 2],
-                                      A[b, i0 + 1, k + 3])
-                a20, a21, a22, a23 = (A[b, i0 + 2, k], A[b, i0 + 2, k + 1], A[b, i0 + 2, k + 2],
-                                      A[b, i0 + 2, k + 3])
-                a30, a31, a32, a33 = (A[b, i0 + 3, k], A[b, i0 + 3, k + 1], A[b, i0 + 3, k + 2],
-                                      A[b, i0 + 3, k + 3])
+                a00, a01, a02, a03 = _a4(A, b, i0, k, trans_a)
+                a10, a11, a12, a13 = _a4(A, b, i0 + 1, k, trans_a)
+                a20, a21, a22, a23 = _a4(A, b, i0 + 2, k, trans_a)
+                a30, a31, a32, a33 = _a4(A, b, i0 + 3, k, trans_a)
                 for j in range(N):
                     b0 = B[b, k, j]
                     b1 = B[b, k + 1, j]
@@ -445,7 +455,7 @@ def bmm_sequential(A, B, out):
             k0 = K4
         for k in range(k0, K):
             for r in range(rows):
-                a = A[b, i0 + r, k]
+                a = A[b, k, i0 + r] if trans_a else A[b, i0 + r, k]
                 for j in range(N):
                     p = a * B[b, k, j]
                     acc[r, j] = acc[r, j] + p

@@ -678,13 +678,16 @@ def scaled_matmul(a_codes, a_scales, b_codes, b_scales, a_fmt, b_fmt=None, scale
 
 
 def bmm_fp32_sequential(A, B):
-    """``A @ B`` for C-contiguous float32 batches A (batch, M, K) and
-    B (batch, K, N) under the ``"sequential"`` model in fp32 (each product
-    and each sum rounded to float32 in index order, starting from -0; an
-    empty sum is +0), with no argument checks: the batched kernel behind
-    ``fpemu.autograd``'s matmul. Equal to ``matmul(a, b, "fp32")`` of each
-    batch element."""
+    """``A @ B`` for float32 batches A (batch, M, K) and B (batch, K, N) under
+    the ``"sequential"`` model in fp32 (each product and each sum rounded to
+    float32 in index order, starting from -0; an empty sum is +0), with no
+    argument checks: the batched kernel behind ``fpemu.autograd``'s matmul.
+    Equal to ``matmul(a, b, "fp32")`` of each batch element. B must be
+    C-contiguous; A may also be the transposed view of a C-contiguous
+    (batch, K, M) array (``g.swapaxes(1, 2)``), which is read in place."""
     out = np.empty((A.shape[0], A.shape[1], B.shape[2]), np.float32)
     if out.size:
-        run_kernel(_ak.bmm_sequential, A, B, out, inputs=2)
+        At = A.swapaxes(1, 2)
+        trans_a = not A.flags.c_contiguous and At.flags.c_contiguous
+        run_kernel(_ak.bmm_sequential, At if trans_a else A, B, out, trans_a, inputs=2)
     return out

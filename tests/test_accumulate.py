@@ -343,3 +343,10 @@ def test_batched_fp32_sequential_matmul_on_every_remainder_and_special_value(M, 
     assert nan[1, -1, -1] and np.array_equal(np.isnan(got), nan)
     np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
     assert got.view(np.uint32)[0, 0, 0] == 0x80000000
+    # A given as the transposed view of its transpose's storage (the weight
+    # gradient's g.T @ x) is read in place, with the same bits
+    view = np.ascontiguousarray(A.swapaxes(1, 2)).swapaxes(1, 2)
+    assert not view.flags.c_contiguous or min(M, K) == 1
+    got_t = ac.bmm_fp32_sequential(view, B)
+    assert np.array_equal(np.isnan(got_t), nan)
+    np.testing.assert_array_equal(got_t.view(np.uint32)[~nan], want.view(np.uint32)[~nan])

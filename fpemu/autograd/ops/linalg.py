@@ -68,8 +68,10 @@ def mm_acc(A, B, dt, tf32=False):
     batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     if m.model == "sequential":
-        A3 = np.ascontiguousarray(np.broadcast_to(A, batch + (M, K)), np.float32).reshape(
-            -1, M, K)
+        A3 = np.broadcast_to(A, batch + (M, K)).reshape(-1, M, K)
+        if A3.dtype != np.float32 or not (A3.flags.c_contiguous
+                                          or A3.swapaxes(1, 2).flags.c_contiguous):
+            A3 = np.ascontiguousarray(A3, np.float32)    # (a transposed A is read in place)
         B3 = np.ascontiguousarray(np.broadcast_to(B, batch + (K, N)), np.float32).reshape(
             -1, K, N)
         return _acc.bmm_fp32_sequential(A3, B3).reshape(batch + (M, N))
