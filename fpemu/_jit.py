@@ -67,8 +67,31 @@ def _prefer_fork_safe_layers():
 _load_tbb_wheel()
 _prefer_fork_safe_layers()
 
-jit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy")
-pjit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy", parallel=True)
+
+def _compiling_inlined(dispatcher):
+    """Wrap the dispatcher's ``compile``, which Numba calls when a call meets
+    a new signature (to compile, or to load from the cache), in
+    :class:`inlining`: calls of a compiled signature go straight to Numba's
+    C dispatcher, with nothing of fpemu's in between."""
+    compile_ = dispatcher.compile
+
+    @functools.wraps(compile_)
+    def compile(sig):
+        with inlining():
+            return compile_(sig)
+    dispatcher.compile = compile
+    return dispatcher
+
+
+def jit(fn):
+    """fpemu's jit: cached, no GIL, numpy's error model (module note)."""
+    return _compiling_inlined(numba.njit(cache=True, nogil=True, error_model="numpy")(fn))
+
+
+def pjit(fn):
+    """:func:`jit` with ``parallel=True`` (``prange`` loops)."""
+    return _compiling_inlined(numba.njit(cache=True, nogil=True, error_model="numpy",
+                                         parallel=True)(fn))
 
 
 def _bitcast(src, dst, llvm_dst):
@@ -172,32 +195,34 @@ class inlining:
     Numba leaves LLVM's inliner at its default threshold (225). The rounding
     helpers of a kernel add up to more than that in some modes; a call then
     stays in the loop and blocks vectorisation (``quantize`` with ``rne`` ran
-    5x slower). Kernels compile lazily inside their first call, so the callers
-    wrap each kernel call in this context; cached kernels are unaffected.
-    The option is global to LLVM, so it is put back on exit.
+    5x slower). Kernels compile lazily inside their first call with a new
+    signature: :func:`jit` and :func:`pjit` wrap each dispatcher's
+    ``compile`` in this context, and calls of compiled signatures never enter
+    it (setting the option costs tens of microseconds, which the autograd
+    engine's many small calls would feel). The option is global to LLVM, so
+    it is put back when the outermost compilation ends.
     """
 
     THRESHOLD = 4000
     DEFAULT = 225  # LLVM's own default
+    _depth = 0
+    _lock = threading.Lock()
 
     def __enter__(self):
-        llvm_binding.set_option("fpemu", f"-inline-threshold={self.THRESHOLD}")
+        # re-entrant: a kernel's helpers compile inside its own compilation
+        with inlining._lock:
+            if inlining._depth == 0:
+                llvm_binding.set_option("fpemu", f"-inline-threshold={self.THRESHOLD}")
+            inlining._depth += 1
 
     def __exit__(self, *exc):
-        llvm_binding.set_option("fpemu", f"-inline-threshold={self.DEFAULT}")
+        with inlining._lock:
+            inlining._depth -= 1
+            if inlining._depth == 0:
+                llvm_binding.set_option("fpemu", f"-inline-threshold={self.DEFAULT}")
         return False
 
 
-def _arg_key(a):
-    if isinstance(a, np.ndarray):
-        f = a.flags
-        return ("A", a.dtype.str, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
-    if isinstance(a, tuple):
-        return ("T",) + tuple(_arg_key(x) for x in a)
-    return type(a)
-
-
-_COMPILED = set()
 _LAUNCH = threading.Lock()
 _threadsafe_layer = None
 
@@ -257,11 +282,8 @@ def _readonly(a):
 
 def run_kernel(kernel, *args, inputs=0, twin=True):
     """kernel(*args), safely from any number of Python threads (see the
-    module's note on the threading layer), inside :class:`inlining` only the
-    first time a kernel sees a kind of arguments (when it compiles or loads
-    from the cache): setting the LLVM option costs tens of microseconds, which
-    the many small calls of the autograd engine feel. A parallel kernel on
-    small arrays runs as its serial twin (module note).
+    module's note on the threading layer). A parallel kernel on small arrays
+    runs as its serial twin (module note).
 
     ``inputs``: how many leading arguments are arrays that the kernel only
     reads. They reach it as read-only views. Numba compiles one machine code
@@ -281,11 +303,11 @@ def run_kernel(kernel, *args, inputs=0, twin=True):
     if twin and getattr(kernel, "targetoptions", {}).get("parallel"):
         layer = _layer_name()
         if _largest(args) < SERIAL_BELOW.get(layer, SERIAL_BELOW_DEFAULT):
-            return _run(_serial_twin(kernel), args)
+            return _serial_twin(kernel)(*args)
     if _layer_is_threadsafe():
-        return _run(kernel, args)
+        return kernel(*args)
     with _LAUNCH:
-        return _run(kernel, args)
+        return kernel(*args)
 
 
 _layer = None
@@ -299,13 +321,3 @@ def _layer_name():
         except ValueError:                           # no parallel launch yet
             return None
     return _layer
-
-
-def _run(kernel, args):
-    key = (id(kernel),) + tuple(_arg_key(a) for a in args)
-    if key in _COMPILED:
-        return kernel(*args)
-    with inlining():
-        out = kernel(*args)
-    _COMPILED.add(key)
-    return out
