@@ -464,7 +464,7 @@ _SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.2e-38
                                 dict(betas=(0.3, 0.5), eps=1e-3)])
 @pytest.mark.parametrize("cls", ["Adam", "AdamW"])
 def test_fp32_adam_loop_matches_the_op_by_op_kernels(cls, kw, single, monkeypatch):
-    """Float32 parameters take one Numba loop (optim/_kernels.py); the op-by-op
+    """Float32 parameters take one Numba loop (optim/_loops.py); the op-by-op
     ATen kernels (_aten.py) it replaces must give the same bits, NaN, inf,
     signed zeros and subnormals included, in parameters, gradients and
     states, over steps whose bias corrections differ."""

@@ -36,8 +36,7 @@ from .._core import Tensor, _store, float32
 from .._cuda_math import powf
 from .._profile import get_profile
 from .. import _aten as aten
-from ..._jit import run_kernel
-from . import _kernels as _adam_kernels
+from . import _loops
 from .optimizer import (  # noqa: F401
     Optimizer, _advance, _check_lr, _cpu_tail, _cuda_lanes, _f, _fma, _step_tensor,
     _unscaled_grad,
@@ -240,7 +239,7 @@ class Adam(Optimizer):
                          master_weights)
 
     #: float32 parameters on CUDA take the one-loop form of the op-by-op
-    #: step (``_kernels``; False: the op-by-op form, which the tests compare)
+    #: step (``_loops``; False: the op-by-op form, which the tests compare)
     _fp32_kernel = True
 
     def _update_group(self, group):
@@ -318,13 +317,13 @@ class Adam(Optimizer):
 
     def _fp32_loop(self, batch, group, single):
         """:meth:`_op_by_op` for float32 parameters on CUDA: the same kernels,
-        one element at a time in one loop (``_kernels``), writing the
+        one element at a time in one loop (``_loops``), writing the
         parameter and its states in place as torch's in-place kernels do
         (one call per parameter: nothing is concatenated or allocated)."""
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         t = batch[0][2]
         bc1, bc2_sqrt = 1 - b1 ** t, (1 - b2 ** t) ** 0.5
-        K = _adam_kernels
+        K = _loops
         flags = ((K.MAXIMIZE if group["maximize"] else 0) | (K.SINGLE if single else 0)
                  | (K.AMSGRAD if group["amsgrad"] else 0)
                  | (0 if wd == 0 else K.DECOUPLED if group["decoupled_weight_decay"] else K.L2))
@@ -342,8 +341,7 @@ class Adam(Optimizer):
                 if copied:
                     flat = [np.array(x._data, np.float32).reshape(-1) for x in tensors]
                 P, M, V, MX = flat + [none] * (4 - len(flat))
-                run_kernel(K.adam_fp32_step, P, G, M, V, MX, scalars, flags, P, M, V,
-                           inputs=4, twin=False)
+                K.adam_fp32_step(P, G, M, V, MX, scalars, flags)
                 for x, a in zip(tensors, flat):
                     if copied:
                         x._a = a.reshape(x.shape)            # written back (and bumped)

@@ -9,10 +9,7 @@ roundings: float32 ``+ - * / sqrt`` (IEEE, as numpy's) and the fused
 multiply-adds nvcc contracts (``llvm.fma.f32``, one rounding), a NaN from an
 fma made the canonical 0x7fc00000 as :func:`fpemu.arith.fma_fp32` makes it.
 One pass instead of about ten: the README MLP's optimizer step 5.3 -> 0.6 ms
-(2 cores). It always runs as a parallel loop (``run_kernel(twin=False)``):
-LLVM vectorises the parallel body and not the serial twin (1 thread, 400k
-elements: 0.18 against 1.4 ms), and a new user's first step compiles one
-loop, not two. ``tests/test_amp_optim.py`` compares it bit for bit with the
+(2 cores). ``tests/test_amp_optim.py`` compares it bit for bit with the
 op-by-op form, special values included, and both with exact rationals.
 """
 
@@ -21,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..._jit import f32_from_ubits, fma32, jit, pjit
+from ..._jit import f32_from_ubits, fma32, jit, pjit, run_kernel
 
 #: flags of :func:`adam_fp32_step`
 DECOUPLED, L2, MAXIMIZE, AMSGRAD, SINGLE = 1, 2, 4, 8, 16
@@ -34,7 +31,7 @@ def _fma(a, b, c):
 
 
 @pjit
-def adam_fp32_step(P, G, M, V, MX, s, flags, outP, outM, outV):
+def _adam_fp32_loop(P, G, M, V, MX, s, flags, outP, outM, outV):
     """One step of every element; ``s`` holds the float32 scalars (``wd``,
     ``1 - lr*wd``, ``1 - beta1``, ``beta2``, ``1 - beta2``, the bias
     correction ``bc2_sqrt`` (divided by) or its rounded reciprocal
@@ -68,3 +65,13 @@ def adam_fp32_step(P, G, M, V, MX, s, flags, outP, outM, outV):
         outP[i] = _fma(step, m / d, p)                      # param.addcdiv_(m, d, ss)
         outM[i] = m
         outV[i] = v
+
+
+def adam_fp32_step(P, G, M, V, MX, scalars, flags):
+    """:func:`_adam_fp32_loop` on flat float32 arrays, writing ``P``, ``M``
+    and ``V`` (and ``MX``) in place. It always runs as a parallel loop
+    (``run_kernel(twin=False)``): LLVM vectorises the parallel body and not
+    the serial twin (1 thread, 400k elements: 0.18 against 1.4 ms), and a
+    new user's first step compiles one loop, not two."""
+    run_kernel(_adam_fp32_loop, P, G, M, V, MX, scalars, flags, P, M, V, inputs=4,
+               twin=False)
