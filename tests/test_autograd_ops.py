@@ -88,6 +88,41 @@ def test_unary_ops_backward(shape, seed):
         check_grad(op, pos)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gelu_of_every_16_bit_value(dtype):
+    """bf16 and fp16 GELU look their values and gradient factors up in tables
+    of all 2**16 codes (autograd/_special.py). Every finite value, through the
+    autograd op, must give the float64 formula of docs/pytorch-numerics.md
+    (libm's erf and exp, here from Python's math module), rounded to float32
+    and then to the dtype; infinities and NaN take the element loops."""
+    import math
+    codes = np.arange(1 << 16, dtype=np.uint32)
+    with np.errstate(invalid="ignore"):
+        vals = ((codes << np.uint32(16)).view(np.float32) if dtype == "bfloat16"
+                else codes.astype(np.uint16).view(np.float16).astype(np.float32))
+    vals = vals[np.isfinite(vals)]
+    rng = np.random.default_rng(3)
+    g = ft.tensor(rng.standard_normal(vals.size), dtype=getattr(ft, dtype))
+    x = ft.tensor(vals, dtype=getattr(ft, dtype), requires_grad=True)
+    y = ft.gelu(x)
+    y.backward(g)
+    r1, inv = 0.7071067811865476, 0.3989422804014327
+    want_y = np.array([0.5 * v * (1.0 + math.erf(v * r1)) for v in vals.astype(float)])
+    gv = g.float().numpy().astype(float)
+    want_g = np.array([gi * (0.5 * (1.0 + math.erf(v * r1)) + v * math.exp(-0.5 * v * v) * inv)
+                       for gi, v in zip(gv, vals.astype(float))])
+    rounded = [ft.tensor(w.astype(np.float32), dtype=getattr(ft, dtype)).float().numpy()
+               for w in (want_y, want_g)]
+    np.testing.assert_array_equal(y.detach().float().numpy().view(np.uint32),
+                                  rounded[0].view(np.uint32))
+    np.testing.assert_array_equal(x.grad.float().numpy().view(np.uint32),
+                                  rounded[1].view(np.uint32))
+    special = ft.tensor([np.inf, -np.inf, np.nan, 1.0], dtype=getattr(ft, dtype))
+    out = ft.gelu(special).float().numpy()
+    assert out[0] == np.inf and np.isnan(out[1]) and np.isnan(out[2])
+    assert abs(out[3] - 0.8413) < 0.01
+
+
 @SETTINGS
 @given(st.tuples(st.integers(1, 4), st.integers(2, 6)), st.integers(0, 1000))
 def test_reductions_softmax_norms_backward(shape, seed):

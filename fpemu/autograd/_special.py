@@ -63,3 +63,66 @@ def gelu_erf_grad(g, v, cdf):
     """g * (Phi(x) + x phi(x)), the gradient of :func:`gelu_erf`, in float64
     with libm's exp; ``cdf``: Phi(x) as :func:`gelu_erf` returned it."""
     return _flat_loop(_gelu_bwd_loop, g, v, cdf)
+
+
+# GELU of 16-bit inputs by table. A bf16 or fp16 tensor holds at most 2**16
+# distinct values, so its GELU and the factor of its gradient are looked up in
+# tables of all 2**16 codes, computed once per format by the loops above from
+# the same float64 inputs: the same bits as computing every element, for a
+# gather instead of an erf (about 25 ns) per element.
+_TABLES16 = {}
+
+
+def _codes16(v, fmt):
+    """The codes of a float64 array of finite ``fmt`` ("bf16" or "fp16")
+    values, or None when an element is not one of them. Infinities and NaNs
+    take the loops: their results are NaNs, and a gradient multiplied by a
+    NaN from a table could keep another payload than the loop's product."""
+    if not np.isfinite(v).all():
+        return None
+    if fmt == "bf16":
+        bits = v.astype(np.float32).view(np.uint32)
+        if (bits & np.uint32(0xFFFF)).any() or not np.array_equal(
+                bits.view(np.float32).astype(np.float64), v):
+            return None
+        return bits >> np.uint32(16)
+    h = v.astype(np.float16)
+    if not np.array_equal(h.astype(np.float64), v):
+        return None
+    return h.view(np.uint16)
+
+
+def _table16(fmt):
+    t = _TABLES16.get(fmt)
+    if t is None:
+        codes = np.arange(1 << 16, dtype=np.uint32)
+        x = ((codes << np.uint32(16)).view(np.float32) if fmt == "bf16"
+             else codes.astype(np.uint16).view(np.float16)).astype(np.float64)
+        with np.errstate(all="ignore"):
+            y, cdf = gelu_erf(x)
+            fac = gelu_erf_grad(np.ones_like(x), x, cdf)       # 1 * factor: exact
+        t = _TABLES16[fmt] = (y, fac)
+    return t
+
+
+class GeluErf:
+    """:func:`gelu_erf` and :func:`gelu_erf_grad` of one call, through the
+    tables of its format when the input is bf16 or fp16 (``fmt``: the input
+    dtype's name)."""
+
+    def __init__(self, fmt):
+        self.fmt = fmt if fmt in ("bf16", "fp16") else None
+        self.codes = self.cdf = None
+
+    def forward(self, v):
+        if self.fmt is not None:
+            self.codes = _codes16(v, self.fmt)
+            if self.codes is not None:
+                return _table16(self.fmt)[0][self.codes]
+        y, self.cdf = gelu_erf(v)
+        return y
+
+    def backward(self, g, v):
+        if self.codes is not None:
+            return g * _table16(self.fmt)[1][self.codes]
+        return gelu_erf_grad(np.broadcast_to(g, v.shape), v, self.cdf)

@@ -30,8 +30,7 @@ from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
 from .._core import Tensor, _result, _store, as_dtype, bool_, is_float, opmath, result_type
-from .._special import gelu_erf as _gelu_erf
-from .._special import gelu_erf_grad as _gelu_erf_grad
+from .._special import GeluErf as _GeluErf
 from ._common import f64, float_dt, grad_part, int_binary, operand, t_or_number
 from .inplace import apply_inplace, copy_into
 
@@ -385,15 +384,13 @@ def relu(x, inplace=False):
 def gelu(x, approximate="none"):
     """x * Phi(x) (erf form), or the tanh approximation."""
     if approximate == "none":
-        phi = []                                     # Phi(x), kept for the backward
+        f = _GeluErf(x.dtype.name if isinstance(x, Tensor) else None)
 
         def fwd(v):
-            y, cdf = _gelu_erf(v)
-            phi.append(cdf)
-            return y
+            return f.forward(v)
 
         def bwd(g, v, y):
-            return _gelu_erf_grad(np.broadcast_to(g, v.shape), v, phi[0])
+            return f.backward(g, v)
     elif approximate == "tanh":
         def fwd(v):
             return 0.5 * v * (1 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3)))
