@@ -1203,7 +1203,7 @@ def _sdpa_math(q, k, v, mask_add, dropout_p, sc):
 
 def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
     dt = q.dtype
-    Q, K, V = (t._data.astype(np.float32) for t in (q, k, v))
+    Q, K, V = (t._data.astype(np.float32, copy=False) for t in (q, k, v))  # saved: checked
     S32 = _linalg.mm_acc(Q, np.swapaxes(K, -1, -2), dt)          # fp32 scores
     with np.errstate(all="ignore"):
         Z = S32.astype(np.float64) * np.float32(sc)
