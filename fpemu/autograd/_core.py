@@ -23,6 +23,7 @@ tensor a new node and leaves the old one to the ops that read the old value.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 
 import numpy as np
@@ -1039,6 +1040,7 @@ def _result(array, dtype, parents, backward, saved=(), view_of=None, op=None):
     return t
 
 
+@functools.lru_cache(maxsize=None)
 def _node_name(name):
     return "".join(part[:1].upper() + part[1:] for part in name.strip("_").split("_"))
 
