@@ -429,3 +429,34 @@ def test_numpy_scalars_and_dtypes_are_accepted():
                      (np.dtype("float64"), ft.float64), (np.int32, ft.int32),
                      (np.bool_, ft.bool)):
         assert ft.tensor([1.0], dtype=npdt).dtype is dt, npdt
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_stored_gradients_need_no_second_rounding(dtype, monkeypatch):
+    """Nodes marked ``stored`` (views, transposes, permutes, basic indexing,
+    clones, linear, unary ops, attention) hand their parents gradients that
+    are values of the parents' dtypes already, so the backward pass skips
+    rounding them again. Rounding them anyway must change no bit of any
+    leaf's gradient (it would, were a marked node to return float32 sums)."""
+    from fpemu.autograd import _core
+    rng = np.random.default_rng(4)
+    dt = getattr(ft, dtype)
+    x0 = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    w0 = (rng.standard_normal((8, 8)) * 0.3).astype(np.float32)
+    c0 = rng.standard_normal((2, 2, 5, 4)).astype(np.float32)
+    grads = {}
+    for trust in (True, False):
+        monkeypatch.setattr(_core, "_TRUST_STORED", trust)
+        x = ft.tensor(x0, dtype=dt, requires_grad=True)
+        w = ft.tensor(w0, dtype=dt, requires_grad=True)
+        h = F.linear(x, w)                                   # addmm
+        q = h.view(2, 6, 2, 4).transpose(1, 2)               # view, transpose
+        k = h.reshape(2, 6, 2, 4).permute(0, 2, 1, 3).contiguous()   # permute, clone
+        v = ft.movedim(h.view(2, 6, 2, 4), 2, 1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = ft.tanh(F.gelu(y[:, :, 1:, :]))                  # select, unary ops
+        (y.float() * ft.tensor(c0)).sum().backward()
+        grads[trust] = [t.grad.float().numpy().view(np.uint32).copy() for t in (x, w)]
+        assert all(g.any() for g in grads[trust])
+    for a, b in zip(grads[True], grads[False]):
+        np.testing.assert_array_equal(a, b)

@@ -461,13 +461,18 @@ class Node:
     ``back(g)`` returns one gradient (or None) per input; ``inputs`` holds,
     per input, ``(node, dtype, shape)`` or None for an input that needs no
     gradient. ``saved`` lists ``(tensor, version)`` pairs that ``back`` reads.
+    ``stored``: ``back`` returns values of each input's dtype already (it
+    rounds them itself, or only moves the values of ``g``), so the backward
+    pass does not round them again.
     """
 
-    __slots__ = ("back", "inputs", "saved", "freed", "hooks", "retained", "op", "__weakref__")
+    __slots__ = ("back", "inputs", "saved", "freed", "hooks", "retained", "op", "stored",
+                 "__weakref__")
 
-    def __init__(self, op, back, inputs, saved=()):
+    def __init__(self, op, back, inputs, saved=(), stored=False):
         self.op, self.back, self.inputs = op, back, inputs
         self.saved = saved
+        self.stored = stored
         self.freed = False
         self.hooks = []
         self.retained = None
@@ -927,6 +932,11 @@ def _grad_array(t, g):
     return arr.copy()
 
 
+#: the backward pass skips rounding the gradients of ``stored`` nodes (False:
+#: it rounds them anyway, which must change nothing; the tests compare)
+_TRUST_STORED = True
+
+
 def run_backward(tensors, grads, retain_graph=None, create_graph=False, inputs=None,
                  capture=None):
     """The backward pass from ``tensors`` (with gradients ``grads``). With
@@ -989,7 +999,8 @@ def run_backward(tensors, grads, retain_graph=None, create_graph=False, inputs=N
                 if edge is None or pg is None:
                     continue
                 nxt, pdt, pshape = edge
-                pg = _store(pg, pdt)
+                if not (node.stored and _TRUST_STORED):
+                    pg = _store(pg, pdt)
                 if pg.shape != pshape:
                     pg = _sum_to(np.broadcast_to(pg, np.broadcast_shapes(pg.shape, pshape)),
                                  pshape, pdt)
@@ -1007,12 +1018,16 @@ def _accumulate_into_leaf(var, g):
         var._grad._a = _accumulate(var._grad._data, g, var._grad.dtype)
 
 
-def _result(array, dtype, parents, backward, saved=(), view_of=None, op=None):
+def _result(array, dtype, parents, backward, saved=(), view_of=None, op=None, stored=False):
     """The output tensor of an op; a graph node if any parent needs a grad.
 
     ``saved``: the tensors ``backward`` reads (their versions are checked
     when it runs; the string "out" stands for the output). ``view_of``: the
     output is a view of that tensor's storage (shares its version counter).
+    ``stored``: every gradient ``backward`` returns is already a value of its
+    parent's dtype (:class:`Node`): pass it only where ``backward`` rounds
+    each part to that dtype itself or moves the values of its ``g`` without
+    arithmetic (views, transposes, basic indexing).
     """
     if view_of is not None:
         t = Tensor(array, dtype, _vc=view_of._vc,
@@ -1036,7 +1051,7 @@ def _result(array, dtype, parents, backward, saved=(), view_of=None, op=None):
             name = op or getattr(backward, "__qualname__", "Op").split(".")[0]
             sv = tuple((t if s == "out" else s, (t if s == "out" else s)._vc[0])
                        for s in saved if s is not None)
-            t.grad_fn = Node(_node_name(name), backward, tuple(inputs), sv)
+            t.grad_fn = Node(_node_name(name), backward, tuple(inputs), sv, stored)
     return t
 
 

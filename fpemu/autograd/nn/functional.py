@@ -1246,7 +1246,7 @@ def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
         return (None if dQ is None else _store(dQ, dt), None if dK is None else _store(dK, dt),
                 None if dV is None else _store(dV, dt))
     return _result(res, dt, (q, k, v), backward, saved=(q, k, v),
-                   op="scaled_dot_product_flash_attention")
+                   op="scaled_dot_product_flash_attention", stored=True)   # q, k, v: dtype dt
 
 
 # ------------------------------------------------------ multi-head attention

@@ -283,7 +283,8 @@ def _unary(op, x, fwd, bwd, autocast=False, save_out=False):
     def backward(g):
         with np.errstate(all="ignore"):
             return (_store(bwd(g.astype(np.float64), X, res.astype(np.float64)), dt),)
-    return _result(res, dt, (x,), backward, saved=("out",) if save_out else (x,), op=op)
+    return _result(res, dt, (x,), backward, saved=("out",) if save_out else (x,), op=op,
+                   stored=dt is x.dtype)
 
 
 def exp(x):

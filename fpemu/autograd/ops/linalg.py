@@ -221,7 +221,8 @@ def linear(x, weight, bias=None):
                 gb = _store(g2.astype(np.float64).sum(axis=0), dt)
         return gx, gw, gb
     saved = tuple(t for t, need in ((weight, x_needs), (x, w_needs)) if need)
-    return _result(res, dt, (x, weight, bias), backward, saved=saved, op="addmm")
+    return _result(res, dt, (x, weight, bias), backward, saved=saved, op="addmm",
+                   stored=True)                      # x, weight and bias are of dtype dt
 
 
 def _add_product(inp, a, b, beta, alpha, op):

@@ -68,7 +68,7 @@ def _as_view(x, v, op):
 
     def backward(g):
         return (g.reshape(shape),)
-    return _result(v, x.dtype, (x,), backward, view_of=x, op=op)
+    return _result(v, x.dtype, (x,), backward, view_of=x, op=op, stored=True)
 
 
 def reshape(x, *shape):
@@ -80,7 +80,7 @@ def reshape(x, *shape):
 
     def backward(g):
         return (g.reshape(src),)
-    return _result(x._data.reshape(shape), x.dtype, (x,), backward, op="reshape")
+    return _result(x._data.reshape(shape), x.dtype, (x,), backward, op="reshape", stored=True)
 
 
 def view_as(x, other):
@@ -98,7 +98,8 @@ def contiguous(x, memory_format=None):
 
     def backward(g):
         return (g,)
-    return _result(np.ascontiguousarray(x._data), x.dtype, (x,), backward, op="clone")
+    return _result(np.ascontiguousarray(x._data), x.dtype, (x,), backward, op="clone",
+                   stored=True)
 
 
 def transpose(x, dim0, dim1):
@@ -109,7 +110,7 @@ def transpose(x, dim0, dim1):
 
     def backward(g):
         return (np.swapaxes(g, d0, d1),)
-    return _result(v, x.dtype, (x,), backward, view_of=x, op="transpose")
+    return _result(v, x.dtype, (x,), backward, view_of=x, op="transpose", stored=True)
 
 
 swapaxes = swapdims = transpose
@@ -133,7 +134,7 @@ def permute(x, *dims):
 
     def backward(g):
         return (np.transpose(g, inv),)
-    return _result(v, x.dtype, (x,), backward, view_of=x, op="permute")
+    return _result(v, x.dtype, (x,), backward, view_of=x, op="permute", stored=True)
 
 
 def movedim(x, source, destination):
@@ -141,7 +142,7 @@ def movedim(x, source, destination):
 
     def backward(g):
         return (np.moveaxis(g, destination, source),)
-    return _result(v, x.dtype, (x,), backward, view_of=x, op="movedim")
+    return _result(v, x.dtype, (x,), backward, view_of=x, op="movedim", stored=True)
 
 
 def unsqueeze(x, dim):
@@ -474,7 +475,7 @@ def getitem(x, idx):
             G = np.zeros(x.shape, g.dtype)
             G[_basic(idx)] = g
             return (G,)
-        return _result(v, x.dtype, (x,), backward_view, view_of=x, op="select")
+        return _result(v, x.dtype, (x,), backward_view, view_of=x, op="select", stored=True)
     try:
         res = np.array(x._data[idx], copy=True)
     except IndexError as err:
