@@ -143,7 +143,17 @@ class GradScaler:
                     "gradients; bf16 training needs no loss scaling, so drop the GradScaler "
                     "or keep the parameters in float32)")
             for g in grads:
-                values = g._a.astype(np.float32)
+                a = g._data
+                if dtype is float32 and a.dtype == np.float32 and a.flags.writeable:
+                    # float32 storage: the same product, computed in place
+                    if not np.isfinite(a).all():
+                        found = _f(1)
+                    if inv_scale != _f(1):
+                        with np.errstate(all="ignore"):
+                            np.multiply(a, inv_scale, out=a)
+                        g._bump()
+                    continue
+                values = a.astype(np.float32)
                 if not np.all(np.isfinite(values)):
                     found = _f(1)
                 if inv_scale != _f(1):
