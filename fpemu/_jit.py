@@ -280,7 +280,7 @@ def _readonly(a):
     return v
 
 
-def run_kernel(kernel, *args, inputs=0, twin=True):
+def run_kernel(kernel, *args, inputs=0):
     """kernel(*args), safely from any number of Python threads (see the
     module's note on the threading layer). A parallel kernel on small arrays
     runs as its serial twin (module note).
@@ -293,14 +293,10 @@ def run_kernel(kernel, *args, inputs=0, twin=True):
     first training step compiled the batched matmul three times (three mixes
     of read-only and writeable operands, 1.0-1.3 s each).
 
-    ``twin=False``: always the parallel loop, for a kernel whose serial twin
-    would cost a compilation and gain little (Adam's float32 step: LLVM
-    vectorises the outlined parallel body, not the serial one, so the twin
-    runs several times slower per element).
     """
     if inputs:
         args = (*map(_readonly, args[:inputs]), *args[inputs:])
-    if twin and getattr(kernel, "targetoptions", {}).get("parallel"):
+    if getattr(kernel, "targetoptions", {}).get("parallel"):
         layer = _layer_name()
         if _largest(args) < SERIAL_BELOW.get(layer, SERIAL_BELOW_DEFAULT):
             return _serial_twin(kernel)(*args)
