@@ -296,14 +296,22 @@ def run_kernel(kernel, *args, inputs=0):
     """
     if inputs:
         args = (*map(_readonly, args[:inputs]), *args[inputs:])
-    if getattr(kernel, "targetoptions", {}).get("parallel"):
-        layer = _layer_name()
-        if _largest(args) < SERIAL_BELOW.get(layer, SERIAL_BELOW_DEFAULT):
-            return _serial_twin(kernel)(*args)
-    if _layer_is_threadsafe():
+    entry = _TWINS.get(id(kernel))
+    if entry is None or entry[0] is not kernel:
+        parallel = getattr(kernel, "targetoptions", {}).get("parallel")
+        entry = _TWINS[id(kernel)] = (kernel, _serial_twin(kernel) if parallel else None)
+    twin = entry[1]
+    if twin is not None:
+        if _largest(args) < SERIAL_BELOW.get(_layer or _layer_name(), SERIAL_BELOW_DEFAULT):
+            return twin(*args)
+    if _threadsafe_layer or _layer_is_threadsafe():
         return kernel(*args)
     with _LAUNCH:
         return kernel(*args)
+
+
+#: id(kernel) -> (kernel, its serial twin or None for a serial kernel)
+_TWINS = {}
 
 
 _layer = None

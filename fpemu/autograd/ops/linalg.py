@@ -65,15 +65,18 @@ def mm_acc(A, B, dt, tf32=False):
         A = quantize(np.asarray(A, np.float32), "tf32")
         B = quantize(np.asarray(B, np.float32), "tf32")
     m = State.matmul
-    batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    batch = (A.shape[:-2] if A.shape[:-2] == B.shape[:-2]
+             else np.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     if m.model == "sequential":
-        A3 = np.broadcast_to(A, batch + (M, K)).reshape(-1, M, K)
+        A3 = (A if A.shape[:-2] == batch else np.broadcast_to(A, batch + (M, K))).reshape(
+            -1, M, K)
         if A3.dtype != np.float32 or not (A3.flags.c_contiguous
                                           or A3.swapaxes(1, 2).flags.c_contiguous):
             A3 = np.ascontiguousarray(A3, np.float32)    # (a transposed A is read in place)
-        B3 = np.ascontiguousarray(np.broadcast_to(B, batch + (K, N)), np.float32).reshape(
-            -1, K, N)
+        B3 = np.ascontiguousarray(
+            B if B.shape[:-2] == batch else np.broadcast_to(B, batch + (K, N)),
+            np.float32).reshape(-1, K, N)
         return _acc.bmm_fp32_sequential(A3, B3).reshape(batch + (M, N))
     fmt = _in_fmt(dt, tf32)
     A = np.broadcast_to(A, batch + (M, K))
