@@ -122,7 +122,7 @@ def test_gelu_of_every_16_bit_value(dtype):
     # values that are not the dtype's (never met through a tensor of it) and
     # infinities leave the tables for the element loops, with their bits
     from fpemu.autograd import _special
-    for odd in ([0.1, 1.0], [1.0, np.inf], [2.0 ** -140, 1.0]):
+    for odd in ([0.1, 1.0], [1.0, np.inf], [2.0 ** -140, 1.0], [1.0, 1.0 + 2.0 ** -30]):
         v, f = np.array(odd), _special.GeluErf(x.dtype.name)
         with np.errstate(all="ignore"):
             y_odd, cdf = _special.gelu_erf(v)

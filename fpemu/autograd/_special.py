@@ -74,18 +74,21 @@ _TABLES16 = {}
 @jit
 def _bf16_lookup(v, table, codes, out):
     """``out[i] = table[code of v[i]]``, keeping the codes, for float64 ``v``
-    whose elements are finite bf16 values; False (at the first element that
-    is not one) otherwise."""
+    whose elements are finite bf16 values; False (and ``out`` unwritten)
+    otherwise. The codes and the check come first, in a loop with no exit
+    (LLVM vectorises it), then the look-ups."""
+    bad = np.uint32(0)
     for i in range(v.size):
         x = v[i]
         f = np.float32(x)
         b = f32_ubits(f)
-        if ((b & np.uint32(0xFFFF)) != np.uint32(0) or np.float64(f) != x
-                or (b & np.uint32(0x7F800000)) == np.uint32(0x7F800000)):
-            return False
-        c = b >> np.uint32(16)
-        codes[i] = c
-        out[i] = table[c]
+        bad |= ((b & np.uint32(0xFFFF)) | np.uint32(np.float64(f) != x)
+                | np.uint32((b & np.uint32(0x7F800000)) == np.uint32(0x7F800000)))
+        codes[i] = b >> np.uint32(16)
+    if bad != np.uint32(0):
+        return False
+    for i in range(v.size):
+        out[i] = table[codes[i]]
     return True
 
 
@@ -119,9 +122,9 @@ def _table16(fmt):
     t = _TABLES16.get(fmt)
     if t is None:
         codes = np.arange(1 << 16, dtype=np.uint32)
-        x = ((codes << np.uint32(16)).view(np.float32) if fmt == "bf16"
-             else codes.astype(np.uint16).view(np.float16)).astype(np.float64)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):                   # the NaN codes
+            x = ((codes << np.uint32(16)).view(np.float32) if fmt == "bf16"
+                 else codes.astype(np.uint16).view(np.float16)).astype(np.float64)
             y, cdf = gelu_erf(x)
             fac = gelu_erf_grad(np.ones_like(x), x, cdf)       # 1 * factor: exact
         t = _TABLES16[fmt] = (y, fac)
