@@ -67,58 +67,59 @@ def gelu_erf_grad(g, v, cdf):
 # distinct values, so its GELU and the factor of its gradient are looked up in
 # tables of all 2**16 codes, computed once per format by the loops above from
 # the same float64 inputs: the same bits as computing every element, for a
-# gather instead of an erf (about 25 ns) per element.
+# gather instead of an erf (about 25 ns) per element. The codes come from the
+# tensor's float32 storage, with no float64 copy.
 _TABLES16 = {}
 
 
 @jit
-def _bf16_lookup(v, table, codes, out):
-    """``out[i] = table[code of v[i]]``, keeping the codes, for float64 ``v``
-    whose elements are finite bf16 values; False (and ``out`` unwritten)
-    otherwise. The codes and the check come first, in a loop with no exit
-    (LLVM vectorises it), then the look-ups."""
+def _bf16_codes(x, codes):
+    """The bf16 codes of a float32 array, or False when an element is not a
+    finite bf16 value (a loop with no exit: LLVM vectorises it)."""
     bad = np.uint32(0)
-    for i in range(v.size):
-        x = v[i]
-        f = np.float32(x)
-        b = f32_ubits(f)
-        bad |= ((b & np.uint32(0xFFFF)) | np.uint32(np.float64(f) != x)
+    for i in range(x.size):
+        b = f32_ubits(x[i])
+        bad |= ((b & np.uint32(0xFFFF))
                 | np.uint32((b & np.uint32(0x7F800000)) == np.uint32(0x7F800000)))
         codes[i] = b >> np.uint32(16)
-    if bad != np.uint32(0):
-        return False
-    for i in range(v.size):
-        out[i] = table[codes[i]]
-    return True
+    return bad == np.uint32(0)
 
 
 @jit
-def _lookup_times(g, table, codes, out):
-    """``out[i] = g[i] * table[codes[i]]`` (float64)."""
+def _gather(table, codes, out):
+    """``out[i] = table[codes[i]]``."""
+    for i in range(codes.size):
+        out[i] = table[codes[i]]
+
+
+@jit
+def _times_factor(g, table, codes, out):
+    """``out[i] = float32(float64(g[i]) * table[codes[i]])``: the float64
+    product, rounded to float32 as numpy's cast rounds it (to nearest even)."""
     for i in range(g.size):
-        out[i] = g[i] * table[codes[i]]
+        out[i] = np.float32(np.float64(g[i]) * table[codes[i]])
 
 
-def _codes16(v, fmt):
-    """The codes of a float64 array of finite ``fmt`` ("bf16" or "fp16")
-    values, or None when an element is not one of them. Infinities and NaNs
-    take the loops: their results are NaNs, and a gradient multiplied by a
-    NaN from a table could keep another payload than the loop's product."""
-    if not np.isfinite(v).all():
-        return None
+def codes16(x32, fmt):
+    """The codes (uint32) of a float32 array of finite ``fmt`` ("bf16" or
+    "fp16") values, flattened, or None when an element is not one of them.
+    Infinities and NaNs take the element loops: their results are NaNs, and a
+    gradient multiplied by a NaN from a table could keep another payload than
+    the loop's product."""
+    flat = np.ascontiguousarray(x32, np.float32).reshape(-1)
     if fmt == "bf16":
-        bits = v.astype(np.float32).view(np.uint32)
-        if (bits & np.uint32(0xFFFF)).any() or not np.array_equal(
-                bits.view(np.float32).astype(np.float64), v):
-            return None
-        return bits >> np.uint32(16)
-    h = v.astype(np.float16)
-    if not np.array_equal(h.astype(np.float64), v):
+        codes = np.empty(flat.size, np.uint32)
+        return codes if run_kernel(_bf16_codes, flat, codes, inputs=1) else None
+    with np.errstate(all="ignore"):
+        h = flat.astype(np.float16)
+    if not (np.isfinite(flat).all() and np.array_equal(h.astype(np.float32), flat)):
         return None
-    return h.view(np.uint16)
+    return h.view(np.uint16).astype(np.uint32)
 
 
-def _table16(fmt):
+def table16(fmt):
+    """(GELU, gradient factor) of every code of ``fmt`` as float64, from
+    :func:`gelu_erf` and :func:`gelu_erf_grad`."""
     t = _TABLES16.get(fmt)
     if t is None:
         codes = np.arange(1 << 16, dtype=np.uint32)
@@ -131,34 +132,17 @@ def _table16(fmt):
     return t
 
 
-class GeluErf:
-    """:func:`gelu_erf` and :func:`gelu_erf_grad` of one call, through the
-    tables of its format when the input is bf16 or fp16 (``fmt``: the input
-    dtype's name)."""
+def gather(table, codes):
+    """``table[codes]`` (a flat array of ``table``'s dtype)."""
+    out = np.empty(codes.size, table.dtype)
+    run_kernel(_gather, table, codes, out, inputs=2)
+    return out
 
-    def __init__(self, fmt):
-        self.fmt = fmt if fmt in ("bf16", "fp16") else None
-        self.codes = self.cdf = None
 
-    def forward(self, v):
-        if self.fmt == "bf16":                      # one pass: check, code, look up
-            flat = np.ascontiguousarray(v, np.float64).reshape(-1)
-            codes, out = np.empty(flat.size, np.uint32), np.empty(flat.size, np.float64)
-            if run_kernel(_bf16_lookup, flat, _table16("bf16")[0], codes, out, inputs=2):
-                self.codes = codes
-                return out.reshape(np.shape(v))
-        elif self.fmt is not None:
-            self.codes = _codes16(v, self.fmt)
-            if self.codes is not None:
-                return _table16(self.fmt)[0][self.codes]
-        y, self.cdf = gelu_erf(v)
-        return y
-
-    def backward(self, g, v):
-        if self.codes is not None:
-            G = np.ascontiguousarray(np.broadcast_to(g, np.shape(v)), np.float64).reshape(-1)
-            out = np.empty(G.size, np.float64)
-            codes = self.codes.reshape(-1).astype(np.uint32, copy=False)
-            run_kernel(_lookup_times, G, _table16(self.fmt)[1], codes, out, inputs=3)
-            return out.reshape(np.shape(v))
-        return gelu_erf_grad(np.broadcast_to(g, v.shape), v, self.cdf)
+def times_factor(g, codes, fmt):
+    """``float32(g * factor)`` per element: the gradient of GELU before its
+    rounding to the dtype, from the codes :func:`codes16` returned."""
+    G = np.ascontiguousarray(g, np.float32).reshape(-1)
+    out = np.empty(G.size, np.float32)
+    run_kernel(_times_factor, G, table16(fmt)[1], codes, out, inputs=3)
+    return out

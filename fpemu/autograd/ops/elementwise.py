@@ -30,7 +30,7 @@ from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
 from .._core import Tensor, _result, _store, as_dtype, bool_, is_float, opmath, result_type
-from .._special import GeluErf as _GeluErf
+from .. import _special
 from ._common import f64, float_dt, grad_part, int_binary, operand, t_or_number
 from .inplace import apply_inplace, copy_into
 
@@ -382,16 +382,49 @@ def relu(x, inplace=False):
     return _result(res, dt, (x,), backward, saved=("out",), op="relu")
 
 
+_GELU16_OUT = {}
+
+
+def _gelu16(x):
+    """GELU (erf form) of a bf16 or fp16 tensor through the tables of all its
+    codes (``_special``): each output is the table's value rounded once to
+    the dtype, each gradient the float64 product of ``g`` and the table's
+    factor rounded to float32 and then to the dtype, as :func:`_unary`
+    rounds them. None when an element is not a finite value of the dtype."""
+    dt = x.dtype
+    codes = _special.codes16(x._data, dt.name)
+    if codes is None:
+        return None
+    out = _GELU16_OUT.get(dt.name)
+    if out is None:                        # every code's output, rounded once
+        with np.errstate(all="ignore"):
+            out = _GELU16_OUT[dt.name] = _store(_special.table16(dt.name)[0], dt)
+    res = _special.gather(out, codes).reshape(x.shape)
+
+    def backward(g):
+        with np.errstate(all="ignore"):
+            return (_store(_special.times_factor(np.broadcast_to(g, x.shape), codes, dt.name)
+                           .reshape(x.shape), dt),)
+    return _result(res, dt, (x,), backward, saved=(x,), op="gelu", stored=True)
+
+
 def gelu(x, approximate="none"):
     """x * Phi(x) (erf form), or the tanh approximation."""
     if approximate == "none":
-        f = _GeluErf(x.dtype.name if isinstance(x, Tensor) else None)
+        if isinstance(x, Tensor) and getattr(x.dtype, "name", None) in ("bf16", "fp16"):
+            res = _gelu16(x)
+            if res is not None:
+                return res
+
+        phi = []                                     # Phi(x), kept for the backward
 
         def fwd(v):
-            return f.forward(v)
+            y, cdf = _special.gelu_erf(v)
+            phi.append(cdf)
+            return y
 
         def bwd(g, v, y):
-            return f.backward(g, v)
+            return _special.gelu_erf_grad(np.broadcast_to(g, v.shape), v, phi[0])
     elif approximate == "tanh":
         def fwd(v):
             return 0.5 * v * (1 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v ** 3)))
