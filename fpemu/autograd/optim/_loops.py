@@ -8,9 +8,9 @@ computes the same lines per element, in the same order, with the same
 roundings: float32 ``+ - * / sqrt`` (IEEE, as numpy's) and the fused
 multiply-adds nvcc contracts (``llvm.fma.f32``, one rounding), a NaN from an
 fma made the canonical 0x7fc00000 as :func:`fpemu.arith.fma_fp32` makes it.
-One pass instead of about ten: the README MLP's optimizer step 5.3 -> 0.6 ms
-(2 cores). ``tests/test_amp_optim.py`` compares it bit for bit with the
-op-by-op form, special values included, and both with exact rationals.
+One pass instead of about ten: the README MLP's optimizer step 5.3 -> 0.5 ms.
+``tests/test_amp_optim.py`` compares it bit for bit with the op-by-op form,
+special values included, and both with exact rationals.
 """
 
 from __future__ import annotations
