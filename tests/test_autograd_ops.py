@@ -469,3 +469,29 @@ def test_stored_gradients_need_no_second_rounding(dtype, monkeypatch):
         assert all(g.any() for g in grads[trust])
     for a, b in zip(grads[True], grads[False]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_embedding_gradient_adds_rows_in_index_order_as_ufunc_at():
+    """The embedding backward's row sums (autograd/_special.py add_rows_at)
+    against numpy's ``np.add.at`` (float64, index order): the same bits,
+    repeated rows, cancellations, infinities and a padding row included."""
+    rng = np.random.default_rng(9)
+    idx = rng.integers(0, 7, (5, 40))
+    w0 = rng.standard_normal((7, 6)).astype(np.float32)
+    g = (rng.standard_normal((5, 40, 6)) * 10.0 ** rng.integers(-30, 30, (5, 40, 6)))
+    g = g.astype(np.float32)
+    g[0, 0, 0], g[1, 3, 2] = np.inf, -np.inf
+    for pad in (None, 3):
+        w = ft.tensor(w0, requires_grad=True)
+        F.embedding(ft.tensor(idx), w, padding_idx=pad).backward(ft.tensor(g))
+        want = np.zeros((7, 6))
+        np.add.at(want, idx.reshape(-1), g.reshape(-1, 6).astype(np.float64))
+        if pad is not None:
+            want[pad] = 0.0
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(w.grad.numpy().view(np.uint32),
+                                          want.astype(np.float32).view(np.uint32))
+    # the order of the adds shows: (1e20 - 1e20) + 1 = 1, but 1 - 1e20 + 1e20 = 0
+    w = ft.tensor(np.zeros((3, 1), np.float32), requires_grad=True)
+    F.embedding(ft.tensor([[2, 2, 2]]), w).backward(ft.tensor([[[1e20], [-1e20], [1.0]]]))
+    assert w.grad.numpy().reshape(-1).tolist() == [0.0, 0.0, 1.0]

@@ -63,6 +63,23 @@ def gelu_erf_grad(g, v, cdf):
     return _flat_loop(_gelu_bwd_loop, g, v, cdf)
 
 
+@jit
+def _add_rows_at(rows, vals, G):
+    for r in range(rows.size):
+        i = rows[r]
+        for c in range(G.shape[1]):
+            G[i, c] = G[i, c] + vals[r, c]
+
+
+def add_rows_at(G, rows, vals):
+    """``np.add.at(G, rows, vals)`` for a float64 matrix ``G``, int64 row
+    indices in range and float64 ``vals`` (len(rows), G.shape[1]): the rows
+    added one after the other in index order, as ``ufunc.at`` adds them (the
+    same sums, bit for bit), without its per-element dispatch."""
+    run_kernel(_add_rows_at, np.ascontiguousarray(rows, np.int64),
+               np.ascontiguousarray(vals, np.float64), G, inputs=2)
+
+
 # GELU of 16-bit inputs by table. A bf16 or fp16 tensor holds at most 2**16
 # distinct values, so its GELU and the factor of its gradient are looked up in
 # tables of all 2**16 codes, computed once per format by the loops above from

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...errors import FpemuValueError
 from ...formats import Format
+from .. import _special
 from .._autocast import cast_inputs
 from .._core import (
     Tensor, _result, _store, bool_, float32, float64, int64, is_float, to_dtype,
@@ -1040,7 +1041,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     def backward(g):
         G = np.zeros(weight.shape, np.float64)
         flat = idx.reshape(-1) % rows
-        np.add.at(G, flat, g.reshape(-1, weight.shape[1]).astype(np.float64))
+        _special.add_rows_at(G, flat, g.reshape(-1, weight.shape[1]))
         if pad is not None:
             G[pad] = 0.0
         return (None, _store(G, weight.dtype))
