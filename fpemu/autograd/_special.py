@@ -1,4 +1,6 @@
-"""Elementwise float64 functions numpy lacks, as Numba loops."""
+"""Elementwise float64 functions numpy lacks, as Numba loops: erf, GELU and
+its gradient (by table for 16-bit inputs), and the row sums of the embedding
+backward."""
 
 import math
 
@@ -6,6 +8,8 @@ import numpy as np
 from numba import prange
 
 from .._jit import f32_ubits, jit, pjit, run_kernel
+from ..formats import format as _format
+from ..quantize import decode
 
 
 @pjit
@@ -139,10 +143,9 @@ def table16(fmt):
     :func:`gelu_erf` and :func:`gelu_erf_grad`."""
     t = _TABLES16.get(fmt)
     if t is None:
-        codes = np.arange(1 << 16, dtype=np.uint32)
+        codes = np.arange(1 << 16).astype(_format(fmt).code_dtype)
+        x = decode(codes, fmt).astype(np.float64)          # every value, by its code
         with np.errstate(all="ignore"):                   # the NaN codes
-            x = ((codes << np.uint32(16)).view(np.float32) if fmt == "bf16"
-                 else codes.astype(np.uint16).view(np.float16)).astype(np.float64)
             y, cdf = gelu_erf(x)
             fac = gelu_erf_grad(np.ones_like(x), x, cdf)       # 1 * factor: exact
         t = _TABLES16[fmt] = (y, fac)
