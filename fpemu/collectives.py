@@ -1,0 +1,314 @@
+"""Collective operations over N emulated ranks, bit for bit.
+
+What does a bf16 all-reduce over 8 ranks do to a gradient? Each function here
+takes one array per rank (a list, or an array whose first axis is the rank),
+casts each to the wire format ``fmt`` to nearest even (as ``tensor.to(dtype)``
+does) and returns one float32 array per rank, holding what that rank ends up
+with:
+
+* :func:`all_reduce`: every rank gets the reduction of all ranks' arrays;
+* :func:`reduce_scatter`: rank ``r`` gets slice ``r`` (along the first axis)
+  of that reduction (``torch.distributed.reduce_scatter_tensor``);
+* :func:`all_gather`: every rank gets the ranks' arrays concatenated along
+  the first axis (``all_gather_into_tensor``): copies, no arithmetic;
+* :func:`broadcast`: every rank gets rank ``src``'s array.
+
+Algorithms (``algorithm=``):
+
+``"exact"``
+    The exact result rounded once to ``fmt``: ``sum``, ``avg`` (the exact sum
+    divided by the world size), ``premul_sum`` (the exact sum times
+    ``factor``), ``max`` and ``min`` (IEEE maximum / minimum: a NaN on any rank
+    gives NaN; +0 is above -0).
+``"gloo"``
+    What ``torch.distributed`` with the gloo backend computes on CPU tensors
+    (torch 2.13, gloo's ``allreduce.cc`` at commit 70dc360, read 2026-11-26),
+    equal bit for bit to real gloo processes (``tests/test_collectives.py``
+    and the recorded traces under ``tests/reference/``). ProcessGroupGloo
+    leaves gloo's algorithm unspecified, which is the ring:
+
+    - the buffer of ``n`` elements of ``b`` bytes is cut into ``S`` segments,
+      ``S`` = the smallest multiple of the world size ``P`` that is at least
+      ``max(ceil(n b / M), 2 P)``, with ``M`` = 1 MiB (gloo's
+      ``kMaxSegmentSize``; ``max_segment_bytes=`` changes it), each of
+      ``ceil(n b / S)`` bytes rounded up to whole elements; rank ``c`` owns
+      chunk ``c``, segments ``c S/P .. (c + 1) S/P - 1``;
+    - in the reduce-scatter phase rank ``c - 1`` sends its chunk-``c``
+      segments to rank ``c - 2``, which adds its own values and sends on,
+      around the ring down to rank ``c``; each hop computes
+      ``own + received`` in float32 and rounds to the wire dtype (c10's
+      ``BFloat16`` and gloo's ``float16`` ``operator+``, both to nearest even);
+    - the all-gather phase copies the finished chunks around: every rank
+      holds the same bits.
+
+    So the ranks enter each element's sum in the order ``c - 1, c - 2, ...,
+    c`` (mod ``P``) of its chunk ``c``, one rounding per hop. ``max`` and
+    ``min`` are ``std::max(own, received)`` / ``std::min``, which keep
+    ``own`` when either is NaN: a NaN that arrives from a neighbour is
+    dropped (gloo's behaviour, reproduced, not endorsed). Gloo has no
+    ``avg`` or ``premul_sum`` (torch raises "Cannot use ReduceOp.AVG with
+    Gloo"): DDP divides each gradient by the world size before a ``sum``.
+    Wire formats: fp32, bf16 and fp16 (the float dtypes gloo reduces here).
+    ``reduce_scatter_tensor`` on gloo returns the slices of this all-reduce
+    (observed with torch 2.13), and :func:`reduce_scatter` does the same.
+
+Examples
+--------
+>>> import numpy as np
+>>> from fpemu import collectives
+>>> x = np.float32([2.0**-8 + 2.0**-10])         # 0.625 of bf16's ulp at 1
+>>> xs = [x, x, np.float32([1.0])]
+>>> collectives.all_reduce(xs, "bf16", algorithm="exact")[0].tolist()
+[1.0078125]
+>>> collectives.all_reduce(xs, "bf16", algorithm="gloo")[0].tolist()     # 1 + x, then + x
+[1.015625]
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+
+import numpy as np
+
+from . import _coll_kernels
+from ._exact import to_float64_odd
+from ._jit import run_kernel
+from .checks import as_format, real_array
+from .errors import FpemuTypeError, FpemuValueError
+
+ALGORITHMS = ("exact", "gloo")
+OPS = ("sum", "avg", "max", "min", "premul_sum")
+#: the ops each algorithm has
+ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min")}
+#: wire formats of the gloo backend, with their element sizes in bytes
+GLOO_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: gloo's AllreduceOptions::kMaxSegmentSize
+GLOO_MAX_SEGMENT_BYTES = 1 << 20
+
+
+# ------------------------------------------------------------------ arguments
+def _ranks(xs, fmt, fname):
+    """(Format, float32 array ranks x elements, the ranks' common shape): the
+    ranks' arrays checked and cast to ``fmt``."""
+    from .quantize import quantize
+    fmt = as_format(fmt)
+    if isinstance(xs, (str, bytes)) or not hasattr(xs, "__len__"):
+        raise FpemuTypeError(f"{fname}(): xs must hold one array per rank (a list, or an array "
+                             f"whose first axis is the rank), got {type(xs).__name__}")
+    if len(xs) < 2:
+        raise FpemuValueError(
+            f"{fname}(): a collective needs a world of at least 2 ranks, got {len(xs)}; pass "
+            "one array per rank (with one rank every collective returns its input cast to "
+            "the wire format: fpemu.quantize(x, fmt))")
+    arrays, shapes, dtypes = [], [], []
+    for r, x in enumerate(xs):
+        a, shape = real_array(x, fname)
+        arrays.append(a)
+        shapes.append(shape)
+        dtypes.append(np.asarray(x).dtype if not hasattr(x, "detach") else a.dtype)
+    for r in range(1, len(arrays)):
+        if shapes[r] != shapes[0] or dtypes[r] != dtypes[0]:
+            raise FpemuValueError(
+                f"{fname}(): every rank must hold an array of the same shape and dtype (as "
+                f"torch.distributed requires); rank 0 has {shapes[0]} {dtypes[0]}, rank {r} "
+                f"has {shapes[r]} {dtypes[r]}")
+    if fmt.bits > 32 or fmt.precision > 24 or fmt.emax > 127:
+        raise FpemuValueError(f"{fname}(): the wire format must fit float32 (fp32 or "
+                              f"narrower), got {fmt.name}")
+    V = np.empty((len(arrays), arrays[0].size), np.float32)
+    for r, a in enumerate(arrays):
+        quantize(a, fmt, out=V[r])
+    return fmt, V, shapes[0]
+
+
+def _algorithm(algorithm, op, fmt, fname):
+    if not isinstance(algorithm, str) or algorithm.lower() not in ALGORITHMS:
+        raise FpemuValueError(f"{fname}(): unknown algorithm {algorithm!r}; the algorithms "
+                              f"are {', '.join(map(repr, ALGORITHMS))}")
+    algorithm = algorithm.lower()
+    if not isinstance(op, str) or op.lower() not in OPS:
+        raise FpemuValueError(f"{fname}(): unknown op {op!r}; the ops are "
+                              f"{', '.join(map(repr, OPS))}")
+    op = op.lower()
+    if op not in ALGORITHM_OPS[algorithm]:
+        raise FpemuValueError(
+            f"{fname}(): gloo has no op {op!r} (torch raises 'Cannot use ReduceOp.{op.upper()} "
+            "with Gloo'); DDP on gloo divides each gradient by the world size and then sums: "
+            "pass the divided arrays with op='sum', or algorithm='exact'")
+    if algorithm == "gloo" and fmt.name not in GLOO_FORMATS:
+        raise FpemuValueError(f"{fname}(): gloo reduces {', '.join(GLOO_FORMATS)} tensors, "
+                              f"not {fmt.name}; pick one of those, or algorithm='exact'")
+    return algorithm, op
+
+
+def _factor(op, factor, world, fname):
+    """The exact rational that scales the sum: 1, 1/world or ``factor``."""
+    if op == "premul_sum":
+        if (factor is None or isinstance(factor, bool)
+                or not isinstance(factor, numbers.Real) or not math.isfinite(factor)):
+            raise FpemuValueError(f"{fname}(): op='premul_sum' multiplies every rank's array by "
+                                  f"factor=, a finite real number; got {factor!r}")
+        return Fraction(factor)
+    if factor is not None:
+        raise FpemuValueError(f"{fname}(): factor= belongs to op='premul_sum'; got op={op!r} "
+                              f"with factor={factor!r}")
+    return Fraction(1, world) if op == "avg" else Fraction(1)
+
+
+def _segment_bytes(max_segment_bytes, fname):
+    if max_segment_bytes is None:
+        return GLOO_MAX_SEGMENT_BYTES
+    if (isinstance(max_segment_bytes, bool) or not isinstance(max_segment_bytes, numbers.Integral)
+            or max_segment_bytes < 1):
+        raise FpemuValueError(f"{fname}(): max_segment_bytes must be an int >= 1 (gloo's "
+                              f"default is {GLOO_MAX_SEGMENT_BYTES}), got {max_segment_bytes!r}")
+    return int(max_segment_bytes)
+
+
+# ----------------------------------------------------------------- gloo ring
+def gloo_ring_chunks(n, world, element_bytes, max_segment_bytes=GLOO_MAX_SEGMENT_BYTES):
+    """The element boundaries of gloo's ring chunks: ``bounds[c]:bounds[c + 1]``
+    is the part of an ``n``-element buffer that rank ``c`` finishes (see the
+    module note)."""
+    total = n * element_bytes
+    seg_max = element_bytes * max(1, max_segment_bytes // element_bytes)
+    segments = max(-(-total // seg_max), 2 * world)
+    segments = -(-segments // world) * world
+    seg_bytes = -(-total // segments)
+    seg_elems = -(-seg_bytes // element_bytes)
+    per_rank = segments // world
+    return np.minimum(np.arange(world + 1, dtype=np.int64) * per_rank * seg_elems, n)
+
+
+def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
+    from .quantize import Cast
+    P, n = V.shape
+    bounds = gloo_ring_chunks(n, P, GLOO_FORMATS[fmt.name], max_segment_bytes)
+    out = np.empty(n, np.float32)
+    code = {"sum": _coll_kernels.SUM, "max": _coll_kernels.MAX, "min": _coll_kernels.MIN}[op]
+    fast = Cast.of(fmt).fast
+    rne = fmt.name != "fp32"
+    args = fast if rne else (1, np.uint32(0), np.uint32(0), np.float32(0), np.uint32(0),
+                             np.uint32(0))
+    run_kernel(_coll_kernels.gloo_ring, V, out, bounds, np.int64(code), rne, *args, inputs=1)
+    return out
+
+
+# --------------------------------------------------------------------- exact
+def _exact_all_reduce(V, fmt, op, scale):
+    from .quantize import quantize
+    if op in ("max", "min"):
+        with np.errstate(invalid="ignore"):
+            r = (np.max if op == "max" else np.min)(V, axis=0)
+        zero = r == 0
+        if zero.any():          # +0 is above -0
+            neg = np.signbit(V[:, zero])
+            keep_neg = neg.all(axis=0) if op == "max" else neg.any(axis=0)
+            r[zero] = np.where(keep_neg, np.float32(-0.0), np.float32(0.0))
+        return r.astype(np.float32)
+    finite = np.isfinite(V).all(axis=0)
+    out = np.empty(V.shape[1], np.float32)
+    if not finite.all():        # inf, -inf, NaN: IEEE's rules, the factor's sign
+        with np.errstate(invalid="ignore", over="ignore"):
+            special = V[:, ~finite].astype(np.float64).sum(axis=0) * float(scale)
+        out[~finite] = special.astype(np.float32)
+    W = V[:, finite]
+    if scale == 1:
+        from . import accumulate
+        out[finite] = accumulate.sum(W, "fp32", fmt, axis=0, model="exact")
+        return out
+    # the exact sum as integers (every float32 is k * 2**-149, |k| < 2**277),
+    # times the factor, rounded to odd in float64, then once to fmt
+    to_int = np.frompyfunc(int, 1, 1)
+    sums = to_int(W.astype(np.float64) * 2.0 ** 149).sum(axis=0) if W.size else W[0]
+    num, den = scale.numerator, scale.denominator << 149
+    odd = np.array([to_float64_odd(Fraction(int(s) * num, den)) for s in np.atleast_1d(sums)],
+                   np.float64)
+    zero = odd == 0
+    if zero.any():              # an exact zero: -0 only when every term is -0 (and factor > 0)
+        all_neg = np.signbit(W[:, zero]).all(axis=0) if W.shape[0] else np.zeros(0, bool)
+        odd[zero] = np.where(all_neg == (scale > 0), -0.0, 0.0)
+    out[finite] = quantize(odd, fmt)
+    return out
+
+
+# --------------------------------------------------------------------- public
+def _reduce(xs, fmt, op, algorithm, factor, max_segment_bytes, fname):
+    fmt, V, shape = _ranks(xs, fmt, fname)
+    algorithm, op = _algorithm(algorithm, op, fmt, fname)
+    scale = _factor(op, factor, V.shape[0], fname)
+    seg = _segment_bytes(max_segment_bytes, fname)
+    if algorithm != "gloo" and max_segment_bytes is not None:
+        raise FpemuValueError(f"{fname}(): max_segment_bytes= is a parameter of "
+                              f"algorithm='gloo', not {algorithm!r}")
+    if algorithm == "gloo":
+        out = _gloo_all_reduce(V, fmt, op, seg)
+    else:
+        out = _exact_all_reduce(V, fmt, op, scale)
+    return out.reshape(shape), V.shape[0]
+
+
+def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None):
+    """Every rank's result of an all-reduce of ``xs`` (one array per rank)
+    with the wire format ``fmt`` (see the module note for the algorithms).
+
+    Parameters
+    ----------
+    xs : sequence of array_like
+        One array per rank, all of the same shape and dtype (at least 2).
+        Each is cast to ``fmt`` to nearest even first.
+    fmt : str or Format
+        The dtype on the wire: fp32, bf16 or fp16 for gloo; any format of at
+        most float32's range and precision for ``"exact"``.
+    op : {"sum", "avg", "max", "min", "premul_sum"}
+    algorithm : {"gloo", "exact"}
+    factor : float
+        ``premul_sum`` only: every rank's array is multiplied by it.
+    max_segment_bytes : int
+        gloo only: the largest segment of the ring (gloo's default 1 MiB).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One float32 array per rank, of the ranks' shape.
+    """
+    out, world = _reduce(xs, fmt, op, algorithm, factor, max_segment_bytes, "all_reduce")
+    return [out.copy() for _ in range(world)]
+
+
+def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None):
+    """Rank ``r``'s share of the reduction of ``xs``: slice ``r`` of ``world``
+    equal slices along the first axis (``reduce_scatter_tensor``). The
+    ranks' first axis must be a multiple of the world size."""
+    first = np.shape(xs[0])[:1] if hasattr(xs, "__len__") and len(xs) else ()
+    world = len(xs) if hasattr(xs, "__len__") else 0
+    if world >= 2 and (not first or first[0] % world):
+        raise FpemuValueError(
+            f"reduce_scatter(): each rank's first axis must be a multiple of the world size "
+            f"{world} (rank r gets slice r), got shape {np.shape(xs[0])}; pad the arrays, or "
+            "flatten them and pad to a multiple")
+    out, world = _reduce(xs, fmt, op, algorithm, factor, max_segment_bytes, "reduce_scatter")
+    k = out.shape[0] // world
+    return [out[r * k:(r + 1) * k].copy() for r in range(world)]
+
+
+def all_gather(xs, fmt):
+    """Every rank's result of an all-gather: the ranks' arrays, cast to
+    ``fmt``, concatenated along the first axis (``all_gather_into_tensor``;
+    0-d arrays are stacked)."""
+    fmt, V, shape = _ranks(xs, fmt, "all_gather")
+    whole = V.reshape((V.shape[0],) + shape)
+    whole = whole.reshape((-1,) + shape[1:]) if shape else whole
+    return [whole.copy() for _ in range(V.shape[0])]
+
+
+def broadcast(xs, fmt, src=0):
+    """Every rank's result of a broadcast from rank ``src``: its array, cast
+    to ``fmt``."""
+    fmt, V, shape = _ranks(xs, fmt, "broadcast")
+    if isinstance(src, bool) or not isinstance(src, numbers.Integral) or not 0 <= src < len(V):
+        raise FpemuValueError(f"broadcast(): src must be a rank in 0 .. {len(V) - 1}, got "
+                              f"{src!r}")
+    return [V[src].reshape(shape).copy() for _ in range(V.shape[0])]
