@@ -784,3 +784,72 @@ for _m in ("mlp", "transformer"):
                   host_dependent={"out.*": "training runs PyTorch's matmuls (MKL / oneDNN), "
                                            "reductions and exp / log / tanh / erf, whose bits "
                                            "depend on the CPU and the thread count"})
+
+
+# ================================================================ collectives
+# Real torch.distributed collectives, gloo backend, `world` processes on this
+# CPU (fpemu/reference/_gloo.py), against fpemu.collectives' gloo model. The
+# inputs are exact values of the dtype (integer significands scaled by powers
+# of two) with zeros of both signs, infinities, NaNs on some ranks and, in
+# fp16, sums that overflow; the sizes reach every remainder of gloo's ring
+# segments (the many-segment case, over 2 * world MiB, runs live in
+# tests/test_collectives.py instead of being committed).
+COLLECTIVE_OPS = ("all_reduce.sum", "all_reduce.max", "all_reduce.min", "reduce_scatter.sum",
+                  "all_gather")
+_WIRE = {"float32": ("fp32", 24), "bfloat16": ("bf16", 8), "float16": ("fp16", 11)}
+
+
+def _collective_inputs(env, cfg):
+    world = cfg["world"]
+    fmt, p = _WIRE[cfg["dtype"]]
+    rng = np.random.default_rng(cfg["seed"])
+    out = {}
+    for n in (1, 7, 100, 999, world * 250):
+        m = rng.integers(-(2 ** p - 1), 2 ** p, size=(world, n))
+        e = rng.integers(-10, 11, size=(world, n)) - p
+        x = np.ldexp(m.astype(np.float64), e).astype(_f32)
+        if n >= 100:
+            flat = x.reshape(-1)
+            pos = rng.choice(flat.size, size=24, replace=False)
+            flat[pos[:4]] = np.nan
+            flat[pos[4:8]] = np.inf
+            flat[pos[8:12]] = -np.inf
+            flat[pos[12:16]] = -0.0
+            flat[pos[16:20]] = 0.0
+            if fmt == "fp16":
+                flat[pos[20:24]] = 60000.0            # two of them in one sum overflow
+            x[:, 0] = -0.0                          # -0 on every rank: the sum is -0
+            x[0, 1], x[1:, 1] = -0.0, 0.0
+            x[0, 2] = np.nan                         # on rank 0 only
+        out[f"n{n}"] = x
+    return out
+
+
+def _collective_run(env, cfg, inputs):
+    tr = Trace(env)
+    world = cfg["world"]
+    if env.backend == "torch":
+        from . import _gloo
+        got = _gloo.run(inputs, cfg["dtype"], COLLECTIVE_OPS, world)
+    else:
+        from .. import collectives
+        fmt = _WIRE[cfg["dtype"]][0]
+        got = {}
+        for key, x in inputs.items():
+            for name in COLLECTIVE_OPS:
+                kind, _, op = name.partition(".")
+                if kind == "reduce_scatter" and x.shape[1] % world:
+                    continue
+                fn = getattr(collectives, kind)
+                got[f"{name}.{key}"] = fn(list(x), fmt, op) if op else fn(list(x), fmt)
+    for key in sorted(got):
+        tr.set(key, np.stack(got[key]), "float32")
+    return tr
+
+
+for _dt, _worlds in (("bfloat16", (2, 3, 4, 8)), ("float16", (3, 4)), ("float32", (4,))):
+    for _w in _worlds:
+        _register(f"collectives-gloo-{_dt}-w{_w}", "collectives", _collective_run,
+                  dict(dtype=_dt, world=_w, seed=60 + _w), _collective_inputs,
+                  description=f"gloo all_reduce / reduce_scatter_tensor / "
+                              f"all_gather_into_tensor of {_dt} over {_w} processes")

@@ -1,0 +1,95 @@
+"""Real collectives: ``world`` processes of torch.distributed with the gloo
+backend on this CPU, for the collective scenarios of ``fpemu record`` and for
+the live test. Needs only NumPy and PyTorch.
+
+:func:`run` spawns the processes, feeds rank ``r`` its own arrays, runs each
+requested collective and returns what every rank holds afterwards. Every
+process group has a timeout, and the spawn is joined with one too: a peer
+that dies or hangs makes the call raise, with the rank and its error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+
+import numpy as np
+
+#: seconds a process group waits for its peers, and the whole run for the processes
+TIMEOUT = 120
+
+#: the collectives :func:`run` knows: (name, torch op name or None)
+COLLECTIVES = {
+    "all_reduce.sum": ("all_reduce", "SUM"),
+    "all_reduce.max": ("all_reduce", "MAX"),
+    "all_reduce.min": ("all_reduce", "MIN"),
+    "reduce_scatter.sum": ("reduce_scatter", "SUM"),
+    "all_gather": ("all_gather", None),
+}
+
+
+def _worker(rank, world, init_file, dtype_name, arrays, which, out_dir, timeout, die_rank):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=timeout))
+    if rank == die_rank:
+        os._exit(3)                 # a peer that dies after joining (tests of that path)
+    try:
+        dtype = getattr(torch, dtype_name)
+        res = {}
+        for key, x in arrays.items():
+            for name in which:
+                kind, op = COLLECTIVES[name]
+                # a copy: a float32 tensor would share the input's memory, and the
+                # collective writes into it
+                t = torch.from_numpy(np.array(x[rank])).to(dtype).clone()
+                if kind == "all_reduce":
+                    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+                    got = t
+                elif kind == "reduce_scatter":
+                    if t.shape[0] % world:
+                        continue
+                    got = torch.empty((t.shape[0] // world,) + tuple(t.shape[1:]), dtype=dtype)
+                    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+                    rs(got, t, op=getattr(dist.ReduceOp, op))
+                else:
+                    got = torch.empty((t.shape[0] * world,) + tuple(t.shape[1:]), dtype=dtype)
+                    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+                    ag(got, t)
+                res[f"{name}.{key}"] = got.float().numpy().copy()
+        np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
+    finally:
+        dist.destroy_process_group()
+
+
+def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None):
+    """``{f"{collective}.{key}": [rank 0's result, rank 1's, ...]}`` for each
+    input ``arrays[key]`` (an array whose first axis is the rank) and each
+    collective in ``which`` (names of :data:`COLLECTIVES`), run by ``world``
+    gloo processes on tensors of torch dtype ``dtype_name``. ``die_rank``:
+    that rank exits right after joining the group (to test that the others
+    fail instead of hanging)."""
+    import torch.multiprocessing as mp
+    for key, x in arrays.items():
+        if len(x) != world:
+            raise ValueError(f"input {key!r} has {len(x)} ranks, the world has {world}")
+    unknown = [w for w in which if w not in COLLECTIVES]
+    if unknown:
+        raise ValueError(f"unknown collectives {unknown}; known: {', '.join(COLLECTIVES)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        ctx = mp.start_processes(_worker, args=(world, init_file, dtype_name, arrays, which, tmp,
+                                                timeout, die_rank),
+                                 nprocs=world, join=False, start_method="spawn")
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
+        while not ctx.join(timeout=1):
+            if datetime.datetime.now() > deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.terminate()
+                raise TimeoutError(f"the {world} gloo processes did not finish within "
+                                   f"{timeout} s")
+        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
+    return {k: [results[r][k] for r in range(world)] for k in results[0]}

@@ -1,0 +1,231 @@
+"""fpemu.collectives against real gloo processes and independent oracles.
+
+* The committed traces (tests/reference/, scenarios ``collectives-gloo-*``)
+  are replayed by tests/test_reference.py. Here three live gloo processes run
+  an all-reduce of 3.3 M bf16 values (nine ring segments, more than a trace
+  should hold) against the model, and a peer that dies makes the run fail
+  with a message instead of hanging.
+* gloo's ring is simulated message by message, as ``gloo/allreduce.cc``
+  sends its segments (ml_dtypes / numpy do the rounding), against the
+  closed-form order of the model, on many segment sizes.
+* ``"exact"`` against exact rationals rounded by the test oracle.
+"""
+
+import time
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu import collectives
+from oracle import round_to_ieee
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="runs torch.distributed (gloo)")
+
+ROUND = {"bf16": lambda v: np.float32(v).astype(ml_dtypes.bfloat16).astype(np.float32),
+         "fp16": lambda v: np.float32(v).astype(np.float16).astype(np.float32),
+         "fp32": lambda v: np.float32(v)}
+IEEE = {"bf16": (8, 7), "fp16": (5, 10), "fp32": (8, 23)}
+
+
+def _bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def _values(world, n, fmt, seed, specials=False):
+    rng = np.random.default_rng(seed)
+    p = IEEE[fmt][1] + 1
+    m = rng.integers(-(2 ** p - 1), 2 ** p, size=(world, n)).astype(np.float64)
+    x = np.ldexp(m, rng.integers(-8, 9, size=(world, n)) - p).astype(np.float32)
+    if specials:
+        x[0, 0], x[1, 1], x[-1, 2] = np.nan, np.inf, -0.0
+    return x
+
+
+# ------------------------------------------------------------- gloo's ring
+def _simulate_gloo_ring(xs, fmt, op, max_segment_bytes):
+    """gloo's ring all-reduce, step by step: each rank's buffer, the segment
+    offsets of ``computeReduceScatterOffsets`` / ``computeAllgatherOffsets``,
+    sends read before receives reduce (a segment sent at iteration i was
+    reduced at an earlier iteration: the pipeline does not change the data)."""
+    P, n = len(xs), xs[0].size
+    elem = 4 if fmt == "fp32" else 2
+    total = n * elem
+    max_seg = elem * max(1, max_segment_bytes // elem)
+    num_seg = max((total + max_seg - 1) // max_seg, 2 * P)
+    num_seg = ((num_seg + P - 1) // P) * P
+    per_rank = num_seg // P
+    seg_bytes = (total + num_seg - 1) // num_seg
+    seg_bytes = ((seg_bytes + elem - 1) // elem) * elem
+    seg = seg_bytes // elem
+    buf = [np.array(x, np.float32) for x in xs]
+
+    def reduce(a, b):
+        if op == "sum":
+            return ROUND[fmt](np.float32(a) + np.float32(b))
+        if op == "max":
+            return b if a < b else a
+        return b if b < a else a
+
+    def span(offset):
+        lo = offset * seg
+        return lo, min(lo + seg, n)
+
+    for i in range(num_seg - per_rank):
+        sent = []
+        for r in range(P):
+            k = ((r + 1) * per_rank + i) % num_seg
+            lo, hi = span(k)
+            sent.append((k, buf[r][lo:hi].copy()))
+        for r in range(P):
+            k, data = sent[(r + 1) % P]                     # from rank r + 1
+            assert k == ((r + 2) * per_rank + i) % num_seg
+            lo, hi = span(k)
+            for j in range(hi - lo):
+                buf[r][lo + j] = reduce(buf[r][lo + j], data[j])
+    for i in range(num_seg - per_rank):
+        sent = []
+        for r in range(P):
+            k = (r * per_rank + i) % num_seg
+            lo, hi = span(k)
+            sent.append((k, buf[r][lo:hi].copy()))
+        for r in range(P):
+            k, data = sent[(r + 1) % P]
+            lo, hi = span(k)
+            buf[r][lo:hi] = data
+    return buf
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("world,n,seg", [(2, 1, 1 << 20), (3, 10, 1 << 20), (3, 50, 8),
+                                         (4, 37, 6), (5, 101, 16), (8, 64, 2)])
+def test_gloo_model_matches_a_step_by_step_simulation_of_the_ring(fmt, world, n, seg):
+    for op in ("sum", "max", "min"):
+        x = _values(world, n, fmt, seed=world * 1000 + n, specials=n >= 3)
+        want = _simulate_gloo_ring(list(x), fmt, op, seg)
+        got = collectives.all_reduce(list(x), fmt, op, "gloo", max_segment_bytes=seg)
+        for r in range(world):
+            np.testing.assert_array_equal(_bits(got[r]), _bits(want[r]), err_msg=f"{op} rank {r}")
+
+
+def test_gloo_order_is_not_the_exact_sum_and_max_drops_a_neighbours_nan():
+    x = np.float32([2.0 ** -8 + 2.0 ** -10])          # 0.625 ulp of bf16 at 1
+    xs = [x, x, np.float32([1.0])]
+    assert collectives.all_reduce(xs, "bf16")[0][0] == 1.015625          # (1 + x) + x
+    assert collectives.all_reduce(xs, "bf16", algorithm="exact")[0][0] == 1.0078125
+    # one element, chunk 0: rank 2 starts, rank 1 then rank 0 take max(own, received)
+    nan = [np.float32([np.nan]), np.float32([1.0]), np.float32([2.0])]
+    assert np.isnan(collectives.all_reduce(nan, "fp32", "max")[0][0])   # rank 0 keeps its own NaN
+    nan_last = [np.float32([1.0]), np.float32([5.0]), np.float32([np.nan])]
+    # rank 2's NaN starts the chain; rank 1 keeps its own 5 (5 < NaN is false)
+    assert collectives.all_reduce(nan_last, "fp32", "max")[0][0] == 5.0
+    assert np.isnan(collectives.all_reduce(nan_last, "fp32", "max", "exact")[0][0])
+
+
+@needs_torch
+def test_live_gloo_all_reduce_of_many_segments_matches_bit_for_bit():
+    from fpemu.reference import _gloo
+    n = 3_300_000                      # 6.6 MB of bf16: 9 segments of the 3-rank ring
+    x = _values(3, n, "bf16", seed=5)
+    t0 = time.perf_counter()
+    got = _gloo.run({"x": x}, "bfloat16", ["all_reduce.sum", "reduce_scatter.sum"], 3,
+                    timeout=90)
+    assert time.perf_counter() - t0 < 90
+    model = collectives.all_reduce(list(x), "bf16")
+    scatter = collectives.reduce_scatter(list(x), "bf16")
+    assert not np.array_equal(_bits(model[0]), _bits(collectives.all_reduce(
+        list(x), "bf16", algorithm="exact")[0]))
+    for r in range(3):
+        np.testing.assert_array_equal(_bits(got["all_reduce.sum.x"][r]), _bits(model[r]))
+        np.testing.assert_array_equal(_bits(got["reduce_scatter.sum.x"][r]), _bits(scatter[r]))
+
+
+@needs_torch
+def test_a_peer_that_dies_fails_the_run_with_a_message():
+    from fpemu.reference import _gloo
+    x = _values(2, 100, "bf16", seed=6)
+    t0 = time.perf_counter()
+    with pytest.raises(Exception, match="(?i)process 1|exit|terminated|timed out"):
+        _gloo.run({"x": x}, "bfloat16", ["all_reduce.sum"], 2, timeout=30, die_rank=1)
+    assert time.perf_counter() - t0 < 60
+
+
+# ------------------------------------------------------------------- exact
+def _exact_oracle(x, fmt, scale):
+    E, M = IEEE[fmt]
+    out = []
+    for col in np.asarray(x, np.float64).T:
+        if not np.all(np.isfinite(col)):
+            out.append(float(np.sum(col)) * float(scale))
+            continue
+        s = sum((Fraction(v) for v in col), Fraction(0)) * scale
+        if s != 0:
+            out.append(round_to_ieee(s, E, M))
+        else:                        # -0 from -0 on every rank; a negative factor flips it
+            out.append(-0.0 if all(np.signbit(col)) == (scale > 0) else 0.0)
+    return np.array(out, np.float32)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("op", ["sum", "avg", "premul_sum"])
+def test_exact_is_the_exact_result_rounded_once(fmt, op):
+    world = 5
+    x = _values(world, 300, fmt, seed=11, specials=True)
+    x[:, 3] = -0.0
+    x[:, 4] = [2.0 ** -3, -2.0 ** -3, 2.0 ** -30, 0.0, 0.0]        # needs more than float32
+    scale = {"sum": Fraction(1), "avg": Fraction(1, world), "premul_sum": Fraction(-0.3)}[op]
+    kw = {"factor": -0.3} if op == "premul_sum" else {}
+    got = collectives.all_reduce(list(x), fmt, op, "exact", **kw)
+    want = _exact_oracle(x, fmt, scale)
+    for r in range(world):
+        np.testing.assert_array_equal(_bits(got[r]), _bits(want))
+
+
+def test_exact_max_and_min_propagate_nan_and_order_zeros():
+    xs = [np.float32([np.nan, -0.0, -0.0, 3.0]), np.float32([1.0, 0.0, -0.0, -4.0])]
+    mx = collectives.all_reduce(xs, "bf16", "max", "exact")[0]
+    mn = collectives.all_reduce(xs, "bf16", "min", "exact")[0]
+    assert np.isnan(mx[0]) and np.isnan(mn[0])
+    assert _bits(mx[1:]).tolist() == _bits([0.0, -0.0, 3.0]).tolist()
+    assert _bits(mn[1:]).tolist() == _bits([-0.0, -0.0, -4.0]).tolist()
+
+
+def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
+    xs = [np.array([[1 + 2.0 ** -9, 2.0]]), np.array([[3.0, 4.0]])]      # float64, 1 x 2
+    gathered = collectives.all_gather(xs, "bf16")
+    assert gathered[0].shape == (2, 2) and gathered[0].dtype == np.float32
+    assert gathered[1].tolist() == [[1.0, 2.0], [3.0, 4.0]]              # 1 + 2**-9 -> 1 (bf16)
+    assert collectives.broadcast(xs, "bf16", src=1)[0].tolist() == [[3.0, 4.0]]
+    rs = collectives.reduce_scatter([np.arange(6.0), np.ones(6)], "fp32")
+    assert [r.tolist() for r in rs] == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+
+
+# --------------------------------------------------------------- bad input
+@pytest.mark.parametrize("call,match", [
+    (lambda: collectives.all_reduce([np.ones(3), np.ones(4)], "bf16"), "same shape"),
+    (lambda: collectives.all_reduce([np.ones(3), np.ones(3, np.float32)], "bf16"), "dtype"),
+    (lambda: collectives.all_reduce([], "bf16"), "at least 2 ranks, got 0"),
+    (lambda: collectives.all_reduce([np.ones(3)], "bf16"), "at least 2 ranks, got 1"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="nccl"),
+     "unknown algorithm 'nccl'; the algorithms are 'exact', 'gloo'"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", op="mean"), "unknown op 'mean'"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", op="avg"), "Cannot use ReduceOp.AVG"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "e4m3fn"), "gloo reduces fp32, bf16, fp16"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", "premul_sum", "exact"), "factor="),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", factor=2.0), "premul_sum"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", max_segment_bytes=0), ">= 1"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="exact",
+                                    max_segment_bytes=64), "parameter of algorithm='gloo'"),
+    (lambda: collectives.reduce_scatter([np.ones(3)] * 2, "bf16"), "multiple of the world size"),
+    (lambda: collectives.broadcast([np.ones(3)] * 2, "bf16", src=2), "src must be a rank"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "fp64"), "format|fp64"),
+])
+def test_bad_input_is_refused_with_the_fix(call, match):
+    with pytest.raises((fpemu.errors.FpemuValueError, fpemu.errors.FpemuTypeError), match=match):
+        call()
