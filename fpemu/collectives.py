@@ -52,6 +52,26 @@ Algorithms (``algorithm=``):
     ``reduce_scatter_tensor`` on gloo returns the slices of this all-reduce
     (observed with torch 2.13), and :func:`reduce_scatter` does the same.
 
+``"ring"``
+    NCCL's ring all-reduce (``runRing`` in ``src/device/all_reduce.h`` of
+    github.com/NVIDIA/nccl at commit 5067397, read 2026-11-26), modelled
+    from the source: it cannot run here (no GPUs), and a step-by-step
+    simulation written in the tests is its oracle. Each channel's part of
+    the buffer is cut, loop by loop, into one chunk per ring position;
+    chunk ``k`` is reduced along the ring from position ``k + 1`` to ``k``,
+    each hop combining the rank's own value with the partial result it
+    received, in the wire dtype: the exact sum rounded once (``__hadd`` on
+    bf16 / fp16 since sm_80 / sm_53, binary32 addition for fp32);
+    ``max`` / ``min`` as ``__hmax`` / ``fmaxf`` (a NaN gives the other
+    operand). ``avg`` and ``premul_sum`` multiply each rank's values by the
+    scalar in the wire dtype first, one rounding per product: for ``avg``
+    the scalar is ``T(float(1 / world))`` (``src/enqueue.cc``), so bf16's
+    1/3 is 0.333984375. Which channels and chunk sizes NCCL picks comes
+    from its tuning on the machine: pass them as ``parts=[(count,
+    chunk_count), ...]`` (``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`` prints
+    ``count{Lo,Mid,Hi}`` and ``chunkBytes{Lo,Mid,Hi}``), and the ring's rank
+    order as ``ring=``; the default is one channel and one loop.
+
 Examples
 --------
 >>> import numpy as np
@@ -78,10 +98,12 @@ from ._jit import run_kernel
 from .checks import as_format, real_array
 from .errors import FpemuTypeError, FpemuValueError
 
-ALGORITHMS = ("exact", "gloo")
+ALGORITHMS = ("exact", "gloo", "ring")
 OPS = ("sum", "avg", "max", "min", "premul_sum")
 #: the ops each algorithm has
-ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min")}
+ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min"), "ring": OPS}
+#: wire formats of NCCL's ring, with their element sizes in bytes
+NCCL_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: wire formats of the gloo backend, with their element sizes in bytes
 GLOO_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: gloo's AllreduceOptions::kMaxSegmentSize
@@ -140,6 +162,9 @@ def _algorithm(algorithm, op, fmt, fname):
     if algorithm == "gloo" and fmt.name not in GLOO_FORMATS:
         raise FpemuValueError(f"{fname}(): gloo reduces {', '.join(GLOO_FORMATS)} tensors, "
                               f"not {fmt.name}; pick one of those, or algorithm='exact'")
+    if algorithm == "ring" and fmt.name not in NCCL_FORMATS:
+        raise FpemuValueError(f"{fname}(): the NCCL ring model covers {', '.join(NCCL_FORMATS)}, "
+                              f"not {fmt.name}; pick one of those, or algorithm='exact'")
     return algorithm, op
 
 
@@ -196,6 +221,101 @@ def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
     return out
 
 
+# ----------------------------------------------------------------- NCCL ring
+def _ring_parts(n, parts, fname):
+    if parts is None:
+        return [(n, n)]
+    try:
+        items = [(p[0], p[1]) for p in parts]
+    except (TypeError, IndexError):
+        raise FpemuValueError(f"{fname}(): parts must be a list of (count, chunk_count) pairs, "
+                              f"as NCCL_DEBUG=INFO prints count{{Lo,Mid,Hi}} and "
+                              f"chunkBytes{{Lo,Mid,Hi}}; got {parts!r}") from None
+    out = []
+    for count, chunk in items:
+        for v, what in ((count, "count"), (chunk, "chunk_count")):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < (
+                    0 if what == "count" else 1):
+                raise FpemuValueError(f"{fname}(): each part's {what} must be an int >= "
+                                      f"{0 if what == 'count' else 1}, got {v!r} in {parts!r}")
+        out.append((int(count), int(chunk)))
+    if sum(c for c, _ in out) != n:
+        raise FpemuValueError(f"{fname}(): the parts' counts add up to "
+                              f"{sum(c for c, _ in out)}, the buffer has {n} elements; the "
+                              "parts (one per channel) must cover it exactly")
+    return out
+
+
+def nccl_ring_chunks(n, world, element_bytes, parts=None):
+    """For each of ``n`` elements, the ring position ``k`` of its chunk in
+    NCCL's ring all-reduce (``runRing`` in ``src/device/all_reduce.h``): its
+    reduction starts at position ``k + 1`` and ends at ``k``.
+
+    ``parts``: the channels' shares of the buffer, in order, as
+    ``(count, chunk_count)`` pairs (NCCL's ``count{Lo,Mid,Hi}`` and
+    ``chunkBytes / element_bytes``); default one channel, one loop. Within a
+    part, loops of ``world * chunk_count`` elements are cut into ``world``
+    chunks; a last, shorter loop uses chunks of ``ceil(rest / world)``
+    elements rounded up to 16 bytes."""
+    grain = max(1, 16 // element_bytes)
+    k = np.empty(n, np.int64)
+    start = 0
+    for count, chunk in _ring_parts(n, parts, "nccl_ring_chunks"):
+        o = np.arange(count, dtype=np.int64)
+        loop = world * chunk
+        full = (count // loop) * loop
+        k[start:start + full] = (o[:full] % loop) // chunk
+        rest = count - full
+        if rest:
+            last = -(-(-(-rest // world)) // grain) * grain
+            k[start + full:start + count] = (o[full:] - full) // last
+        start += count
+    return k
+
+
+def _nccl_ring_all_reduce(V, fmt, op, scale, parts, ring):
+    from .quantize import quantize
+    P, n = V.shape
+    k = nccl_ring_chunks(n, P, NCCL_FORMATS[fmt.name], parts)
+    order = np.arange(P) if ring is None else np.asarray(ring, np.int64)
+    W = V
+    if op in ("avg", "premul_sum"):
+        # NCCL multiplies each contribution by the scalar in the wire dtype:
+        # avg's is T(float(1.0 / nRanks)) (src/enqueue.cc), the product
+        # rounded once (__hmul / float multiply)
+        s = (np.float32(1.0 / P) if op == "avg" else np.float64(float(scale)))
+        s = np.float64(quantize(np.float64(s), fmt))
+        W = quantize(V.astype(np.float64) * s, fmt).reshape(V.shape)
+    cols = np.arange(n)
+    acc = None
+    for h in range(P):
+        own = W[order[(k + 1 + h) % P], cols]
+        if acc is None:
+            acc = own.copy()
+        elif op in ("max", "min"):
+            acc = _number_max(own, acc) if op == "max" else _number_min(own, acc)
+        else:       # own + received, the exact sum (float64 holds it) rounded once
+            with np.errstate(invalid="ignore"):
+                acc = quantize(own.astype(np.float64) + acc, fmt)
+    return acc
+
+
+def _number_max(a, b):
+    """IEEE 754-2019 maximumNumber (CUDA's __hmax / fmaxf): a NaN operand
+    gives the other; +0 is above -0."""
+    r = np.fmax(a, b)
+    z = (a == 0) & (b == 0)
+    r[z] = np.where(np.signbit(a[z]) & np.signbit(b[z]), np.float32(-0.0), np.float32(0.0))
+    return r
+
+
+def _number_min(a, b):
+    r = np.fmin(a, b)
+    z = (a == 0) & (b == 0)
+    r[z] = np.where(np.signbit(a[z]) | np.signbit(b[z]), np.float32(-0.0), np.float32(0.0))
+    return r
+
+
 # --------------------------------------------------------------------- exact
 def _exact_all_reduce(V, fmt, op, scale):
     from .quantize import quantize
@@ -235,22 +355,33 @@ def _exact_all_reduce(V, fmt, op, scale):
 
 
 # --------------------------------------------------------------------- public
-def _reduce(xs, fmt, op, algorithm, factor, max_segment_bytes, fname):
+def _reduce(xs, fmt, op, algorithm, factor, params, fname):
     fmt, V, shape = _ranks(xs, fmt, fname)
     algorithm, op = _algorithm(algorithm, op, fmt, fname)
     scale = _factor(op, factor, V.shape[0], fname)
-    seg = _segment_bytes(max_segment_bytes, fname)
-    if algorithm != "gloo" and max_segment_bytes is not None:
-        raise FpemuValueError(f"{fname}(): max_segment_bytes= is a parameter of "
-                              f"algorithm='gloo', not {algorithm!r}")
+    allowed = {"gloo": ("max_segment_bytes",), "ring": ("parts", "ring"), "exact": ()}[algorithm]
+    for name, value in params.items():
+        if value is not None and name not in allowed:
+            owner = [a for a, names in (("gloo", ("max_segment_bytes",)),
+                                        ("ring", ("parts", "ring"))) if name in names][0]
+            raise FpemuValueError(f"{fname}(): {name}= is a parameter of "
+                                  f"algorithm={owner!r}, not {algorithm!r}")
     if algorithm == "gloo":
-        out = _gloo_all_reduce(V, fmt, op, seg)
+        out = _gloo_all_reduce(V, fmt, op, _segment_bytes(params["max_segment_bytes"], fname))
+    elif algorithm == "ring":
+        _ring_parts(V.shape[1], params["parts"], fname)
+        ring = params["ring"]
+        if ring is not None and sorted(np.asarray(ring).tolist()) != list(range(V.shape[0])):
+            raise FpemuValueError(f"{fname}(): ring must be an order of the ranks 0 .. "
+                                  f"{V.shape[0] - 1} (each once), got {ring!r}")
+        out = _nccl_ring_all_reduce(V, fmt, op, scale, params["parts"], ring)
     else:
         out = _exact_all_reduce(V, fmt, op, scale)
     return out.reshape(shape), V.shape[0]
 
 
-def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None):
+def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
+               parts=None, ring=None):
     """Every rank's result of an all-reduce of ``xs`` (one array per rank)
     with the wire format ``fmt`` (see the module note for the algorithms).
 
@@ -268,17 +399,26 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
         ``premul_sum`` only: every rank's array is multiplied by it.
     max_segment_bytes : int
         gloo only: the largest segment of the ring (gloo's default 1 MiB).
+    parts : list of (count, chunk_count)
+        ``"ring"`` only: the channels' shares of the buffer and their chunk
+        sizes in elements (see :func:`nccl_ring_chunks`); default one
+        channel, one loop.
+    ring : sequence of int
+        ``"ring"`` only: the ranks in ring order (default 0, 1, ...).
 
     Returns
     -------
     list of numpy.ndarray
         One float32 array per rank, of the ranks' shape.
     """
-    out, world = _reduce(xs, fmt, op, algorithm, factor, max_segment_bytes, "all_reduce")
+    out, world = _reduce(xs, fmt, op, algorithm, factor,
+                         dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring),
+                         "all_reduce")
     return [out.copy() for _ in range(world)]
 
 
-def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None):
+def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
+                   parts=None, ring=None):
     """Rank ``r``'s share of the reduction of ``xs``: slice ``r`` of ``world``
     equal slices along the first axis (``reduce_scatter_tensor``). The
     ranks' first axis must be a multiple of the world size."""
@@ -289,7 +429,9 @@ def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segm
             f"reduce_scatter(): each rank's first axis must be a multiple of the world size "
             f"{world} (rank r gets slice r), got shape {np.shape(xs[0])}; pad the arrays, or "
             "flatten them and pad to a multiple")
-    out, world = _reduce(xs, fmt, op, algorithm, factor, max_segment_bytes, "reduce_scatter")
+    out, world = _reduce(xs, fmt, op, algorithm, factor,
+                         dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring),
+                         "reduce_scatter")
     k = out.shape[0] // world
     return [out[r * k:(r + 1) * k].copy() for r in range(world)]
 

@@ -156,6 +156,103 @@ def test_a_peer_that_dies_fails_the_run_with_a_message():
     assert time.perf_counter() - t0 < 60
 
 
+# --------------------------------------------------------------- NCCL ring
+def _simulate_nccl_ring(xs, fmt, op, parts, ring, factor=None):
+    """NCCL's runRing (src/device/all_reduce.h), step by step on every rank's
+    buffer: per channel part and loop, ring position p sends its chunk p - 1,
+    then receives, reduces (own value, after the pre-multiplication of avg /
+    premul_sum, with what arrived) and sends on chunks p - 2, ..., and ends
+    with chunk p; the all-gather steps copy. Every reduction is the exact
+    result rounded once by the test oracle."""
+    E, M = IEEE[fmt]
+    P, elem = len(xs), (4 if fmt == "fp32" else 2)
+    rnd = (lambda q: np.float32(round_to_ieee(q, E, M)))
+    if op in ("avg", "premul_sum"):
+        s = rnd(Fraction(float(np.float32(1.0 / P))) if op == "avg" else Fraction(factor))
+        xs = [np.array([rnd(Fraction(float(v)) * Fraction(float(s))) if np.isfinite(v) and v != 0
+                        else v * s
+                        for v in x], np.float32) for x in xs]
+
+    def reduce(own, got):
+        if op == "max":
+            return got if np.isnan(own) or (got > own or (got == own == 0 and not np.signbit(got))
+                                            and not np.isnan(got)) else own
+        if op == "min":
+            return got if np.isnan(own) or (got < own or (got == own == 0 and np.signbit(got))
+                                            and not np.isnan(got)) else own
+        if not (np.isfinite(own) and np.isfinite(got)):
+            return np.float32(np.float64(own) + np.float64(got))
+        q = Fraction(float(own)) + Fraction(float(got))
+        if q == 0:
+            return np.float32(-0.0) if np.signbit(own) and np.signbit(got) else np.float32(0.0)
+        return rnd(q)
+
+    out = [np.array(x, np.float32) for x in xs]
+    pos_rank = list(ring)
+    start = 0
+    for count, chunk in parts:
+        loop_count = P * chunk
+        off = 0
+        while off < count:
+            rem = count - off
+            c = chunk if rem >= loop_count else -(-(-(-rem // P)) // max(1, 16 // elem)) * (
+                max(1, 16 // elem))
+
+            def span(k):
+                lo = start + off + k * c
+                return range(lo, min(lo + c, start + count))
+            partial = {}
+            for p in range(P):                          # step 0: send chunk p - 1
+                partial[(p + 1) % P] = (p - 1) % P, [out[pos_rank[p]][i] for i in span((p - 1) % P)]
+            for step in range(2, P + 1):                # receive, reduce, send on
+                nxt = {}
+                for p in range(P):
+                    k, data = partial[p]
+                    assert k == (p - step) % P
+                    me = out[pos_rank[p]]
+                    red = [reduce(me[i], d) for i, d in zip(span(k), data)]
+                    if step == P:
+                        for i, v in zip(span(k), red):
+                            me[i] = v
+                    else:
+                        nxt[(p + 1) % P] = k, red
+                partial = nxt
+            for p in range(P):                          # all-gather: copies
+                for k in range(P):
+                    owner = out[pos_rank[k]]
+                    for i in span(k):
+                        out[pos_rank[p]][i] = owner[i]
+            off += loop_count
+        start += count
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("world,parts,ring", [
+    (2, [(9, 9)], None), (3, [(40, 40)], [2, 0, 1]), (4, [(30, 4), (22, 8)], None),
+    (5, [(64, 2)], [4, 3, 2, 1, 0]), (3, [(0, 1), (17, 16), (5, 1)], None)])
+def test_nccl_ring_model_matches_a_step_by_step_simulation(fmt, world, parts, ring):
+    n = sum(c for c, _ in parts)
+    ring = list(range(world)) if ring is None else ring
+    x = _values(world, n, fmt, seed=world * 77 + n, specials=n >= 3)
+    for op, factor in (("sum", None), ("avg", None), ("premul_sum", 0.3), ("max", None),
+                       ("min", None)):
+        want = _simulate_nccl_ring(list(x), fmt, op, parts, ring, factor)
+        got = collectives.all_reduce(list(x), fmt, op, "ring", parts=parts, ring=ring,
+                                     factor=factor)
+        for r in range(world):
+            np.testing.assert_array_equal(_bits(got[r]), _bits(want[r]), err_msg=f"{op} rank {r}")
+
+
+def test_nccl_ring_avg_premultiplies_by_a_rounded_reciprocal():
+    """NCCL's bf16 AVG multiplies each rank's value by bf16(1/3) = 0.333984375
+    before summing: 7 * 0.333984375 = 2.337890625 rounds to 2.34375, so three
+    ranks of 7.0 average to 7.03125."""
+    xs = [np.float32([7.0])] * 3
+    assert collectives.all_reduce(xs, "bf16", "avg", "ring")[0][0] == 7.03125
+    assert collectives.all_reduce(xs, "bf16", "avg", "exact")[0][0] == 7.0
+
+
 # ------------------------------------------------------------------- exact
 def _exact_oracle(x, fmt, scale):
     E, M = IEEE[fmt]
@@ -223,6 +320,18 @@ def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="exact",
                                     max_segment_bytes=64), "parameter of algorithm='gloo'"),
     (lambda: collectives.reduce_scatter([np.ones(3)] * 2, "bf16"), "multiple of the world size"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="ring",
+                                    parts=[(2, 1)]), "add up to 2, the buffer has 3"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="ring",
+                                    parts=[(3, 0)]), "chunk_count must be an int >= 1"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="ring",
+                                    parts=[3]), "list of \\(count, chunk_count\\) pairs"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 3, "bf16", algorithm="ring", ring=[0, 0, 1]),
+     "order of the ranks 0 .. 2"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", parts=[(3, 1)]),
+     "parts= is a parameter of algorithm='ring', not 'gloo'"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "e5m2", algorithm="ring"),
+     "NCCL ring model covers fp32, bf16, fp16"),
     (lambda: collectives.broadcast([np.ones(3)] * 2, "bf16", src=2), "src must be a rank"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "fp64"), "format|fp64"),
 ])
