@@ -22,22 +22,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._jit import jit
+from numba import prange
+
+from ._jit import pjit
 from ._kernels import _rne_ieee_one
 
 SUM, MAX, MIN = range(3)
 
 
-@jit
+@pjit
 def gloo_ring(V, out, bounds, op, rne, shift, normal_bits, overflow_bits, magic, ovf_mag,
               ovf_sign):
-    """Fold the rows of ``V`` (ranks x elements, float32) into ``out``."""
+    """Fold the rows of ``V`` (ranks x elements, float32) into ``out``; the
+    chunks are independent, one task each."""
     P = V.shape[0]
     half = np.uint32((1 << (shift - 1)) - 1)
     keep = ~np.uint32((1 << shift) - 1)
     one = np.uint32(1)
     sh = np.uint32(shift)
-    for c in range(P):
+    for c in prange(P):
         lo = bounds[c]
         hi = bounds[c + 1]
         first = V[(c - 1) % P]

@@ -72,6 +72,20 @@ Algorithms (``algorithm=``):
     ``count{Lo,Mid,Hi}`` and ``chunkBytes{Lo,Mid,Hi}``), and the ring's rank
     order as ``ring=``; the default is one channel and one loop.
 
+``"tree"``
+    NCCL's tree all-reduce (``runTreeUpDown``), modelled from the same
+    source and checked the same way: up the tree each rank reduces its own
+    (pre-multiplied) value with its children's partial results in
+    ``tree.down`` order, one rounding per step, and the root's result comes
+    back down as copies. The tree (:func:`nccl_tree`): within a node a chain
+    in local-rank order; across nodes NCCL's double binary tree of the
+    nodes (``ncclGetDtree``), hung on each node's first rank. Half of the
+    channels run tree 0 and half tree 1 (mirrored, or shifted for an odd
+    node count): ``parts=`` as for the ring, ``trees=`` which tree each part
+    runs, ``gpus_per_node=`` (default 8). The real intra-node order comes
+    from NCCL's topology search (``NCCL_DEBUG=INFO`` prints each channel's
+    tree); the model takes local-rank order.
+
 Examples
 --------
 >>> import numpy as np
@@ -98,10 +112,10 @@ from ._jit import run_kernel
 from .checks import as_format, real_array
 from .errors import FpemuTypeError, FpemuValueError
 
-ALGORITHMS = ("exact", "gloo", "ring")
+ALGORITHMS = ("exact", "gloo", "ring", "tree")
 OPS = ("sum", "avg", "max", "min", "premul_sum")
 #: the ops each algorithm has
-ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min"), "ring": OPS}
+ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min"), "ring": OPS, "tree": OPS}
 #: wire formats of NCCL's ring, with their element sizes in bytes
 NCCL_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: wire formats of the gloo backend, with their element sizes in bytes
@@ -162,9 +176,10 @@ def _algorithm(algorithm, op, fmt, fname):
     if algorithm == "gloo" and fmt.name not in GLOO_FORMATS:
         raise FpemuValueError(f"{fname}(): gloo reduces {', '.join(GLOO_FORMATS)} tensors, "
                               f"not {fmt.name}; pick one of those, or algorithm='exact'")
-    if algorithm == "ring" and fmt.name not in NCCL_FORMATS:
-        raise FpemuValueError(f"{fname}(): the NCCL ring model covers {', '.join(NCCL_FORMATS)}, "
-                              f"not {fmt.name}; pick one of those, or algorithm='exact'")
+    if algorithm in ("ring", "tree") and fmt.name not in NCCL_FORMATS:
+        raise FpemuValueError(f"{fname}(): the NCCL {algorithm} model covers "
+                              f"{', '.join(NCCL_FORMATS)}, not {fmt.name}; pick one of those, "
+                              "or algorithm='exact'")
     return algorithm, op
 
 
@@ -278,14 +293,7 @@ def _nccl_ring_all_reduce(V, fmt, op, scale, parts, ring):
     P, n = V.shape
     k = nccl_ring_chunks(n, P, NCCL_FORMATS[fmt.name], parts)
     order = np.arange(P) if ring is None else np.asarray(ring, np.int64)
-    W = V
-    if op in ("avg", "premul_sum"):
-        # NCCL multiplies each contribution by the scalar in the wire dtype:
-        # avg's is T(float(1.0 / nRanks)) (src/enqueue.cc), the product
-        # rounded once (__hmul / float multiply)
-        s = (np.float32(1.0 / P) if op == "avg" else np.float64(float(scale)))
-        s = np.float64(quantize(np.float64(s), fmt))
-        W = quantize(V.astype(np.float64) * s, fmt).reshape(V.shape)
+    W = _premultiplied(V, fmt, op, scale)
     cols = np.arange(n)
     acc = None
     for h in range(P):
@@ -298,6 +306,20 @@ def _nccl_ring_all_reduce(V, fmt, op, scale, parts, ring):
             with np.errstate(invalid="ignore"):
                 acc = quantize(own.astype(np.float64) + acc, fmt)
     return acc
+
+
+def _premultiplied(V, fmt, op, scale):
+    """The ranks' contributions: NCCL multiplies each by the scalar of avg /
+    premul_sum in the wire dtype, the product rounded once (``__hmul``,
+    binary32 multiply); avg's scalar is T(float(1.0 / nRanks))
+    (src/enqueue.cc)."""
+    from .quantize import quantize
+    if op not in ("avg", "premul_sum"):
+        return V
+    s = np.float32(1.0 / V.shape[0]) if op == "avg" else np.float64(float(scale))
+    s = np.float64(quantize(np.float64(s), fmt))
+    with np.errstate(invalid="ignore"):
+        return quantize(V.astype(np.float64) * s, fmt).reshape(V.shape)
 
 
 def _number_max(a, b):
@@ -314,6 +336,101 @@ def _number_min(a, b):
     z = (a == 0) & (b == 0)
     r[z] = np.where(np.signbit(a[z]) | np.signbit(b[z]), np.float32(-0.0), np.float32(0.0))
     return r
+
+
+# ----------------------------------------------------------------- NCCL tree
+def _btree(nranks, rank):
+    """(parent, child 0, child 1) of ``rank`` in NCCL's binary tree over
+    ``nranks`` (``ncclGetBtree``, src/graph/trees.cc; -1: none)."""
+    bit = 1
+    while bit < nranks and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return -1, -1, (bit >> 1 if nranks > 1 else -1)
+    up = (rank ^ bit) | (bit << 1)
+    if up >= nranks:
+        up = rank ^ bit
+    low = bit >> 1
+    down0 = -1 if low == 0 else rank - low
+    down1 = -1 if low == 0 else rank + low
+    while down1 >= nranks:
+        down1 = -1 if low == 0 else rank + low
+        low >>= 1
+    return up, down0, down1
+
+
+def _dtree(nranks, rank, which):
+    """Tree ``which`` (0 or 1) of NCCL's double binary tree (``ncclGetDtree``):
+    tree 1 mirrors tree 0 for an even count, shifts it by one for an odd."""
+    if which == 0:
+        return _btree(nranks, rank)
+    if nranks % 2:
+        u, d0, d1 = _btree(nranks, (rank - 1 + nranks) % nranks)
+        return tuple(-1 if v == -1 else (v + 1) % nranks for v in (u, d0, d1))
+    u, d0, d1 = _btree(nranks, nranks - 1 - rank)
+    return tuple(-1 if v == -1 else nranks - 1 - v for v in (u, d0, d1))
+
+
+def nccl_tree(world, gpus_per_node, which=0):
+    """The children of every rank (lists, in NCCL's ``tree.down`` order) in
+    tree ``which`` of NCCL's all-reduce tree for ``world`` ranks on nodes of
+    ``gpus_per_node``: within a node a chain in local-rank order (each rank's
+    first child is the next local rank), across nodes the double binary tree
+    of the nodes, hung on each node's first rank, whose tree children follow
+    its chain child (``connectTrees``, src/graph/connect.cc, the ``TREE``
+    pattern)."""
+    if world % gpus_per_node:
+        raise FpemuValueError(f"nccl_tree(): the world ({world} ranks) must be a whole number of "
+                              f"nodes of gpus_per_node={gpus_per_node}")
+    nodes = world // gpus_per_node
+    down = [[] for _ in range(world)]
+    for r in range(world):
+        if (r + 1) % gpus_per_node:
+            down[r].append(r + 1)
+    for node in range(nodes):
+        _, d0, d1 = _dtree(nodes, node, which)
+        for d in (d0, d1):
+            if d != -1:
+                down[node * gpus_per_node].append(d * gpus_per_node)
+    return down
+
+
+def _tree_root(down):
+    children = {c for ds in down for c in ds}
+    return [r for r in range(len(down)) if r not in children][0]
+
+
+def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node):
+    """runTreeUpDown (src/device/all_reduce.h): up the tree every rank reduces
+    its own value with what each child sent, in ``tree.down`` order, each
+    step rounded; the root's result is broadcast down (copies)."""
+    from .quantize import quantize
+    P, n = V.shape
+    W = _premultiplied(V, fmt, op, scale)
+    parts = _ring_parts(n, parts, "all_reduce")
+    which = trees if trees is not None else [0 if i < -(-len(parts) // 2) else 1
+                                             for i in range(len(parts))]
+    out = np.empty(n, np.float32)
+    start = 0
+    for (count, _), t in zip(parts, which):
+        down = nccl_tree(P, gpus_per_node, t)
+        sl = slice(start, start + count)
+
+        def up(r):
+            acc = W[r, sl].copy()
+            for child in down[r]:
+                got = up(child)
+                if op == "max":
+                    acc = _number_max(acc, got)
+                elif op == "min":
+                    acc = _number_min(acc, got)
+                else:
+                    with np.errstate(invalid="ignore"):
+                        acc = quantize(acc.astype(np.float64) + got, fmt)
+            return acc
+        out[sl] = up(_tree_root(down))
+        start += count
+    return out
 
 
 # --------------------------------------------------------------------- exact
@@ -359,13 +476,12 @@ def _reduce(xs, fmt, op, algorithm, factor, params, fname):
     fmt, V, shape = _ranks(xs, fmt, fname)
     algorithm, op = _algorithm(algorithm, op, fmt, fname)
     scale = _factor(op, factor, V.shape[0], fname)
-    allowed = {"gloo": ("max_segment_bytes",), "ring": ("parts", "ring"), "exact": ()}[algorithm]
+    owners = {"max_segment_bytes": ("gloo",), "parts": ("ring", "tree"), "ring": ("ring",),
+              "trees": ("tree",), "gpus_per_node": ("tree",)}
     for name, value in params.items():
-        if value is not None and name not in allowed:
-            owner = [a for a, names in (("gloo", ("max_segment_bytes",)),
-                                        ("ring", ("parts", "ring"))) if name in names][0]
-            raise FpemuValueError(f"{fname}(): {name}= is a parameter of "
-                                  f"algorithm={owner!r}, not {algorithm!r}")
+        if value is not None and algorithm not in owners[name]:
+            raise FpemuValueError(f"{fname}(): {name}= is a parameter of algorithm="
+                                  f"{' or '.join(map(repr, owners[name]))}, not {algorithm!r}")
     if algorithm == "gloo":
         out = _gloo_all_reduce(V, fmt, op, _segment_bytes(params["max_segment_bytes"], fname))
     elif algorithm == "ring":
@@ -375,13 +491,27 @@ def _reduce(xs, fmt, op, algorithm, factor, params, fname):
             raise FpemuValueError(f"{fname}(): ring must be an order of the ranks 0 .. "
                                   f"{V.shape[0] - 1} (each once), got {ring!r}")
         out = _nccl_ring_all_reduce(V, fmt, op, scale, params["parts"], ring)
+    elif algorithm == "tree":
+        parts = _ring_parts(V.shape[1], params["parts"], fname)
+        trees = params["trees"]
+        if trees is not None and (len(trees) != len(parts)
+                                  or any(t not in (0, 1) for t in trees)):
+            raise FpemuValueError(f"{fname}(): trees must give 0 or 1 (NCCL's two trees) for "
+                                  f"each of the {len(parts)} parts, got {trees!r}")
+        gpn = params["gpus_per_node"]
+        gpn = 8 if gpn is None and V.shape[0] % 8 == 0 else (V.shape[0] if gpn is None else gpn)
+        if isinstance(gpn, bool) or not isinstance(gpn, numbers.Integral) or gpn < 1 or \
+                V.shape[0] % gpn:
+            raise FpemuValueError(f"{fname}(): gpus_per_node must divide the world size "
+                                  f"{V.shape[0]}, got {gpn!r}")
+        out = _nccl_tree_all_reduce(V, fmt, op, scale, params["parts"], trees, int(gpn))
     else:
         out = _exact_all_reduce(V, fmt, op, scale)
     return out.reshape(shape), V.shape[0]
 
 
 def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
-               parts=None, ring=None):
+               parts=None, ring=None, trees=None, gpus_per_node=None):
     """Every rank's result of an all-reduce of ``xs`` (one array per rank)
     with the wire format ``fmt`` (see the module note for the algorithms).
 
@@ -400,11 +530,17 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
     max_segment_bytes : int
         gloo only: the largest segment of the ring (gloo's default 1 MiB).
     parts : list of (count, chunk_count)
-        ``"ring"`` only: the channels' shares of the buffer and their chunk
+        ``"ring"`` and ``"tree"``: the channels' shares of the buffer and their chunk
         sizes in elements (see :func:`nccl_ring_chunks`); default one
         channel, one loop.
     ring : sequence of int
         ``"ring"`` only: the ranks in ring order (default 0, 1, ...).
+    trees : sequence of {0, 1}
+        ``"tree"`` only: which of NCCL's two trees each part (channel) runs
+        (default: the first half of the parts tree 0, the rest tree 1).
+    gpus_per_node : int
+        ``"tree"`` only: ranks per node (default 8 where the world is a
+        multiple of 8, else one node).
 
     Returns
     -------
@@ -412,13 +548,13 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
         One float32 array per rank, of the ranks' shape.
     """
     out, world = _reduce(xs, fmt, op, algorithm, factor,
-                         dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring),
-                         "all_reduce")
+                         dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring,
+                              trees=trees, gpus_per_node=gpus_per_node), "all_reduce")
     return [out.copy() for _ in range(world)]
 
 
 def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
-                   parts=None, ring=None):
+                   parts=None, ring=None, trees=None, gpus_per_node=None):
     """Rank ``r``'s share of the reduction of ``xs``: slice ``r`` of ``world``
     equal slices along the first axis (``reduce_scatter_tensor``). The
     ranks' first axis must be a multiple of the world size."""
@@ -430,8 +566,8 @@ def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segm
             f"{world} (rank r gets slice r), got shape {np.shape(xs[0])}; pad the arrays, or "
             "flatten them and pad to a multiple")
     out, world = _reduce(xs, fmt, op, algorithm, factor,
-                         dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring),
-                         "reduce_scatter")
+                         dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring,
+                              trees=trees, gpus_per_node=gpus_per_node), "reduce_scatter")
     k = out.shape[0] // world
     return [out[r * k:(r + 1) * k].copy() for r in range(world)]
 

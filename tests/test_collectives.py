@@ -253,6 +253,95 @@ def test_nccl_ring_avg_premultiplies_by_a_rounded_reciprocal():
     assert collectives.all_reduce(xs, "bf16", "avg", "exact")[0][0] == 7.0
 
 
+# --------------------------------------------------------------- NCCL tree
+def test_nccl_trees_are_the_pictures_in_trees_cc():
+    """The trees drawn in the comments of NCCL's src/graph/trees.cc: the
+    binary tree on 14 ranks, its mirror on 12 (even) and its shift on 13
+    (odd), one rank per node; each rank's children in tree.down order."""
+    t14 = collectives.nccl_tree(14, 1, 0)
+    assert t14[0] == [8] and t14[8] == [4, 12] and t14[4] == [2, 6] and t14[12] == [10, 13]
+    assert t14[2] == [1, 3] and t14[6] == [5, 7] and t14[10] == [9, 11]
+    assert all(t14[r] == [] for r in (1, 3, 5, 7, 9, 11, 13))
+    m12 = collectives.nccl_tree(12, 1, 1)
+    assert m12[11] == [3] and m12[3] == [7, 1] and m12[7] == [9, 5] and m12[1] == [2, 0]
+    assert m12[9] == [10, 8] and m12[5] == [6, 4]
+    s13 = collectives.nccl_tree(13, 1, 1)
+    assert s13[1] == [9] and s13[9] == [5, 0] and s13[5] == [3, 7] and s13[0] == [11]
+    assert s13[11] == [10, 12] and s13[3] == [2, 4] and s13[7] == [6, 8]
+    # two nodes of 4: chains 0-1-2-3 and 4-5-6-7; tree 0 hangs node 1 under rank 0
+    assert collectives.nccl_tree(8, 4, 0) == [[1, 4], [2], [3], [], [5], [6], [7], []]
+    assert collectives.nccl_tree(8, 4, 1) == [[1], [2], [3], [], [5, 0], [6], [7], []]
+
+
+def _simulate_nccl_tree(xs, fmt, op, down, factor=None):
+    """Up the tree with messages: a rank sends once every child it waits for
+    has sent; it reduces its own (pre-multiplied) value with the children's
+    messages in tree.down order, each step rounded from exact rationals."""
+    E, M = IEEE[fmt]
+    P = len(xs)
+    rnd = (lambda q: np.float32(round_to_ieee(q, E, M)))
+    if op in ("avg", "premul_sum"):
+        sc = rnd(Fraction(float(np.float32(1.0 / P))) if op == "avg" else Fraction(factor))
+        xs = [np.array([rnd(Fraction(float(v)) * Fraction(float(sc))) if np.isfinite(v) and v != 0
+                        else v * sc for v in x], np.float32) for x in xs]
+
+    def red(a, b):
+        if op in ("max", "min"):
+            if np.isnan(a):
+                return b
+            if np.isnan(b):
+                return a
+            if a == b == 0:
+                neg = (np.signbit(a) and np.signbit(b)) if op == "max" else (
+                    np.signbit(a) or np.signbit(b))
+                return np.float32(-0.0) if neg else np.float32(0.0)
+            return max(a, b) if op == "max" else min(a, b)
+        if not (np.isfinite(a) and np.isfinite(b)):
+            return np.float32(np.float64(a) + np.float64(b))
+        q = Fraction(float(a)) + Fraction(float(b))
+        if q == 0:
+            return np.float32(-0.0) if np.signbit(a) and np.signbit(b) else np.float32(0.0)
+        return rnd(q)
+
+    sent = {}
+    while len(sent) < P:
+        for r in range(P):
+            if r not in sent and all(c in sent for c in down[r]):
+                acc = list(xs[r])
+                for c in down[r]:
+                    acc = [red(a, b) for a, b in zip(acc, sent[c])]
+                sent[r] = acc
+    root = [r for r in range(P) if all(r not in d for d in down)][0]
+    return np.array(sent[root], np.float32)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("world,gpn,which", [(2, 2, 0), (5, 1, 1), (6, 3, 0), (6, 3, 1),
+                                             (8, 2, 1), (12, 4, 0)])
+def test_nccl_tree_model_matches_a_message_passing_simulation(fmt, world, gpn, which):
+    x = _values(world, 23, fmt, seed=world * 31 + gpn, specials=True)
+    down = collectives.nccl_tree(world, gpn, which)
+    for op, factor in (("sum", None), ("avg", None), ("premul_sum", -1.7), ("max", None),
+                       ("min", None)):
+        want = _simulate_nccl_tree(list(x), fmt, op, down, factor)
+        got = collectives.all_reduce(list(x), fmt, op, "tree", gpus_per_node=gpn,
+                                     parts=[(23, 23)], trees=[which], factor=factor)
+        for r in range(world):
+            np.testing.assert_array_equal(_bits(got[r]), _bits(want), err_msg=f"{op} rank {r}")
+
+
+def test_nccl_tree_parts_run_their_own_tree():
+    x = _values(4, 40, "bf16", seed=3)
+    both = collectives.all_reduce(list(x), "bf16", "sum", "tree", gpus_per_node=1,
+                                  parts=[(16, 16), (24, 24)])[0]
+    t0 = collectives.all_reduce(list(x), "bf16", "sum", "tree", gpus_per_node=1,
+                                parts=[(40, 40)], trees=[0])[0]
+    t1 = collectives.all_reduce(list(x), "bf16", "sum", "tree", gpus_per_node=1,
+                                parts=[(40, 40)], trees=[1])[0]
+    np.testing.assert_array_equal(_bits(both), _bits(np.concatenate([t0[:16], t1[16:]])))
+    assert not np.array_equal(_bits(t0), _bits(t1))
+
+
 # ------------------------------------------------------------------- exact
 def _exact_oracle(x, fmt, scale):
     E, M = IEEE[fmt]
@@ -329,9 +418,15 @@ def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
     (lambda: collectives.all_reduce([np.ones(3)] * 3, "bf16", algorithm="ring", ring=[0, 0, 1]),
      "order of the ranks 0 .. 2"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", parts=[(3, 1)]),
-     "parts= is a parameter of algorithm='ring', not 'gloo'"),
+     "parts= is a parameter of algorithm='ring' or 'tree', not 'gloo'"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "e5m2", algorithm="ring"),
      "NCCL ring model covers fp32, bf16, fp16"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 6, "bf16", algorithm="tree", gpus_per_node=4),
+     "gpus_per_node must divide the world size 6"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="tree", trees=[2]),
+     "trees must give 0 or 1"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="ring", trees=[0]),
+     "trees= is a parameter of algorithm='tree', not 'ring'"),
     (lambda: collectives.broadcast([np.ones(3)] * 2, "bf16", src=2), "src must be a rank"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "fp64"), "format|fp64"),
 ])
