@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_startup.py
 	$(BIN)/python bench/bench_arith.py
 	$(BIN)/python bench/bench_autograd.py
+	$(BIN)/python bench/bench_collectives.py
 	$(BIN)/python bench/bench_monitor.py
 	$(BIN)/python bench/bench_block.py
 	$(BIN)/python bench/block_memory.py

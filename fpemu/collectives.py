@@ -86,6 +86,14 @@ Algorithms (``algorithm=``):
     from NCCL's topology search (``NCCL_DEBUG=INFO`` prints each channel's
     tree); the model takes local-rank order.
 
+``"nvls"``
+    NVLink SHARP, the reduction in the NVSwitch (``multimem.ld_reduce`` with
+    ``.acc::f32`` for bf16 / fp16 in ``src/device/reduce_kernel.h``): every
+    rank's value added with float32 accumulation, then rounded once to the
+    wire dtype. The switch's order of the adds is not documented; the model
+    adds in rank order (it only matters where a float32 partial sum
+    rounds). ``sum`` only: NCCL never runs NVLS for avg or premul_sum.
+
 Examples
 --------
 >>> import numpy as np
@@ -112,10 +120,11 @@ from ._jit import run_kernel
 from .checks import as_format, real_array
 from .errors import FpemuTypeError, FpemuValueError
 
-ALGORITHMS = ("exact", "gloo", "ring", "tree")
+ALGORITHMS = ("exact", "gloo", "ring", "tree", "nvls")
 OPS = ("sum", "avg", "max", "min", "premul_sum")
 #: the ops each algorithm has
-ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min"), "ring": OPS, "tree": OPS}
+ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min"), "ring": OPS, "tree": OPS,
+                 "nvls": ("sum",)}
 #: wire formats of NCCL's ring, with their element sizes in bytes
 NCCL_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: wire formats of the gloo backend, with their element sizes in bytes
@@ -168,6 +177,11 @@ def _algorithm(algorithm, op, fmt, fname):
         raise FpemuValueError(f"{fname}(): unknown op {op!r}; the ops are "
                               f"{', '.join(map(repr, OPS))}")
     op = op.lower()
+    if op not in ALGORITHM_OPS[algorithm] and algorithm == "nvls":
+        raise FpemuValueError(
+            f"{fname}(): the NVLS model covers op='sum' only (NCCL runs NVLS for sum, min and "
+            "max, and never for avg or premul_sum: ncclNvlsSupported in src/include/device.h; "
+            "the switch's min / max are not modelled); use algorithm='ring' or 'tree'")
     if op not in ALGORITHM_OPS[algorithm]:
         raise FpemuValueError(
             f"{fname}(): gloo has no op {op!r} (torch raises 'Cannot use ReduceOp.{op.upper()} "
@@ -176,7 +190,7 @@ def _algorithm(algorithm, op, fmt, fname):
     if algorithm == "gloo" and fmt.name not in GLOO_FORMATS:
         raise FpemuValueError(f"{fname}(): gloo reduces {', '.join(GLOO_FORMATS)} tensors, "
                               f"not {fmt.name}; pick one of those, or algorithm='exact'")
-    if algorithm in ("ring", "tree") and fmt.name not in NCCL_FORMATS:
+    if algorithm in ("ring", "tree", "nvls") and fmt.name not in NCCL_FORMATS:
         raise FpemuValueError(f"{fname}(): the NCCL {algorithm} model covers "
                               f"{', '.join(NCCL_FORMATS)}, not {fmt.name}; pick one of those, "
                               "or algorithm='exact'")
@@ -491,6 +505,17 @@ def _reduce(xs, fmt, op, algorithm, factor, params, fname):
             raise FpemuValueError(f"{fname}(): ring must be an order of the ranks 0 .. "
                                   f"{V.shape[0] - 1} (each once), got {ring!r}")
         out = _nccl_ring_all_reduce(V, fmt, op, scale, params["parts"], ring)
+    elif algorithm == "nvls":
+        # the switch adds every rank's value with float32 accumulation
+        # (multimem.ld_reduce.add.acc::f32, src/device/reduce_kernel.h) and
+        # rounds once to the wire dtype; the switch's order of the adds is
+        # not documented: rank order
+        acc = V[0].copy()
+        with np.errstate(invalid="ignore", over="ignore"):
+            for r in range(1, V.shape[0]):
+                acc += V[r]
+        from .quantize import quantize
+        out = quantize(acc, fmt)
     elif algorithm == "tree":
         parts = _ring_parts(V.shape[1], params["parts"], fname)
         trees = params["trees"]

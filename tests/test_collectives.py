@@ -342,6 +342,24 @@ def test_nccl_tree_parts_run_their_own_tree():
     assert not np.array_equal(_bits(t0), _bits(t1))
 
 
+# -------------------------------------------------------------------- NVLS
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+def test_nvls_adds_in_float32_and_rounds_once(fmt):
+    E, M = IEEE[fmt]
+    x = _values(6, 50, fmt, seed=21, specials=True)
+    x[:, 3] = [2.0 ** 15, 1.0, 2.0 ** -20, -2.0 ** 15, 0.0, 0.0]      # float32 drops 2**-20
+    got = collectives.all_reduce(list(x), fmt, "sum", "nvls")
+    for j in range(x.shape[1]):
+        acc = float(x[0, j])
+        for r in range(1, 6):
+            acc = float(np.float32(acc + float(x[r, j])))   # binary32: one rounding per add
+        if np.isfinite(acc) and acc != 0:
+            acc = round_to_ieee(Fraction(acc), E, M)
+        want = np.float32(acc)
+        assert _bits(got[0][j]) == _bits(want) or (np.isnan(want) and np.isnan(got[0][j])), j
+    assert got[0][3] == 1.0
+
+
 # ------------------------------------------------------------------- exact
 def _exact_oracle(x, fmt, scale):
     E, M = IEEE[fmt]
@@ -421,6 +439,7 @@ def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
      "parts= is a parameter of algorithm='ring' or 'tree', not 'gloo'"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "e5m2", algorithm="ring"),
      "NCCL ring model covers fp32, bf16, fp16"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", "avg", "nvls"), "op='sum' only"),
     (lambda: collectives.all_reduce([np.ones(3)] * 6, "bf16", algorithm="tree", gpus_per_node=4),
      "gpus_per_node must divide the world size 6"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="tree", trees=[2]),
