@@ -180,3 +180,27 @@ def test_block_formats_table_and_nvfp4_training(quick):
         experiments.run("block_formats", quick=True, seq=6)
     with pytest.raises(ValueError, match="weight must be one of"):
         experiments.run("block_formats", quick=True, weight="emb")
+
+
+def test_collectives_errors_fp16_overflow_and_fp8_flush(quick):
+    """One addition is one rounding (2 ranks: the ring is the exact sum
+    rounded once); NVLS and the fp32 reduction equal the once-rounded sum
+    where the fp32 sums are exact; the ring's error grows with the world and
+    exceeds the tree's; pre-divided fp16 never overflows; the e4m3 flush
+    count against ml_dtypes' cast."""
+    import ml_dtypes
+    from fpemu.experiments import collectives as exp
+    r = quick["collectives"]
+    e = r.numbers["median_ulp_error"]
+    once = e["exact, rounded once"]
+    assert e["NCCL ring"][0] == e["gloo ring"][0] == once[0]
+    assert max(once) <= 0.5
+    assert r.numbers["fp32_reduce_exact_at_every_world"]
+    assert e["NVLS (fp32 in the switch)"] == once == e["fp32 reduce (ring), then bf16"]
+    assert e["NCCL ring"][-1] > e["NCCL ring"][1] > 0 and e["NCCL tree"][-1] < e["NCCL ring"][-1]
+    assert not any(r.numbers["fp16_overflow_fraction"]["fp16 avg (pre-divided)"])
+    assert r.numbers["fp16_overflow_fraction"]["fp16 sum"][-1] > 0
+    c = exp.Config(**exp.QUICK)
+    X = exp._gradients(np.random.default_rng(c.seed), 2 ** c.max_world_log2, c.elements)
+    flushed = (X.astype(ml_dtypes.float8_e4m3fn).astype(np.float32) == 0) & (X != 0)
+    assert r.numbers["fp8"]["e4m3, no scale"]["zero_fraction"] == float(np.mean(flushed))

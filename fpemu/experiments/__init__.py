@@ -21,7 +21,8 @@ __all__ = ["Result", "Summary", "ORDER", "EXPERIMENTS", "module", "run"]
 
 #: name -> module, in the order of the lessons
 ORDER = ("underflow", "loss_scaling", "master_weights", "adam_epsilon", "range_precision",
-         "attention", "fp8_training", "accumulation", "stochastic_rounding", "block_formats")
+         "attention", "fp8_training", "accumulation", "stochastic_rounding", "block_formats",
+         "collectives")
 EXPERIMENTS = {name: f"fpemu.experiments.{name}" for name in ORDER}
 
 
