@@ -61,7 +61,9 @@ Algorithms (``algorithm=``):
     chunk ``k`` is reduced along the ring from position ``k + 1`` to ``k``,
     each hop combining the rank's own value with the partial result it
     received, in the wire dtype: the exact sum rounded once (``__hadd`` on
-    bf16 / fp16 since sm_80 / sm_53, binary32 addition for fp32);
+    bf16 / fp16 since sm_80 / sm_53, binary32 addition for fp32); for the
+    FP8 types (e4m3fn, e5m2, sm_90) the sum of the values widened to fp16,
+    rounded to fp16 and converted back saturating (``__NV_SATFINITE``);
     ``max`` / ``min`` as ``__hmax`` / ``fmaxf`` (a NaN gives the other
     operand). ``avg`` and ``premul_sum`` multiply each rank's values by the
     scalar in the wire dtype first, one rounding per product: for ``avg``
@@ -125,8 +127,10 @@ OPS = ("sum", "avg", "max", "min", "premul_sum")
 #: the ops each algorithm has
 ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min"), "ring": OPS, "tree": OPS,
                  "nvls": ("sum",)}
-#: wire formats of NCCL's ring, with their element sizes in bytes
-NCCL_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: wire formats of NCCL's ring and tree, with their element sizes in bytes
+NCCL_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2, "e4m3fn": 1, "e5m2": 1}
+#: NCCL's FP8 types: their arithmetic runs in fp16 and converts back saturating
+NCCL_FP8 = ("e4m3fn", "e5m2")
 #: wire formats of the gloo backend, with their element sizes in bytes
 GLOO_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2}
 #: gloo's AllreduceOptions::kMaxSegmentSize
@@ -194,6 +198,9 @@ def _algorithm(algorithm, op, fmt, fname):
         raise FpemuValueError(f"{fname}(): the NCCL {algorithm} model covers "
                               f"{', '.join(NCCL_FORMATS)}, not {fmt.name}; pick one of those, "
                               "or algorithm='exact'")
+    if algorithm == "nvls" and fmt.name in NCCL_FP8:
+        raise FpemuValueError(f"{fname}(): NCCL runs NVLS for fp32, bf16 and fp16, not "
+                              f"{fmt.name} (ncclNvlsSupported); use algorithm='ring' or 'tree'")
     return algorithm, op
 
 
@@ -303,7 +310,6 @@ def nccl_ring_chunks(n, world, element_bytes, parts=None):
 
 
 def _nccl_ring_all_reduce(V, fmt, op, scale, parts, ring):
-    from .quantize import quantize
     P, n = V.shape
     k = nccl_ring_chunks(n, P, NCCL_FORMATS[fmt.name], parts)
     order = np.arange(P) if ring is None else np.asarray(ring, np.int64)
@@ -316,9 +322,9 @@ def _nccl_ring_all_reduce(V, fmt, op, scale, parts, ring):
             acc = own.copy()
         elif op in ("max", "min"):
             acc = _number_max(own, acc) if op == "max" else _number_min(own, acc)
-        else:       # own + received, the exact sum (float64 holds it) rounded once
+        else:       # own + received, the exact sum (float64 holds it) to the wire
             with np.errstate(invalid="ignore"):
-                acc = quantize(own.astype(np.float64) + acc, fmt)
+                acc = _to_wire(own.astype(np.float64) + acc, fmt)
     return acc
 
 
@@ -331,9 +337,23 @@ def _premultiplied(V, fmt, op, scale):
     if op not in ("avg", "premul_sum"):
         return V
     s = np.float32(1.0 / V.shape[0]) if op == "avg" else np.float64(float(scale))
-    s = np.float64(quantize(np.float64(s), fmt))
+    kw = {"overflow": "saturate"} if fmt.name in NCCL_FP8 else {}
+    s = np.float64(quantize(np.float64(s), fmt, **kw))
     with np.errstate(invalid="ignore"):
-        return quantize(V.astype(np.float64) * s, fmt).reshape(V.shape)
+        return _to_wire(V.astype(np.float64) * s, fmt).reshape(V.shape)
+
+
+def _to_wire(exact, fmt):
+    """An exact result (float64) as NCCL's arithmetic leaves it in the wire
+    dtype: rounded once (bf16, fp16, fp32), or, for FP8, rounded to fp16
+    (``__hadd`` / ``__hmul`` on the fp8 values widened to half) and then to the
+    FP8 format, saturating (``__nv_fp8_e4m3(__half)`` converts with
+    ``__NV_SATFINITE``: an overflow or an infinity becomes the largest
+    finite value, NaN stays NaN)."""
+    from .quantize import quantize
+    if fmt.name in NCCL_FP8:
+        return quantize(quantize(exact, "fp16"), fmt, overflow="saturate")
+    return quantize(exact, fmt)
 
 
 def _number_max(a, b):
@@ -418,7 +438,6 @@ def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node):
     """runTreeUpDown (src/device/all_reduce.h): up the tree every rank reduces
     its own value with what each child sent, in ``tree.down`` order, each
     step rounded; the root's result is broadcast down (copies)."""
-    from .quantize import quantize
     P, n = V.shape
     W = _premultiplied(V, fmt, op, scale)
     parts = _ring_parts(n, parts, "all_reduce")
@@ -440,7 +459,7 @@ def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node):
                     acc = _number_min(acc, got)
                 else:
                     with np.errstate(invalid="ignore"):
-                        acc = quantize(acc.astype(np.float64) + got, fmt)
+                        acc = _to_wire(acc.astype(np.float64) + got, fmt)
             return acc
         out[sl] = up(_tree_root(down))
         start += count

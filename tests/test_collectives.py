@@ -11,6 +11,7 @@
 * ``"exact"`` against exact rationals rounded by the test oracle.
 """
 
+import math
 import time
 from fractions import Fraction
 
@@ -20,7 +21,7 @@ import pytest
 
 import fpemu
 from fpemu import collectives
-from oracle import round_to_ieee
+from oracle import SPECS, TableOracle, round_to_ieee
 
 try:
     import torch  # noqa: F401
@@ -31,7 +32,8 @@ needs_torch = pytest.mark.skipif(torch is None, reason="runs torch.distributed (
 ROUND = {"bf16": lambda v: np.float32(v).astype(ml_dtypes.bfloat16).astype(np.float32),
          "fp16": lambda v: np.float32(v).astype(np.float16).astype(np.float32),
          "fp32": lambda v: np.float32(v)}
-IEEE = {"bf16": (8, 7), "fp16": (5, 10), "fp32": (8, 23)}
+IEEE = {"bf16": (8, 7), "fp16": (5, 10), "fp32": (8, 23), "e4m3fn": (4, 3), "e5m2": (5, 2)}
+FP8 = ("e4m3fn", "e5m2")
 
 
 def _bits(a):
@@ -39,13 +41,26 @@ def _bits(a):
 
 
 def _values(world, n, fmt, seed, specials=False):
+    """Exact values of ``fmt``: integer significands times powers of two (for
+    FP8, in its range), and NaN, inf (FP8: the largest value) and -0."""
     rng = np.random.default_rng(seed)
     p = IEEE[fmt][1] + 1
+    lo, hi = {"e4m3fn": (-5, 5), "e5m2": (-8, 9)}.get(fmt, (-8, 9))
     m = rng.integers(-(2 ** p - 1), 2 ** p, size=(world, n)).astype(np.float64)
-    x = np.ldexp(m, rng.integers(-8, 9, size=(world, n)) - p).astype(np.float32)
+    x = np.ldexp(m, rng.integers(lo, hi, size=(world, n)) - p).astype(np.float32)
     if specials:
-        x[0, 0], x[1, 1], x[-1, 2] = np.nan, np.inf, -0.0
+        big = {"e4m3fn": 448.0, "e5m2": 57344.0}.get(fmt, np.inf)
+        x[0, 0], x[1, 1], x[-1, 2] = np.nan, big, -0.0
     return x
+
+
+def _oracle_wire(q, fmt):
+    """The wire value of an exact result ``q`` (a Fraction): rounded once; FP8
+    as NCCL computes it, rounded to fp16 first, then to the FP8 format,
+    saturating (the table oracle of tests/oracle.py)."""
+    if fmt not in FP8:
+        return np.float32(round_to_ieee(q, *IEEE[fmt]))
+    return _fp8_of(round_to_ieee(q, 5, 10), fmt)
 
 
 # ------------------------------------------------------------- gloo's ring
@@ -157,6 +172,55 @@ def test_a_peer_that_dies_fails_the_run_with_a_message():
 
 
 # --------------------------------------------------------------- NCCL ring
+def _oracle_sum(a, b, fmt):
+    """One NCCL hop from exact rationals: a + b to the wire (-0 only from -0 + -0)."""
+    if not (np.isfinite(a) and np.isfinite(b)):
+        return _oracle_special(np.float64(a) + np.float64(b), fmt)
+    q = Fraction(float(a)) + Fraction(float(b))
+    if q == 0:
+        return np.float32(-0.0) if np.signbit(a) and np.signbit(b) else np.float32(0.0)
+    return _oracle_wire(q, fmt)
+
+
+def _oracle_special(v, fmt):
+    """inf / NaN on the wire: FP8's saturating conversion turns inf into max."""
+    if fmt in FP8 and np.isinf(v):
+        return np.float32(np.copysign(float(TableOracle(SPECS[fmt]).max), v))
+    return np.float32(v)
+
+
+def _fp8_of(v, fmt):
+    """``v`` (a number, or a Fraction) to the FP8 format, to nearest even,
+    saturating (the table oracle); NaN stays NaN."""
+    v = float(v)
+    if math.isnan(v):
+        return np.float32(np.nan)
+    t = TableOracle(SPECS[fmt])
+    code = int(t.round(np.array([v]), overflow="saturate")[0])
+    mag = float(t.values[code & (t.sign_bit - 1)])
+    return np.float32(-mag if code & t.sign_bit else mag)
+
+
+def _premultiplied_oracle(xs, fmt, op, factor):
+    """avg / premul_sum: each value times the scalar in the wire dtype."""
+    if op not in ("avg", "premul_sum"):
+        return xs
+    q = Fraction(float(np.float32(1.0 / len(xs)))) if op == "avg" else Fraction(factor)
+    s = float(_fp8_of(q, fmt)) if fmt in FP8 else float(_oracle_wire(q, fmt))
+    out = []
+    for x in xs:
+        row = []
+        for v in x:
+            if not np.isfinite(v):
+                row.append(_oracle_special(np.float64(v) * s, fmt))
+            elif v == 0 or s == 0:
+                row.append(np.float32(v * s))
+            else:
+                row.append(_oracle_wire(Fraction(float(v)) * Fraction(s), fmt))
+        out.append(np.array(row, np.float32))
+    return out
+
+
 def _simulate_nccl_ring(xs, fmt, op, parts, ring, factor=None):
     """NCCL's runRing (src/device/all_reduce.h), step by step on every rank's
     buffer: per channel part and loop, ring position p sends its chunk p - 1,
@@ -164,14 +228,8 @@ def _simulate_nccl_ring(xs, fmt, op, parts, ring, factor=None):
     premul_sum, with what arrived) and sends on chunks p - 2, ..., and ends
     with chunk p; the all-gather steps copy. Every reduction is the exact
     result rounded once by the test oracle."""
-    E, M = IEEE[fmt]
-    P, elem = len(xs), (4 if fmt == "fp32" else 2)
-    rnd = (lambda q: np.float32(round_to_ieee(q, E, M)))
-    if op in ("avg", "premul_sum"):
-        s = rnd(Fraction(float(np.float32(1.0 / P))) if op == "avg" else Fraction(factor))
-        xs = [np.array([rnd(Fraction(float(v)) * Fraction(float(s))) if np.isfinite(v) and v != 0
-                        else v * s
-                        for v in x], np.float32) for x in xs]
+    P, elem = len(xs), {"fp32": 4, "e4m3fn": 1, "e5m2": 1}.get(fmt, 2)
+    xs = _premultiplied_oracle(xs, fmt, op, factor)
 
     def reduce(own, got):
         if op == "max":
@@ -180,12 +238,7 @@ def _simulate_nccl_ring(xs, fmt, op, parts, ring, factor=None):
         if op == "min":
             return got if np.isnan(own) or (got < own or (got == own == 0 and np.signbit(got))
                                             and not np.isnan(got)) else own
-        if not (np.isfinite(own) and np.isfinite(got)):
-            return np.float32(np.float64(own) + np.float64(got))
-        q = Fraction(float(own)) + Fraction(float(got))
-        if q == 0:
-            return np.float32(-0.0) if np.signbit(own) and np.signbit(got) else np.float32(0.0)
-        return rnd(q)
+        return _oracle_sum(own, got, fmt)
 
     out = [np.array(x, np.float32) for x in xs]
     pos_rank = list(ring)
@@ -227,7 +280,7 @@ def _simulate_nccl_ring(xs, fmt, op, parts, ring, factor=None):
     return out
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32", "e4m3fn", "e5m2"])
 @pytest.mark.parametrize("world,parts,ring", [
     (2, [(9, 9)], None), (3, [(40, 40)], [2, 0, 1]), (4, [(30, 4), (22, 8)], None),
     (5, [(64, 2)], [4, 3, 2, 1, 0]), (3, [(0, 1), (17, 16), (5, 1)], None)])
@@ -277,13 +330,8 @@ def _simulate_nccl_tree(xs, fmt, op, down, factor=None):
     """Up the tree with messages: a rank sends once every child it waits for
     has sent; it reduces its own (pre-multiplied) value with the children's
     messages in tree.down order, each step rounded from exact rationals."""
-    E, M = IEEE[fmt]
     P = len(xs)
-    rnd = (lambda q: np.float32(round_to_ieee(q, E, M)))
-    if op in ("avg", "premul_sum"):
-        sc = rnd(Fraction(float(np.float32(1.0 / P))) if op == "avg" else Fraction(factor))
-        xs = [np.array([rnd(Fraction(float(v)) * Fraction(float(sc))) if np.isfinite(v) and v != 0
-                        else v * sc for v in x], np.float32) for x in xs]
+    xs = _premultiplied_oracle(xs, fmt, op, factor)
 
     def red(a, b):
         if op in ("max", "min"):
@@ -296,12 +344,7 @@ def _simulate_nccl_tree(xs, fmt, op, down, factor=None):
                     np.signbit(a) or np.signbit(b))
                 return np.float32(-0.0) if neg else np.float32(0.0)
             return max(a, b) if op == "max" else min(a, b)
-        if not (np.isfinite(a) and np.isfinite(b)):
-            return np.float32(np.float64(a) + np.float64(b))
-        q = Fraction(float(a)) + Fraction(float(b))
-        if q == 0:
-            return np.float32(-0.0) if np.signbit(a) and np.signbit(b) else np.float32(0.0)
-        return rnd(q)
+        return _oracle_sum(a, b, fmt)
 
     sent = {}
     while len(sent) < P:
@@ -315,7 +358,7 @@ def _simulate_nccl_tree(xs, fmt, op, down, factor=None):
     return np.array(sent[root], np.float32)
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32", "e4m3fn", "e5m2"])
 @pytest.mark.parametrize("world,gpn,which", [(2, 2, 0), (5, 1, 1), (6, 3, 0), (6, 3, 1),
                                              (8, 2, 1), (12, 4, 0)])
 def test_nccl_tree_model_matches_a_message_passing_simulation(fmt, world, gpn, which):
@@ -437,8 +480,10 @@ def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
      "order of the ranks 0 .. 2"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", parts=[(3, 1)]),
      "parts= is a parameter of algorithm='ring' or 'tree', not 'gloo'"),
-    (lambda: collectives.all_reduce([np.ones(3)] * 2, "e5m2", algorithm="ring"),
-     "NCCL ring model covers fp32, bf16, fp16"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "e2m1", algorithm="ring"),
+     "NCCL ring model covers fp32, bf16, fp16, e4m3fn, e5m2"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "e5m2", algorithm="nvls"),
+     "NVLS for fp32, bf16 and fp16, not e5m2"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", "avg", "nvls"), "op='sum' only"),
     (lambda: collectives.all_reduce([np.ones(3)] * 6, "bf16", algorithm="tree", gpus_per_node=4),
      "gpus_per_node must divide the world size 6"),
