@@ -1,6 +1,6 @@
 """Numba kernels of :mod:`fpemu.collectives`.
 
-``gloo_ring(V, out, bounds, op, rne, ...)`` folds the ranks' arrays the way
+``gloo_ring(op, kind)(V, out, bounds, ...)`` folds the ranks' arrays the way
 gloo's ring all-reduce does (``gloo/allreduce.cc``, ``ring()``; the order is
 derived in :mod:`fpemu.collectives`): chunk ``c`` of the buffer (elements
 ``bounds[c]:bounds[c + 1]``) starts as rank ``c - 1``'s values, then ranks
@@ -9,61 +9,116 @@ derived in :mod:`fpemu.collectives`): chunk ``c`` of the buffer (elements
 
 * sum: the float32 sum ``a + b`` (the processor's binary32 add, as gloo's
   ``float16`` and c10's ``BFloat16`` ``operator+`` compute it), rounded to
-  the wire format to nearest even when ``rne`` (bf16, fp16) with the
-  arguments of :func:`fpemu._kernels.quantize_rne_ieee`;
+  the wire format to nearest even (``kind``: fp16 with the arguments of
+  :func:`fpemu._kernels.quantize_rne_ieee`, bf16 on the bits, fp32 as it
+  is);
 * max: ``std::max(a, b)``, that is ``b if a < b else a``;
 * min: ``std::min(a, b)``, that is ``b if b < a else a``.
 
 A NaN compares false, so max and min keep whichever operand is ``a`` when
 either is NaN: gloo's own rule, kept here.
+
+Every rank's float32 value is first rounded to the wire format (the cast to
+the tensor's dtype, to nearest even), in the same pass: the ranks' arrays
+need no rounded copy. The chunks are independent (one task
+each), and each hop runs in blocks of 16 elements, one vector each.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import functools
 
+import numpy as np
 from numba import prange
 
-from ._jit import pjit
-from ._kernels import _rne_ieee_one
+from ._jit import f32_from_ubits, f32_ubits, jit, pjit, lshr32
+from ._kernels import LANES, _rne_ieee_one
 
 SUM, MAX, MIN = range(3)
+#: how a value becomes a value of the wire format: unchanged but for a NaN's
+#: payload (fp32), rounded by the IEEE-style fast path (fp16), or by bf16's
+#: integer rounding
+AS_IS, RNE_IEEE, RNE_BF16 = range(3)
 
 
-@pjit
-def gloo_ring(V, out, bounds, op, rne, shift, normal_bits, overflow_bits, magic, ovf_mag,
-              ovf_sign):
-    """Fold the rows of ``V`` (ranks x elements, float32) into ``out``; the
-    chunks are independent, one task each."""
-    P = V.shape[0]
-    half = np.uint32((1 << (shift - 1)) - 1)
-    keep = ~np.uint32((1 << shift) - 1)
-    one = np.uint32(1)
-    sh = np.uint32(shift)
-    for c in prange(P):
-        lo = bounds[c]
-        hi = bounds[c + 1]
-        first = V[(c - 1) % P]
-        for e in range(lo, hi):
-            out[e] = first[e]
-        for h in range(1, P):
-            own = V[(c - 1 - h) % P]
-            if op == SUM:
-                if rne:
-                    for e in range(lo, hi):
-                        out[e] = _rne_ieee_one(np.float32(own[e] + out[e]), half, keep, one, sh,
-                                               normal_bits, overflow_bits, magic, ovf_mag,
-                                               ovf_sign)
-                else:
-                    for e in range(lo, hi):
-                        out[e] = np.float32(own[e] + out[e])
-            elif op == MAX:
-                for e in range(lo, hi):
-                    a = own[e]
-                    b = out[e]
-                    out[e] = b if a < b else a
-            else:
-                for e in range(lo, hi):
-                    a = own[e]
-                    b = out[e]
-                    out[e] = b if b < a else a
+@jit
+def _rne_bf16(v):
+    """float32 -> bf16 to nearest even, on the bits: add 0x7fff plus the kept
+    last bit and clear the low 16 (a carry into the exponent is the correct
+    rounding up, also from the subnormals, whose grid is float32's bits; past
+    the largest value it reaches infinity); NaN -> 0x7fc00000, as
+    :func:`fpemu._kernels.quantize_rne_ieee` gives for bf16."""
+    u = f32_ubits(v)
+    r = np.uint32(np.uint32(u + np.uint32(0x7FFF) + (lshr32(u, np.uint32(16)) & np.uint32(1)))
+                  & np.uint32(0xFFFF0000))
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    return f32_from_ubits(np.uint32(0x7FC00000) if nan else r)
+
+
+@functools.lru_cache(maxsize=None)
+def gloo_ring(op, kind):
+    """The kernel that folds the rows of ``V`` (ranks x elements, float32)
+    into ``out`` for one op and one wire rounding (constants to the compiler,
+    so each hop is one vector loop), called as ``kernel(V, out, bounds,
+    shift, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign)``. Its
+    closure holds ints only (see :func:`fpemu._kernels.rounding_kernel`)."""
+    op = int(op)
+    kind = int(kind)
+
+    @pjit
+    def gloo_ring_kernel(V, out, bounds, shift, normal_bits, overflow_bits, magic, ovf_mag,
+                         ovf_sign):
+        P = V.shape[0]
+        half = np.uint32((1 << (shift - 1)) - 1)
+        keep = ~np.uint32((1 << shift) - 1)
+        one = np.uint32(1)
+        sh = np.uint32(shift)
+        for c in prange(P):
+            lo = bounds[c]
+            hi = bounds[c + 1]
+            nb = (hi - lo) // LANES
+            first = V[(c - 1) % P]
+            for e in range(lo, hi):
+                out[e] = _wire(first[e], kind, half, keep, one, sh, normal_bits, overflow_bits,
+                               magic, ovf_mag, ovf_sign)
+            for h in range(1, P):
+                own = V[(c - 1 - h) % P]
+                for b in range(nb):
+                    i0 = lo + b * LANES
+                    _hop(own[i0:i0 + LANES], out[i0:i0 + LANES], LANES, op, kind, half, keep,
+                         one, sh, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign)
+                t0 = lo + nb * LANES
+                _hop(own[t0:hi], out[t0:hi], hi - t0, op, kind, half, keep, one, sh,
+                     normal_bits, overflow_bits, magic, ovf_mag, ovf_sign)
+
+    return gloo_ring_kernel
+
+
+@jit
+def _wire(v, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign):
+    """``v`` as a value of the wire format (see AS_IS, RNE_IEEE, RNE_BF16)."""
+    if kind == RNE_BF16:
+        return _rne_bf16(v)
+    if kind == RNE_IEEE:
+        return _rne_ieee_one(v, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
+                             ovf_sign)
+    # fp32: the value itself, a NaN as the canonical 0x7fc00000 (as fpemu.quantize
+    # gives it; the processor's inf - inf is 0xffc00000)
+    return f32_from_ubits(np.uint32(0x7FC00000)) if v != v else v
+
+
+@jit
+def _hop(w, o, n, op, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
+         ovf_sign):
+    """One hop on ``n`` elements: ``o[j] = reduce(wire(w[j]), o[j])``."""
+    for j in range(n):
+        a = _wire(w[j], kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
+                  ovf_sign)
+        b = o[j]
+        if op == SUM:
+            o[j] = _wire(np.float32(a + b), kind, half, keep, one, sh, normal_bits, overflow_bits,
+                         magic, ovf_mag, ovf_sign)
+        elif op == MAX:
+            o[j] = b if a < b else a
+        else:
+            o[j] = b if b < a else a

@@ -4,7 +4,8 @@ What does a bf16 all-reduce over 8 ranks do to a gradient? Each function here
 takes one array per rank (a list, or an array whose first axis is the rank),
 casts each to the wire format ``fmt`` to nearest even (as ``tensor.to(dtype)``
 does) and returns one float32 array per rank, holding what that rank ends up
-with:
+with (where the ranks end with the same bits, read-only views of one array:
+``np.array(r)`` gives a copy of your own):
 
 * :func:`all_reduce`: every rank gets the reduction of all ranks' arrays;
 * :func:`reduce_scatter`: rank ``r`` gets slice ``r`` (along the first axis)
@@ -138,9 +139,11 @@ GLOO_MAX_SEGMENT_BYTES = 1 << 20
 
 
 # ------------------------------------------------------------------ arguments
-def _ranks(xs, fmt, fname):
+def _ranks(xs, fmt, fname, cast=True):
     """(Format, float32 array ranks x elements, the ranks' common shape): the
-    ranks' arrays checked and cast to ``fmt``."""
+    ranks' arrays checked and cast to ``fmt``. With ``cast=False`` a float32
+    array whose first axis is the rank comes back as it is (a view, no copy:
+    the gloo kernel casts each value as it reads it); other inputs are cast."""
     from .quantize import quantize
     fmt = as_format(fmt)
     if isinstance(xs, (str, bytes)) or not hasattr(xs, "__len__"):
@@ -151,6 +154,11 @@ def _ranks(xs, fmt, fname):
             f"{fname}(): a collective needs a world of at least 2 ranks, got {len(xs)}; pass "
             "one array per rank (with one rank every collective returns its input cast to "
             "the wire format: fpemu.quantize(x, fmt))")
+    if fmt.bits > 32 or fmt.precision > 24 or fmt.emax > 127:
+        raise FpemuValueError(f"{fname}(): the wire format must fit float32 (fp32 or "
+                              f"narrower), got {fmt.name}")
+    if not cast and isinstance(xs, np.ndarray) and xs.dtype == np.float32:
+        return fmt, np.ascontiguousarray(xs.reshape(len(xs), -1)), xs.shape[1:]
     arrays, shapes, dtypes = [], [], []
     for r, x in enumerate(xs):
         a, shape = real_array(x, fname)
@@ -163,13 +171,18 @@ def _ranks(xs, fmt, fname):
                 f"{fname}(): every rank must hold an array of the same shape and dtype (as "
                 f"torch.distributed requires); rank 0 has {shapes[0]} {dtypes[0]}, rank {r} "
                 f"has {shapes[r]} {dtypes[r]}")
-    if fmt.bits > 32 or fmt.precision > 24 or fmt.emax > 127:
-        raise FpemuValueError(f"{fname}(): the wire format must fit float32 (fp32 or "
-                              f"narrower), got {fmt.name}")
     V = np.empty((len(arrays), arrays[0].size), np.float32)
     for r, a in enumerate(arrays):
         quantize(a, fmt, out=V[r])
     return fmt, V, shapes[0]
+
+
+def _shared(out, world, shape=None):
+    """One result per rank: views of the same read-only array (the ranks of
+    these collectives end with the same bits; ``np.array(r)`` copies)."""
+    out = out if shape is None else out.reshape(shape)
+    out.setflags(write=False)
+    return [out.view() for _ in range(world)]
 
 
 def _algorithm(algorithm, op, fmt, fname):
@@ -249,11 +262,11 @@ def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
     bounds = gloo_ring_chunks(n, P, GLOO_FORMATS[fmt.name], max_segment_bytes)
     out = np.empty(n, np.float32)
     code = {"sum": _coll_kernels.SUM, "max": _coll_kernels.MAX, "min": _coll_kernels.MIN}[op]
-    fast = Cast.of(fmt).fast
-    rne = fmt.name != "fp32"
-    args = fast if rne else (1, np.uint32(0), np.uint32(0), np.float32(0), np.uint32(0),
-                             np.uint32(0))
-    run_kernel(_coll_kernels.gloo_ring, V, out, bounds, np.int64(code), rne, *args, inputs=1)
+    kind = {"fp32": _coll_kernels.AS_IS, "bf16": _coll_kernels.RNE_BF16}.get(
+        fmt.name, _coll_kernels.RNE_IEEE)
+    args = Cast.of(fmt).fast if kind == _coll_kernels.RNE_IEEE else (
+        1, np.uint32(0), np.uint32(0), np.float32(0), np.uint32(0), np.uint32(0))
+    run_kernel(_coll_kernels.gloo_ring(code, kind), V, out, bounds, *args, inputs=1)
     return out
 
 
@@ -506,8 +519,9 @@ def _exact_all_reduce(V, fmt, op, scale):
 
 # --------------------------------------------------------------------- public
 def _reduce(xs, fmt, op, algorithm, factor, params, fname):
-    fmt, V, shape = _ranks(xs, fmt, fname)
+    fmt = as_format(fmt)
     algorithm, op = _algorithm(algorithm, op, fmt, fname)
+    fmt, V, shape = _ranks(xs, fmt, fname, cast=algorithm != "gloo")
     scale = _factor(op, factor, V.shape[0], fname)
     owners = {"max_segment_bytes": ("gloo",), "parts": ("ring", "tree"), "ring": ("ring",),
               "trees": ("tree",), "gpus_per_node": ("tree",)}
@@ -589,12 +603,13 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
     Returns
     -------
     list of numpy.ndarray
-        One float32 array per rank, of the ranks' shape.
+        One float32 array per rank, of the ranks' shape: read-only views of
+        the same values (every rank ends with the same bits).
     """
     out, world = _reduce(xs, fmt, op, algorithm, factor,
                          dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring,
                               trees=trees, gpus_per_node=gpus_per_node), "all_reduce")
-    return [out.copy() for _ in range(world)]
+    return _shared(out, world)
 
 
 def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
@@ -613,7 +628,8 @@ def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segm
                          dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring,
                               trees=trees, gpus_per_node=gpus_per_node), "reduce_scatter")
     k = out.shape[0] // world
-    return [out[r * k:(r + 1) * k].copy() for r in range(world)]
+    out.setflags(write=False)
+    return [out[r * k:(r + 1) * k] for r in range(world)]
 
 
 def all_gather(xs, fmt):
@@ -623,7 +639,7 @@ def all_gather(xs, fmt):
     fmt, V, shape = _ranks(xs, fmt, "all_gather")
     whole = V.reshape((V.shape[0],) + shape)
     whole = whole.reshape((-1,) + shape[1:]) if shape else whole
-    return [whole.copy() for _ in range(V.shape[0])]
+    return _shared(whole, V.shape[0])
 
 
 def broadcast(xs, fmt, src=0):
@@ -633,4 +649,4 @@ def broadcast(xs, fmt, src=0):
     if isinstance(src, bool) or not isinstance(src, numbers.Integral) or not 0 <= src < len(V):
         raise FpemuValueError(f"broadcast(): src must be a rank in 0 .. {len(V) - 1}, got "
                               f"{src!r}")
-    return [V[src].reshape(shape).copy() for _ in range(V.shape[0])]
+    return _shared(V[src].copy(), V.shape[0], shape)

@@ -143,6 +143,27 @@ def test_gloo_order_is_not_the_exact_sum_and_max_drops_a_neighbours_nan():
     assert np.isnan(collectives.all_reduce(nan_last, "fp32", "max", "exact")[0][0])
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+def test_gloo_kernel_casts_float32_ranks_as_quantize_does(fmt):
+    """A float32 array of ranks goes to the kernel uncast (it rounds each value
+    as it reads it: bf16 on the bits, fp16 by the fast path); a list of
+    float64 arrays is cast by fpemu.quantize first. Same bits, on every
+    float32 pattern class: random bits (all exponents, subnormals, inf, NaN)."""
+    rng = np.random.default_rng(4)
+    bits = rng.integers(0, 2 ** 32, size=(3, 200_000), dtype=np.uint64).astype(np.uint32)
+    bits[:, :8] = np.array([0x7F7FFFFF, 0x7F7F8000, 0x00007FFF, 0x00008000, 0x00018000,
+                            0x7F800000, 0xFF800001, 0x80000000], np.uint32)
+    raw = bits.view(np.float32)
+    with np.errstate(invalid="ignore"):
+        wide = [r.astype(np.float64) for r in raw]
+    for op in ("sum", "max", "min"):
+        a = collectives.all_reduce(raw, fmt, op)[0]
+        b = collectives.all_reduce(wide, fmt, op)[0]
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=op)
+    np.testing.assert_array_equal(_bits(collectives.all_gather(raw, fmt)[0][:200_000]),
+                                  _bits(fpemu.quantize(raw[0], fmt)))
+
+
 @needs_torch
 def test_live_gloo_all_reduce_of_many_segments_matches_bit_for_bit():
     from fpemu.reference import _gloo
