@@ -12,7 +12,9 @@ with (where the ranks end with the same bits, read-only views of one array:
   of that reduction (``torch.distributed.reduce_scatter_tensor``);
 * :func:`all_gather`: every rank gets the ranks' arrays concatenated along
   the first axis (``all_gather_into_tensor``): copies, no arithmetic;
-* :func:`broadcast`: every rank gets rank ``src``'s array.
+* :func:`broadcast`: every rank gets rank ``src``'s array;
+* :func:`ddp_all_reduce`: the gradients DistributedDataParallel leaves on
+  every rank (its buckets, its division, its compression hooks).
 
 Algorithms (``algorithm=``):
 
@@ -650,3 +652,113 @@ def broadcast(xs, fmt, src=0):
         raise FpemuValueError(f"broadcast(): src must be a rank in 0 .. {len(V) - 1}, got "
                               f"{src!r}")
     return _shared(V[src].copy(), V.shape[0], shape)
+
+
+# ---------------------------------------------------------------------- DDP
+#: DDP's bucket sizes: the first bucket after the rebuild, then every other
+#: (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES and bucket_cap_mb=25)
+DDP_FIRST_BUCKET_BYTES = 1 << 20
+DDP_BUCKET_BYTES = 25 << 20
+#: DDP's communication hooks of torch.distributed.algorithms.ddp_comm_hooks
+DDP_HOOKS = {None: None, "fp16_compress": "fp16", "bf16_compress": "bf16"}
+
+
+def ddp_buckets(sizes, element_bytes, iteration, ready_order=None,
+                bucket_cap_bytes=DDP_BUCKET_BYTES, first_bucket_bytes=DDP_FIRST_BUCKET_BYTES):
+    """DDP's buckets: lists of parameter indices, in bucket order.
+
+    ``sizes``: the parameters' element counts, in registration order. The
+    first iteration that all-reduces (``iteration=0``) puts every parameter
+    in one bucket in registration order (torch 2.13 starts with one bucket
+    where ``find_unused_parameters`` is off). From the next on, the buckets
+    are rebuilt in the order the gradients became ready in that first
+    backward (``ready_order``, default the reverse of registration, which is
+    the order of a chain of layers): parameters join the current bucket until
+    it holds at least ``first_bucket_bytes`` (the first bucket) or
+    ``bucket_cap_bytes`` (the others)."""
+    n = len(sizes)
+    if iteration == 0:
+        return [list(range(n))]
+    order = list(range(n))[::-1] if ready_order is None else list(ready_order)
+    if sorted(order) != list(range(n)):
+        raise FpemuValueError(f"ddp_buckets(): ready_order must be an order of the parameters "
+                              f"0 .. {n - 1} (each once), got {ready_order!r}")
+    buckets, cur, size = [], [], 0
+    for i in order:
+        cur.append(i)
+        size += int(sizes[i]) * element_bytes
+        if size >= (first_bucket_bytes if not buckets else bucket_cap_bytes):
+            buckets.append(cur)
+            cur, size = [], 0
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, ready_order=None,
+                   bucket_cap_mb=25, **params):
+    """The gradients every rank holds after DDP's backward: ``grads[r][i]`` is
+    rank ``r``'s local gradient of parameter ``i`` (registration order), of
+    the parameters' dtype ``fmt`` (fp32, bf16 or fp16).
+
+    Without a hook, DDP multiplies each gradient by 1 / world as it copies it
+    into its bucket (a float32 product, then the gradient's dtype) and sums
+    each bucket with an all-reduce. With ``hook="fp16_compress"`` or
+    ``"bf16_compress"`` (torch's ``default_hooks``) it casts the bucket to that
+    dtype, divides by the world size there (float32 division, then that
+    dtype), sums it in that dtype and casts back. Buckets: :func:`ddp_buckets`
+    (``iteration=0`` is the first all-reducing backward). ``params`` go to the
+    all-reduce (``algorithm`` and its parameters, see :func:`all_reduce`).
+
+    Returns the reduced gradients, one float32 array per parameter.
+    """
+    from .quantize import quantize
+    fname = "ddp_all_reduce"
+    fmt = as_format(fmt)
+    if fmt.name not in ("fp32", "bf16", "fp16"):
+        raise FpemuValueError(f"{fname}(): DDP's gradients are fp32, bf16 or fp16 tensors, "
+                              f"got {fmt.name}")
+    if hook not in DDP_HOOKS:
+        raise FpemuValueError(f"{fname}(): unknown hook {hook!r}; the hooks are "
+                              f"{', '.join(map(repr, DDP_HOOKS))}")
+    if not hasattr(grads, "__len__") or len(grads) < 2:
+        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
+                              f"least 2 ranks")
+    world = len(grads)
+    ranks = [[np.asarray(g) for g in r] for r in grads]
+    shapes = [g.shape for g in ranks[0]]
+    for r, gs in enumerate(ranks):
+        if [g.shape for g in gs] != shapes:
+            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
+                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
+                                  "holds the same parameters")
+    if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral) or iteration < 0:
+        raise FpemuValueError(f"{fname}(): iteration must be an int >= 0, got {iteration!r}")
+    if not isinstance(bucket_cap_mb, numbers.Real) or not bucket_cap_mb > 0:
+        raise FpemuValueError(f"{fname}(): bucket_cap_mb must be a number > 0, got "
+                              f"{bucket_cap_mb!r}")
+    cap = int(bucket_cap_mb * (1 << 20))
+    first = DDP_FIRST_BUCKET_BYTES if bucket_cap_mb == 25 else cap
+    elem = fmt.bits // 8
+    buckets = ddp_buckets([int(np.prod(s)) for s in shapes], elem, iteration, ready_order,
+                          cap, first)
+    wire = DDP_HOOKS[hook]
+    out = [None] * len(shapes)
+    for b in buckets:
+        flat = np.stack([np.concatenate([quantize(ranks[r][i].reshape(-1), fmt) for i in b])
+                         for r in range(world)])
+        if wire is None:
+            inv = np.float64(np.float32(1.0 / world))
+            flat = quantize(quantize(flat.astype(np.float64) * inv, "fp32"), fmt)
+            summed = all_reduce(flat.reshape(world, -1), fmt, "sum", algorithm, **params)[0]
+        else:
+            c = quantize(flat, wire).astype(np.float64)
+            c = quantize(quantize(c / world, "fp32"), wire)
+            summed = quantize(all_reduce(c.reshape(world, -1), wire, "sum", algorithm,
+                                         **params)[0], fmt)
+        at = 0
+        for i in b:
+            k = int(np.prod(shapes[i]))
+            out[i] = np.array(summed[at:at + k], np.float32).reshape(shapes[i])
+            at += k
+    return out

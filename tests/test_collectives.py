@@ -424,6 +424,41 @@ def test_nvls_adds_in_float32_and_rounds_once(fmt):
     assert got[0][3] == 1.0
 
 
+# ---------------------------------------------------------------------- DDP
+def test_ddp_buckets_follow_torch_rules():
+    """The first all-reducing backward: one bucket, registration order; then
+    the rebuilt buckets in gradient-ready order, closed once they reach 1 MiB
+    (the first) or the cap (the others). The recorded DDP scenarios
+    (tests/reference, ``ddp-gloo-*``) check the bits of the whole reduction."""
+    sizes = [300_000, 300, 90_000, 90, 10]                  # float32: 1.2 MB, 360 kB, ...
+    assert collectives.ddp_buckets(sizes, 4, 0) == [[0, 1, 2, 3, 4]]
+    assert collectives.ddp_buckets(sizes, 4, 1) == [[4, 3, 2, 1, 0]]
+    assert collectives.ddp_buckets(sizes, 4, 1, bucket_cap_bytes=1000,
+                                   first_bucket_bytes=1000) == [[4, 3, 2], [1], [0]]
+    assert collectives.ddp_buckets(sizes, 4, 1, ready_order=[0, 1, 2, 3, 4]) == [
+        [0], [1, 2, 3, 4]]
+    with pytest.raises(fpemu.errors.FpemuValueError, match="order of the parameters 0 .. 4"):
+        collectives.ddp_buckets(sizes, 4, 1, ready_order=[0, 0, 1, 2, 3])
+
+
+def test_ddp_all_reduce_divides_then_sums_and_refuses_bad_input():
+    g = [[np.float32([3.0, 1.0])], [np.float32([3.0, 1.0])], [np.float32([3.0, 2.0])]]
+    # each gradient times float32(1/3), then a gloo sum: 3 * fl(1/3) = 1.0000000298 -> 1.0
+    out = collectives.ddp_all_reduce(g, "fp32")[0]
+    third = np.float32(1 / 3)
+    want = [np.float32(np.float32(np.float32(3 * third) + np.float32(3 * third))
+                       + np.float32(3 * third))]
+    assert out[0] == want[0]
+    with pytest.raises(fpemu.errors.FpemuValueError, match="unknown hook 'powersgd'"):
+        collectives.ddp_all_reduce(g, "fp32", hook="powersgd")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="rank 1's gradients have the shapes"):
+        collectives.ddp_all_reduce([[np.ones(2)], [np.ones(3)]], "fp32")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="at least 2 ranks"):
+        collectives.ddp_all_reduce([[np.ones(2)]], "fp32")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="fp32, bf16 or fp16 tensors"):
+        collectives.ddp_all_reduce(g, "e4m3fn")
+
+
 # ------------------------------------------------------------------- exact
 def _exact_oracle(x, fmt, scale):
     E, M = IEEE[fmt]

@@ -189,7 +189,7 @@ def test_cpu_profile_matches_torch_cpu_elementwise():
 
 # ----------------------------------------------------------- record and CLI
 RECORD_AGAIN = ("casts-f64", "unscale-1000", "scaler-pattern", "optim-sgd-foreach-bf16",
-                "e2e-mlp-bf16")
+                "e2e-mlp-bf16", "collectives-gloo-bfloat16-w3")
 
 
 @needs_torch
@@ -236,13 +236,13 @@ def test_record_needs_no_numba_and_reproduces_the_committed_trace(tmp_path):
 
 
 def test_inputs_are_made_again_bit_for_bit_without_torch():
-    """Every input made with NumPy alone (all but the optimizer replays, whose
-    gradients come from training in PyTorch) is rebuilt here, on whatever CPU
-    runs the tests, and equals the committed one bit for bit: no libm, no BLAS
-    in their making (fpemu/reference/scenarios.py)."""
+    """Every input made with NumPy alone (all but the optimizer replays and the
+    DDP steps, whose gradients come from PyTorch) is rebuilt here, on whatever
+    CPU runs the tests, and equals the committed one bit for bit: no libm, no
+    BLAS in their making (fpemu/reference/scenarios.py)."""
     checked = 0
     for name, sc in SCENARIOS.items():
-        if sc.group == "optim":
+        if sc.group in ("optim", "ddp"):
             continue
         inputs = sc.make_inputs(None, sc.config)
         with np.load(os.path.join(CPU_DIR[0], f"{name}.npz")) as old:

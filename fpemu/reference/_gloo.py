@@ -93,3 +93,64 @@ def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None):
                                    f"{timeout} s")
         results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
     return {k: [results[r][k] for r in range(world)] for k in results[0]}
+
+
+# ---------------------------------------------------------------------- DDP
+def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=timeout))
+    try:
+        torch.manual_seed(cfg["seed"])
+        dtype = getattr(torch, cfg["dtype"])
+        widths = cfg["widths"]
+        layers = []
+        for a, b in zip(widths[:-1], widths[1:]):
+            layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers[:-1]).to(dtype)
+        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"])
+        if cfg["hook"]:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            ddp.register_comm_hook(None, getattr(default_hooks, cfg["hook"] + "_hook"))
+        res = {}
+        for it in range(cfg["iterations"]):
+            g = torch.Generator().manual_seed(1000 * it + rank)
+            x = torch.randn(cfg["batch"], widths[0], generator=g).to(dtype)
+            y = torch.randn(cfg["batch"], widths[-1], generator=g).to(dtype)
+            for sync in (False, True):               # local gradients, then DDP's
+                ddp.zero_grad(set_to_none=True)
+                if sync:
+                    ((ddp(x) - y) ** 2).mean().backward()
+                else:
+                    with ddp.no_sync():
+                        ((ddp(x) - y) ** 2).mean().backward()
+                kind = "reduced" if sync else "local"
+                for i, p in enumerate(model.parameters()):
+                    res[f"{kind}.{it}.{i}"] = p.grad.float().numpy().copy()
+        np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ddp(cfg, world, timeout=TIMEOUT):
+    """``world`` gloo processes training ``cfg["widths"]`` (an MLP of Linear and
+    ReLU, dtype ``cfg["dtype"]``, seed ``cfg["seed"]``) under
+    DistributedDataParallel (``bucket_cap_mb``, comm ``hook`` of
+    ``default_hooks`` or None) for ``cfg["iterations"]`` steps of a batch of
+    its own: per rank, each iteration's local gradients (``no_sync``) and
+    DDP's reduced ones, ``{"local.<it>.<param>": [per rank], "reduced...": ...}``."""
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.start_processes(_ddp_worker, args=(world, os.path.join(tmp, "rendezvous"), cfg,
+                                                    tmp, timeout),
+                                 nprocs=world, join=False, start_method="spawn")
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
+        while not ctx.join(timeout=1):
+            if datetime.datetime.now() > deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.terminate()
+                raise TimeoutError(f"the {world} DDP processes did not finish within {timeout} s")
+        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
+    return {k: [results[r][k] for r in range(world)] for k in results[0]}

@@ -853,3 +853,63 @@ for _dt, _worlds in (("bfloat16", (2, 3, 4, 8)), ("float16", (3, 4)), ("float32"
                   dict(dtype=_dt, world=_w, seed=60 + _w), _collective_inputs,
                   description=f"gloo all_reduce / reduce_scatter_tensor / "
                               f"all_gather_into_tensor of {_dt} over {_w} processes")
+
+
+# ======================================================================= DDP
+# Real DistributedDataParallel, gloo, on this CPU (fpemu/reference/_gloo.py):
+# an MLP, each rank its own batch, for three iterations (the first all-reduce
+# runs one bucket in registration order, the later ones the rebuilt buckets).
+# Inputs: each rank's local gradients (DDP's no_sync); outputs: the gradients
+# DDP leaves, which fpemu.collectives.ddp_all_reduce computes from those inputs.
+# Small bucket caps split these small models into several buckets.
+DDP_CASES = {
+    "ddp-gloo-fp32-w3": dict(dtype="float32", world=3, hook=None, bucket_cap_mb=0.01),
+    "ddp-gloo-fp32-w2-cap25": dict(dtype="float32", world=2, hook=None, bucket_cap_mb=25),
+    "ddp-gloo-bf16-w3": dict(dtype="bfloat16", world=3, hook=None, bucket_cap_mb=0.004),
+    "ddp-gloo-fp32-w4-fp16-compress": dict(dtype="float32", world=4, hook="fp16_compress",
+                                           bucket_cap_mb=0.01),
+}
+_DDP_MODEL = dict(widths=[40, 64, 64, 8], batch=8, iterations=3, seed=70)
+
+
+def _ddp_inputs(env, cfg):
+    from . import _gloo
+    got = _gloo.run_ddp(cfg, cfg["world"])
+    _DDP_RECORDED[cfg["name"]] = got
+    return {k: np.stack(v) for k, v in got.items() if k.startswith("local.")}
+
+
+#: the torch side of a DDP scenario, from the run that made its inputs
+_DDP_RECORDED = {}
+
+
+def _ddp_run(env, cfg, inputs):
+    tr = Trace(env)
+    n = sum(1 for k in inputs if k.startswith("local.0."))
+    if env.backend == "torch":
+        got = _DDP_RECORDED.pop(cfg["name"], None)
+        if got is None:
+            from . import _gloo
+            got = _gloo.run_ddp(cfg, cfg["world"])
+        for key in sorted(got):
+            if key.startswith("reduced."):
+                tr.set(key, np.stack(got[key]), "float32")
+        return tr
+    from .. import collectives
+    fmt = {"float32": "fp32", "bfloat16": "bf16"}[cfg["dtype"]]
+    for it in range(cfg["iterations"]):
+        grads = [[inputs[f"local.{it}.{i}"][r] for i in range(n)] for r in range(cfg["world"])]
+        red = collectives.ddp_all_reduce(grads, fmt, "gloo", iteration=min(it, 1),
+                                         hook=cfg["hook"], bucket_cap_mb=cfg["bucket_cap_mb"])
+        for i in range(n):
+            tr.set(f"reduced.{it}.{i}", np.stack([red[i]] * cfg["world"]), "float32")
+    return tr
+
+
+for _name, _cfg in DDP_CASES.items():
+    _register(_name, "ddp", _ddp_run, dict(_DDP_MODEL, name=_name, **_cfg), _ddp_inputs,
+              description=f"DistributedDataParallel over {_cfg['world']} gloo processes, "
+                          f"{_cfg['dtype']}, hook {_cfg['hook']}, bucket_cap_mb "
+                          f"{_cfg['bucket_cap_mb']}",
+              host_dependent={"in.*": "the local gradients come from PyTorch's matmuls (MKL), "
+                                      "whose bits depend on the CPU and the thread count"})
