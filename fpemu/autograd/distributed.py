@@ -1,6 +1,8 @@
 """``torch.distributed``: fpemu emulates one device in one process. The names
 exist so that programs which only *test* for a distributed run work; starting
-one raises."""
+one raises. :class:`EmulatedDDP` emulates N data-parallel ranks in this one
+process instead (DistributedDataParallel's gradient all-reduce, bit for bit:
+:func:`fpemu.collectives.ddp_all_reduce`)."""
 
 from ..errors import FpemuNotImplementedError
 
@@ -24,7 +26,9 @@ def get_world_size():
 def init_process_group(*args, **kwargs):
     raise FpemuNotImplementedError("fpemu emulates a single device in one process; "
                                    "distributed training (init_process_group) is not emulated. "
-                                   "Run the program without torchrun / RANK set.")
+                                   "Run the program without torchrun / RANK set, or emulate N "
+                                   "data-parallel ranks with "
+                                   "fpemu.autograd.distributed.EmulatedDDP(model, world_size=N).")
 
 
 def destroy_process_group(*args, **kwargs):
@@ -37,3 +41,89 @@ def barrier(*args, **kwargs):
 
 def all_reduce(tensor, *args, **kwargs):
     return tensor
+
+
+class EmulatedDDP:
+    """DistributedDataParallel over ``world_size`` ranks, emulated in this process.
+
+    Every rank holds the same parameters (DDP keeps them equal), so one module
+    serves them all: :meth:`backward` runs each rank's forward and backward on
+    its own batch in turn, keeps each rank's local gradients, and then leaves
+    in the parameters' ``.grad`` what every rank would hold after DDP's
+    all-reduce (:func:`fpemu.collectives.ddp_all_reduce`: DDP's buckets, its
+    1/world product or a compression hook, and the collective ``algorithm``
+    with its parameters). The optimizer then steps as usual.
+
+    Example::
+
+        ddp = EmulatedDDP(model, world_size=4)
+        losses = ddp.backward(lambda m, x, y: F.cross_entropy(m(x), y), batches)
+        opt.step()
+
+    ``batches`` holds one batch per rank: a tuple of ``loss_fn``'s arguments
+    after the module. The first call is DDP's first all-reducing backward (one
+    bucket, registration order), later ones use the rebuilt buckets in
+    ``ready_order`` (default: the reverse of registration, the order of a
+    chain of layers).
+    """
+
+    def __init__(self, module, world_size, *, algorithm="gloo", hook=None, bucket_cap_mb=25,
+                 ready_order=None, **collective_params):
+        from ..collectives import DDP_HOOKS
+        from ..errors import FpemuValueError
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+            raise FpemuValueError(f"EmulatedDDP: world_size must be an int >= 2, got "
+                                  f"{world_size!r}")
+        if hook not in DDP_HOOKS:
+            raise FpemuValueError(f"EmulatedDDP: unknown hook {hook!r}; the hooks are "
+                                  f"{', '.join(map(repr, DDP_HOOKS))}")
+        self.module = module
+        self.world_size = world_size
+        self.algorithm = algorithm
+        self.hook = hook
+        self.bucket_cap_mb = bucket_cap_mb
+        self.ready_order = ready_order
+        self.collective_params = collective_params
+        self.iteration = 0
+        params = [p for p in module.parameters() if p.requires_grad]
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) != 1:
+            raise FpemuValueError(f"EmulatedDDP: the parameters must share one dtype (DDP "
+                                  f"buckets each dtype apart; not emulated), got "
+                                  f"{sorted(str(d) for d in dtypes)}")
+        self.params = params
+        self.fmt = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
+            str(params[0].dtype).replace("torch.", ""))
+        if self.fmt is None:
+            raise FpemuValueError(f"EmulatedDDP: DDP's gradients here are float32, bfloat16 "
+                                  f"or float16, got {params[0].dtype}")
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def backward(self, loss_fn, batches):
+        """Each rank's loss on its batch (floats); the parameters' ``.grad``
+        become what every rank holds after DDP's all-reduce."""
+        from .. import collectives
+        from ..errors import FpemuValueError
+        from ._core import tensor
+        if len(batches) != self.world_size:
+            raise FpemuValueError(f"EmulatedDDP.backward(): one batch per rank: the world has "
+                                  f"{self.world_size} ranks, got {len(batches)} batches")
+        local, losses = [], []
+        for batch in batches:
+            for p in self.params:
+                p.grad = None
+            args = batch if isinstance(batch, tuple) else (batch,)
+            loss = loss_fn(self.module, *args)
+            loss.backward()
+            losses.append(float(loss.item()))
+            local.append([p.grad.detach().float().numpy().copy() for p in self.params])
+        reduced = collectives.ddp_all_reduce(
+            local, self.fmt, self.algorithm, iteration=min(self.iteration, 1), hook=self.hook,
+            ready_order=self.ready_order, bucket_cap_mb=self.bucket_cap_mb,
+            **self.collective_params)
+        for p, g in zip(self.params, reduced):
+            p.grad = tensor(g).to(p.dtype)
+        self.iteration += 1
+        return losses
