@@ -14,7 +14,9 @@ with (where the ranks end with the same bits, read-only views of one array:
   the first axis (``all_gather_into_tensor``): copies, no arithmetic;
 * :func:`broadcast`: every rank gets rank ``src``'s array;
 * :func:`ddp_all_reduce`: the gradients DistributedDataParallel leaves on
-  every rank (its buckets, its division, its compression hooks).
+  every rank (its buckets, its division, its compression hooks);
+* :func:`fsdp_reduce_scatter`: the gradients FSDP2's mixed precision leaves
+  (``reduce_dtype``, its padded shards, its division).
 
 Algorithms (``algorithm=``):
 
@@ -761,4 +763,98 @@ def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, read
             k = int(np.prod(shapes[i]))
             out[i] = np.array(summed[at:at + k], np.float32).reshape(shapes[i])
             at += k
+    return out
+
+
+# --------------------------------------------------------------------- FSDP
+def fsdp_divide_factors(world, reduce_fmt, gradient_divide_factor=None):
+    """FSDP2's ``_get_gradient_divide_factors`` (torch 2.13, one reduce-scatter
+    group): (pre-divide factor, post-divide factor, op). fp32 and bf16 reduce
+    with ``avg`` (or ``premul_sum`` by 1 / factor); fp16, which could
+    overflow, sums with the factor split into a power of two before the sum
+    and the rest after it."""
+    if reduce_fmt in ("fp32", "bf16"):
+        if gradient_divide_factor is None:
+            return None, None, "avg"
+        if gradient_divide_factor == world:
+            return None, None, "avg"
+        return None, None, ("premul_sum", 1.0 / gradient_divide_factor)
+    factor = float(world) if gradient_divide_factor is None else gradient_divide_factor
+    pre = 1
+    while factor % pre == 0 and factor / pre > pre:
+        pre *= 2
+    return pre, factor / pre, "sum"
+
+
+def fsdp_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32",
+                        gradient_divide_factor=None, **params):
+    """The gradients FSDP2 (``fully_shard`` with a ``MixedPrecisionPolicy``)
+    leaves, gathered whole: ``grads[r][i]`` is rank ``r``'s unsharded local
+    gradient of parameter ``i`` (in ``param_dtype``), ``reduce_fmt`` the
+    policy's ``reduce_dtype`` (fp32, bf16 or fp16), ``orig_fmt`` the sharded
+    parameters' dtype.
+
+    FSDP2 casts the gradients to ``reduce_dtype`` and lays them out for one
+    reduce-scatter: row ``r`` of the input holds, parameter after parameter,
+    chunk ``r`` of each gradient's first dimension (chunks of ceil(dim0 /
+    world) rows, zero-padded). It divides as :func:`fsdp_divide_factors`
+    says, reduce-scatters (on gloo the all-reduce of the whole buffer, sliced;
+    gloo has no ``avg``, so torch sums and divides in ``reduce_dtype``: a
+    float32 division rounded to it), divides by the post factor and casts the
+    shard to the parameters' dtype. Returns one float32 array per parameter.
+    """
+    from .quantize import quantize
+    fname = "fsdp_reduce_scatter"
+    rfmt = as_format(reduce_fmt)
+    if rfmt.name not in ("fp32", "bf16", "fp16"):
+        raise FpemuValueError(f"{fname}(): reduce_dtype must be fp32, bf16 or fp16, got "
+                              f"{rfmt.name}")
+    if not hasattr(grads, "__len__") or len(grads) < 2:
+        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
+                              "least 2 ranks")
+    world = len(grads)
+    ranks = [[np.asarray(g, np.float32) for g in r] for r in grads]
+    shapes = [g.shape for g in ranks[0]]
+    for r, gs in enumerate(ranks):
+        if [g.shape for g in gs] != shapes:
+            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
+                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
+                                  "holds the same parameters")
+    if any(len(sh) == 0 for sh in shapes):
+        raise FpemuValueError(f"{fname}(): FSDP shards along dim 0; a 0-d gradient has none")
+    rows = [-(-sh[0] // world) for sh in shapes]
+    chunk = [rows[i] * int(np.prod(shapes[i][1:])) for i in range(len(shapes))]
+
+    def layout(gs):
+        out = []
+        for dst in range(world):
+            for i, g in enumerate(gs):
+                part = np.zeros((rows[i],) + shapes[i][1:], np.float32)
+                piece = g[dst * rows[i]:(dst + 1) * rows[i]]
+                part[:piece.shape[0]] = piece
+                out.append(part.reshape(-1))
+        return np.concatenate(out)
+
+    flat = np.stack([quantize(layout(gs), rfmt) for gs in ranks])
+    pre, post, op = fsdp_divide_factors(world, rfmt.name, gradient_divide_factor)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if pre is not None and pre != 1:
+            flat = quantize(quantize(flat.astype(np.float64) / pre, "fp32"), rfmt)
+        factor = None
+        if isinstance(op, tuple):
+            op, factor = op
+        if algorithm == "gloo" and op in ("avg", "premul_sum"):
+            div = world if op == "avg" else 1.0 / factor
+            summed = all_reduce(flat, rfmt, "sum", "gloo", **params)[0].astype(np.float64)
+            red = quantize(quantize(summed / div, "fp32"), rfmt)
+        else:
+            red = all_reduce(flat, rfmt, op, algorithm, factor=factor, **params)[0]
+        if post is not None and post != 1:
+            red = quantize(quantize(red.astype(np.float64) / post, "fp32"), rfmt)
+    red = quantize(red, orig_fmt).reshape(world, -1)
+    out, off = [], 0
+    for i, sh in enumerate(shapes):
+        full = np.concatenate([red[dst][off:off + chunk[i]] for dst in range(world)])
+        out.append(np.array(full[:int(np.prod(sh))], np.float32).reshape(sh))
+        off += chunk[i]
     return out

@@ -516,6 +516,107 @@ def test_emulated_ddp_refuses_bad_input():
         EmulatedDDP(mixed, 2)
 
 
+# --------------------------------------------------------------------- FSDP
+@needs_torch
+def test_fsdp_divide_factors_are_torchs():
+    """Against FSDP2's own _get_gradient_divide_factors (torch 2.13), every
+    world size to 16, the three reduce dtypes, with and without a factor."""
+    import torch
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
+        _get_gradient_divide_factors)
+
+    class Group:
+        def __init__(self, n):
+            self.n = n
+
+        def size(self):
+            return self.n
+
+    names = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    for world in range(2, 17):
+        for fmt, dt in names.items():
+            for factor in (None, float(world), 2.0 * world):
+                pre, post, op, _ = _get_gradient_divide_factors(Group(world), None, dt, "cpu",
+                                                                factor)
+                got = collectives.fsdp_divide_factors(world, fmt, factor)
+                assert got[:2] == (pre, post), (world, fmt, factor)
+                want_op = {"SUM": "sum", "AVG": "avg"}.get(str(op).split(".")[-1])
+                if want_op is None:                          # PREMUL_SUM(1 / factor)
+                    assert got[2] == ("premul_sum", 1.0 / factor)
+                else:
+                    assert got[2] == want_op, (world, fmt, factor, op)
+
+
+def test_fsdp_reduce_scatter_refuses_bad_input():
+    g = [[np.ones((3, 2), np.float32)], [np.ones((3, 2), np.float32)]]
+    with pytest.raises(fpemu.errors.FpemuValueError, match="reduce_dtype must be fp32, bf16 or"):
+        collectives.fsdp_reduce_scatter(g, "e4m3fn")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="rank 1's gradients have the shapes"):
+        collectives.fsdp_reduce_scatter([g[0], [np.ones((2, 2))]], "fp32")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="0-d gradient"):
+        collectives.fsdp_reduce_scatter([[np.float32(1)], [np.float32(1)]], "fp32")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="at least 2 ranks"):
+        collectives.fsdp_reduce_scatter(g[:1], "fp32")
+    # shards of 2 rows (3 rows over 2 ranks, one padded): the reduced gradient comes back whole
+    out = collectives.fsdp_reduce_scatter(g, "bf16")[0]
+    assert out.shape == (3, 2) and np.all(out == 1.0)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["fsdp2-gloo-bf16-reduce-fp32-w3",
+                                  "fsdp2-gloo-bf16-reduce-bf16-w3",
+                                  "fsdp2-gloo-bf16-reduce-fp16-w4"])
+def test_emulated_fsdp_step_is_real_fsdp2_bit_for_bit(name):
+    """fpemu.autograd's EmulatedFSDP against the recorded FSDP2 runs (torch's
+    initial weights and batches, made again here): the bf16 forward and
+    backward under the CPU profile give torch's local gradients bit for bit,
+    and the reduce-scatter model the rest, so every reduced gradient is the
+    recorded one."""
+    import os
+    import torch
+    import fpemu.autograd as ft
+    from fpemu.autograd.distributed import EmulatedFSDP
+    from fpemu.reference.scenarios import SCENARIOS
+    cfg = SCENARIOS[name].config
+    rec = np.load(os.path.join(os.path.dirname(__file__), "reference",
+                               "cpu-x86-64-torch2.13.0", f"{name}.npz"))
+    widths = cfg["widths"]
+    torch.manual_seed(cfg["seed"])
+    tl, fl = [], []
+    for a, b in zip(widths[:-1], widths[1:]):
+        tl += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+        fl += [ft.nn.Linear(a, b), ft.nn.ReLU()]
+    tm, fm = torch.nn.Sequential(*tl[:-1]), ft.nn.Sequential(*fl[:-1])
+    with ft.no_grad():
+        for pf, pt in zip(fm.parameters(), tm.parameters()):
+            pf.copy_(ft.tensor(pt.detach().numpy()))
+    fsdp = EmulatedFSDP(fm, cfg["world"], param_dtype=ft.bfloat16,
+                        reduce_dtype=getattr(ft, cfg["reduce_dtype"]))
+    batches = []
+    for r in range(cfg["world"]):
+        g = torch.Generator().manual_seed(r)
+        x = torch.randn(cfg["batch"], widths[0], generator=g)
+        y = torch.randn(cfg["batch"], widths[-1], generator=g)
+        batches.append((ft.tensor(x.numpy()), ft.tensor(y.numpy())))
+    with ft.use_profile(ft.Profile("cpu", "2.13.0")):
+        fsdp.backward(lambda f, x, y: ((f(x).float() - y) ** 2).mean(), batches)
+    for i, p in enumerate(fm.parameters()):
+        assert p.grad.dtype == ft.float32
+        np.testing.assert_array_equal(_bits(p.grad.numpy()), _bits(rec[f"out.reduced.{i}"][0]))
+
+
+def test_emulated_fsdp_refuses_bad_input():
+    import fpemu.autograd as ft
+    from fpemu.autograd.distributed import EmulatedFSDP
+    m = ft.nn.Linear(3, 2)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="world_size must be an int >= 2"):
+        EmulatedFSDP(m, 0)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="float32, bfloat16 or float16"):
+        EmulatedFSDP(m, 2, param_dtype=ft.float8_e4m3fn)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="one batch per rank"):
+        EmulatedFSDP(m, 2).backward(lambda f, x: f(x).sum(), [ft.ones(1, 3)] * 3)
+
+
 # ------------------------------------------------------------------- exact
 def _exact_oracle(x, fmt, scale):
     E, M = IEEE[fmt]

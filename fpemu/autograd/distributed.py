@@ -127,3 +127,81 @@ class EmulatedDDP:
             p.grad = tensor(g).to(p.dtype)
         self.iteration += 1
         return losses
+
+
+class EmulatedFSDP:
+    """FSDP2 (``fully_shard`` with ``MixedPrecisionPolicy(param_dtype,
+    reduce_dtype)``) over ``world_size`` ranks, emulated in this process.
+
+    ``module`` holds the full-precision parameters (FSDP2's sharded ones,
+    here unsharded: every rank updates its shard with the same numbers).
+    :meth:`backward` casts them to ``param_dtype`` (the all-gather moves
+    copies), runs each rank's forward (its floating inputs cast to
+    ``param_dtype``, as ``cast_forward_inputs`` does) and backward on its own
+    batch, then leaves in the parameters' ``.grad`` what FSDP2's
+    reduce-scatter gives (:func:`fpemu.collectives.fsdp_reduce_scatter`:
+    ``reduce_dtype``, its layout of padded shards, its division). The
+    optimizer then steps on the full-precision parameters.
+    """
+
+    def __init__(self, module, world_size, *, param_dtype=None, reduce_dtype=None,
+                 algorithm="gloo", **collective_params):
+        from ..errors import FpemuValueError
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+            raise FpemuValueError(f"EmulatedFSDP: world_size must be an int >= 2, got "
+                                  f"{world_size!r}")
+        self.module = module
+        self.world_size = world_size
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        orig = {p.dtype for p in self.params}
+        if len(orig) != 1:
+            raise FpemuValueError(f"EmulatedFSDP: the parameters must share one dtype, got "
+                                  f"{sorted(str(d) for d in orig)}")
+        self.orig_dtype = orig.pop()
+        self.param_dtype = param_dtype or self.orig_dtype
+        self.reduce_dtype = reduce_dtype or self.param_dtype
+        names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+        fmts = [names.get(str(d).replace("torch.", "")) for d in
+                (self.orig_dtype, self.param_dtype, self.reduce_dtype)]
+        if None in fmts:
+            raise FpemuValueError(f"EmulatedFSDP: the dtypes must be float32, bfloat16 or "
+                                  f"float16, got parameters {self.orig_dtype}, param_dtype "
+                                  f"{self.param_dtype}, reduce_dtype {self.reduce_dtype}")
+        self.orig_fmt, _, self.reduce_fmt = fmts
+        self.algorithm = algorithm
+        self.collective_params = collective_params
+
+    def backward(self, loss_fn, batches):
+        """Each rank's loss on its batch (floats); the parameters' ``.grad``
+        become FSDP2's reduced gradients (the full-precision dtype)."""
+        import copy
+
+        from .. import collectives
+        from ..errors import FpemuValueError
+        from ._core import tensor
+        if len(batches) != self.world_size:
+            raise FpemuValueError(f"EmulatedFSDP.backward(): one batch per rank: the world has "
+                                  f"{self.world_size} ranks, got {len(batches)} batches")
+        compute = copy.deepcopy(self.module).to(self.param_dtype)
+        cparams = [p for p in compute.parameters() if p.requires_grad]
+        dtype = self.param_dtype
+
+        def forward(*args, **kwargs):
+            cast = [a.to(dtype) if hasattr(a, "is_floating_point") and a.is_floating_point()
+                    else a for a in args]
+            return compute(*cast, **kwargs)
+
+        local, losses = [], []
+        for batch in batches:
+            for p in cparams:
+                p.grad = None
+            loss = loss_fn(forward, *(batch if isinstance(batch, tuple) else (batch,)))
+            loss.backward()
+            losses.append(float(loss.item()))
+            local.append([p.grad.detach().float().numpy().copy() for p in cparams])
+        reduced = collectives.fsdp_reduce_scatter(local, self.reduce_fmt, self.algorithm,
+                                                  orig_fmt=self.orig_fmt,
+                                                  **self.collective_params)
+        for p, g in zip(self.params, reduced):
+            p.grad = tensor(g).to(p.dtype)
+        return losses

@@ -154,3 +154,79 @@ def run_ddp(cfg, world, timeout=TIMEOUT):
                 raise TimeoutError(f"the {world} DDP processes did not finish within {timeout} s")
         results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
     return {k: [results[r][k] for r in range(world)] for k in results[0]}
+
+
+# --------------------------------------------------------------------- FSDP2
+def _fsdp_worker(rank, world, init_file, cfg, out_dir, timeout):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=timeout))
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        mesh = init_device_mesh("cpu", (world,))
+        model = _mlp(torch, cfg)
+        policy = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg["param_dtype"]),
+                                      reduce_dtype=getattr(torch, cfg["reduce_dtype"]))
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        x, y = _batch(torch, cfg, 0, rank)
+        ((model(x).float() - y) ** 2).mean().backward()
+        res = {f"reduced.{i}": p.grad.full_tensor().float().numpy().copy()
+               for i, p in enumerate(model.parameters())}
+        np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
+    finally:
+        dist.destroy_process_group()
+
+
+def _mlp(torch, cfg):
+    """The float32 MLP of a DDP / FSDP case: Linear and ReLU, seeded."""
+    torch.manual_seed(cfg["seed"])
+    widths = cfg["widths"]
+    layers = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def _batch(torch, cfg, it, rank):
+    g = torch.Generator().manual_seed(1000 * it + rank)
+    return (torch.randn(cfg["batch"], cfg["widths"][0], generator=g),
+            torch.randn(cfg["batch"], cfg["widths"][-1], generator=g))
+
+
+def fsdp_local_grads(cfg, world):
+    """Each rank's unsharded local gradients of an FSDP2 case, computed as
+    FSDP2 computes them (parameters and inputs cast to ``param_dtype``, the
+    loss in float32), in this process: ``[rank][parameter]``, float32 values."""
+    import torch
+    model = _mlp(torch, cfg).to(getattr(torch, cfg["param_dtype"]))
+    out = []
+    for rank in range(world):
+        model.zero_grad(set_to_none=True)
+        x, y = _batch(torch, cfg, 0, rank)
+        ((model(x.to(getattr(torch, cfg["param_dtype"]))).float() - y) ** 2).mean().backward()
+        out.append([p.grad.float().numpy().copy() for p in model.parameters()])
+    return out
+
+
+def run_fsdp(cfg, world, timeout=TIMEOUT):
+    """``world`` gloo processes running one FSDP2 (``fully_shard``) backward
+    of ``cfg``'s MLP under ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``,
+    each on a batch of its own: ``{"reduced.<param>": [per rank]}``, the
+    gradients gathered whole (``full_tensor()``)."""
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.start_processes(_fsdp_worker, args=(world, os.path.join(tmp, "rendezvous"),
+                                                     cfg, tmp, timeout),
+                                 nprocs=world, join=False, start_method="spawn")
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
+        while not ctx.join(timeout=1):
+            if datetime.datetime.now() > deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.terminate()
+                raise TimeoutError(f"the {world} FSDP processes did not finish within "
+                                   f"{timeout} s")
+        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
+    return {k: [results[r][k] for r in range(world)] for k in results[0]}

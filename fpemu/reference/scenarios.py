@@ -913,3 +913,53 @@ for _name, _cfg in DDP_CASES.items():
                           f"{_cfg['bucket_cap_mb']}",
               host_dependent={"in.*": "the local gradients come from PyTorch's matmuls (MKL), "
                                       "whose bits depend on the CPU and the thread count"})
+
+
+# ===================================================================== FSDP2
+# Real FSDP2 (fully_shard with a MixedPrecisionPolicy), gloo, on this CPU: one
+# backward of an MLP whose first dimensions do not divide by the world (padded
+# shards). Inputs: each rank's unsharded local gradients, computed in the
+# recording process as FSDP2 computes them (parameters and inputs cast to
+# param_dtype); outputs: the reduced gradients FSDP2 leaves, gathered whole.
+FSDP_CASES = {
+    "fsdp2-gloo-bf16-reduce-fp32-w3": dict(param_dtype="bfloat16", reduce_dtype="float32",
+                                           world=3),
+    "fsdp2-gloo-bf16-reduce-bf16-w3": dict(param_dtype="bfloat16", reduce_dtype="bfloat16",
+                                           world=3),
+    "fsdp2-gloo-bf16-reduce-fp16-w4": dict(param_dtype="bfloat16", reduce_dtype="float16",
+                                           world=4),
+}
+_FSDP_MODEL = dict(widths=[40, 64, 64, 8], batch=8, seed=80)
+
+
+def _fsdp_inputs(env, cfg):
+    from . import _gloo
+    local = _gloo.fsdp_local_grads(cfg, cfg["world"])
+    return {f"local.{i}": np.stack([local[r][i] for r in range(cfg["world"])])
+            for i in range(len(local[0]))}
+
+
+def _fsdp_run(env, cfg, inputs):
+    tr = Trace(env)
+    n = len(inputs)
+    if env.backend == "torch":
+        from . import _gloo
+        got = _gloo.run_fsdp(cfg, cfg["world"])
+        for key in sorted(got):
+            tr.set(key, np.stack(got[key]), "float32")
+        return tr
+    from .. import collectives
+    fmt = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[cfg["reduce_dtype"]]
+    grads = [[inputs[f"local.{i}"][r] for i in range(n)] for r in range(cfg["world"])]
+    red = collectives.fsdp_reduce_scatter(grads, fmt, "gloo")
+    for i in range(n):
+        tr.set(f"reduced.{i}", np.stack([red[i]] * cfg["world"]), "float32")
+    return tr
+
+
+for _name, _cfg in FSDP_CASES.items():
+    _register(_name, "fsdp", _fsdp_run, dict(_FSDP_MODEL, **_cfg), _fsdp_inputs,
+              description=f"FSDP2 fully_shard over {_cfg['world']} gloo processes, param_dtype "
+                          f"{_cfg['param_dtype']}, reduce_dtype {_cfg['reduce_dtype']}",
+              host_dependent={"in.*": "the local gradients come from PyTorch's bf16 matmuls "
+                                      "(oneDNN / MKL), whose bits depend on the CPU"})
