@@ -16,7 +16,9 @@ with (where the ranks end with the same bits, read-only views of one array:
 * :func:`ddp_all_reduce`: the gradients DistributedDataParallel leaves on
   every rank (its buckets, its division, its compression hooks);
 * :func:`fsdp_reduce_scatter`: the gradients FSDP2's mixed precision leaves
-  (``reduce_dtype``, its padded shards, its division).
+  (``reduce_dtype``, its padded shards, its division);
+* :func:`fp8_all_reduce`: an all-reduce with FP8 on the wire and a shared
+  scale.
 
 Algorithms (``algorithm=``):
 
@@ -858,3 +860,55 @@ def fsdp_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32",
         out.append(np.array(full[:int(np.prod(sh))], np.float32).reshape(sh))
         off += chunk[i]
     return out
+
+
+# ---------------------------------------------------------------------- FP8
+def fp8_all_reduce(xs, fmt="e4m3fn", algorithm="ring", *, op="sum", scaling="shared", margin=0,
+                   power_of_two=False, predivide=True, **params):
+    """An all-reduce with FP8 on the wire, as FP8 gradient communication does
+    (MS-AMP's FP8 all-reduce, TransformerEngine's scaling rule): returns
+    ``(results, scale)``, one float32 array per rank, already divided by the
+    scale.
+
+    ``scaling="shared"``: a max all-reduce of every rank's amax first (exact),
+    then one scale for all ranks (FP8-LM's shared scale, the smallest of the
+    ranks' own: Peng et al. 2023), ``fp8_max / amax / 2**margin`` computed in
+    float32, divided by the world size when ``predivide`` (a sum of ``world``
+    values then stays within ``fp8_max``; ``op="avg"`` needs no room and
+    ignores it); ``power_of_two=True`` rounds the scale down to a power of
+    two, so that dividing by it is exact. ``"none"``: scale 1, the values cast
+    as they are. Each rank's values times the scale (a float32 product) are cast to
+    ``fmt`` (e4m3fn or e5m2, saturating, as TransformerEngine casts), summed
+    with ``algorithm`` (NCCL's FP8 arithmetic for ``"ring"`` and ``"tree"``,
+    or ``"exact"``), and the sum is divided by the scale in float32."""
+    from .quantize import quantize
+    fname = "fp8_all_reduce"
+    f = as_format(fmt)
+    if f.name not in NCCL_FP8:
+        raise FpemuValueError(f"{fname}(): fmt must be one of {', '.join(NCCL_FP8)}, got "
+                              f"{f.name}")
+    if scaling not in ("shared", "none"):
+        raise FpemuValueError(f"{fname}(): scaling must be 'shared' (one scale from the global "
+                              f"amax) or 'none', got {scaling!r}")
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Integral) or margin < 0:
+        raise FpemuValueError(f"{fname}(): margin must be an int >= 0, got {margin!r}")
+    _, X, shape = _ranks(xs, "fp32", fname)
+    if algorithm == "gloo":
+        raise FpemuValueError(f"{fname}(): gloo has no FP8 types; use algorithm='ring', "
+                              "'tree' or 'exact'")
+    scale = np.float32(1.0)
+    if scaling == "shared":
+        with np.errstate(invalid="ignore"):
+            amax = np.float32(np.nanmax(np.abs(X))) if X.size else np.float32(0)
+        if amax > 0 and np.isfinite(amax):
+            scale = np.float32(np.float32(f.max) / amax) / np.float32(2.0 ** margin)
+            if predivide and op == "sum":
+                scale = np.float32(scale / np.float32(len(X)))
+            if power_of_two:
+                scale = np.float32(2.0 ** np.floor(np.log2(np.float64(scale))))
+    kw = {"overflow": "saturate"}
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = quantize(quantize(X.astype(np.float64) * np.float64(scale), "fp32"), f, **kw)
+    out = all_reduce(q.reshape((len(q),) + shape), f, op, algorithm, **params)[0]
+    res = quantize(out.astype(np.float64) / np.float64(scale), "fp32").reshape(shape)
+    return _shared(res, len(q)), float(scale)

@@ -617,6 +617,34 @@ def test_emulated_fsdp_refuses_bad_input():
         EmulatedFSDP(m, 2).backward(lambda f, x: f(x).sum(), [ft.ones(1, 3)] * 3)
 
 
+# ---------------------------------------------------------------------- FP8
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+def test_fp8_all_reduce_with_a_shared_scale_against_its_recipe(fmt):
+    """The recipe composed by hand: the global amax, the float32 scale with
+    room for the sum, ml_dtypes' cast of the scaled values, the step-by-step
+    ring simulation of the FP8 sum, and the division by the scale."""
+    rng = np.random.default_rng(9)
+    xs = [(rng.standard_normal(40) * 1e-3).astype(np.float32) for _ in range(3)]
+    got, scale = collectives.fp8_all_reduce(xs, fmt, "ring")
+    fmax = {"e4m3fn": 448.0, "e5m2": 57344.0}[fmt]
+    amax = max(float(np.max(np.abs(x))) for x in xs)
+    want_scale = np.float32(np.float32(np.float32(fmax) / np.float32(amax)) / np.float32(3))
+    assert np.float32(scale) == want_scale
+    dt = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[fmt]
+    q = [(x * want_scale).astype(np.float32).astype(dt).astype(np.float32) for x in xs]
+    summed = _simulate_nccl_ring(q, fmt, "sum", [(40, 40)], [0, 1, 2])[0]
+    want = (summed / want_scale).astype(np.float32)
+    np.testing.assert_array_equal(_bits(got[0]), _bits(want))
+    plain, one = collectives.fp8_all_reduce(xs, fmt, "exact", scaling="none")
+    assert one == 1.0 and np.mean(plain[0] == 0) > np.mean(got[0] == 0)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="gloo has no FP8 types"):
+        collectives.fp8_all_reduce(xs, fmt, "gloo")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="scaling must be 'shared'"):
+        collectives.fp8_all_reduce(xs, fmt, scaling="per_rank")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="fmt must be one of e4m3fn, e5m2"):
+        collectives.fp8_all_reduce(xs, "bf16")
+
+
 # ------------------------------------------------------------------- exact
 def _exact_oracle(x, fmt, scale):
     E, M = IEEE[fmt]
