@@ -912,3 +912,63 @@ def fp8_all_reduce(xs, fmt="e4m3fn", algorithm="ring", *, op="sum", scaling="sha
     out = all_reduce(q.reshape((len(q),) + shape), f, op, algorithm, **params)[0]
     res = quantize(out.astype(np.float64) / np.float64(scale), "fp32").reshape(shape)
     return _shared(res, len(q)), float(scale)
+
+
+def fsdp1_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32", units=None,
+                         **params):
+    """The gradients FSDP1 (``FullyShardedDataParallel`` with
+    ``MixedPrecision(param_dtype, reduce_dtype)``) leaves, gathered whole:
+    ``grads[r][i]`` is rank ``r``'s unsharded local gradient of parameter
+    ``i`` (in ``param_dtype``).
+
+    Each FSDP unit (``units``: lists of parameter indices, default one unit
+    holding them all, the root) flattens its gradients into one buffer, in
+    order, zero-padded to a multiple of the world size; the buffer is cast to
+    ``reduce_dtype``, divided by FSDP1's pre-divide factor (the power of two
+    of :func:`fsdp_divide_factors`' fp16 rule, for every dtype), summed by a
+    reduce-scatter (rank ``r`` keeps the ``r``-th contiguous slice), divided
+    by the post-divide factor and cast to the parameters' dtype. Each
+    division is a float32 division rounded to ``reduce_dtype``."""
+    from .quantize import quantize
+    fname = "fsdp1_reduce_scatter"
+    rfmt = as_format(reduce_fmt)
+    if rfmt.name not in ("fp32", "bf16", "fp16"):
+        raise FpemuValueError(f"{fname}(): reduce_dtype must be fp32, bf16 or fp16, got "
+                              f"{rfmt.name}")
+    if not hasattr(grads, "__len__") or len(grads) < 2:
+        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
+                              "least 2 ranks")
+    world = len(grads)
+    ranks = [[np.asarray(g, np.float32) for g in r] for r in grads]
+    shapes = [g.shape for g in ranks[0]]
+    for r, gs in enumerate(ranks):
+        if [g.shape for g in gs] != shapes:
+            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
+                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
+                                  "holds the same parameters")
+    units = [list(range(len(shapes)))] if units is None else [list(u) for u in units]
+    if sorted(i for u in units for i in u) != list(range(len(shapes))):
+        raise FpemuValueError(f"{fname}(): units must share out the parameters 0 .. "
+                              f"{len(shapes) - 1}, each to one unit; got {units!r}")
+    pre, post, _ = fsdp_divide_factors(world, "fp16")
+    out = [None] * len(shapes)
+    for unit in units:
+        flat = []
+        for gs in ranks:
+            f = np.concatenate([gs[i].reshape(-1) for i in unit])
+            f = np.concatenate([f, np.zeros((-f.size) % world, np.float32)])
+            flat.append(quantize(f, rfmt))
+        flat = np.stack(flat)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if pre != 1:
+                flat = quantize(quantize(flat.astype(np.float64) / pre, "fp32"), rfmt)
+            red = all_reduce(flat, rfmt, "sum", algorithm, **params)[0]
+            if post != 1:
+                red = quantize(quantize(red.astype(np.float64) / post, "fp32"), rfmt)
+        red = quantize(red, orig_fmt)
+        off = 0
+        for i in unit:
+            k = int(np.prod(shapes[i]))
+            out[i] = np.array(red[off:off + k], np.float32).reshape(shapes[i])
+            off += k
+    return out

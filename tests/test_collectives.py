@@ -565,9 +565,11 @@ def test_fsdp_reduce_scatter_refuses_bad_input():
 @needs_torch
 @pytest.mark.parametrize("name", ["fsdp2-gloo-bf16-reduce-fp32-w3",
                                   "fsdp2-gloo-bf16-reduce-bf16-w3",
-                                  "fsdp2-gloo-bf16-reduce-fp16-w4"])
-def test_emulated_fsdp_step_is_real_fsdp2_bit_for_bit(name):
-    """fpemu.autograd's EmulatedFSDP against the recorded FSDP2 runs (torch's
+                                  "fsdp2-gloo-bf16-reduce-fp16-w4",
+                                  "fsdp1-gloo-bf16-reduce-fp32-w3",
+                                  "fsdp1-gloo-bf16-reduce-bf16-w4"])
+def test_emulated_fsdp_step_is_real_fsdp_bit_for_bit(name):
+    """fpemu.autograd's EmulatedFSDP against the recorded FSDP2 and FSDP1 runs (torch's
     initial weights and batches, made again here): the bf16 forward and
     backward under the CPU profile give torch's local gradients bit for bit,
     and the reduce-scatter model the rest, so every reduced gradient is the
@@ -591,7 +593,8 @@ def test_emulated_fsdp_step_is_real_fsdp2_bit_for_bit(name):
         for pf, pt in zip(fm.parameters(), tm.parameters()):
             pf.copy_(ft.tensor(pt.detach().numpy()))
     fsdp = EmulatedFSDP(fm, cfg["world"], param_dtype=ft.bfloat16,
-                        reduce_dtype=getattr(ft, cfg["reduce_dtype"]))
+                        reduce_dtype=getattr(ft, cfg["reduce_dtype"]),
+                        flavor=cfg.get("flavor", "fsdp2"))
     batches = []
     for r in range(cfg["world"]):
         g = torch.Generator().manual_seed(r)
@@ -615,6 +618,10 @@ def test_emulated_fsdp_refuses_bad_input():
         EmulatedFSDP(m, 2, param_dtype=ft.float8_e4m3fn)
     with pytest.raises(fpemu.errors.FpemuValueError, match="one batch per rank"):
         EmulatedFSDP(m, 2).backward(lambda f, x: f(x).sum(), [ft.ones(1, 3)] * 3)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="flavor must be 'fsdp2'"):
+        EmulatedFSDP(m, 2, flavor="zero3")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="units must share out"):
+        collectives.fsdp1_reduce_scatter([[np.ones(2)], [np.ones(2)]], "fp32", units=[[0, 0]])
 
 
 # ---------------------------------------------------------------------- FP8

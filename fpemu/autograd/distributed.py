@@ -141,15 +141,22 @@ class EmulatedFSDP:
     batch, then leaves in the parameters' ``.grad`` what FSDP2's
     reduce-scatter gives (:func:`fpemu.collectives.fsdp_reduce_scatter`:
     ``reduce_dtype``, its layout of padded shards, its division). The
-    optimizer then steps on the full-precision parameters.
+    optimizer then steps on the full-precision parameters. ``flavor="fsdp1"``
+    emulates FSDP1's ``FullyShardedDataParallel`` with ``MixedPrecision``
+    instead (one flat parameter, its pre- and post-divide factors:
+    :func:`fpemu.collectives.fsdp1_reduce_scatter`).
     """
 
     def __init__(self, module, world_size, *, param_dtype=None, reduce_dtype=None,
-                 algorithm="gloo", **collective_params):
+                 algorithm="gloo", flavor="fsdp2", **collective_params):
         from ..errors import FpemuValueError
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
             raise FpemuValueError(f"EmulatedFSDP: world_size must be an int >= 2, got "
                                   f"{world_size!r}")
+        if flavor not in ("fsdp2", "fsdp1"):
+            raise FpemuValueError(f"EmulatedFSDP: flavor must be 'fsdp2' (fully_shard) or "
+                                  f"'fsdp1' (FullyShardedDataParallel), got {flavor!r}")
+        self.flavor = flavor
         self.module = module
         self.world_size = world_size
         self.params = [p for p in module.parameters() if p.requires_grad]
@@ -199,9 +206,10 @@ class EmulatedFSDP:
             loss.backward()
             losses.append(float(loss.item()))
             local.append([p.grad.detach().float().numpy().copy() for p in cparams])
-        reduced = collectives.fsdp_reduce_scatter(local, self.reduce_fmt, self.algorithm,
-                                                  orig_fmt=self.orig_fmt,
-                                                  **self.collective_params)
+        reduce = (collectives.fsdp1_reduce_scatter if self.flavor == "fsdp1"
+                  else collectives.fsdp_reduce_scatter)
+        reduced = reduce(local, self.reduce_fmt, self.algorithm, orig_fmt=self.orig_fmt,
+                         **self.collective_params)
         for p, g in zip(self.params, reduced):
             p.grad = tensor(g).to(p.dtype)
         return losses

@@ -163,17 +163,29 @@ def _fsdp_worker(rank, world, init_file, cfg, out_dir, timeout):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout))
     try:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        mesh = init_device_mesh("cpu", (world,))
+        param_dtype = getattr(torch, cfg["param_dtype"])
+        reduce_dtype = getattr(torch, cfg["reduce_dtype"])
         model = _mlp(torch, cfg)
-        policy = MixedPrecisionPolicy(param_dtype=getattr(torch, cfg["param_dtype"]),
-                                      reduce_dtype=getattr(torch, cfg["reduce_dtype"]))
-        fully_shard(model, mesh=mesh, mp_policy=policy)
         x, y = _batch(torch, cfg, 0, rank)
-        ((model(x).float() - y) ** 2).mean().backward()
-        res = {f"reduced.{i}": p.grad.full_tensor().float().numpy().copy()
-               for i, p in enumerate(model.parameters())}
+        if cfg.get("flavor", "fsdp2") == "fsdp1":
+            from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+            fsdp = FullyShardedDataParallel(
+                model, mixed_precision=MixedPrecision(param_dtype=param_dtype,
+                                                      reduce_dtype=reduce_dtype),
+                device_id=torch.device("cpu"), use_orig_params=True)
+            ((fsdp(x).float() - y) ** 2).mean().backward()
+            with FullyShardedDataParallel.summon_full_params(fsdp, with_grads=True):
+                res = {f"reduced.{i}": p.grad.float().numpy().copy()
+                       for i, p in enumerate(fsdp.parameters())}
+        else:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            mesh = init_device_mesh("cpu", (world,))
+            policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+            fully_shard(model, mesh=mesh, mp_policy=policy)
+            ((model(x).float() - y) ** 2).mean().backward()
+            res = {f"reduced.{i}": p.grad.full_tensor().float().numpy().copy()
+                   for i, p in enumerate(model.parameters())}
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
     finally:
         dist.destroy_process_group()
@@ -212,9 +224,10 @@ def fsdp_local_grads(cfg, world):
 
 def run_fsdp(cfg, world, timeout=TIMEOUT):
     """``world`` gloo processes running one FSDP2 (``fully_shard``) backward
-    of ``cfg``'s MLP under ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``,
-    each on a batch of its own: ``{"reduced.<param>": [per rank]}``, the
-    gradients gathered whole (``full_tensor()``)."""
+    of ``cfg``'s MLP under ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``
+    (FSDP1's ``FullyShardedDataParallel`` with ``MixedPrecision`` where
+    ``cfg["flavor"]`` is "fsdp1"), each on a batch of its own:
+    ``{"reduced.<param>": [per rank]}``, the gradients gathered whole."""
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as tmp:
         ctx = mp.start_processes(_fsdp_worker, args=(world, os.path.join(tmp, "rendezvous"),

@@ -915,8 +915,9 @@ for _name, _cfg in DDP_CASES.items():
                                       "whose bits depend on the CPU and the thread count"})
 
 
-# ===================================================================== FSDP2
-# Real FSDP2 (fully_shard with a MixedPrecisionPolicy), gloo, on this CPU: one
+# ===================================================================== FSDP
+# Real FSDP2 (fully_shard with a MixedPrecisionPolicy) and FSDP1
+# (FullyShardedDataParallel with MixedPrecision), gloo, on this CPU: one
 # backward of an MLP whose first dimensions do not divide by the world (padded
 # shards). Inputs: each rank's unsharded local gradients, computed in the
 # recording process as FSDP2 computes them (parameters and inputs cast to
@@ -928,6 +929,10 @@ FSDP_CASES = {
                                            world=3),
     "fsdp2-gloo-bf16-reduce-fp16-w4": dict(param_dtype="bfloat16", reduce_dtype="float16",
                                            world=4),
+    "fsdp1-gloo-bf16-reduce-fp32-w3": dict(param_dtype="bfloat16", reduce_dtype="float32",
+                                           world=3, flavor="fsdp1"),
+    "fsdp1-gloo-bf16-reduce-bf16-w4": dict(param_dtype="bfloat16", reduce_dtype="bfloat16",
+                                           world=4, flavor="fsdp1"),
 }
 _FSDP_MODEL = dict(widths=[40, 64, 64, 8], batch=8, seed=80)
 
@@ -951,7 +956,9 @@ def _fsdp_run(env, cfg, inputs):
     from .. import collectives
     fmt = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[cfg["reduce_dtype"]]
     grads = [[inputs[f"local.{i}"][r] for i in range(n)] for r in range(cfg["world"])]
-    red = collectives.fsdp_reduce_scatter(grads, fmt, "gloo")
+    reduce = (collectives.fsdp1_reduce_scatter if cfg.get("flavor") == "fsdp1"
+              else collectives.fsdp_reduce_scatter)
+    red = reduce(grads, fmt, "gloo")
     for i in range(n):
         tr.set(f"reduced.{i}", np.stack([red[i]] * cfg["world"]), "float32")
     return tr
@@ -959,7 +966,8 @@ def _fsdp_run(env, cfg, inputs):
 
 for _name, _cfg in FSDP_CASES.items():
     _register(_name, "fsdp", _fsdp_run, dict(_FSDP_MODEL, **_cfg), _fsdp_inputs,
-              description=f"FSDP2 fully_shard over {_cfg['world']} gloo processes, param_dtype "
-                          f"{_cfg['param_dtype']}, reduce_dtype {_cfg['reduce_dtype']}",
+              description=f"{_cfg.get('flavor', 'fsdp2').upper()} over {_cfg['world']} gloo "
+                          f"processes, param_dtype {_cfg['param_dtype']}, reduce_dtype "
+                          f"{_cfg['reduce_dtype']}",
               host_dependent={"in.*": "the local gradients come from PyTorch's bf16 matmuls "
                                       "(oneDNN / MKL), whose bits depend on the CPU"})
