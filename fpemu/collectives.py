@@ -15,8 +15,9 @@ with (where the ranks end with the same bits, read-only views of one array:
 * :func:`broadcast`: every rank gets rank ``src``'s array;
 * :func:`ddp_all_reduce`: the gradients DistributedDataParallel leaves on
   every rank (its buckets, its division, its compression hooks);
-* :func:`fsdp_reduce_scatter`: the gradients FSDP2's mixed precision leaves
-  (``reduce_dtype``, its padded shards, its division);
+* :func:`fsdp_reduce_scatter` and :func:`fsdp1_reduce_scatter`: the
+  gradients FSDP2's and FSDP1's mixed precision leave (``reduce_dtype``,
+  their shard layouts, their divisions);
 * :func:`fp8_all_reduce`: an all-reduce with FP8 on the wire and a shared
   scale.
 
@@ -279,7 +280,7 @@ def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
 # ----------------------------------------------------------------- NCCL ring
 def _ring_parts(n, parts, fname):
     if parts is None:
-        return [(n, n)]
+        return [(n, max(n, 1))]
     try:
         items = [(p[0], p[1]) for p in parts]
     except (TypeError, IndexError):

@@ -692,6 +692,14 @@ def test_exact_max_and_min_propagate_nan_and_order_zeros():
     assert _bits(mn[1:]).tolist() == _bits([-0.0, -0.0, -4.0]).tolist()
 
 
+@pytest.mark.parametrize("algorithm", ["exact", "gloo", "ring", "tree", "nvls"])
+def test_empty_and_0d_ranks(algorithm):
+    assert collectives.all_reduce([np.zeros(0, np.float32)] * 3, "bf16",
+                                  algorithm=algorithm)[0].shape == (0,)
+    got = collectives.all_reduce([np.float32(1.5), np.float32(2.0)], "bf16", algorithm=algorithm)
+    assert got[0].shape == () and got[1] == 3.5
+
+
 def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
     xs = [np.array([[1 + 2.0 ** -9, 2.0]]), np.array([[3.0, 4.0]])]      # float64, 1 x 2
     gathered = collectives.all_gather(xs, "bf16")
