@@ -18,6 +18,8 @@ with (where the ranks end with the same bits, read-only views of one array:
 * :func:`fsdp_reduce_scatter` and :func:`fsdp1_reduce_scatter`: the
   gradients FSDP2's and FSDP1's mixed precision leave (``reduce_dtype``,
   their shard layouts, their divisions);
+* :func:`zero_reduce`: the gradients DeepSpeed ZeRO (stages 1 and 2, bf16)
+  leaves, configured by its JSON;
 * :func:`fp8_all_reduce`: an all-reduce with FP8 on the wire and a shared
   scale.
 
@@ -128,7 +130,7 @@ from . import _coll_kernels
 from ._exact import to_float64_odd
 from ._jit import run_kernel
 from .checks import as_format, real_array
-from .errors import FpemuTypeError, FpemuValueError
+from .errors import FpemuNotImplementedError, FpemuTypeError, FpemuValueError
 
 ALGORITHMS = ("exact", "gloo", "ring", "tree", "nvls")
 OPS = ("sum", "avg", "max", "min", "premul_sum")
@@ -969,6 +971,128 @@ def fsdp1_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32"
         red = quantize(red, orig_fmt)
         off = 0
         for i in unit:
+            k = int(np.prod(shapes[i]))
+            out[i] = np.array(red[off:off + k], np.float32).reshape(shapes[i])
+            off += k
+    return out
+
+
+# --------------------------------------------------------------------- ZeRO
+#: the DeepSpeed configuration keys zero_reduce reads or accepts, by section
+ZERO_KEYS = {
+    "": ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+         "bf16", "fp16", "zero_optimization", "communication_data_type",
+         "gradient_predivide_factor", "zero_allow_untested_optimizer", "optimizer",
+         "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown"),
+    "bf16": ("enabled",),
+    "fp16": ("enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+             "min_loss_scale"),
+    "zero_optimization": ("stage", "reduce_bucket_size", "reduce_scatter", "overlap_comm",
+                          "contiguous_gradients", "allgather_bucket_size",
+                          "allgather_partitions"),
+}
+
+
+def _zero_config(config, fname):
+    import json
+    if isinstance(config, str):
+        text = config
+        if not text.lstrip().startswith("{"):
+            with open(config) as fh:
+                text = fh.read()
+        config = json.loads(text)
+    if not isinstance(config, dict):
+        raise FpemuTypeError(f"{fname}(): config must be a DeepSpeed configuration (a dict, a "
+                             f"JSON string or a path), got {type(config).__name__}")
+    for section, keys in ZERO_KEYS.items():
+        block = config if not section else config.get(section, {})
+        if not isinstance(block, dict):
+            raise FpemuValueError(f"{fname}(): the {section!r} section must be an object, got "
+                                  f"{block!r}")
+        for key in block:
+            if key not in keys:
+                where = f"in {section!r}" if section else "at the top level"
+                raise FpemuValueError(f"{fname}(): unknown DeepSpeed key {key!r} {where}; the "
+                                      f"keys read or accepted there are {', '.join(keys)}")
+    return config
+
+
+def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
+    """The gradients every rank holds after DeepSpeed ZeRO's reduction, from
+    each rank's local gradients (``grads[rank][parameter]``, registration
+    order), configured by the DeepSpeed JSON the user writes (a dict, a JSON
+    string or a path; unknown keys are an error).
+
+    Modelled and checked bit for bit against DeepSpeed 0.19.8 on gloo (CPU
+    accelerator): ``bf16.enabled`` with ``zero_optimization.stage`` 1 or 2.
+    The bf16 gradients are laid out in one buffer (stage 1: registration
+    order; stage 2: the order they became ready, default the reverse, in
+    buckets of ``reduce_bucket_size`` elements), divided by the world size in
+    bf16 (a float32 division rounded to bf16), summed by an all-reduce in
+    ``communication_data_type`` (bf16 by default, or fp32) and cast back to
+    bf16. fp16 with its loss scaler, stage 3 and a
+    ``gradient_predivide_factor`` other than 1 are refused: not modelled.
+    Returns one float32 array (of bf16 values) per parameter.
+    """
+    from .quantize import quantize
+    fname = "zero_reduce"
+    cfg = _zero_config(config, fname)
+    zero = cfg.get("zero_optimization", {})
+    stage = zero.get("stage", 0)
+    if not cfg.get("bf16", {}).get("enabled", False):
+        raise FpemuNotImplementedError(
+            f"{fname}(): only bf16.enabled is modelled (fp16 with DeepSpeed's loss scaler and "
+            "fp32 are not yet); set \"bf16\": {\"enabled\": true}")
+    if stage not in (1, 2):
+        raise FpemuNotImplementedError(f"{fname}(): ZeRO stages 1 and 2 are modelled, not "
+                                       f"stage {stage!r}")
+    if cfg.get("gradient_predivide_factor", 1.0) != 1.0:
+        raise FpemuNotImplementedError(f"{fname}(): gradient_predivide_factor other than 1.0 "
+                                       "is not modelled (DeepSpeed refuses it with ZeRO-2's "
+                                       "reduce-scatter)")
+    comm = {None: "bf16", "bf16": "bf16", "bfp16": "bf16", "fp32": "fp32", "float32": "fp32"}
+    if cfg.get("communication_data_type") not in comm:
+        raise FpemuValueError(f"{fname}(): communication_data_type must be bf16 or fp32 for a "
+                              f"bf16 model, got {cfg.get('communication_data_type')!r}")
+    wire = comm[cfg.get("communication_data_type")]
+    if not hasattr(grads, "__len__") or len(grads) < 2:
+        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
+                              "least 2 ranks")
+    world = len(grads)
+    ranks = [[np.asarray(g, np.float32) for g in r] for r in grads]
+    shapes = [g.shape for g in ranks[0]]
+    for r, gs in enumerate(ranks):
+        if [g.shape for g in gs] != shapes:
+            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
+                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
+                                  "holds the same parameters")
+    n = len(shapes)
+    if stage == 1:
+        order = list(range(n))
+    else:
+        order = list(range(n))[::-1] if ready_order is None else list(ready_order)
+        if sorted(order) != list(range(n)):
+            raise FpemuValueError(f"{fname}(): ready_order must be an order of the parameters "
+                                  f"0 .. {n - 1} (each once), got {ready_order!r}")
+    limit = int(zero.get("reduce_bucket_size", 500_000_000))
+    buckets, cur, size = [], [], 0
+    for i in order:
+        cur.append(i)
+        size += int(np.prod(shapes[i]))
+        if stage == 2 and size > limit:
+            buckets.append(cur)
+            cur, size = [], 0
+    if cur:
+        buckets.append(cur)
+    out = [None] * n
+    for b in buckets:
+        flat = np.stack([quantize(np.concatenate([gs[i].reshape(-1) for i in b]), "bf16")
+                         for gs in ranks])
+        with np.errstate(over="ignore", invalid="ignore"):
+            flat = quantize(quantize(flat.astype(np.float64) / world, "fp32"), "bf16")
+        red = quantize(all_reduce(flat, wire, "sum", algorithm, **params)[0], "bf16")
+        off = 0
+        for i in b:
             k = int(np.prod(shapes[i]))
             out[i] = np.array(red[off:off + k], np.float32).reshape(shapes[i])
             off += k

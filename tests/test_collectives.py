@@ -652,6 +652,38 @@ def test_fp8_all_reduce_with_a_shared_scale_against_its_recipe(fmt):
         collectives.fp8_all_reduce(xs, "bf16")
 
 
+# --------------------------------------------------------------------- ZeRO
+def test_zero_reduce_reads_deepspeed_json_and_refuses_what_it_does_not_model(tmp_path):
+    """The bits are checked against real DeepSpeed by the recorded scenarios
+    (tests/reference, ``zero-gloo-*``); here the configuration handling."""
+    import json
+    g = [[np.float32([[1.0, 2.0]])], [np.float32([[3.0, 4.0]])]]
+    cfg = {"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    a = collectives.zero_reduce(g, cfg)[0]
+    assert a.tolist() == [[2.0, 3.0]]          # (1 + 3) / 2, (2 + 4) / 2: exact in bf16
+    assert collectives.zero_reduce(g, str(path))[0].tolist() == a.tolist()
+    assert collectives.zero_reduce(g, json.dumps(cfg))[0].tolist() == a.tolist()
+    err = fpemu.errors
+    with pytest.raises(err.FpemuValueError,
+                       match="unknown DeepSpeed key 'stagee' in 'zero_optimization'; the keys"):
+        collectives.zero_reduce(g, {"bf16": {"enabled": True},
+                                    "zero_optimization": {"stagee": 2}})
+    with pytest.raises(err.FpemuValueError, match="unknown DeepSpeed key 'bf_16' at the top"):
+        collectives.zero_reduce(g, {"bf_16": {"enabled": True}})
+    with pytest.raises(err.FpemuNotImplementedError, match="only bf16.enabled is modelled"):
+        collectives.zero_reduce(g, {"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}})
+    with pytest.raises(err.FpemuNotImplementedError, match="not stage 3"):
+        collectives.zero_reduce(g, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}})
+    with pytest.raises(err.FpemuNotImplementedError, match="gradient_predivide_factor"):
+        collectives.zero_reduce(g, dict(cfg, gradient_predivide_factor=2.0))
+    with pytest.raises(err.FpemuValueError, match="communication_data_type must be bf16 or fp32"):
+        collectives.zero_reduce(g, dict(cfg, communication_data_type="fp8"))
+    with pytest.raises(err.FpemuTypeError, match="DeepSpeed configuration"):
+        collectives.zero_reduce(g, 3)
+
+
 # ------------------------------------------------------------------- exact
 def _exact_oracle(x, fmt, scale):
     E, M = IEEE[fmt]

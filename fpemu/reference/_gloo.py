@@ -243,3 +243,63 @@ def run_fsdp(cfg, world, timeout=TIMEOUT):
                                    f"{timeout} s")
         results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
     return {k: [results[r][k] for r in range(world)] for k in results[0]}
+
+
+# ---------------------------------------------------------------------- ZeRO
+def _zero_worker(rank, world, port, cfg, out_dir, timeout):
+    os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_SIZE=str(world))
+    import deepspeed
+    import torch
+    deepspeed.init_distributed(dist_backend="gloo",
+                               timeout=datetime.timedelta(seconds=timeout))
+    model = _mlp(torch, cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg["ds_config"])
+    x, y = _batch(torch, cfg, 0, rank)
+    engine.backward(((engine(x.to(torch.bfloat16)).float() - y) ** 2).mean())
+    from deepspeed.utils import safe_get_full_grad
+    res = {f"reduced.{i}": safe_get_full_grad(p).float().numpy().copy()
+           for i, p in enumerate(engine.module.parameters())}
+    np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
+
+
+def zero_local_grads(cfg, world):
+    """Each rank's local bf16 gradients of a ZeRO case (the model cast to
+    bf16, as DeepSpeed's bf16 mode holds it; the loss in float32)."""
+    import torch
+    model = _mlp(torch, cfg).to(torch.bfloat16)
+    out = []
+    for rank in range(world):
+        model.zero_grad(set_to_none=True)
+        x, y = _batch(torch, cfg, 0, rank)
+        ((model(x.to(torch.bfloat16)).float() - y) ** 2).mean().backward()
+        out.append([p.grad.float().numpy().copy() for p in model.parameters()])
+    return out
+
+
+def run_zero(cfg, world, timeout=TIMEOUT):
+    """``world`` processes running one DeepSpeed backward (DeepSpeed's CPU
+    accelerator, gloo) of ``cfg``'s MLP under ``cfg["ds_config"]``, each on a
+    batch of its own: ``{"reduced.<param>": [per rank]}``, the reduced
+    gradients gathered whole (``safe_get_full_grad``). Needs DeepSpeed."""
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.start_processes(_zero_worker, args=(world, port, cfg, tmp, timeout),
+                                 nprocs=world, join=False, start_method="spawn")
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
+        while not ctx.join(timeout=1):
+            if datetime.datetime.now() > deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.terminate()
+                raise TimeoutError(f"the {world} DeepSpeed processes did not finish within "
+                                   f"{timeout} s")
+        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
+    return {k: [results[r][k] for r in range(world)] for k in results[0]}

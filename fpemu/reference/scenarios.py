@@ -971,3 +971,53 @@ for _name, _cfg in FSDP_CASES.items():
                           f"{_cfg['reduce_dtype']}",
               host_dependent={"in.*": "the local gradients come from PyTorch's bf16 matmuls "
                                       "(oneDNN / MKL), whose bits depend on the CPU"})
+
+
+# ====================================================================== ZeRO
+# Real DeepSpeed ZeRO (0.19.8, its CPU accelerator, gloo) on this CPU: one
+# backward of the MLP of the FSDP cases in bf16. Recording needs DeepSpeed
+# (pip install deepspeed==0.19.8); the replay does not. Inputs: the ranks'
+# local bf16 gradients, computed in the recording process; outputs: the
+# gradients ZeRO leaves, gathered whole.
+_ZERO_BASE = {"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": True},
+              "zero_allow_untested_optimizer": True}
+ZERO_CASES = {
+    "zero-gloo-stage1-bf16-w3": dict(world=3, ds_config=dict(_ZERO_BASE,
+                                                             zero_optimization={"stage": 1})),
+    "zero-gloo-stage2-bf16-w3": dict(world=3, ds_config=dict(_ZERO_BASE,
+                                                             zero_optimization={"stage": 2})),
+    "zero-gloo-stage2-bf16-comm-fp32-w4": dict(world=4, ds_config=dict(
+        _ZERO_BASE, zero_optimization={"stage": 2}, communication_data_type="fp32")),
+}
+
+
+def _zero_inputs(env, cfg):
+    from . import _gloo
+    local = _gloo.zero_local_grads(cfg, cfg["world"])
+    return {f"local.{i}": np.stack([local[r][i] for r in range(cfg["world"])])
+            for i in range(len(local[0]))}
+
+
+def _zero_run(env, cfg, inputs):
+    tr = Trace(env)
+    n = len(inputs)
+    if env.backend == "torch":
+        from . import _gloo
+        got = _gloo.run_zero(cfg, cfg["world"])
+        for key in sorted(got):
+            tr.set(key, np.stack(got[key]), "float32")
+        return tr
+    from .. import collectives
+    grads = [[inputs[f"local.{i}"][r] for i in range(n)] for r in range(cfg["world"])]
+    red = collectives.zero_reduce(grads, cfg["ds_config"], "gloo")
+    for i in range(n):
+        tr.set(f"reduced.{i}", np.stack([red[i]] * cfg["world"]), "float32")
+    return tr
+
+
+for _name, _cfg in ZERO_CASES.items():
+    _register(_name, "zero", _zero_run, dict(_FSDP_MODEL, **_cfg), _zero_inputs,
+              description=f"DeepSpeed ZeRO over {_cfg['world']} gloo processes: "
+                          f"{_cfg['ds_config']}",
+              host_dependent={"in.*": "the local gradients come from PyTorch's bf16 matmuls "
+                                      "(oneDNN / MKL), whose bits depend on the CPU"})
