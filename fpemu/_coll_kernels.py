@@ -1,6 +1,6 @@
 """Numba kernels of :mod:`fpemu.collectives`.
 
-``gloo_ring(op, kind)(V, out, bounds, ...)`` folds the ranks' arrays the way
+``ring_fold(op, kind)(V, out, lo, hi, start, step, order, ...)`` folds the ranks' arrays the way
 gloo's ring all-reduce does (``gloo/allreduce.cc``, ``ring()``; the order is
 derived in :mod:`fpemu.collectives`): chunk ``c`` of the buffer (elements
 ``bounds[c]:bounds[c + 1]``) starts as rank ``c - 1``'s values, then ranks
@@ -34,7 +34,7 @@ from numba import prange
 from ._jit import f32_from_ubits, f32_ubits, jit, pjit, lshr32
 from ._kernels import LANES, _rne_ieee_one
 
-SUM, MAX, MIN = range(3)
+SUM, MAX, MIN, NUMBER_MAX, NUMBER_MIN = range(5)
 #: how a value becomes a value of the wire format: unchanged but for a NaN's
 #: payload (fp32), rounded by the IEEE-style fast path (fp16), or by bf16's
 #: integer rounding
@@ -56,33 +56,39 @@ def _rne_bf16(v):
 
 
 @functools.lru_cache(maxsize=None)
-def gloo_ring(op, kind):
+def ring_fold(op, kind):
     """The kernel that folds the rows of ``V`` (ranks x elements, float32)
-    into ``out`` for one op and one wire rounding (constants to the compiler,
-    so each hop is one vector loop), called as ``kernel(V, out, bounds,
-    shift, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign)``. Its
+    into ``out`` along a ring, for one op and one wire rounding (constants
+    to the compiler, so each hop is one vector loop), called as
+    ``kernel(V, out, lo, hi, start, step, order, shift, normal_bits,
+    overflow_bits, magic, ovf_mag, ovf_sign)``: elements ``lo[j]:hi[j]`` (a
+    run) are reduced by the ranks ``order[(start[j] + step * h) % P]`` for h =
+    0 .. P - 1, the first one's value as it is, then each rank's own value
+    combined with the partial result. gloo's ring: one run per chunk c,
+    start c - 1, step -1; NCCL's: one run per chunk of a loop, start k + 1,
+    step +1, its ring order. The runs are independent, one task each. The
     closure holds ints only (see :func:`fpemu._kernels.rounding_kernel`)."""
     op = int(op)
     kind = int(kind)
 
     @pjit
-    def gloo_ring_kernel(V, out, bounds, shift, normal_bits, overflow_bits, magic, ovf_mag,
-                         ovf_sign):
+    def ring_fold_kernel(V, out, lo_, hi_, start, step, order, shift, normal_bits, overflow_bits,
+                         magic, ovf_mag, ovf_sign):
         P = V.shape[0]
         half = np.uint32((1 << (shift - 1)) - 1)
         keep = ~np.uint32((1 << shift) - 1)
         one = np.uint32(1)
         sh = np.uint32(shift)
-        for c in prange(P):
-            lo = bounds[c]
-            hi = bounds[c + 1]
+        for j in prange(lo_.size):
+            lo = lo_[j]
+            hi = hi_[j]
             nb = (hi - lo) // LANES
-            first = V[(c - 1) % P]
+            first = V[order[start[j] % P]]
             for e in range(lo, hi):
                 out[e] = _wire(first[e], kind, half, keep, one, sh, normal_bits, overflow_bits,
                                magic, ovf_mag, ovf_sign)
             for h in range(1, P):
-                own = V[(c - 1 - h) % P]
+                own = V[order[(start[j] + step * h) % P]]
                 for b in range(nb):
                     i0 = lo + b * LANES
                     _hop(own[i0:i0 + LANES], out[i0:i0 + LANES], LANES, op, kind, half, keep,
@@ -91,7 +97,7 @@ def gloo_ring(op, kind):
                 _hop(own[t0:hi], out[t0:hi], hi - t0, op, kind, half, keep, one, sh,
                      normal_bits, overflow_bits, magic, ovf_mag, ovf_sign)
 
-    return gloo_ring_kernel
+    return ring_fold_kernel
 
 
 @jit
@@ -120,5 +126,34 @@ def _hop(w, o, n, op, kind, half, keep, one, sh, normal_bits, overflow_bits, mag
                          magic, ovf_mag, ovf_sign)
         elif op == MAX:
             o[j] = b if a < b else a
-        else:
+        elif op == MIN:
             o[j] = b if b < a else a
+        elif op == NUMBER_MAX:
+            o[j] = _number_max(a, b)
+        else:
+            o[j] = _number_min(a, b)
+
+
+@jit
+def _number_max(a, b):
+    """IEEE 754-2019 maximumNumber (CUDA's ``__hmax`` / ``fmaxf``): a NaN
+    operand gives the other; +0 is above -0."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    if a == b:
+        return b if f32_ubits(a) > np.uint32(0x7FFFFFFF) else a     # a is -0: take b
+    return a if a > b else b
+
+
+@jit
+def _number_min(a, b):
+    """maximumNumber's counterpart: a NaN gives the other; -0 is below +0."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    if a == b:
+        return a if f32_ubits(a) > np.uint32(0x7FFFFFFF) else b     # a is -0: keep it
+    return a if a < b else b

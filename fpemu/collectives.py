@@ -265,18 +265,29 @@ def gloo_ring_chunks(n, world, element_bytes, max_segment_bytes=GLOO_MAX_SEGMENT
     return np.minimum(np.arange(world + 1, dtype=np.int64) * per_rank * seg_elems, n)
 
 
-def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
+def _fold(V, fmt, op, lo, hi, start, step, order):
+    """Runs ``lo[j]:hi[j]`` of the ranks' arrays folded along a ring (see
+    :func:`fpemu._coll_kernels.ring_fold`), each hop rounded to ``fmt``
+    (fp32, bf16 or fp16)."""
     from .quantize import Cast
-    P, n = V.shape
-    bounds = gloo_ring_chunks(n, P, GLOO_FORMATS[fmt.name], max_segment_bytes)
-    out = np.empty(n, np.float32)
-    code = {"sum": _coll_kernels.SUM, "max": _coll_kernels.MAX, "min": _coll_kernels.MIN}[op]
+    out = np.empty(V.shape[1], np.float32)
+    code = {"sum": _coll_kernels.SUM, "max": _coll_kernels.MAX, "min": _coll_kernels.MIN,
+            "number_max": _coll_kernels.NUMBER_MAX,
+            "number_min": _coll_kernels.NUMBER_MIN}[op]
     kind = {"fp32": _coll_kernels.AS_IS, "bf16": _coll_kernels.RNE_BF16}.get(
         fmt.name, _coll_kernels.RNE_IEEE)
     args = Cast.of(fmt).fast if kind == _coll_kernels.RNE_IEEE else (
         1, np.uint32(0), np.uint32(0), np.float32(0), np.uint32(0), np.uint32(0))
-    run_kernel(_coll_kernels.gloo_ring(code, kind), V, out, bounds, *args, inputs=1)
+    as64 = [np.ascontiguousarray(a, np.int64) for a in (lo, hi, start, order)]
+    run_kernel(_coll_kernels.ring_fold(code, kind), V, out, as64[0], as64[1], as64[2],
+               np.int64(step), as64[3], *args, inputs=1)
     return out
+
+
+def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
+    P, n = V.shape
+    bounds = gloo_ring_chunks(n, P, GLOO_FORMATS[fmt.name], max_segment_bytes)
+    return _fold(V, fmt, op, bounds[:-1], bounds[1:], np.arange(P) - 1 + P, -1, np.arange(P))
 
 
 # ----------------------------------------------------------------- NCCL ring
@@ -336,6 +347,16 @@ def _nccl_ring_all_reduce(V, fmt, op, scale, parts, ring):
     k = nccl_ring_chunks(n, P, NCCL_FORMATS[fmt.name], parts)
     order = np.arange(P) if ring is None else np.asarray(ring, np.int64)
     W = _premultiplied(V, fmt, op, scale)
+    if fmt.name not in NCCL_FP8:
+        # one run per stretch of equal chunk index: the kernel (a hop of two
+        # values of at most 11 bits rounded through float32, then to the wire,
+        # is the exact sum rounded once: 24 >= 2 p + 2)
+        cut = np.flatnonzero(np.diff(k)) + 1
+        lo = np.concatenate([[0], cut]).astype(np.int64) if n else np.zeros(0, np.int64)
+        hi = np.concatenate([cut, [n]]).astype(np.int64) if n else np.zeros(0, np.int64)
+        fold_op = {"max": "number_max", "min": "number_min"}.get(op, "sum")
+        return _fold(np.ascontiguousarray(W, np.float32), fmt, fold_op, lo, hi, k[lo] + 1 + P,
+                     1, order)
     cols = np.arange(n)
     acc = None
     for h in range(P):
