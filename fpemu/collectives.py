@@ -166,7 +166,7 @@ def _ranks(xs, fmt, fname, cast=True):
     if fmt.bits > 32 or fmt.precision > 24 or fmt.emax > 127:
         raise FpemuValueError(f"{fname}(): the wire format must fit float32 (fp32 or "
                               f"narrower), got {fmt.name}")
-    if not cast and isinstance(xs, np.ndarray) and xs.dtype == np.float32:
+    if not cast and type(xs) is np.ndarray and xs.dtype == np.float32:     # not a subclass
         return fmt, np.ascontiguousarray(xs.reshape(len(xs), -1)), xs.shape[1:]
     arrays, shapes, dtypes = [], [], []
     for r, x in enumerate(xs):

@@ -782,6 +782,9 @@ def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
      "trees= is a parameter of algorithm='tree', not 'ring'"),
     (lambda: collectives.broadcast([np.ones(3)] * 2, "bf16", src=2), "src must be a rank"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "fp64"), "format|fp64"),
+    (lambda: collectives.all_reduce(np.ma.masked_array(np.ones((2, 3), np.float32),
+                                                       mask=[[0, 1, 0], [0, 0, 0]]), "bf16"),
+     "masked arrays"),
 ])
 def test_bad_input_is_refused_with_the_fix(call, match):
     with pytest.raises((fpemu.errors.FpemuValueError, fpemu.errors.FpemuTypeError), match=match):
