@@ -682,6 +682,42 @@ def broadcast(xs, fmt, src=0):
     return _shared(V[src].copy(), V.shape[0], shape)
 
 
+# --------------------------------------------- per-rank gradients (DDP, FSDP, ZeRO)
+def _rank_grads(grads, fname, dtype=None):
+    """(world, each rank's gradients as arrays, the parameters' shapes), with
+    the checks every reducer of local gradients makes."""
+    if not hasattr(grads, "__len__") or len(grads) < 2:
+        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
+                              "least 2 ranks")
+    ranks = [[np.asarray(g, dtype) for g in r] for r in grads]
+    shapes = [g.shape for g in ranks[0]]
+    for r, gs in enumerate(ranks):
+        if [g.shape for g in gs] != shapes:
+            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
+                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
+                                  "holds the same parameters")
+    return len(ranks), ranks, shapes
+
+
+def _reduce_format(reduce_fmt, fname):
+    """The Format of an FSDP ``reduce_dtype`` (fp32, bf16 or fp16)."""
+    rfmt = as_format(reduce_fmt)
+    if rfmt.name not in ("fp32", "bf16", "fp16"):
+        raise FpemuValueError(f"{fname}(): reduce_dtype must be fp32, bf16 or fp16, got "
+                              f"{rfmt.name}")
+    return rfmt
+
+
+def _unflatten(flat, indices, shapes, out):
+    """Parameters ``indices``, laid end to end in ``flat``, into ``out[i]``
+    (float32 arrays of their shapes)."""
+    at = 0
+    for i in indices:
+        k = int(np.prod(shapes[i]))
+        out[i] = np.array(flat[at:at + k], np.float32).reshape(shapes[i])
+        at += k
+
+
 # ---------------------------------------------------------------------- DDP
 #: DDP's bucket sizes: the first bucket after the rebuild, then every other
 #: (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES and bucket_cap_mb=25)
@@ -749,17 +785,7 @@ def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, read
     if hook not in DDP_HOOKS:
         raise FpemuValueError(f"{fname}(): unknown hook {hook!r}; the hooks are "
                               f"{', '.join(map(repr, DDP_HOOKS))}")
-    if not hasattr(grads, "__len__") or len(grads) < 2:
-        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
-                              f"least 2 ranks")
-    world = len(grads)
-    ranks = [[np.asarray(g) for g in r] for r in grads]
-    shapes = [g.shape for g in ranks[0]]
-    for r, gs in enumerate(ranks):
-        if [g.shape for g in gs] != shapes:
-            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
-                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
-                                  "holds the same parameters")
+    world, ranks, shapes = _rank_grads(grads, fname)
     if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral) or iteration < 0:
         raise FpemuValueError(f"{fname}(): iteration must be an int >= 0, got {iteration!r}")
     if not isinstance(bucket_cap_mb, numbers.Real) or not bucket_cap_mb > 0:
@@ -784,11 +810,7 @@ def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, read
             c = quantize(quantize(c / world, "fp32"), wire)
             summed = quantize(all_reduce(c.reshape(world, -1), wire, "sum", algorithm,
                                          **params)[0], fmt)
-        at = 0
-        for i in b:
-            k = int(np.prod(shapes[i]))
-            out[i] = np.array(summed[at:at + k], np.float32).reshape(shapes[i])
-            at += k
+        _unflatten(summed, b, shapes, out)
     return out
 
 
@@ -831,21 +853,8 @@ def fsdp_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32",
     """
     from .quantize import quantize
     fname = "fsdp_reduce_scatter"
-    rfmt = as_format(reduce_fmt)
-    if rfmt.name not in ("fp32", "bf16", "fp16"):
-        raise FpemuValueError(f"{fname}(): reduce_dtype must be fp32, bf16 or fp16, got "
-                              f"{rfmt.name}")
-    if not hasattr(grads, "__len__") or len(grads) < 2:
-        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
-                              "least 2 ranks")
-    world = len(grads)
-    ranks = [[np.asarray(g, np.float32) for g in r] for r in grads]
-    shapes = [g.shape for g in ranks[0]]
-    for r, gs in enumerate(ranks):
-        if [g.shape for g in gs] != shapes:
-            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
-                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
-                                  "holds the same parameters")
+    rfmt = _reduce_format(reduce_fmt, fname)
+    world, ranks, shapes = _rank_grads(grads, fname, np.float32)
     if any(len(sh) == 0 for sh in shapes):
         raise FpemuValueError(f"{fname}(): FSDP shards along dim 0; a 0-d gradient has none")
     rows = [-(-sh[0] // world) for sh in shapes]
@@ -955,21 +964,8 @@ def fsdp1_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32"
     division is a float32 division rounded to ``reduce_dtype``."""
     from .quantize import quantize
     fname = "fsdp1_reduce_scatter"
-    rfmt = as_format(reduce_fmt)
-    if rfmt.name not in ("fp32", "bf16", "fp16"):
-        raise FpemuValueError(f"{fname}(): reduce_dtype must be fp32, bf16 or fp16, got "
-                              f"{rfmt.name}")
-    if not hasattr(grads, "__len__") or len(grads) < 2:
-        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
-                              "least 2 ranks")
-    world = len(grads)
-    ranks = [[np.asarray(g, np.float32) for g in r] for r in grads]
-    shapes = [g.shape for g in ranks[0]]
-    for r, gs in enumerate(ranks):
-        if [g.shape for g in gs] != shapes:
-            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
-                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
-                                  "holds the same parameters")
+    rfmt = _reduce_format(reduce_fmt, fname)
+    world, ranks, shapes = _rank_grads(grads, fname, np.float32)
     units = [list(range(len(shapes)))] if units is None else [list(u) for u in units]
     if sorted(i for u in units for i in u) != list(range(len(shapes))):
         raise FpemuValueError(f"{fname}(): units must share out the parameters 0 .. "
@@ -990,11 +986,7 @@ def fsdp1_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32"
             if post != 1:
                 red = quantize(quantize(red.astype(np.float64) / post, "fp32"), rfmt)
         red = quantize(red, orig_fmt)
-        off = 0
-        for i in unit:
-            k = int(np.prod(shapes[i]))
-            out[i] = np.array(red[off:off + k], np.float32).reshape(shapes[i])
-            off += k
+        _unflatten(red, unit, shapes, out)
     return out
 
 
@@ -1076,17 +1068,7 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
         raise FpemuValueError(f"{fname}(): communication_data_type must be bf16 or fp32 for a "
                               f"bf16 model, got {cfg.get('communication_data_type')!r}")
     wire = comm[cfg.get("communication_data_type")]
-    if not hasattr(grads, "__len__") or len(grads) < 2:
-        raise FpemuValueError(f"{fname}(): grads must hold each rank's list of gradients, at "
-                              "least 2 ranks")
-    world = len(grads)
-    ranks = [[np.asarray(g, np.float32) for g in r] for r in grads]
-    shapes = [g.shape for g in ranks[0]]
-    for r, gs in enumerate(ranks):
-        if [g.shape for g in gs] != shapes:
-            raise FpemuValueError(f"{fname}(): rank {r}'s gradients have the shapes "
-                                  f"{[g.shape for g in gs]}, rank 0's {shapes}: every rank "
-                                  "holds the same parameters")
+    world, ranks, shapes = _rank_grads(grads, fname, np.float32)
     n = len(shapes)
     if stage == 1:
         order = list(range(n))
@@ -1112,9 +1094,5 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
         with np.errstate(over="ignore", invalid="ignore"):
             flat = quantize(quantize(flat.astype(np.float64) / world, "fp32"), "bf16")
         red = quantize(all_reduce(flat, wire, "sum", algorithm, **params)[0], "bf16")
-        off = 0
-        for i in b:
-            k = int(np.prod(shapes[i]))
-            out[i] = np.array(red[off:off + k], np.float32).reshape(shapes[i])
-            off += k
+        _unflatten(red, b, shapes, out)
     return out
