@@ -64,6 +64,31 @@ def _worker(rank, world, init_file, dtype_name, arrays, which, out_dir, timeout,
         dist.destroy_process_group()
 
 
+def _spawn(worker, world, make_args, timeout, what):
+    """Start ``world`` processes of ``worker(rank, *make_args(tmp))`` (spawned,
+    each writing ``rank<r>.npz`` into the temporary folder ``tmp``), wait for
+    them at most ``timeout`` seconds and return ``{key: [per rank]}``. A
+    process that fails or exits makes ``join`` raise, and torch then ends the
+    others; past the deadline every live process is terminated and joined,
+    and the call raises: no child is left behind."""
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.start_processes(worker, args=make_args(tmp), nprocs=world, join=False,
+                                 start_method="spawn")
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
+        while not ctx.join(timeout=1):
+            if datetime.datetime.now() > deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.terminate()
+                for p in ctx.processes:
+                    p.join(10)
+                raise TimeoutError(f"the {world} {what} processes did not finish within "
+                                   f"{timeout} s")
+        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
+    return {k: [results[r][k] for r in range(world)] for k in results[0]}
+
+
 def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None):
     """``{f"{collective}.{key}": [rank 0's result, rank 1's, ...]}`` for each
     input ``arrays[key]`` (an array whose first axis is the rank) and each
@@ -71,28 +96,17 @@ def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None):
     gloo processes on tensors of torch dtype ``dtype_name``. ``die_rank``:
     that rank exits right after joining the group (to test that the others
     fail instead of hanging)."""
-    import torch.multiprocessing as mp
     for key, x in arrays.items():
         if len(x) != world:
             raise ValueError(f"input {key!r} has {len(x)} ranks, the world has {world}")
     unknown = [w for w in which if w not in COLLECTIVES]
     if unknown:
         raise ValueError(f"unknown collectives {unknown}; known: {', '.join(COLLECTIVES)}")
-    with tempfile.TemporaryDirectory() as tmp:
-        init_file = os.path.join(tmp, "rendezvous")
-        ctx = mp.start_processes(_worker, args=(world, init_file, dtype_name, arrays, which, tmp,
-                                                timeout, die_rank),
-                                 nprocs=world, join=False, start_method="spawn")
-        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
-        while not ctx.join(timeout=1):
-            if datetime.datetime.now() > deadline:
-                for p in ctx.processes:
-                    if p.is_alive():
-                        p.terminate()
-                raise TimeoutError(f"the {world} gloo processes did not finish within "
-                                   f"{timeout} s")
-        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
-    return {k: [results[r][k] for r in range(world)] for k in results[0]}
+
+    def args(tmp):
+        return (world, os.path.join(tmp, "rendezvous"), dtype_name, arrays, which, tmp, timeout,
+                die_rank)
+    return _spawn(_worker, world, args, timeout, "gloo")
 
 
 # ---------------------------------------------------------------------- DDP
@@ -102,22 +116,15 @@ def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout))
     try:
-        torch.manual_seed(cfg["seed"])
         dtype = getattr(torch, cfg["dtype"])
-        widths = cfg["widths"]
-        layers = []
-        for a, b in zip(widths[:-1], widths[1:]):
-            layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-        model = torch.nn.Sequential(*layers[:-1]).to(dtype)
+        model = _mlp(torch, cfg).to(dtype)
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"])
         if cfg["hook"]:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             ddp.register_comm_hook(None, getattr(default_hooks, cfg["hook"] + "_hook"))
         res = {}
         for it in range(cfg["iterations"]):
-            g = torch.Generator().manual_seed(1000 * it + rank)
-            x = torch.randn(cfg["batch"], widths[0], generator=g).to(dtype)
-            y = torch.randn(cfg["batch"], widths[-1], generator=g).to(dtype)
+            x, y = (t.to(dtype) for t in _batch(torch, cfg, it, rank))
             for sync in (False, True):               # local gradients, then DDP's
                 ddp.zero_grad(set_to_none=True)
                 if sync:
@@ -140,20 +147,9 @@ def run_ddp(cfg, world, timeout=TIMEOUT):
     ``default_hooks`` or None) for ``cfg["iterations"]`` steps of a batch of
     its own: per rank, each iteration's local gradients (``no_sync``) and
     DDP's reduced ones, ``{"local.<it>.<param>": [per rank], "reduced...": ...}``."""
-    import torch.multiprocessing as mp
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.start_processes(_ddp_worker, args=(world, os.path.join(tmp, "rendezvous"), cfg,
-                                                    tmp, timeout),
-                                 nprocs=world, join=False, start_method="spawn")
-        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
-        while not ctx.join(timeout=1):
-            if datetime.datetime.now() > deadline:
-                for p in ctx.processes:
-                    if p.is_alive():
-                        p.terminate()
-                raise TimeoutError(f"the {world} DDP processes did not finish within {timeout} s")
-        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
-    return {k: [results[r][k] for r in range(world)] for k in results[0]}
+    return _spawn(_ddp_worker, world,
+                  lambda tmp: (world, os.path.join(tmp, "rendezvous"), cfg, tmp, timeout),
+                  timeout, "DDP")
 
 
 # --------------------------------------------------------------------- FSDP2
@@ -228,21 +224,9 @@ def run_fsdp(cfg, world, timeout=TIMEOUT):
     (FSDP1's ``FullyShardedDataParallel`` with ``MixedPrecision`` where
     ``cfg["flavor"]`` is "fsdp1"), each on a batch of its own:
     ``{"reduced.<param>": [per rank]}``, the gradients gathered whole."""
-    import torch.multiprocessing as mp
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.start_processes(_fsdp_worker, args=(world, os.path.join(tmp, "rendezvous"),
-                                                     cfg, tmp, timeout),
-                                 nprocs=world, join=False, start_method="spawn")
-        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
-        while not ctx.join(timeout=1):
-            if datetime.datetime.now() > deadline:
-                for p in ctx.processes:
-                    if p.is_alive():
-                        p.terminate()
-                raise TimeoutError(f"the {world} FSDP processes did not finish within "
-                                   f"{timeout} s")
-        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
-    return {k: [results[r][k] for r in range(world)] for k in results[0]}
+    return _spawn(_fsdp_worker, world,
+                  lambda tmp: (world, os.path.join(tmp, "rendezvous"), cfg, tmp, timeout),
+                  timeout, "FSDP")
 
 
 # ---------------------------------------------------------------------- ZeRO
@@ -285,21 +269,8 @@ def run_zero(cfg, world, timeout=TIMEOUT):
     batch of its own: ``{"reduced.<param>": [per rank]}``, the reduced
     gradients gathered whole (``safe_get_full_grad``). Needs DeepSpeed."""
     import socket
-
-    import torch.multiprocessing as mp
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.start_processes(_zero_worker, args=(world, port, cfg, tmp, timeout),
-                                 nprocs=world, join=False, start_method="spawn")
-        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
-        while not ctx.join(timeout=1):
-            if datetime.datetime.now() > deadline:
-                for p in ctx.processes:
-                    if p.is_alive():
-                        p.terminate()
-                raise TimeoutError(f"the {world} DeepSpeed processes did not finish within "
-                                   f"{timeout} s")
-        results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
-    return {k: [results[r][k] for r in range(world)] for k in results[0]}
+    return _spawn(_zero_worker, world, lambda tmp: (world, port, cfg, tmp, timeout), timeout,
+                  "DeepSpeed")
