@@ -203,17 +203,19 @@ def _batch(torch, cfg, it, rank):
             torch.randn(cfg["batch"], cfg["widths"][-1], generator=g))
 
 
-def fsdp_local_grads(cfg, world):
-    """Each rank's unsharded local gradients of an FSDP2 case, computed as
-    FSDP2 computes them (parameters and inputs cast to ``param_dtype``, the
-    loss in float32), in this process: ``[rank][parameter]``, float32 values."""
+def local_grads(cfg, world, dtype_name):
+    """Each rank's local gradients of ``cfg``'s MLP, computed in this process
+    as FSDP (``param_dtype``) and DeepSpeed's bf16 mode compute them: the model
+    and the inputs cast to ``dtype_name``, the loss in float32.
+    ``[rank][parameter]``, float32 values."""
     import torch
-    model = _mlp(torch, cfg).to(getattr(torch, cfg["param_dtype"]))
+    dtype = getattr(torch, dtype_name)
+    model = _mlp(torch, cfg).to(dtype)
     out = []
     for rank in range(world):
         model.zero_grad(set_to_none=True)
         x, y = _batch(torch, cfg, 0, rank)
-        ((model(x.to(getattr(torch, cfg["param_dtype"]))).float() - y) ** 2).mean().backward()
+        ((model(x.to(dtype)).float() - y) ** 2).mean().backward()
         out.append([p.grad.float().numpy().copy() for p in model.parameters()])
     return out
 
@@ -247,20 +249,6 @@ def _zero_worker(rank, world, port, cfg, out_dir, timeout):
     res = {f"reduced.{i}": safe_get_full_grad(p).float().numpy().copy()
            for i, p in enumerate(engine.module.parameters())}
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
-
-
-def zero_local_grads(cfg, world):
-    """Each rank's local bf16 gradients of a ZeRO case (the model cast to
-    bf16, as DeepSpeed's bf16 mode holds it; the loss in float32)."""
-    import torch
-    model = _mlp(torch, cfg).to(torch.bfloat16)
-    out = []
-    for rank in range(world):
-        model.zero_grad(set_to_none=True)
-        x, y = _batch(torch, cfg, 0, rank)
-        ((model(x.to(torch.bfloat16)).float() - y) ** 2).mean().backward()
-        out.append([p.grad.float().numpy().copy() for p in model.parameters()])
-    return out
 
 
 def run_zero(cfg, world, timeout=TIMEOUT):

@@ -937,31 +937,42 @@ FSDP_CASES = {
 _FSDP_MODEL = dict(widths=[40, 64, 64, 8], batch=8, seed=80)
 
 
-def _fsdp_inputs(env, cfg):
+def _local_inputs(cfg, dtype_name):
+    """The ranks' local gradients as inputs, ``local.<param>``: rank x shape."""
     from . import _gloo
-    local = _gloo.fsdp_local_grads(cfg, cfg["world"])
+    local = _gloo.local_grads(cfg, cfg["world"], dtype_name)
     return {f"local.{i}": np.stack([local[r][i] for r in range(cfg["world"])])
             for i in range(len(local[0]))}
 
 
-def _fsdp_run(env, cfg, inputs):
+def _one_step_run(env, cfg, inputs, run_torch, reduce):
+    """One backward's reduced gradients: recorded from ``run_torch(cfg)`` (the
+    real processes), replayed with ``reduce(grads)`` from the local ones."""
     tr = Trace(env)
-    n = len(inputs)
     if env.backend == "torch":
-        from . import _gloo
-        got = _gloo.run_fsdp(cfg, cfg["world"])
+        got = run_torch(cfg)
         for key in sorted(got):
             tr.set(key, np.stack(got[key]), "float32")
         return tr
-    from .. import collectives
-    fmt = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[cfg["reduce_dtype"]]
-    grads = [[inputs[f"local.{i}"][r] for i in range(n)] for r in range(cfg["world"])]
-    reduce = (collectives.fsdp1_reduce_scatter if cfg.get("flavor") == "fsdp1"
-              else collectives.fsdp_reduce_scatter)
-    red = reduce(grads, fmt, "gloo")
+    n = len(inputs)
+    red = reduce([[inputs[f"local.{i}"][r] for i in range(n)] for r in range(cfg["world"])])
     for i in range(n):
         tr.set(f"reduced.{i}", np.stack([red[i]] * cfg["world"]), "float32")
     return tr
+
+
+def _fsdp_inputs(env, cfg):
+    return _local_inputs(cfg, cfg["param_dtype"])
+
+
+def _fsdp_run(env, cfg, inputs):
+    from .. import collectives
+    from . import _gloo
+    fmt = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[cfg["reduce_dtype"]]
+    reduce = (collectives.fsdp1_reduce_scatter if cfg.get("flavor") == "fsdp1"
+              else collectives.fsdp_reduce_scatter)
+    return _one_step_run(env, cfg, inputs, lambda c: _gloo.run_fsdp(c, c["world"]),
+                         lambda grads: reduce(grads, fmt, "gloo"))
 
 
 for _name, _cfg in FSDP_CASES.items():
@@ -992,27 +1003,14 @@ ZERO_CASES = {
 
 
 def _zero_inputs(env, cfg):
-    from . import _gloo
-    local = _gloo.zero_local_grads(cfg, cfg["world"])
-    return {f"local.{i}": np.stack([local[r][i] for r in range(cfg["world"])])
-            for i in range(len(local[0]))}
+    return _local_inputs(cfg, "bfloat16")
 
 
 def _zero_run(env, cfg, inputs):
-    tr = Trace(env)
-    n = len(inputs)
-    if env.backend == "torch":
-        from . import _gloo
-        got = _gloo.run_zero(cfg, cfg["world"])
-        for key in sorted(got):
-            tr.set(key, np.stack(got[key]), "float32")
-        return tr
     from .. import collectives
-    grads = [[inputs[f"local.{i}"][r] for i in range(n)] for r in range(cfg["world"])]
-    red = collectives.zero_reduce(grads, cfg["ds_config"], "gloo")
-    for i in range(n):
-        tr.set(f"reduced.{i}", np.stack([red[i]] * cfg["world"]), "float32")
-    return tr
+    from . import _gloo
+    return _one_step_run(env, cfg, inputs, lambda c: _gloo.run_zero(c, c["world"]),
+                         lambda grads: collectives.zero_reduce(grads, cfg["ds_config"], "gloo"))
 
 
 for _name, _cfg in ZERO_CASES.items():
