@@ -459,6 +459,32 @@ def test_ddp_all_reduce_divides_then_sums_and_refuses_bad_input():
         collectives.ddp_all_reduce(g, "e4m3fn")
 
 
+def _recorded_mlp_case(name):
+    """A recorded DDP / FSDP case: its config, its recorded arrays, an fpemu
+    MLP holding torch's initial weights, and ``batches(it)``, the ranks'
+    batches of iteration ``it`` (both made as the recording made them)."""
+    import os
+    import torch
+    import fpemu.autograd as ft
+    from fpemu.reference import _gloo
+    from fpemu.reference.scenarios import SCENARIOS
+    cfg = SCENARIOS[name].config
+    rec = np.load(os.path.join(os.path.dirname(__file__), "reference",
+                               "cpu-x86-64-torch2.13.0", f"{name}.npz"))
+    widths, layers = cfg["widths"], []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [ft.nn.Linear(a, b), ft.nn.ReLU()]
+    fm = ft.nn.Sequential(*layers[:-1])
+    with ft.no_grad():
+        for pf, pt in zip(fm.parameters(), _gloo._mlp(torch, cfg).parameters()):
+            pf.copy_(ft.tensor(pt.detach().numpy()))
+
+    def batches(it):
+        return [tuple(ft.tensor(t.numpy()) for t in _gloo._batch(torch, cfg, it, r))
+                for r in range(cfg["world"])]
+    return cfg, rec, fm, batches
+
+
 @needs_torch
 def test_emulated_ddp_step_matches_real_ddp_within_the_matmul_bound():
     """fpemu.autograd's EmulatedDDP against the recorded real DDP run
@@ -467,34 +493,13 @@ def test_emulated_ddp_step_matches_real_ddp_within_the_matmul_bound():
     the local gradients themselves come from fpemu's fp32 matmul model, not
     MKL's kernels, and differ by a few ulps (normwise 1.6e-7 measured); the
     reduced gradients stay within 1e-6 of DDP's, normwise."""
-    import os
-    import torch
     import fpemu.autograd as ft
     from fpemu.autograd.distributed import EmulatedDDP
-    from fpemu.reference.scenarios import SCENARIOS
-    cfg = SCENARIOS["ddp-gloo-fp32-w3"].config
-    rec = np.load(os.path.join(os.path.dirname(__file__), "reference",
-                               "cpu-x86-64-torch2.13.0", "ddp-gloo-fp32-w3.npz"))
-    widths = cfg["widths"]
-    torch.manual_seed(cfg["seed"])
-    tl, fl = [], []
-    for a, b in zip(widths[:-1], widths[1:]):
-        tl += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-        fl += [ft.nn.Linear(a, b), ft.nn.ReLU()]
-    tm, fm = torch.nn.Sequential(*tl[:-1]), ft.nn.Sequential(*fl[:-1])
-    with ft.no_grad():
-        for pf, pt in zip(fm.parameters(), tm.parameters()):
-            pf.copy_(ft.tensor(pt.detach().numpy()))
+    cfg, rec, fm, batches = _recorded_mlp_case("ddp-gloo-fp32-w3")
     ddp = EmulatedDDP(fm, cfg["world"], bucket_cap_mb=cfg["bucket_cap_mb"])
     with ft.use_profile(ft.Profile("cpu", "2.13.0")):
         for it in range(cfg["iterations"]):
-            batches = []
-            for r in range(cfg["world"]):
-                g = torch.Generator().manual_seed(1000 * it + r)
-                x = torch.randn(cfg["batch"], widths[0], generator=g)
-                y = torch.randn(cfg["batch"], widths[-1], generator=g)
-                batches.append((ft.tensor(x.numpy()), ft.tensor(y.numpy())))
-            losses = ddp.backward(lambda m, x, y: ((m(x) - y) ** 2).mean(), batches)
+            losses = ddp.backward(lambda m, x, y: ((m(x) - y) ** 2).mean(), batches(it))
             assert len(losses) == cfg["world"]
             for i, p in enumerate(fm.parameters()):
                 got, want = p.grad.numpy(), rec[f"out.reduced.{it}.{i}"][0]
@@ -574,35 +579,14 @@ def test_emulated_fsdp_step_is_real_fsdp_bit_for_bit(name):
     backward under the CPU profile give torch's local gradients bit for bit,
     and the reduce-scatter model the rest, so every reduced gradient is the
     recorded one."""
-    import os
-    import torch
     import fpemu.autograd as ft
     from fpemu.autograd.distributed import EmulatedFSDP
-    from fpemu.reference.scenarios import SCENARIOS
-    cfg = SCENARIOS[name].config
-    rec = np.load(os.path.join(os.path.dirname(__file__), "reference",
-                               "cpu-x86-64-torch2.13.0", f"{name}.npz"))
-    widths = cfg["widths"]
-    torch.manual_seed(cfg["seed"])
-    tl, fl = [], []
-    for a, b in zip(widths[:-1], widths[1:]):
-        tl += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-        fl += [ft.nn.Linear(a, b), ft.nn.ReLU()]
-    tm, fm = torch.nn.Sequential(*tl[:-1]), ft.nn.Sequential(*fl[:-1])
-    with ft.no_grad():
-        for pf, pt in zip(fm.parameters(), tm.parameters()):
-            pf.copy_(ft.tensor(pt.detach().numpy()))
+    cfg, rec, fm, batches = _recorded_mlp_case(name)
     fsdp = EmulatedFSDP(fm, cfg["world"], param_dtype=ft.bfloat16,
                         reduce_dtype=getattr(ft, cfg["reduce_dtype"]),
                         flavor=cfg.get("flavor", "fsdp2"))
-    batches = []
-    for r in range(cfg["world"]):
-        g = torch.Generator().manual_seed(r)
-        x = torch.randn(cfg["batch"], widths[0], generator=g)
-        y = torch.randn(cfg["batch"], widths[-1], generator=g)
-        batches.append((ft.tensor(x.numpy()), ft.tensor(y.numpy())))
     with ft.use_profile(ft.Profile("cpu", "2.13.0")):
-        fsdp.backward(lambda f, x, y: ((f(x).float() - y) ** 2).mean(), batches)
+        fsdp.backward(lambda f, x, y: ((f(x).float() - y) ** 2).mean(), batches(0))
     for i, p in enumerate(fm.parameters()):
         assert p.grad.dtype == ft.float32
         np.testing.assert_array_equal(_bits(p.grad.numpy()), _bits(rec[f"out.reduced.{i}"][0]))
