@@ -43,6 +43,53 @@ def all_reduce(tensor, *args, **kwargs):
     return tensor
 
 
+_FORMATS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _world_and_params(who, module, world_size):
+    """``world_size`` checked, and the module's trainable parameters, which
+    must share one dtype."""
+    from ..errors import FpemuValueError
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+        raise FpemuValueError(f"{who}: world_size must be an int >= 2, got {world_size!r}")
+    params = [p for p in module.parameters() if p.requires_grad]
+    dtypes = {p.dtype for p in params}
+    if len(dtypes) != 1:
+        raise FpemuValueError(f"{who}: the parameters must share one dtype (DDP and FSDP "
+                              f"bucket each dtype apart; not emulated), got "
+                              f"{sorted(str(d) for d in dtypes)}")
+    return params
+
+
+def _format_of(dtype):
+    """fpemu's name of a float32 / bfloat16 / float16 dtype, else None."""
+    return _FORMATS.get(str(dtype).replace("torch.", ""))
+
+
+def _local_gradients(who, world_size, forward, params, loss_fn, batches):
+    """Each rank's loss on its batch and its local gradients of ``params``
+    (float32 arrays), one rank after the other on the same module."""
+    from ..errors import FpemuValueError
+    if len(batches) != world_size:
+        raise FpemuValueError(f"{who}.backward(): one batch per rank: the world has "
+                              f"{world_size} ranks, got {len(batches)} batches")
+    local, losses = [], []
+    for batch in batches:
+        for p in params:
+            p.grad = None
+        loss = loss_fn(forward, *(batch if isinstance(batch, tuple) else (batch,)))
+        loss.backward()
+        losses.append(float(loss.item()))
+        local.append([p.grad.detach().float().numpy().copy() for p in params])
+    return local, losses
+
+
+def _set_grads(params, grads):
+    from ._core import tensor
+    for p, g in zip(params, grads):
+        p.grad = tensor(g).to(p.dtype)
+
+
 class EmulatedDDP:
     """DistributedDataParallel over ``world_size`` ranks, emulated in this process.
 
@@ -71,9 +118,7 @@ class EmulatedDDP:
                  ready_order=None, **collective_params):
         from ..collectives import DDP_HOOKS
         from ..errors import FpemuValueError
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
-            raise FpemuValueError(f"EmulatedDDP: world_size must be an int >= 2, got "
-                                  f"{world_size!r}")
+        params = _world_and_params("EmulatedDDP", module, world_size)
         if hook not in DDP_HOOKS:
             raise FpemuValueError(f"EmulatedDDP: unknown hook {hook!r}; the hooks are "
                                   f"{', '.join(map(repr, DDP_HOOKS))}")
@@ -85,15 +130,8 @@ class EmulatedDDP:
         self.ready_order = ready_order
         self.collective_params = collective_params
         self.iteration = 0
-        params = [p for p in module.parameters() if p.requires_grad]
-        dtypes = {p.dtype for p in params}
-        if len(dtypes) != 1:
-            raise FpemuValueError(f"EmulatedDDP: the parameters must share one dtype (DDP "
-                                  f"buckets each dtype apart; not emulated), got "
-                                  f"{sorted(str(d) for d in dtypes)}")
         self.params = params
-        self.fmt = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
-            str(params[0].dtype).replace("torch.", ""))
+        self.fmt = _format_of(params[0].dtype)
         if self.fmt is None:
             raise FpemuValueError(f"EmulatedDDP: DDP's gradients here are float32, bfloat16 "
                                   f"or float16, got {params[0].dtype}")
@@ -105,26 +143,12 @@ class EmulatedDDP:
         """Each rank's loss on its batch (floats); the parameters' ``.grad``
         become what every rank holds after DDP's all-reduce."""
         from .. import collectives
-        from ..errors import FpemuValueError
-        from ._core import tensor
-        if len(batches) != self.world_size:
-            raise FpemuValueError(f"EmulatedDDP.backward(): one batch per rank: the world has "
-                                  f"{self.world_size} ranks, got {len(batches)} batches")
-        local, losses = [], []
-        for batch in batches:
-            for p in self.params:
-                p.grad = None
-            args = batch if isinstance(batch, tuple) else (batch,)
-            loss = loss_fn(self.module, *args)
-            loss.backward()
-            losses.append(float(loss.item()))
-            local.append([p.grad.detach().float().numpy().copy() for p in self.params])
-        reduced = collectives.ddp_all_reduce(
+        local, losses = _local_gradients("EmulatedDDP", self.world_size, self.module,
+                                         self.params, loss_fn, batches)
+        _set_grads(self.params, collectives.ddp_all_reduce(
             local, self.fmt, self.algorithm, iteration=min(self.iteration, 1), hook=self.hook,
             ready_order=self.ready_order, bucket_cap_mb=self.bucket_cap_mb,
-            **self.collective_params)
-        for p, g in zip(self.params, reduced):
-            p.grad = tensor(g).to(p.dtype)
+            **self.collective_params))
         self.iteration += 1
         return losses
 
@@ -150,26 +174,17 @@ class EmulatedFSDP:
     def __init__(self, module, world_size, *, param_dtype=None, reduce_dtype=None,
                  algorithm="gloo", flavor="fsdp2", **collective_params):
         from ..errors import FpemuValueError
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
-            raise FpemuValueError(f"EmulatedFSDP: world_size must be an int >= 2, got "
-                                  f"{world_size!r}")
+        self.params = _world_and_params("EmulatedFSDP", module, world_size)
         if flavor not in ("fsdp2", "fsdp1"):
             raise FpemuValueError(f"EmulatedFSDP: flavor must be 'fsdp2' (fully_shard) or "
                                   f"'fsdp1' (FullyShardedDataParallel), got {flavor!r}")
         self.flavor = flavor
         self.module = module
         self.world_size = world_size
-        self.params = [p for p in module.parameters() if p.requires_grad]
-        orig = {p.dtype for p in self.params}
-        if len(orig) != 1:
-            raise FpemuValueError(f"EmulatedFSDP: the parameters must share one dtype, got "
-                                  f"{sorted(str(d) for d in orig)}")
-        self.orig_dtype = orig.pop()
+        self.orig_dtype = self.params[0].dtype
         self.param_dtype = param_dtype or self.orig_dtype
         self.reduce_dtype = reduce_dtype or self.param_dtype
-        names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-        fmts = [names.get(str(d).replace("torch.", "")) for d in
-                (self.orig_dtype, self.param_dtype, self.reduce_dtype)]
+        fmts = [_format_of(d) for d in (self.orig_dtype, self.param_dtype, self.reduce_dtype)]
         if None in fmts:
             raise FpemuValueError(f"EmulatedFSDP: the dtypes must be float32, bfloat16 or "
                                   f"float16, got parameters {self.orig_dtype}, param_dtype "
@@ -184,11 +199,6 @@ class EmulatedFSDP:
         import copy
 
         from .. import collectives
-        from ..errors import FpemuValueError
-        from ._core import tensor
-        if len(batches) != self.world_size:
-            raise FpemuValueError(f"EmulatedFSDP.backward(): one batch per rank: the world has "
-                                  f"{self.world_size} ranks, got {len(batches)} batches")
         compute = copy.deepcopy(self.module).to(self.param_dtype)
         cparams = [p for p in compute.parameters() if p.requires_grad]
         dtype = self.param_dtype
@@ -198,18 +208,10 @@ class EmulatedFSDP:
                     else a for a in args]
             return compute(*cast, **kwargs)
 
-        local, losses = [], []
-        for batch in batches:
-            for p in cparams:
-                p.grad = None
-            loss = loss_fn(forward, *(batch if isinstance(batch, tuple) else (batch,)))
-            loss.backward()
-            losses.append(float(loss.item()))
-            local.append([p.grad.detach().float().numpy().copy() for p in cparams])
+        local, losses = _local_gradients("EmulatedFSDP", self.world_size, forward, cparams,
+                                         loss_fn, batches)
         reduce = (collectives.fsdp1_reduce_scatter if self.flavor == "fsdp1"
                   else collectives.fsdp_reduce_scatter)
-        reduced = reduce(local, self.reduce_fmt, self.algorithm, orig_fmt=self.orig_fmt,
-                         **self.collective_params)
-        for p, g in zip(self.params, reduced):
-            p.grad = tensor(g).to(p.dtype)
+        _set_grads(self.params, reduce(local, self.reduce_fmt, self.algorithm,
+                                       orig_fmt=self.orig_fmt, **self.collective_params))
         return losses
