@@ -14,24 +14,13 @@ thread count given (numpy's sum uses one).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numba
 import numpy as np
 
 import fpemu
+from bench_quantize import timed  # the median of repeats after a warm-up call
 from fpemu import collectives
-
-
-def timed(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main(argv=None):
