@@ -1043,8 +1043,9 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
     buckets of ``reduce_bucket_size`` elements), divided by the world size in
     bf16 (a float32 division rounded to bf16), summed by an all-reduce in
     ``communication_data_type`` (bf16 by default, or fp32) and cast back to
-    bf16. fp16 with its loss scaler, stage 3 and a
-    ``gradient_predivide_factor`` other than 1 are refused: not modelled.
+    bf16. fp16 with its loss scaler, stage 3 and, in stage 1, a
+    ``gradient_predivide_factor`` other than 1 are refused: not modelled
+    (stage 2 refuses that factor as DeepSpeed itself does).
     Returns one float32 array (of bf16 values) per parameter.
     """
     from .quantize import quantize
@@ -1060,9 +1061,14 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
         raise FpemuNotImplementedError(f"{fname}(): ZeRO stages 1 and 2 are modelled, not "
                                        f"stage {stage!r}")
     if cfg.get("gradient_predivide_factor", 1.0) != 1.0:
+        if stage == 2 and zero.get("reduce_scatter", True):
+            raise FpemuValueError(f"{fname}(): DeepSpeed refuses gradient_predivide_factor != "
+                                  "1.0 with ZeRO stage 2's reduce-scatter (an assertion in "
+                                  "stage_1_and_2.py); drop it, or set "
+                                  "zero_optimization.reduce_scatter to false")
         raise FpemuNotImplementedError(f"{fname}(): gradient_predivide_factor other than 1.0 "
-                                       "is not modelled (DeepSpeed refuses it with ZeRO-2's "
-                                       "reduce-scatter)")
+                                       f"is not modelled for stage {stage} (DeepSpeed's "
+                                       "pre- and post-scaling there were not recorded)")
     comm = {None: "bf16", "bf16": "bf16", "bfp16": "bf16", "fp32": "fp32", "float32": "fp32"}
     if cfg.get("communication_data_type") not in comm:
         raise FpemuValueError(f"{fname}(): communication_data_type must be bf16 or fp32 for a "

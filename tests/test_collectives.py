@@ -660,8 +660,11 @@ def test_zero_reduce_reads_deepspeed_json_and_refuses_what_it_does_not_model(tmp
         collectives.zero_reduce(g, {"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}})
     with pytest.raises(err.FpemuNotImplementedError, match="not stage 3"):
         collectives.zero_reduce(g, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}})
-    with pytest.raises(err.FpemuNotImplementedError, match="gradient_predivide_factor"):
+    with pytest.raises(err.FpemuValueError, match="DeepSpeed refuses gradient_predivide_factor"):
         collectives.zero_reduce(g, dict(cfg, gradient_predivide_factor=2.0))
+    with pytest.raises(err.FpemuNotImplementedError, match="not modelled for stage 1"):
+        collectives.zero_reduce(g, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
+                                    "gradient_predivide_factor": 2.0})
     with pytest.raises(err.FpemuValueError, match="communication_data_type must be bf16 or fp32"):
         collectives.zero_reduce(g, dict(cfg, communication_data_type="fp8"))
     with pytest.raises(err.FpemuTypeError, match="DeepSpeed configuration"):
