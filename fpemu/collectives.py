@@ -708,6 +708,14 @@ def _reduce_format(reduce_fmt, fname):
     return rfmt
 
 
+def _div_(x, d, fmt):
+    """torch's in-place division of a ``fmt`` tensor by a number: the float32
+    quotient (the float32 math of a reduced-precision tensor), rounded to
+    ``fmt``."""
+    from .quantize import quantize
+    return quantize(quantize(np.asarray(x, np.float64) / d, "fp32"), fmt)
+
+
 def _unflatten(flat, indices, shapes, out):
     """Parameters ``indices``, laid end to end in ``flat``, into ``out[i]``
     (float32 arrays of their shapes)."""
@@ -807,7 +815,7 @@ def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, read
             summed = all_reduce(flat.reshape(world, -1), fmt, "sum", algorithm, **params)[0]
         else:
             c = quantize(flat, wire).astype(np.float64)
-            c = quantize(quantize(c / world, "fp32"), wire)
+            c = _div_(c, world, wire)
             summed = quantize(all_reduce(c.reshape(world, -1), wire, "sum", algorithm,
                                          **params)[0], fmt)
         _unflatten(summed, b, shapes, out)
@@ -874,18 +882,18 @@ def fsdp_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32",
     pre, post, op = fsdp_divide_factors(world, rfmt.name, gradient_divide_factor)
     with np.errstate(over="ignore", invalid="ignore"):
         if pre is not None and pre != 1:
-            flat = quantize(quantize(flat.astype(np.float64) / pre, "fp32"), rfmt)
+            flat = _div_(flat, pre, rfmt)
         factor = None
         if isinstance(op, tuple):
             op, factor = op
         if algorithm == "gloo" and op in ("avg", "premul_sum"):
             div = world if op == "avg" else 1.0 / factor
             summed = all_reduce(flat, rfmt, "sum", "gloo", **params)[0].astype(np.float64)
-            red = quantize(quantize(summed / div, "fp32"), rfmt)
+            red = _div_(summed, div, rfmt)
         else:
             red = all_reduce(flat, rfmt, op, algorithm, factor=factor, **params)[0]
         if post is not None and post != 1:
-            red = quantize(quantize(red.astype(np.float64) / post, "fp32"), rfmt)
+            red = _div_(red, post, rfmt)
     red = quantize(red, orig_fmt).reshape(world, -1)
     out, off = [], 0
     for i, sh in enumerate(shapes):
@@ -981,10 +989,10 @@ def fsdp1_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32"
         flat = np.stack(flat)
         with np.errstate(over="ignore", invalid="ignore"):
             if pre != 1:
-                flat = quantize(quantize(flat.astype(np.float64) / pre, "fp32"), rfmt)
+                flat = _div_(flat, pre, rfmt)
             red = all_reduce(flat, rfmt, "sum", algorithm, **params)[0]
             if post != 1:
-                red = quantize(quantize(red.astype(np.float64) / post, "fp32"), rfmt)
+                red = _div_(red, post, rfmt)
         red = quantize(red, orig_fmt)
         _unflatten(red, unit, shapes, out)
     return out
@@ -1098,7 +1106,7 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
         flat = np.stack([quantize(np.concatenate([gs[i].reshape(-1) for i in b]), "bf16")
                          for gs in ranks])
         with np.errstate(over="ignore", invalid="ignore"):
-            flat = quantize(quantize(flat.astype(np.float64) / world, "fp32"), "bf16")
+            flat = _div_(flat, world, "bf16")
         red = quantize(all_reduce(flat, wire, "sum", algorithm, **params)[0], "bf16")
         _unflatten(red, b, shapes, out)
     return out
