@@ -25,4 +25,13 @@ from ._monitor import (
     KINDS, SCALINGS, FirstOverflow, Monitor, monitor, run_script, watch,
 )
 
-__all__ = ["monitor", "Monitor", "FirstOverflow", "watch", "run_script", "KINDS", "SCALINGS"]
+
+def __getattr__(name):
+    # the quantizers import torch when first asked for (the monitor does at its start)
+    if name in ("quantize", "encode", "decode"):
+        from . import _quantize
+        return getattr(_quantize, name)
+    raise AttributeError(f"module 'fpemu.torch' has no attribute {name!r}")
+
+__all__ = ["monitor", "Monitor", "FirstOverflow", "watch", "run_script", "KINDS", "SCALINGS",
+           "quantize", "encode", "decode"]

@@ -1,0 +1,446 @@
+"""fpemu's rounding in torch, on the tensor's own device.
+
+:func:`quantize`, :func:`encode` and :func:`decode` give the same bits as
+:func:`fpemu.quantize`, :func:`fpemu.encode` and :func:`fpemu.decode` on
+every float32 input, for every format, rounding mode, overflow policy and
+subnormal setting, computed where the tensor lives (CPU or CUDA) with torch's
+element-wise integer operations on the float32 bits (``t.view(torch.int32)``):
+no copy to the host, no Numba, no floating-point arithmetic (so no
+flush-to-zero mode of any device or compiler can change a bit).
+
+The arithmetic is that of fpemu's float32 kernels (``fpemu/_kernels.py``:
+``_split32``, ``_round32``, ``_value32``), written again for whole tensors:
+
+* split: sign, exponent ``e`` and integer significand ``sig < 2**24`` of
+  each input (float32 subnormals normalised where the format has binades below
+  float32's, as e8m0 has);
+* round: the quantum at ``e`` is ``2**(max(e, emin) - M)``, so ``shift`` low
+  bits of ``sig`` are dropped and the kept part incremented or not as the mode
+  says; the magnitude code is ``((max(e, emin) + bias - 1) << M) + kept``, a
+  carry moving into the exponent field by itself;
+* finish: overflow (IEEE 754 §7.4, then the policy), flushing after rounding,
+  the sign rules of fnuz and unsigned formats, NaN;
+* value: the float32 bits of a code, built with shifts (a format's normal
+  code is its float32 pattern shifted into place plus the difference of the
+  biases; other values from the exact integer-to-float32 conversion of the
+  significand, whose exponent field gives its leading bit).
+
+Stochastic rounding draws, for element ``i`` of the flattened (row-major)
+tensor, the 63-bit number ``splitmix64(key + (offset + i + 1) * golden) >> 1``
+(Steele, Lea and Flood, "Fast splittable pseudorandom number generators",
+OOPSLA 2014), in wrapping 64-bit integer arithmetic, and rounds up where it
+is below the dropped bits read as a 63-bit fraction: the generator of
+:func:`fpemu.quantize`, so a seed gives the same bits on any device and in
+any chunking (``seed=(seed, offset)``).
+"""
+
+from __future__ import annotations
+
+from .._kernels import FLUSH, FNUZ, NO_ZERO, NORMALIZE, UNSIGNED
+from ..checks import seed_key
+from ..errors import FpemuTypeError, FpemuValueError
+from ..quantize import Cast
+from ..rounding import Overflow, Rounding
+from ._monitor import _torch
+
+torch = _torch()
+
+__all__ = ["quantize", "encode", "decode"]
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+def _signed(v, bits=64):
+    """The two's-complement signed value of the ``bits``-bit pattern ``v``."""
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def _lsr64(z, k):
+    """Logical right shift of int64 ``z`` by ``k`` (torch's >> is arithmetic)."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def _random63(key, offset, index):
+    """63 uniform random bits (int64 >= 0) for each element ``offset + index``
+    (``index`` an int64 tensor counting from 0) under ``key``: splitmix64, as
+    fpemu's host kernels draw them. The constant part of the counter is
+    folded here, wrapped to 64 bits, so that no compiler folds it into a
+    Python integer past int64."""
+    z = index * _signed(_GOLDEN) + _signed(key + (offset + 1) * _GOLDEN)
+    z = (z ^ _lsr64(z, 30)) * _signed(_MIX1)
+    z = (z ^ _lsr64(z, 27)) * _signed(_MIX2)
+    z = z ^ _lsr64(z, 31)
+    return _lsr64(z, 1)
+
+
+def _leading_bit(sig):
+    """floor(log2(sig)) of int32 ``sig`` in 1 .. 2**24 (anything for 0): the
+    exponent field of its float32 conversion, which is exact below 2**24."""
+    return (sig.to(torch.float32).view(torch.int32) >> 23) - 127
+
+
+def _bits_of(sig, ex):
+    """The float32 bits of ``sig * 2**ex`` (int32 ``sig`` in 0 .. 2**24, ``ex``
+    an int32 tensor or an int), a value float32 holds exactly."""
+    f = sig.to(torch.float32).view(torch.int32)
+    top = (f >> 23) - 127 + ex                      # the value's binade
+    normal = ((top + 127) << 23) | (f & 0x7FFFFF)
+    # below 2**-126: the bits are the value in units of 2**-149
+    up = ex + 149
+    if isinstance(up, int):
+        sub = sig << up if up >= 0 else sig >> -up
+    else:
+        sub = torch.where(up >= 0, sig << up.clamp(0, 31), sig >> (-up).clamp(0, 31))
+    return torch.where(sig == 0, 0, torch.where(top >= -126, normal, sub))
+
+
+def _rounded(u, cast, key, offset, index):
+    """(magnitude code, negative, nan) of the float32 bits ``u`` (int32)
+    rounded under ``cast``: ``_split32`` then ``_round32`` of fpemu._kernels."""
+    M, emin, emax, bias, maxmag, infmag = cast.params[:6]
+    flags, mode = cast.flags, cast.rounding
+    neg = u < 0
+    a = u & 0x7FFFFFFF
+    ef = a >> 23
+    fr = a & 0x7FFFFF
+    special = ef == 255
+    frac_nz = fr != 0
+    sig = torch.where(ef != 0, fr | 0x800000, fr)
+    e = ef.clamp(min=1) - 127
+    if flags & NORMALIZE:
+        lz = torch.where(sig == 0, 23, 23 - _leading_bit(sig))
+        e = e - lz
+        sig = sig << lz
+    shift = (emin - e).clamp(min=0) + (23 - M)
+    s = shift.clamp(max=30)
+    one_s = torch.ones_like(s) << s
+    kept = sig >> s
+    rem = sig & (one_s - 1)
+    half = one_s >> 1
+    if mode is Rounding.RNE:
+        up = torch.where(s > 0, half - 1 + (kept & 1), 0)
+        kept = (sig + up) >> s
+    elif mode is Rounding.RNA:
+        kept = (sig + half) >> s
+    elif mode is not Rounding.RTZ:
+        inexact = rem != 0
+        if mode is Rounding.RUP:
+            inc = inexact & ~neg
+        elif mode is Rounding.RDN:
+            inc = inexact & neg
+        elif mode is Rounding.RTO:
+            inc = inexact & ((kept & 1) == 0)
+        else:
+            # up with probability rem / 2**shift, read as a 63-bit threshold
+            sh = shift.to(torch.int64)
+            r64 = rem.to(torch.int64)
+            threshold = torch.where(sh <= 63, r64 << (63 - sh.clamp(max=63)),
+                                    r64 >> (sh - 63).clamp(0, 63))
+            inc = _random63(key, offset, index) < threshold
+        kept = kept + inc.to(torch.int32)
+    q = e.clamp(emin, emax)
+    mag = ((q + (bias - 1)) << M) + kept
+    ovf = (e > emax) | (mag > maxmag)
+    if mode in (Rounding.RTZ, Rounding.RTO):
+        ovf_to_inf = torch.zeros_like(ovf)
+    elif mode is Rounding.RUP:
+        ovf_to_inf = ovf & ~neg
+    elif mode is Rounding.RDN:
+        ovf_to_inf = ovf & neg
+    else:
+        ovf_to_inf = ovf
+    policy = Overflow(flags & 3)
+    to_policy = ovf_to_inf | (special & ~frac_nz)
+    mag = torch.where(ovf | to_policy, infmag if policy is Overflow.INF else maxmag, mag)
+    if policy is Overflow.INF:
+        mag = torch.where(ovf & ~to_policy, maxmag, mag)
+    if flags & FLUSH:
+        mag = torch.where(mag < (1 << M), 0, mag)
+    if flags & NO_ZERO:
+        mag = mag.clamp(min=0)
+    nan = special & frac_nz
+    if policy is Overflow.NAN:
+        nan = nan | to_policy
+    if flags & UNSIGNED:
+        nan = nan | neg | ((sig == 0) & ~special)
+    negative = neg & (mag != 0) if flags & FNUZ else neg
+    return mag, negative, nan
+
+
+def _value_bits(mag, negative, nan, cast):
+    """The float32 bits (int32) of magnitude codes ``mag``: ``_value32`` of
+    fpemu._kernels, with the subnormal product replaced by exact shifts."""
+    M, emin, _, bias, _, infmag = cast.params[:6]
+    flags = cast.flags
+    if emin >= -126 and not flags & NO_ZERO:
+        normal = (mag << (23 - M)) + ((127 - bias) << 23)
+        bits = torch.where(mag < (1 << M), _bits_of(mag, emin - M), normal)
+    else:
+        field = mag >> M
+        frac = mag & ((1 << M) - 1)
+        if flags & NO_ZERO:
+            sig = frac | (1 << M)
+            ex = field - (bias + M)
+        else:
+            sig = torch.where(field != 0, frac | (1 << M), frac)
+            ex = field.clamp(min=1) - (bias + M)
+        bits = _bits_of(sig, ex)
+    if infmag >= 0:
+        bits = torch.where(mag == infmag, 0x7F800000, bits)
+    bits = torch.where(negative, bits | _signed(0x80000000, 32), bits)
+    return torch.where(nan, 0x7FC00000, bits)
+
+
+# ------------------------------------------------------------------ input checks
+_WHAT = ("a floating-point torch tensor (float32, or float16 / bfloat16 / float8, whose "
+         "values float32 holds exactly, or float64 holding float32 values)")
+
+
+def _compiling(torch):
+    return torch.compiler.is_compiling()
+
+
+def _check_tensor(t, fname):
+    if not isinstance(t, torch.Tensor):
+        hint = ("; for NumPy arrays and Python numbers use fpemu.quantize / fpemu.encode, "
+                "or wrap them with torch.as_tensor(x, dtype=torch.float32)")
+        raise FpemuTypeError(f"fpemu.torch.{fname}() takes {_WHAT}; got "
+                             f"{type(t).__name__}{hint}")
+    if t.layout != torch.strided:
+        raise FpemuTypeError(f"fpemu.torch.{fname}() takes a dense tensor; got layout "
+                             f"{t.layout}; pass t.to_dense()")
+    if t.is_meta:
+        raise FpemuValueError(f"fpemu.torch.{fname}() got a meta tensor, which has a shape but "
+                              "no values to round; pass a tensor on the CPU or a GPU")
+
+
+def _float32_bits(t, fname):
+    """The float32 bits (int32 tensor) of ``t``: float32 as it is, narrower
+    floats widened (exact), float64 only where each value is a float32."""
+    _check_tensor(t, fname)
+    t = t.detach()
+    if t.is_complex() or not t.is_floating_point():
+        extra = ("; round its real and imaginary parts separately (t.real, t.imag)"
+                 if t.is_complex() else
+                 "; cast it first with t.to(torch.float32) if its values are float32 numbers, "
+                 "or round integers exactly with fpemu.quantize(t.numpy(), ...)")
+        raise FpemuTypeError(f"fpemu.torch.{fname}() takes {_WHAT}; got {t.dtype}{extra}")
+    if t.dtype == torch.float64:
+        t32 = t.to(torch.float32)
+        off = (t32.to(torch.float64) != t) & ~torch.isnan(t)
+        first = "" if _compiling(torch) or not bool(off.any()) else \
+            f" (the first: {float(t[off].reshape(-1)[0])!r})"
+        _refuse(off,
+                f"fpemu.torch.{fname}() got float64 values that float32 does not hold{first}; "
+                "rounding them to float32 first would round twice. Round them once with "
+                "fpemu.quantize(t.cpu().numpy(), ...), which reads float64 exactly, or pass "
+                "t.to(torch.float32) if float32 is what you mean")
+        t = t32
+    elif t.dtype != torch.float32:
+        t = t.to(torch.float32)
+    return t.contiguous().view(torch.int32)
+
+
+def _refuse(bad, message):
+    """Raise ``message`` where the bool tensor ``bad`` has a True: at once in
+    eager mode (one scalar comes back to the host), as a device-side assertion
+    (``torch._assert_async``) under ``torch.compile``, which cannot raise on
+    a value without breaking the graph."""
+    if _compiling(torch):
+        torch._assert_async(~bad.any(), message)
+    elif bool(bad.any()):
+        raise FpemuValueError(message)
+
+
+def _no_nan_into(cast, u, fname):
+    """fpemu never turns a NaN into a number: a NaN into a format without
+    one is an error, as in :func:`fpemu.quantize`."""
+    if cast.fmt.has_nan or u.numel() == 0:
+        return
+    _refuse((u & 0x7FFFFFFF) > 0x7F800000,
+            f"fpemu.torch.{fname}(): the input holds NaN and {cast.fmt.name} has no NaN "
+            "encoding; fpemu does not turn NaN into a number. Remove or replace the NaNs "
+            "first (torch.nan_to_num), or pick a format with a NaN")
+
+
+def _index(u):
+    """Each element's flat row-major index (int64, u's shape)."""
+    return torch.arange(u.numel(), device=u.device, dtype=torch.int64).view(u.shape)
+
+
+def _wide_rne(cast):
+    """Whether ``cast`` rounds to nearest even into an IEEE-style format with
+    float32's exponent range (bf16, tf32) under the inf policy: there every
+    float32 (subnormals too) rounds by one integer addition on its bits, and
+    an overflow carries into the infinity pattern by itself."""
+    f = cast.fmt
+    return (cast.rounding is Rounding.RNE and cast.flags == int(Overflow.INF) and f.signed
+            and f.nan_encoding == "ieee" and f.has_inf and f.has_subnormals
+            and (f.emin, f.emax) == (-126, 127) and 0 < f.mantissa_bits < 23)
+
+
+def _wide_rne_bits(u, cast, out):
+    """The float32 bits of :func:`_wide_rne`'s rounding, written into ``out``
+    (int32, u's shape, or None: a new tensor): add half an ulp less one plus
+    the kept last bit, clear the dropped bits; NaN becomes the canonical
+    0x7fc00000 (as every fpemu result does). In place after the first
+    operation: on the CPU a new tensor's first write costs as much as the
+    arithmetic (its pages are faulted in)."""
+    sh = 23 - cast.fmt.mantissa_bits
+    nan = u.view(torch.float32).isnan()
+    r = torch.bitwise_right_shift(u, sh, out=out)
+    r &= 1
+    r += u
+    r += (1 << (sh - 1)) - 1
+    r &= _signed(~((1 << sh) - 1), 32)
+    return r.masked_fill_(nan, 0x7FC00000)
+
+
+@torch.compiler.assume_constant_result
+def _plan(fmt, rounding, subnormals, overflow, seed):
+    """(Cast, key, offset): the checked configuration and stochastic
+    rounding's key, built in Python. Under ``torch.compile`` the result is a
+    constant of the graph (its arguments are), so Dynamo does not trace
+    fpemu's caches."""
+    cast = Cast.of(fmt, rounding, subnormals, overflow)
+    return (cast, *seed_key(seed, cast.rounding))
+
+
+def _round_tensor(t, fmt, rounding, subnormals, overflow, seed, fname):
+    cast, key, offset = _plan(fmt, rounding, subnormals, overflow, seed)
+    u = _float32_bits(t, fname)
+    _no_nan_into(cast, u, fname)
+    index = _index(u) if cast.rounding is Rounding.SR else None
+    return cast, _rounded(u, cast, key, offset, index)
+
+
+# -------------------------------------------------------------------- public API
+def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
+    """Round a tensor to a format on its own device; return float32 values.
+
+    The arguments and the result's bits are those of :func:`fpemu.quantize`
+    (every format, rounding mode, overflow policy; ``seed`` or ``(seed,
+    offset)`` for stochastic rounding, drawn per flat row-major index):
+    ``fpemu.torch.quantize(t, f)`` equals ``fpemu.quantize(t.cpu().numpy(), f)``
+    bit for bit, on the CPU and on CUDA, in eager mode and under
+    ``torch.compile``.
+
+    Parameters
+    ----------
+    t : torch.Tensor
+        float32 (or a narrower float type, widened exactly; or float64 whose
+        values are all float32), dense, on any device but ``meta``.
+    fmt, rounding, subnormals, overflow, seed
+        As in :func:`fpemu.quantize`.
+    out : torch.Tensor, optional
+        A contiguous float32 tensor of ``t``'s shape on ``t``'s device to
+        write the result into (it may be ``t`` itself); returned.
+
+    Returns
+    -------
+    torch.Tensor
+        float32, ``t``'s shape and device, contiguous, detached from autograd.
+
+    Examples
+    --------
+    >>> import torch, fpemu.torch
+    >>> fpemu.torch.quantize(torch.tensor([500.0, 1 + 2**-4, -1e-8]), "e4m3fn").tolist()
+    [448.0, 1.0, -0.0]
+    """
+    cast = _plan(fmt, rounding, subnormals, overflow, None)[0]
+    out32 = None if out is None else _out_bits(out, t)
+    if _wide_rne(cast):
+        u = _float32_bits(t, "quantize")
+        if out32 is not None and out32.data_ptr() == u.data_ptr():
+            u = u.clone()               # rounding in place: the first write would clobber u
+        return _wide_rne_bits(u, cast, out32).view(torch.float32)
+    cast, (mag, negative, nan) = _round_tensor(t, fmt, rounding, subnormals, overflow,
+                                                      seed, "quantize")
+    bits = _value_bits(mag, negative, nan, cast)
+    if out32 is None:
+        return bits.view(torch.float32)
+    return out32.copy_(bits).view(torch.float32)
+
+
+def _out_bits(out, t):
+    """``out``'s int32 view, after checking it can take quantize(t)."""
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or \
+            out.shape != t.shape or out.device != t.device or not out.is_contiguous():
+        what = (f"{out.dtype}, shape {tuple(out.shape)}, on {out.device}"
+                f"{'' if out.is_contiguous() else ', not contiguous'}"
+                if isinstance(out, torch.Tensor) else type(out).__name__)
+        raise FpemuValueError(
+            f"fpemu.torch.quantize(out=...) takes a contiguous float32 tensor of the input's "
+            f"shape {tuple(t.shape)} on {t.device}; got {what}. Pass "
+            "out=torch.empty_like(t, dtype=torch.float32) or leave it out")
+    return out.view(torch.int32)
+
+
+def _code_dtype(fmt):
+    return {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[fmt.code_dtype.itemsize]
+
+
+def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None):
+    """Round a tensor to a format on its own device; return the codes.
+
+    The codes of :func:`fpemu.encode`, bit for bit: ``torch.uint8`` for
+    formats of up to 8 bits (fp6 / fp4 in the low bits), ``torch.uint16`` up
+    to 16, ``torch.uint32`` above; NaN gives the format's canonical NaN code.
+    The arguments are those of :func:`quantize`.
+
+    Examples
+    --------
+    >>> import torch, fpemu.torch
+    >>> fpemu.torch.encode(torch.tensor([1.0, -2.0, 448.0]), "e4m3fn").tolist()
+    [56, 192, 126]
+    """
+    cast, (mag, negative, nan) = _round_tensor(t, fmt, rounding, subnormals, overflow,
+                                                      seed, "encode")
+    p = cast.params
+    code = torch.where(negative, mag | _signed(1 << p[7], 32), mag)
+    code = torch.where(nan, _signed(p[6], 32), code)
+    dtype = _code_dtype(cast.fmt)
+    if dtype == torch.uint32:       # codes of 32-bit formats: go through int64, no wrap
+        return (code.to(torch.int64) & 0xFFFFFFFF).to(dtype)
+    return code.to(dtype)
+
+
+def decode(codes, fmt):
+    """The float32 values of a format's codes (an integer tensor), on the
+    codes' device: :func:`fpemu.decode`, bit for bit.
+
+    Examples
+    --------
+    >>> import torch, fpemu.torch
+    >>> fpemu.torch.decode(torch.tensor([0x7E, 0xFE, 0x01], dtype=torch.uint8), "e4m3fn").tolist()
+    [448.0, -448.0, 0.001953125]
+    """
+    cast = _plan(fmt, "rne", True, "saturate", None)[0]     # what decode reads of the format
+    fmt = cast.fmt
+    _check_tensor(codes, "decode")
+    if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
+        raise FpemuTypeError(
+            f"fpemu.torch.decode() needs integer codes, got {codes.dtype}; pass "
+            "codes.to(torch.int64) if these numbers are codes, or fpemu.torch.quantize for values")
+    c = codes.detach().to(torch.int64)
+    limit = 1 << fmt.bits
+    if c.numel():
+        bad = (c < 0) | (c >= limit)
+        first = "" if _compiling(torch) or not bool(bad.any()) else \
+            f"; got {int(c[bad].reshape(-1)[0])}"
+        _refuse(bad, f"fpemu.torch.decode(): {fmt.name} codes are {fmt.bits}-bit, "
+                f"in 0..{limit - 1}{first}")
+    p = cast.params
+    sign_shift = p[7]
+    mag = (c & ((1 << sign_shift) - 1)).to(torch.int32)
+    if cast.flags & UNSIGNED:
+        negative = torch.zeros_like(mag, dtype=torch.bool)
+    else:
+        negative = ((c >> sign_shift) & 1) != 0
+    nan = (mag > p[4]) & (mag != p[5])
+    if cast.flags & FNUZ:
+        nan = nan | (negative & (mag == 0))
+    return _value_bits(mag.contiguous(), negative, nan, cast).view(torch.float32)
