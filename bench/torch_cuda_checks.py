@@ -171,6 +171,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=".")
     ap.add_argument("--exhaustive-seconds", type=float, default=150.0)
+    ap.add_argument("--checks", default="cpu_vs_cuda,compiled,exhaustive,timings_ms",
+                    help="which checks to run, comma-separated (default: all four)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("torch_cuda_checks: this PyTorch sees no CUDA device")
@@ -188,6 +190,8 @@ def main(argv=None):
                      ("compiled", lambda: check_compiled(log)),
                      ("exhaustive", lambda: check_exhaustive(log, args.exhaustive_seconds)),
                      ("timings_ms", lambda: timings(log))):
+        if name not in args.checks.split(","):
+            continue
         t0 = time.perf_counter()
         try:
             report[name] = fn()

@@ -101,7 +101,7 @@ def _rounded(u, cast, key, offset, index):
     """(magnitude code, negative, nan) of the float32 bits ``u`` (int32)
     rounded under ``cast``: ``_split32`` then ``_round32`` of fpemu._kernels."""
     M, emin, emax, bias, maxmag, infmag = cast.params[:6]
-    flags, mode = cast.flags, cast.rounding
+    flags, mode = cast.flags, Rounding(cast.mode)
     neg = u < 0
     a = u & 0x7FFFFFFF
     ef = a >> 23
@@ -258,10 +258,10 @@ def _refuse(bad, message):
 def _no_nan_into(cast, u, fname):
     """fpemu never turns a NaN into a number: a NaN into a format without
     one is an error, as in :func:`fpemu.quantize`."""
-    if cast.fmt.has_nan or u.numel() == 0:
+    if cast.has_nan or u.numel() == 0:
         return
     _refuse((u & 0x7FFFFFFF) > 0x7F800000,
-            f"fpemu.torch.{fname}(): the input holds NaN and {cast.fmt.name} has no NaN "
+            f"fpemu.torch.{fname}(): the input holds NaN and {cast.name} has no NaN "
             "encoding; fpemu does not turn NaN into a number. Remove or replace the NaNs "
             "first (torch.nan_to_num), or pick a format with a NaN")
 
@@ -289,7 +289,7 @@ def _wide_rne_bits(u, cast, out):
     0x7fc00000 (as every fpemu result does). In place after the first
     operation: on the CPU a new tensor's first write costs as much as the
     arithmetic (its pages are faulted in)."""
-    sh = 23 - cast.fmt.mantissa_bits
+    sh = 23 - cast.params[0]
     nan = u.view(torch.float32).isnan()
     r = torch.bitwise_right_shift(u, sh, out=out)
     r &= 1
@@ -299,21 +299,31 @@ def _wide_rne_bits(u, cast, out):
     return r.masked_fill_(nan, 0x7FC00000)
 
 
-@torch.compiler.assume_constant_result
+class _Plan(tuple):
+    """What the tensor code reads of a configuration, as plain Python values:
+    (params, flags, mode, wide, has_nan, name, bits, code bytes, key, offset)."""
+
+    params, flags, mode, wide, has_nan, name, bits, code_bytes, key, offset = (
+        property(lambda self, i=i: self[i]) for i in range(10))
+
+
+@torch.compiler.disable
 def _plan(fmt, rounding, subnormals, overflow, seed):
-    """(Cast, key, offset): the checked configuration and stochastic
-    rounding's key, built in Python. Under ``torch.compile`` the result is a
-    constant of the graph (its arguments are), so Dynamo does not trace
-    fpemu's caches."""
+    """The checked configuration (:class:`fpemu.Cast`) and stochastic
+    rounding's key, built in Python, outside ``torch.compile``'s tracing (one
+    graph break): Dynamo does not trace fpemu's caches."""
     cast = Cast.of(fmt, rounding, subnormals, overflow)
-    return (cast, *seed_key(seed, cast.rounding))
+    f = cast.fmt
+    return _Plan((cast.params, cast.flags, int(cast.rounding), _wide_rne(cast), f.has_nan, f.name,
+                  f.bits, f.code_dtype.itemsize, *seed_key(seed, cast.rounding)))
 
 
 def _round_tensor(t, fmt, rounding, subnormals, overflow, seed, fname):
-    cast, key, offset = _plan(fmt, rounding, subnormals, overflow, seed)
+    cast = _plan(fmt, rounding, subnormals, overflow, seed)
+    key, offset = cast.key, cast.offset
     u = _float32_bits(t, fname)
     _no_nan_into(cast, u, fname)
-    index = _index(u) if cast.rounding is Rounding.SR else None
+    index = _index(u) if cast.mode == Rounding.SR else None
     return cast, _rounded(u, cast, key, offset, index)
 
 
@@ -350,9 +360,9 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.torch.quantize(torch.tensor([500.0, 1 + 2**-4, -1e-8]), "e4m3fn").tolist()
     [448.0, 1.0, -0.0]
     """
-    cast = _plan(fmt, rounding, subnormals, overflow, None)[0]
+    cast = _plan(fmt, rounding, subnormals, overflow, None)
     out32 = None if out is None else _out_bits(out, t)
-    if _wide_rne(cast):
+    if cast.wide:
         u = _float32_bits(t, "quantize")
         if out32 is not None and out32.data_ptr() == u.data_ptr():
             u = u.clone()               # rounding in place: the first write would clobber u
@@ -379,10 +389,6 @@ def _out_bits(out, t):
     return out.view(torch.int32)
 
 
-def _code_dtype(fmt):
-    return {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[fmt.code_dtype.itemsize]
-
-
 def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None):
     """Round a tensor to a format on its own device; return the codes.
 
@@ -402,7 +408,7 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None)
     p = cast.params
     code = torch.where(negative, mag | _signed(1 << p[7], 32), mag)
     code = torch.where(nan, _signed(p[6], 32), code)
-    dtype = _code_dtype(cast.fmt)
+    dtype = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[cast.code_bytes]
     if dtype == torch.uint32:       # codes of 32-bit formats: go through int64, no wrap
         return (code.to(torch.int64) & 0xFFFFFFFF).to(dtype)
     return code.to(dtype)
@@ -418,20 +424,19 @@ def decode(codes, fmt):
     >>> fpemu.torch.decode(torch.tensor([0x7E, 0xFE, 0x01], dtype=torch.uint8), "e4m3fn").tolist()
     [448.0, -448.0, 0.001953125]
     """
-    cast = _plan(fmt, "rne", True, "saturate", None)[0]     # what decode reads of the format
-    fmt = cast.fmt
+    cast = _plan(fmt, "rne", True, "saturate", None)     # what decode reads of the format
     _check_tensor(codes, "decode")
     if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
         raise FpemuTypeError(
             f"fpemu.torch.decode() needs integer codes, got {codes.dtype}; pass "
             "codes.to(torch.int64) if these numbers are codes, or fpemu.torch.quantize for values")
     c = codes.detach().to(torch.int64)
-    limit = 1 << fmt.bits
+    limit = 1 << cast.bits
     if c.numel():
         bad = (c < 0) | (c >= limit)
         first = "" if _compiling(torch) or not bool(bad.any()) else \
             f"; got {int(c[bad].reshape(-1)[0])}"
-        _refuse(bad, f"fpemu.torch.decode(): {fmt.name} codes are {fmt.bits}-bit, "
+        _refuse(bad, f"fpemu.torch.decode(): {cast.name} codes are {cast.bits}-bit, "
                 f"in 0..{limit - 1}{first}")
     p = cast.params
     sign_shift = p[7]
