@@ -63,12 +63,17 @@ def _lsr64(z, k):
     return (z >> k) & ((1 << (64 - k)) - 1)
 
 
-def _random63(key, offset, index):
-    """63 uniform random bits (int64 >= 0) for each element ``offset + index``
-    (``index`` an int64 tensor counting from 0) under ``key``: splitmix64, as
-    fpemu's host kernels draw them. The constant part of the counter is
-    folded here, wrapped to 64 bits, so that no compiler folds it into a
-    Python integer past int64."""
+@torch.compiler.disable
+def _random63(key, offset, shape, device):
+    """63 uniform random bits (int64 >= 0) for each element of a tensor of
+    ``shape``, element ``i`` (flat, row-major) drawing ``splitmix64(key +
+    (offset + i + 1) * golden) >> 1``, as fpemu's host kernels do.
+
+    Computed outside ``torch.compile``'s graphs (one graph break): a compiler
+    that folds the counter ``arange * golden + constant`` into an index
+    expression would carry it as an integer past int64 (Inductor's Triton code
+    did, in torch 2.11)."""
+    index = torch.arange(shape.numel(), device=device, dtype=torch.int64).view(shape)
     z = index * _signed(_GOLDEN) + _signed(key + (offset + 1) * _GOLDEN)
     z = (z ^ _lsr64(z, 30)) * _signed(_MIX1)
     z = (z ^ _lsr64(z, 27)) * _signed(_MIX2)
@@ -97,7 +102,7 @@ def _bits_of(sig, ex):
     return torch.where(sig == 0, 0, torch.where(top >= -126, normal, sub))
 
 
-def _rounded(u, cast, key, offset, index):
+def _rounded(u, cast, key, offset):
     """(magnitude code, negative, nan) of the float32 bits ``u`` (int32)
     rounded under ``cast``: ``_split32`` then ``_round32`` of fpemu._kernels."""
     M, emin, emax, bias, maxmag, infmag = cast.params[:6]
@@ -139,7 +144,7 @@ def _rounded(u, cast, key, offset, index):
             r64 = rem.to(torch.int64)
             threshold = torch.where(sh <= 63, r64 << (63 - sh.clamp(max=63)),
                                     r64 >> (sh - 63).clamp(0, 63))
-            inc = _random63(key, offset, index) < threshold
+            inc = _random63(key, offset, u.shape, u.device) < threshold
         kept = kept + inc.to(torch.int32)
     q = e.clamp(emin, emax)
     mag = ((q + (bias - 1)) << M) + kept
@@ -266,11 +271,6 @@ def _no_nan_into(cast, u, fname):
             "first (torch.nan_to_num), or pick a format with a NaN")
 
 
-def _index(u):
-    """Each element's flat row-major index (int64, u's shape)."""
-    return torch.arange(u.numel(), device=u.device, dtype=torch.int64).view(u.shape)
-
-
 def _wide_rne(cast):
     """Whether ``cast`` rounds to nearest even into an IEEE-style format with
     float32's exponent range (bf16, tf32) under the inf policy: there every
@@ -323,8 +323,7 @@ def _round_tensor(t, fmt, rounding, subnormals, overflow, seed, fname):
     key, offset = cast.key, cast.offset
     u = _float32_bits(t, fname)
     _no_nan_into(cast, u, fname)
-    index = _index(u) if cast.mode == Rounding.SR else None
-    return cast, _rounded(u, cast, key, offset, index)
+    return cast, _rounded(u, cast, key, offset)
 
 
 # -------------------------------------------------------------------- public API
