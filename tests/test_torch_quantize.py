@@ -214,6 +214,7 @@ def test_under_torch_compile_the_same_bits():
     """One compiled function runs the one-addition path (bf16), the generic
     path with stochastic rounding (e4m3fn) and decode; its results equal
     eager's and fpemu's."""
+    fpemu.torch.quantize(torch.ones(1), "e5m2", rounding="rto")     # a configuration used before
     def f(x):
         return (fpemu.torch.quantize(x, "bf16"),
                 fpemu.torch.quantize(x, "e4m3fn", rounding="sr", seed=(7, 3)),
@@ -221,8 +222,17 @@ def test_under_torch_compile_the_same_bits():
 
     x = np.concatenate([_sample()[::50], np.float32([-np.inf, np.inf])])
     x = torch.from_numpy(_inputs(fpemu.format("e2m1"), x))
-    compiled = torch.compile(f, fullgraph=False)
+    eager = f(x)
+    compiled = torch.compile(f)
     got = compiled(x)
+    # without stochastic rounding (whose draws run outside the graph) and with
+    # configurations used before, one graph: no break
+    whole = torch.compile(lambda x: fpemu.torch.quantize(x, "e5m2", rounding="rto"),
+                          fullgraph=True)(x)
+    np.testing.assert_array_equal(_bits(whole.numpy()),
+                                  _bits(fpemu.quantize(x.numpy(), "e5m2", rounding="rto")))
+    for g, e in zip(got, eager):
+        np.testing.assert_array_equal(_bits(g.numpy()), _bits(e.numpy()))
     xn = x.numpy()
     for g, w in zip(got, (fpemu.quantize(xn, "bf16"),
                           fpemu.quantize(xn, "e4m3fn", rounding="sr", seed=(7, 3)),

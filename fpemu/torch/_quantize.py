@@ -69,10 +69,10 @@ def _random63(key, offset, shape, device):
     ``shape``, element ``i`` (flat, row-major) drawing ``splitmix64(key +
     (offset + i + 1) * golden) >> 1``, as fpemu's host kernels do.
 
-    Computed outside ``torch.compile``'s graphs (one graph break): a compiler
-    that folds the counter ``arange * golden + constant`` into an index
-    expression would carry it as an integer past int64 (Inductor's Triton code
-    did, in torch 2.11)."""
+    Computed outside ``torch.compile``'s graphs (a graph break): Inductor
+    folds the counter ``arange * golden + constant`` into an index expression
+    whose constants pass int64 (seen with torch 2.11's Triton code and 2.13's
+    C++ code)."""
     index = torch.arange(shape.numel(), device=device, dtype=torch.int64).view(shape)
     z = index * _signed(_GOLDEN) + _signed(key + (offset + 1) * _GOLDEN)
     z = (z ^ _lsr64(z, 30)) * _signed(_MIX1)
@@ -307,23 +307,49 @@ class _Plan(tuple):
         property(lambda self, i=i: self[i]) for i in range(10))
 
 
-@torch.compiler.disable
+_PLANS = {}
+
+
 def _plan(fmt, rounding, subnormals, overflow, seed):
     """The checked configuration (:class:`fpemu.Cast`) and stochastic
-    rounding's key, built in Python, outside ``torch.compile``'s tracing (one
-    graph break): Dynamo does not trace fpemu's caches."""
+    rounding's key as plain Python values, built once per configuration.
+    Under ``torch.compile`` a configuration used before is a dictionary
+    lookup of constants; a new one is built outside the graph (one graph
+    break, the first time)."""
+    try:
+        return _PLANS[(fmt, rounding, subnormals, type(subnormals), overflow, seed)]
+    except (KeyError, TypeError):
+        return _build_plan(fmt, rounding, subnormals, overflow, seed)
+
+
+@torch.compiler.disable
+def _build_plan(fmt, rounding, subnormals, overflow, seed):
     cast = Cast.of(fmt, rounding, subnormals, overflow)
     f = cast.fmt
-    return _Plan((cast.params, cast.flags, int(cast.rounding), _wide_rne(cast), f.has_nan, f.name,
-                  f.bits, f.code_dtype.itemsize, *seed_key(seed, cast.rounding)))
+    plan = _Plan((cast.params, cast.flags, int(cast.rounding), _wide_rne(cast), f.has_nan,
+                  f.name, f.bits, f.code_dtype.itemsize, *seed_key(seed, cast.rounding)))
+    if seed is not None or cast.rounding is not Rounding.SR:     # seed=None: new bits each call
+        try:
+            _PLANS[(fmt, rounding, subnormals, type(subnormals), overflow, seed)] = plan
+        except TypeError:                                       # unhashable: not kept
+            pass
+    return plan
 
 
-def _round_tensor(t, fmt, rounding, subnormals, overflow, seed, fname):
-    cast = _plan(fmt, rounding, subnormals, overflow, seed)
-    key, offset = cast.key, cast.offset
+def _layout(fmt, subnormals, overflow):
+    """The plan of what follows the rounding (a code's value and layout),
+    which depends on no rounding mode or seed: looked up again after the
+    rounding, whose stochastic draws break a compiled graph, so that no
+    integer of the plan crosses the break (Dynamo would make such integers
+    symbols when it compiles the rest again for another format)."""
+    return _plan(fmt, "rne", subnormals, overflow, None)
+
+
+def _round_tensor(t, cast, fname):
+    """(magnitude code, negative, nan) of tensor ``t`` under plan ``cast``."""
     u = _float32_bits(t, fname)
     _no_nan_into(cast, u, fname)
-    return cast, _rounded(u, cast, key, offset)
+    return _rounded(u, cast, cast.key, cast.offset)
 
 
 # -------------------------------------------------------------------- public API
@@ -359,16 +385,15 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.torch.quantize(torch.tensor([500.0, 1 + 2**-4, -1e-8]), "e4m3fn").tolist()
     [448.0, 1.0, -0.0]
     """
-    cast = _plan(fmt, rounding, subnormals, overflow, None)
+    cast = _plan(fmt, rounding, subnormals, overflow, seed)
     out32 = None if out is None else _out_bits(out, t)
     if cast.wide:
         u = _float32_bits(t, "quantize")
         if out32 is not None and out32.data_ptr() == u.data_ptr():
             u = u.clone()               # rounding in place: the first write would clobber u
         return _wide_rne_bits(u, cast, out32).view(torch.float32)
-    cast, (mag, negative, nan) = _round_tensor(t, fmt, rounding, subnormals, overflow,
-                                                      seed, "quantize")
-    bits = _value_bits(mag, negative, nan, cast)
+    mag, negative, nan = _round_tensor(t, cast, "quantize")
+    bits = _value_bits(mag, negative, nan, _layout(fmt, subnormals, overflow))
     if out32 is None:
         return bits.view(torch.float32)
     return out32.copy_(bits).view(torch.float32)
@@ -402,8 +427,9 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None)
     >>> fpemu.torch.encode(torch.tensor([1.0, -2.0, 448.0]), "e4m3fn").tolist()
     [56, 192, 126]
     """
-    cast, (mag, negative, nan) = _round_tensor(t, fmt, rounding, subnormals, overflow,
-                                                      seed, "encode")
+    mag, negative, nan = _round_tensor(t, _plan(fmt, rounding, subnormals, overflow, seed),
+                                       "encode")
+    cast = _layout(fmt, subnormals, overflow)
     p = cast.params
     code = torch.where(negative, mag | _signed(1 << p[7], 32), mag)
     code = torch.where(nan, _signed(p[6], 32), code)
