@@ -17,8 +17,14 @@ format would do to each module's tensors at each step:
 
 The tensors go to the host chunk by chunk and through :func:`fpemu.stats`, so
 each count is bit-exact; ``sample=`` counts a seeded uniform sample of each
-large tensor instead. See ``docs/monitor.md``. PyTorch is imported only when
-a monitor starts; it is an optional dependency (``pip install fpemu[torch]``).
+large tensor instead. See ``docs/monitor.md``.
+
+``fpemu.torch.quantize``, ``encode`` and ``decode`` round a tensor where it
+lives (CPU or CUDA) with torch integer operations, bit for bit
+:func:`fpemu.quantize`'s (``fpemu/torch/_quantize.py``).
+
+PyTorch is imported only when a monitor starts or a quantizer is first used;
+it is an optional dependency (``pip install fpemu[torch]``).
 """
 
 from ._monitor import (
@@ -32,6 +38,7 @@ def __getattr__(name):
         from . import _quantize
         return getattr(_quantize, name)
     raise AttributeError(f"module 'fpemu.torch' has no attribute {name!r}")
+
 
 __all__ = ["monitor", "Monitor", "FirstOverflow", "watch", "run_script", "KINDS", "SCALINGS",
            "quantize", "encode", "decode"]

@@ -1,0 +1,71 @@
+"""Time fpemu.torch's quantizers (torch integer operations) against torch's own casts.
+
+Issue 32's target: ``fpemu.torch.quantize`` to bf16 at least 0.5x the speed
+of torch's ``.to(torch.bfloat16)`` on the same tensor (CPU, 2 threads). Also
+timed: writing into ``out=``, the generic path (e4m3fn, fp16), codes,
+stochastic rounding, and fpemu's Numba kernels on the same array for scale.
+2**24 float32 values (normal, σ = 1), medians of ``--repeats`` runs after a
+warm-up, 1 and 2 threads. The CUDA figures come from
+``bench/torch_cuda_checks.py`` on a GPU.
+
+    python bench/bench_torch_quantize.py [--size-log2 24] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numba
+import torch
+
+import fpemu
+import fpemu.torch
+from bench_quantize import timed  # the median of repeats after a warm-up call
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-log2", type=int, default=24)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+    x = torch.randn(1 << args.size_log2, generator=torch.Generator().manual_seed(0))
+    xn = x.numpy()
+    out = torch.empty_like(x)
+    cases = {
+        "torch .to(bfloat16)": lambda: x.to(torch.bfloat16),
+        "torch .to(float16)": lambda: x.to(torch.float16),
+        "torch .to(float8_e4m3fn)": lambda: x.to(torch.float8_e4m3fn),
+        "fpemu.torch.quantize bf16": lambda: fpemu.torch.quantize(x, "bf16"),
+        "fpemu.torch.quantize bf16 out=": lambda: fpemu.torch.quantize(x, "bf16", out=out),
+        "fpemu.torch.quantize fp16": lambda: fpemu.torch.quantize(x, "fp16"),
+        "fpemu.torch.quantize e4m3fn": lambda: fpemu.torch.quantize(x, "e4m3fn"),
+        "fpemu.torch.encode e4m3fn": lambda: fpemu.torch.encode(x, "e4m3fn"),
+        "fpemu.torch.quantize bf16 sr": lambda: fpemu.torch.quantize(x, "bf16", rounding="sr",
+                                                                     seed=1),
+        "fpemu.quantize bf16 (Numba)": lambda: fpemu.quantize(xn, "bf16"),
+        "fpemu.quantize e4m3fn (Numba)": lambda: fpemu.quantize(xn, "e4m3fn"),
+    }
+    print(f"fpemu.torch quantizers, 2**{args.size_log2} float32 on the CPU, torch "
+          f"{torch.__version__}, ATen {torch.backends.cpu.get_cpu_capability()}; "
+          "ms (median), speed relative to torch's .to(bfloat16) at the same thread count")
+    print(f"{'':34}{'1 thread':>18}{'2 threads':>18}")
+    res = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        numba.set_num_threads(threads)
+        for name, fn in cases.items():
+            res[name, threads] = timed(fn, args.repeats)
+    for name in cases:
+        cells = "".join(
+            f"{res[name, k] * 1e3:9.1f} ({res['torch .to(bfloat16)', k] / res[name, k]:4.2f}x)"
+            for k in (1, 2))
+        print(f"{name:34}{cells}")
+    ratio = res["torch .to(bfloat16)", 2] / res["fpemu.torch.quantize bf16", 2]
+    ratio_out = res["torch .to(bfloat16)", 2] / res["fpemu.torch.quantize bf16 out=", 2]
+    print(f"target: quantize to bf16 >= 0.5x the speed of .to(torch.bfloat16), 2 threads: "
+          f"{ratio:.2f}x allocating, {ratio_out:.2f}x into out= "
+          f"({'met' if ratio >= 0.5 else 'not met'} allocating)")
+
+
+if __name__ == "__main__":
+    main()
