@@ -459,6 +459,94 @@ def test_ddp_all_reduce_divides_then_sums_and_refuses_bad_input():
         collectives.ddp_all_reduce(g, "e4m3fn")
 
 
+def _powersgd_oracle(grads, world, rank, iterations, start, seed=0):
+    """PowerSGD (Vogels et al. 2019, Algorithm 1, with torch's choices: error
+    feedback, warm start, gradients of one dimension or too small to pay
+    averaged, Q's first draw torch.randn after torch.manual_seed of a NumPy
+    RandomState draw) in float64, one bucket, written from the paper: the
+    reduced gradients of each iteration."""
+    import torch
+    rng = np.random.RandomState(seed)
+    err, qs, out = None, None, []
+    for it in range(iterations):
+        g = [[np.asarray(x, np.float64) for x in grads[it][r]] for r in range(world)]
+        if it < start:
+            out.append([sum(g[r][i] / world for r in range(world)) for i in range(len(g[0]))])
+            continue
+        if err is None:
+            err = [[np.zeros_like(x) for x in g[r]] for r in range(world)]
+        m = [[g[r][i] + err[r][i] for i in range(len(g[r]))] for r in range(world)]
+        res = [None] * len(m[0])
+        for i in reversed(range(len(m[0]))):     # DDP's rebuilt bucket: the last layer first
+            x = m[0][i]
+            n = x.shape[0]
+            k = x.size // n
+            rk = min(n, k, rank)
+            if x.ndim < 2 or (n + k) * rk * 2 >= n * k:
+                res[i] = sum(m[r][i] for r in range(world)) / world
+                continue
+            if qs is None:
+                qs = {}
+            if i not in qs:
+                if not qs:
+                    torch.manual_seed(rng.randint(1_000_000_000))
+                qs[i] = torch.randn(1, k, rk, dtype=torch.float32).numpy()[0].astype(np.float64)
+            q = np.linalg.qr(qs[i])[0]
+            p = sum(m[r][i].reshape(n, k) @ q for r in range(world))
+            p = np.linalg.qr(p)[0]
+            q = sum(m[r][i].reshape(n, k).T @ p for r in range(world)) / world
+            qs[i] = q
+            res[i] = (p @ q.T).reshape(x.shape)
+        for r in range(world):
+            err[r] = [m[r][i] - res[i] for i in range(len(res))]
+        out.append(res)
+    return out
+
+
+def test_powersgd_follows_the_algorithm_and_its_error_feedback():
+    """fpemu's PowerSGD (float32, gloo sums) against the float64 oracle above
+    on a small MLP's gradients over 3 ranks and 5 iterations (plain averaging
+    for the first 2): within float32 rounding, normwise; the bias and the
+    too-small matrix are averaged as the plain path; each rank's error
+    is what it had less what it got."""
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    shapes = [(16, 12), (16,), (3, 16), (3,), (2, 3)]     # (2, 3): (2+3)*1*2 >= 6, not compressed
+    world, iters = 3, 5
+    grads = [[[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(world)]
+             for _ in range(iters)]
+    state = collectives.PowerSGDState(matrix_approximation_rank=1, start_powerSGD_iter=2)
+    want = _powersgd_oracle(grads, world, 1, iters, 2)
+    for it in range(iters):
+        err_before = state.error.get(0, np.zeros((world, 1)))
+        got = collectives.ddp_all_reduce(grads[it], "fp32", iteration=min(it, 1),
+                                         hook="powerSGD", state=state)
+        for g, w in zip(got, want[it]):
+            assert np.linalg.norm(g - w) <= 1e-5 * np.linalg.norm(w), (it, g, w)
+        # the compressed gradient has rank 1 from the third iteration on
+        assert np.linalg.matrix_rank(got[0], tol=1e-5) == (1 if it >= 2 else 12)
+    assert state.iter == iters
+    # each rank's error is what it had less what it got: the bucket (last layer first)
+    # starts with the (2, 3) gradient, averaged, not compressed
+    had = grads[-1][1][4].reshape(-1) + err_before[1][:6]
+    np.testing.assert_allclose(state.error[0][1][:6], had - got[4].reshape(-1), atol=1e-6)
+
+
+def test_powersgd_refuses_what_torch_refuses():
+    g = [[np.ones((4, 4), np.float32)], [np.ones((4, 4), np.float32)]]
+    with pytest.raises(fpemu.errors.FpemuValueError, match="start_powerSGD_iter must be > 1"):
+        collectives.PowerSGDState(start_powerSGD_iter=1)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="matrix_approximation_rank must be"):
+        collectives.PowerSGDState(matrix_approximation_rank=0)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="hook='powerSGD' takes state="):
+        collectives.ddp_all_reduce(g, "fp32", hook="powerSGD")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="hook='powerSGD' takes state="):
+        collectives.ddp_all_reduce(g, "fp32", state=collectives.PowerSGDState())
+    with pytest.raises(fpemu.errors.FpemuNotImplementedError, match="float32 gradients"):
+        collectives.ddp_all_reduce(g, "bf16", hook="powerSGD",
+                                   state=collectives.PowerSGDState())
+
+
 def _recorded_mlp_case(name):
     """A recorded DDP / FSDP case: its config, its recorded arrays, an fpemu
     MLP holding torch's initial weights, and ``batches(it)``, the ranks'
@@ -486,17 +574,22 @@ def _recorded_mlp_case(name):
 
 
 @needs_torch
-def test_emulated_ddp_step_matches_real_ddp_within_the_matmul_bound():
+@pytest.mark.parametrize("name", ["ddp-gloo-fp32-w3", "ddp-gloo-fp32-w3-powersgd-r1"])
+def test_emulated_ddp_step_matches_real_ddp_within_the_matmul_bound(name):
     """fpemu.autograd's EmulatedDDP against the recorded real DDP run
-    (ddp-gloo-fp32-w3: torch's initial weights and batches, made again here):
-    the reducer is bit-exact given torch's local gradients (the scenario), but
-    the local gradients themselves come from fpemu's fp32 matmul model, not
-    MKL's kernels, and differ by a few ulps (normwise 1.6e-7 measured); the
-    reduced gradients stay within 1e-6 of DDP's, normwise."""
+    (torch's initial weights and batches, made again here): the reducer is
+    bit-exact given torch's local gradients (the scenario; PowerSGD's
+    compressed gradients within float32 rounding), but the local gradients
+    themselves come from fpemu's fp32 matmul model, not MKL's kernels, and
+    differ by a few ulps (normwise 1.6e-7 measured); the reduced gradients
+    stay within 1e-6 of DDP's, normwise, with PowerSGD (rank 1, five
+    iterations, error feedback) too."""
     import fpemu.autograd as ft
     from fpemu.autograd.distributed import EmulatedDDP
-    cfg, rec, fm, batches = _recorded_mlp_case("ddp-gloo-fp32-w3")
-    ddp = EmulatedDDP(fm, cfg["world"], bucket_cap_mb=cfg["bucket_cap_mb"])
+    cfg, rec, fm, batches = _recorded_mlp_case(name)
+    state = collectives.PowerSGDState(**cfg["powersgd"]) if "powersgd" in cfg else None
+    ddp = EmulatedDDP(fm, cfg["world"], bucket_cap_mb=cfg["bucket_cap_mb"], hook=cfg["hook"],
+                      state=state)
     with ft.use_profile(ft.Profile("cpu", "2.13.0")):
         for it in range(cfg["iterations"]):
             losses = ddp.backward(lambda m, x, y: ((m(x) - y) ** 2).mean(), batches(it))

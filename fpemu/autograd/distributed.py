@@ -111,12 +111,15 @@ class EmulatedDDP:
     after the module. The first call is DDP's first all-reducing backward (one
     bucket, registration order), later ones use the rebuilt buckets in
     ``ready_order`` (default: the reverse of registration, the order of a
-    chain of layers).
+    chain of layers). ``hook`` is one of DDP's communication hooks
+    (``fp16_compress``, ``bf16_compress``, ``powerSGD`` with ``state=`` a
+    :class:`fpemu.collectives.PowerSGDState`, by default one with torch's
+    defaults).
     """
 
     def __init__(self, module, world_size, *, algorithm="gloo", hook=None, bucket_cap_mb=25,
-                 ready_order=None, **collective_params):
-        from ..collectives import DDP_HOOKS
+                 ready_order=None, state=None, **collective_params):
+        from ..collectives import DDP_HOOKS, PowerSGDState
         from ..errors import FpemuValueError
         params = _world_and_params("EmulatedDDP", module, world_size)
         if hook not in DDP_HOOKS:
@@ -126,6 +129,9 @@ class EmulatedDDP:
         self.world_size = world_size
         self.algorithm = algorithm
         self.hook = hook
+        #: the hook's state: hook="powerSGD" takes a PowerSGDState (default: torch's defaults)
+        self.state = (state if state is not None else PowerSGDState()) \
+            if hook == "powerSGD" else state
         self.bucket_cap_mb = bucket_cap_mb
         self.ready_order = ready_order
         self.collective_params = collective_params
@@ -147,7 +153,7 @@ class EmulatedDDP:
                                          self.params, loss_fn, batches)
         _set_grads(self.params, collectives.ddp_all_reduce(
             local, self.fmt, self.algorithm, iteration=min(self.iteration, 1), hook=self.hook,
-            ready_order=self.ready_order, bucket_cap_mb=self.bucket_cap_mb,
+            ready_order=self.ready_order, bucket_cap_mb=self.bucket_cap_mb, state=self.state,
             **self.collective_params))
         self.iteration += 1
         return losses

@@ -119,7 +119,11 @@ def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout):
         dtype = getattr(torch, cfg["dtype"])
         model = _mlp(torch, cfg).to(dtype)
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"])
-        if cfg["hook"]:
+        if cfg["hook"] == "powerSGD":
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+            ddp.register_comm_hook(psgd.PowerSGDState(None, **cfg["powersgd"]),
+                                   psgd.powerSGD_hook)
+        elif cfg["hook"]:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             ddp.register_comm_hook(None, getattr(default_hooks, cfg["hook"] + "_hook"))
         res = {}
@@ -144,7 +148,8 @@ def run_ddp(cfg, world, timeout=TIMEOUT):
     """``world`` gloo processes training ``cfg["widths"]`` (an MLP of Linear and
     ReLU, dtype ``cfg["dtype"]``, seed ``cfg["seed"]``) under
     DistributedDataParallel (``bucket_cap_mb``, comm ``hook`` of
-    ``default_hooks`` or None) for ``cfg["iterations"]`` steps of a batch of
+    ``default_hooks``, ``"powerSGD"`` with ``cfg["powersgd"]`` the arguments
+    of its state, or None) for ``cfg["iterations"]`` steps of a batch of
     its own: per rank, each iteration's local gradients (``no_sync``) and
     DDP's reduced ones, ``{"local.<it>.<param>": [per rank], "reduced...": ...}``."""
     return _spawn(_ddp_worker, world,
