@@ -1225,6 +1225,59 @@ def _zero_config(config, fname):
     return config
 
 
+def _zero3_reduce(ranks, shapes, world, wire, zero, ready_order, algorithm, params, fname):
+    """ZeRO stage 3 (DeepSpeed 0.19.8, ``stage3.py`` and
+    ``runtime/comm/coalesced_collectives.py``): gradients join a bucket in the
+    order they become ready until the next would pass ``reduce_bucket_size``
+    elements; each bucket, sorted back into registration order, is cast to
+    the wire dtype and reduce-scattered by ``reduce_scatter_coalesced``: rank
+    c's part of the buffer holds chunk c (ceil(numel / world) elements,
+    padded) of every gradient in turn, the whole buffer is divided by the
+    world size in the wire dtype and summed; each rank's partition is then
+    copied into the parameter's bf16 gradient partition (``partition_grads``),
+    rounding an fp32 sum to bf16 once."""
+    from .quantize import quantize
+    n = len(shapes)
+    order = list(range(n))[::-1] if ready_order is None else list(ready_order)
+    if sorted(order) != list(range(n)):
+        raise FpemuValueError(f"{fname}(): ready_order must be an order of the parameters "
+                              f"0 .. {n - 1} (each once), got {ready_order!r}")
+    limit = int(zero.get("reduce_bucket_size", 500_000_000))
+    buckets, cur, size = [], [], 0
+    for i in order:
+        k = int(np.prod(shapes[i]))
+        if cur and size + k > limit:
+            buckets.append(cur)
+            cur, size = [], 0
+        cur.append(i)
+        size += k
+    if cur:
+        buckets.append(cur)
+    out = [None] * n
+    for b in buckets:
+        b = sorted(b)
+        chunks = [math.ceil(int(np.prod(shapes[i])) / world) for i in b]
+        rows = []
+        for gs in ranks:
+            parts = []
+            for c in range(world):
+                for i, k in zip(b, chunks):
+                    piece = quantize(gs[i].reshape(-1)[c * k:(c + 1) * k], "bf16")
+                    parts.append(np.pad(piece, (0, k - piece.size)))
+            rows.append(np.concatenate(parts))
+        flat = quantize(np.stack(rows), wire)
+        with np.errstate(over="ignore", invalid="ignore"):
+            flat = _div_(flat, world, wire)
+        red = all_reduce(flat, wire, "sum", algorithm, **params)[0].reshape(world, -1)
+        at = 0
+        for i, k in zip(b, chunks):
+            numel = int(np.prod(shapes[i]))
+            whole = np.concatenate([red[c, at:at + k] for c in range(world)])[:numel]
+            out[i] = quantize(whole, "bf16").reshape(shapes[i])
+            at += k
+    return out
+
+
 def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
     """The gradients every rank holds after DeepSpeed ZeRO's reduction, from
     each rank's local gradients (``grads[rank][parameter]``, registration
@@ -1232,15 +1285,17 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
     string or a path; unknown keys are an error).
 
     Modelled and checked bit for bit against DeepSpeed 0.19.8 on gloo (CPU
-    accelerator): ``bf16.enabled`` with ``zero_optimization.stage`` 1 or 2.
-    The bf16 gradients are laid out in one buffer (stage 1: registration
-    order; stage 2: the order they became ready, default the reverse, in
-    buckets of ``reduce_bucket_size`` elements), divided by the world size in
-    bf16 (a float32 division rounded to bf16), summed by an all-reduce in
-    ``communication_data_type`` (bf16 by default, or fp32) and cast back to
-    bf16. fp16 with its loss scaler, stage 3 and, in stage 1, a
-    ``gradient_predivide_factor`` other than 1 are refused: not modelled
-    (stage 2 refuses that factor as DeepSpeed itself does).
+    accelerator): ``bf16.enabled`` with ``zero_optimization.stage`` 1, 2 or 3.
+    Stages 1 and 2: the bf16 gradients are laid out in one buffer (stage 1:
+    registration order; stage 2: the order they became ready, default the
+    reverse, in buckets of ``reduce_bucket_size`` elements), divided by the
+    world size in bf16 (a float32 division rounded to bf16), summed by an
+    all-reduce in ``communication_data_type`` (bf16 by default, or fp32) and
+    cast back to bf16. Stage 3: DeepSpeed's coalesced reduce-scatter
+    (:func:`_zero3_reduce`), the same division, sum and cast. fp16 with its
+    loss scaler and, in stages 1 and 3, a ``gradient_predivide_factor``
+    other than 1 are refused: not modelled (stage 2 refuses that factor as
+    DeepSpeed itself does).
     Returns one float32 array (of bf16 values) per parameter.
     """
     from .quantize import quantize
@@ -1252,9 +1307,13 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
         raise FpemuNotImplementedError(
             f"{fname}(): only bf16.enabled is modelled (fp16 with DeepSpeed's loss scaler and "
             "fp32 are not yet); set \"bf16\": {\"enabled\": true}")
-    if stage not in (1, 2):
-        raise FpemuNotImplementedError(f"{fname}(): ZeRO stages 1 and 2 are modelled, not "
-                                       f"stage {stage!r}")
+    if stage not in (1, 2, 3):
+        raise FpemuValueError(f"{fname}(): zero_optimization.stage must be 1, 2 or 3 (ZeRO's "
+                              f"stages; 0 is plain data parallelism: ddp_all_reduce), got "
+                              f"{stage!r}")
+    if stage == 3 and not zero.get("reduce_scatter", True):
+        raise FpemuNotImplementedError(f"{fname}(): stage 3 with reduce_scatter false (its "
+                                       "contiguous-buffer path) is not modelled")
     if cfg.get("gradient_predivide_factor", 1.0) != 1.0:
         if stage == 2 and zero.get("reduce_scatter", True):
             raise FpemuValueError(f"{fname}(): DeepSpeed refuses gradient_predivide_factor != "
@@ -1271,6 +1330,9 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
     wire = comm[cfg.get("communication_data_type")]
     world, ranks, shapes = _rank_grads(grads, fname, np.float32)
     n = len(shapes)
+    if stage == 3:
+        return _zero3_reduce(ranks, shapes, world, wire, zero, ready_order, algorithm, params,
+                             fname)
     if stage == 1:
         order = list(range(n))
     else:

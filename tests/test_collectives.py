@@ -740,6 +740,8 @@ def test_zero_reduce_reads_deepspeed_json_and_refuses_what_it_does_not_model(tmp
     path.write_text(json.dumps(cfg))
     a = collectives.zero_reduce(g, cfg)[0]
     assert a.tolist() == [[2.0, 3.0]]          # (1 + 3) / 2, (2 + 4) / 2: exact in bf16
+    three = dict(cfg, zero_optimization={"stage": 3})
+    assert collectives.zero_reduce(g, three)[0].tolist() == a.tolist()
     assert collectives.zero_reduce(g, str(path))[0].tolist() == a.tolist()
     assert collectives.zero_reduce(g, json.dumps(cfg))[0].tolist() == a.tolist()
     err = fpemu.errors
@@ -751,8 +753,14 @@ def test_zero_reduce_reads_deepspeed_json_and_refuses_what_it_does_not_model(tmp
         collectives.zero_reduce(g, {"bf_16": {"enabled": True}})
     with pytest.raises(err.FpemuNotImplementedError, match="only bf16.enabled is modelled"):
         collectives.zero_reduce(g, {"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}})
-    with pytest.raises(err.FpemuNotImplementedError, match="not stage 3"):
-        collectives.zero_reduce(g, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}})
+    with pytest.raises(err.FpemuValueError, match="stage must be 1, 2 or 3.*got 0"):
+        collectives.zero_reduce(g, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 0}})
+    with pytest.raises(err.FpemuNotImplementedError, match="stage 3 with reduce_scatter false"):
+        collectives.zero_reduce(g, {"bf16": {"enabled": True},
+                                    "zero_optimization": {"stage": 3, "reduce_scatter": False}})
+    with pytest.raises(err.FpemuNotImplementedError, match="not modelled for stage 3"):
+        collectives.zero_reduce(g, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 3},
+                                    "gradient_predivide_factor": 2.0})
     with pytest.raises(err.FpemuValueError, match="DeepSpeed refuses gradient_predivide_factor"):
         collectives.zero_reduce(g, dict(cfg, gradient_predivide_factor=2.0))
     with pytest.raises(err.FpemuNotImplementedError, match="not modelled for stage 1"):

@@ -1031,6 +1031,13 @@ ZERO_CASES = {
                                                              zero_optimization={"stage": 2})),
     "zero-gloo-stage2-bf16-comm-fp32-w4": dict(world=4, ds_config=dict(
         _ZERO_BASE, zero_optimization={"stage": 2}, communication_data_type="fp32")),
+    "zero-gloo-stage3-bf16-w3": dict(world=3, ds_config=dict(_ZERO_BASE,
+                                                             zero_optimization={"stage": 3})),
+    # three buckets: [b3, w3, b2], [w2], [b1, w1] in the order the gradients become ready
+    "zero-gloo-stage3-bf16-buckets-w3": dict(world=3, ds_config=dict(
+        _ZERO_BASE, zero_optimization={"stage": 3, "reduce_bucket_size": 3000})),
+    "zero-gloo-stage3-bf16-comm-fp32-w4": dict(world=4, ds_config=dict(
+        _ZERO_BASE, zero_optimization={"stage": 3}, communication_data_type="fp32")),
 }
 
 
