@@ -14,12 +14,13 @@ with (where the ranks end with the same bits, read-only views of one array:
   the first axis (``all_gather_into_tensor``): copies, no arithmetic;
 * :func:`broadcast`: every rank gets rank ``src``'s array;
 * :func:`ddp_all_reduce`: the gradients DistributedDataParallel leaves on
-  every rank (its buckets, its division, its compression hooks);
+  every rank (its buckets, its division, its compression hooks, PowerSGD
+  with a :class:`PowerSGDState`);
 * :func:`fsdp_reduce_scatter` and :func:`fsdp1_reduce_scatter`: the
   gradients FSDP2's and FSDP1's mixed precision leave (``reduce_dtype``,
   their shard layouts, their divisions);
-* :func:`zero_reduce`: the gradients DeepSpeed ZeRO (stages 1 and 2, bf16)
-  leaves, configured by its JSON;
+* :func:`zero_reduce`: the gradients DeepSpeed ZeRO (stages 1, 2 and 3,
+  bf16) leaves, configured by its JSON;
 * :func:`fp8_all_reduce`: an all-reduce with FP8 on the wire and a shared
   scale.
 
