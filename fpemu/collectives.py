@@ -131,7 +131,8 @@ from . import _coll_kernels
 from ._exact import to_float64_odd
 from ._jit import run_kernel
 from .checks import as_format, real_array
-from .errors import FpemuNotImplementedError, FpemuTypeError, FpemuValueError
+from .errors import (FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError,
+                     FpemuValueError)
 
 ALGORITHMS = ("exact", "gloo", "ring", "tree", "nvls")
 OPS = ("sum", "avg", "max", "min", "premul_sum")
@@ -1195,11 +1196,84 @@ ZERO_KEYS = {
          "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown"),
     "bf16": ("enabled",),
     "fp16": ("enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-             "min_loss_scale"),
+             "min_loss_scale", "consecutive_hysteresis"),
     "zero_optimization": ("stage", "reduce_bucket_size", "reduce_scatter", "overlap_comm",
                           "contiguous_gradients", "allgather_bucket_size",
                           "allgather_partitions"),
 }
+
+
+class DeepSpeedLossScaler:
+    """DeepSpeed's dynamic fp16 loss scale (``DynamicLossScaler`` of
+    ``deepspeed/runtime/fp16/loss_scaler.py``, 0.19.8), from the ``fp16``
+    section of a DeepSpeed JSON (:meth:`from_config`): the scale starts at
+    2**``initial_scale_power``; an overflow skips the step and, once
+    ``hysteresis`` overflows have used up the hysteresis, halves the scale
+    (not below ``min_loss_scale``; an overflow at the minimum is an error, as
+    in DeepSpeed); ``loss_scale_window`` clean steps after the last overflow
+    double it and refill the hysteresis (``consecutive_hysteresis`` refills
+    it after every clean step instead). Unlike torch's ``GradScaler``, whose
+    scale halves at every overflow, the hysteresis lets an isolated overflow
+    pass at the same scale.
+
+    ``tests/data/deepspeed_loss_scaler.json`` holds DeepSpeed's own scales
+    for fixed overflow patterns (``scripts/make_deepspeed_scaler_vectors.py``)
+    and the tests replay them here."""
+
+    def __init__(self, init_scale=2.0 ** 16, scale_window=1000, min_scale=1.0, delayed_shift=2,
+                 consecutive_hysteresis=False):
+        self.cur_scale = float(init_scale)
+        self.scale_window = int(scale_window)
+        self.min_scale = float(min_scale)
+        self.delayed_shift = int(delayed_shift)
+        self.cur_hysteresis = int(delayed_shift)
+        self.consecutive_hysteresis = bool(consecutive_hysteresis)
+        self.cur_iter = 0
+        self.last_overflow_iter = -1
+
+    @classmethod
+    def from_config(cls, config):
+        """The scaler of a DeepSpeed JSON's ``fp16`` section (dict, JSON text
+        or path), with DeepSpeed's defaults."""
+        cfg = _zero_config(config, "DeepSpeedLossScaler.from_config")
+        fp16 = cfg.get("fp16", {})
+        if not fp16.get("enabled", False):
+            raise FpemuValueError("DeepSpeedLossScaler.from_config(): the configuration's "
+                                  "fp16.enabled is not true; DeepSpeed scales the loss for fp16 "
+                                  "only")
+        if fp16.get("loss_scale", 0) != 0:
+            raise FpemuValueError(
+                f"DeepSpeedLossScaler.from_config(): fp16.loss_scale is "
+                f"{fp16['loss_scale']!r}, a static scale (DeepSpeed scales dynamically only "
+                "with loss_scale 0, its default): multiply the loss by it yourself")
+        return cls(2.0 ** fp16.get("initial_scale_power", 16), fp16.get("loss_scale_window", 1000),
+                   fp16.get("min_loss_scale", 1), fp16.get("hysteresis", 2),
+                   fp16.get("consecutive_hysteresis", False))
+
+    def update_scale(self, overflow):
+        """After a step: ``overflow`` says whether its gradients held an inf
+        or a NaN (the step is then skipped)."""
+        if overflow:
+            if self.delayed_shift == 1 or self.cur_hysteresis == 1:
+                if self.cur_scale == self.min_scale:
+                    raise FpemuRuntimeError(
+                        f"DeepSpeedLossScaler: the loss scale is already at its minimum "
+                        f"({self.min_scale:g}) and the gradients overflowed again; DeepSpeed "
+                        "stops the run here ('Current loss scale already at minimum'). Lower "
+                        "fp16.min_loss_scale, or find the overflow (fpemu.torch.monitor)")
+                self.cur_scale = max(self.cur_scale / 2.0, self.min_scale)
+            else:
+                self.cur_hysteresis -= 1
+            self.last_overflow_iter = self.cur_iter
+        else:
+            if self.consecutive_hysteresis:
+                self.cur_hysteresis = self.delayed_shift
+            stable = self.cur_iter - self.last_overflow_iter - 1
+            if stable > 0 and stable % self.scale_window == 0:
+                if not self.consecutive_hysteresis:
+                    self.cur_hysteresis = self.delayed_shift
+                self.cur_scale *= 2.0
+        self.cur_iter += 1
 
 
 def _zero_config(config, fname):
@@ -1226,7 +1300,7 @@ def _zero_config(config, fname):
     return config
 
 
-def _zero3_reduce(ranks, shapes, world, wire, zero, ready_order, algorithm, params, fname):
+def _zero3_reduce(ranks, shapes, world, model, wire, zero, ready_order, algorithm, params, fname):
     """ZeRO stage 3 (DeepSpeed 0.19.8, ``stage3.py`` and
     ``runtime/comm/coalesced_collectives.py``): gradients join a bucket in the
     order they become ready until the next would pass ``reduce_bucket_size``
@@ -1235,8 +1309,8 @@ def _zero3_reduce(ranks, shapes, world, wire, zero, ready_order, algorithm, para
     c's part of the buffer holds chunk c (ceil(numel / world) elements,
     padded) of every gradient in turn, the whole buffer is divided by the
     world size in the wire dtype and summed; each rank's partition is then
-    copied into the parameter's bf16 gradient partition (``partition_grads``),
-    rounding an fp32 sum to bf16 once."""
+    copied into the parameter's gradient partition of the model's dtype
+    (``partition_grads``), rounding an fp32 sum to bf16 (or fp16) once."""
     from .quantize import quantize
     n = len(shapes)
     order = list(range(n))[::-1] if ready_order is None else list(ready_order)
@@ -1263,7 +1337,7 @@ def _zero3_reduce(ranks, shapes, world, wire, zero, ready_order, algorithm, para
             parts = []
             for c in range(world):
                 for i, k in zip(b, chunks):
-                    piece = quantize(gs[i].reshape(-1)[c * k:(c + 1) * k], "bf16")
+                    piece = quantize(gs[i].reshape(-1)[c * k:(c + 1) * k], model)
                     parts.append(np.pad(piece, (0, k - piece.size)))
             rows.append(np.concatenate(parts))
         flat = quantize(np.stack(rows), wire)
@@ -1274,7 +1348,7 @@ def _zero3_reduce(ranks, shapes, world, wire, zero, ready_order, algorithm, para
         for i, k in zip(b, chunks):
             numel = int(np.prod(shapes[i]))
             whole = np.concatenate([red[c, at:at + k] for c in range(world)])[:numel]
-            out[i] = quantize(whole, "bf16").reshape(shapes[i])
+            out[i] = quantize(whole, model).reshape(shapes[i])
             at += k
     return out
 
@@ -1293,21 +1367,33 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
     world size in bf16 (a float32 division rounded to bf16), summed by an
     all-reduce in ``communication_data_type`` (bf16 by default, or fp32) and
     cast back to bf16. Stage 3: DeepSpeed's coalesced reduce-scatter
-    (:func:`_zero3_reduce`), the same division, sum and cast. fp16 with its
-    loss scaler and, in stages 1 and 3, a ``gradient_predivide_factor``
-    other than 1 are refused: not modelled (stage 2 refuses that factor as
-    DeepSpeed itself does).
-    Returns one float32 array (of bf16 values) per parameter.
+    (:func:`_zero3_reduce`), the same division, sum and cast.
+
+    ``fp16.enabled`` runs the same code with fp16 in place of bf16, as
+    DeepSpeed does (its reduction takes the model's dtype), but is modelled
+    only: DeepSpeed's CPU accelerator refuses fp16 ("Type fp16 is not
+    supported on your device"), so no run was recorded. The gradients are
+    the loss-scaled ones; an fp16 sum that overflows gives inf, which
+    :class:`DeepSpeedLossScaler` then sees. In stages 1 and 3 a
+    ``gradient_predivide_factor`` other than 1 is refused: not modelled
+    (stage 2 refuses that factor as DeepSpeed itself does).
+    Returns one float32 array (of bf16 or fp16 values) per parameter.
     """
     from .quantize import quantize
     fname = "zero_reduce"
     cfg = _zero_config(config, fname)
     zero = cfg.get("zero_optimization", {})
     stage = zero.get("stage", 0)
-    if not cfg.get("bf16", {}).get("enabled", False):
+    bf16 = cfg.get("bf16", {}).get("enabled", False)
+    fp16 = cfg.get("fp16", {}).get("enabled", False)
+    if bf16 and fp16:
+        raise FpemuValueError(f"{fname}(): bf16.enabled and fp16.enabled are both true; "
+                              "DeepSpeed takes one of them")
+    if not (bf16 or fp16):
         raise FpemuNotImplementedError(
-            f"{fname}(): only bf16.enabled is modelled (fp16 with DeepSpeed's loss scaler and "
-            "fp32 are not yet); set \"bf16\": {\"enabled\": true}")
+            f"{fname}(): ZeRO's mixed precision is modelled (bf16.enabled or fp16.enabled); "
+            "float32 ZeRO is not")
+    model = "bf16" if bf16 else "fp16"
     if stage not in (1, 2, 3):
         raise FpemuValueError(f"{fname}(): zero_optimization.stage must be 1, 2 or 3 (ZeRO's "
                               f"stages; 0 is plain data parallelism: ddp_all_reduce), got "
@@ -1324,16 +1410,20 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
         raise FpemuNotImplementedError(f"{fname}(): gradient_predivide_factor other than 1.0 "
                                        f"is not modelled for stage {stage} (DeepSpeed's "
                                        "pre- and post-scaling there were not recorded)")
-    comm = {None: "bf16", "bf16": "bf16", "bfp16": "bf16", "fp32": "fp32", "float32": "fp32"}
+    comm = {None: model, "fp32": "fp32", "float32": "fp32"}
+    if bf16:
+        comm.update(bf16="bf16", bfp16="bf16")
+    else:
+        comm.update(fp16="fp16", float16="fp16")
     if cfg.get("communication_data_type") not in comm:
-        raise FpemuValueError(f"{fname}(): communication_data_type must be bf16 or fp32 for a "
-                              f"bf16 model, got {cfg.get('communication_data_type')!r}")
+        raise FpemuValueError(f"{fname}(): communication_data_type must be {model} or fp32 for "
+                              f"a {model} model, got {cfg.get('communication_data_type')!r}")
     wire = comm[cfg.get("communication_data_type")]
     world, ranks, shapes = _rank_grads(grads, fname, np.float32)
     n = len(shapes)
     if stage == 3:
-        return _zero3_reduce(ranks, shapes, world, wire, zero, ready_order, algorithm, params,
-                             fname)
+        return _zero3_reduce(ranks, shapes, world, model, wire, zero, ready_order, algorithm,
+                             params, fname)
     if stage == 1:
         order = list(range(n))
     else:
@@ -1353,10 +1443,10 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
         buckets.append(cur)
     out = [None] * n
     for b in buckets:
-        flat = np.stack([quantize(np.concatenate([gs[i].reshape(-1) for i in b]), "bf16")
+        flat = np.stack([quantize(np.concatenate([gs[i].reshape(-1) for i in b]), model)
                          for gs in ranks])
         with np.errstate(over="ignore", invalid="ignore"):
-            flat = _div_(flat, world, "bf16")
-        red = quantize(all_reduce(flat, wire, "sum", algorithm, **params)[0], "bf16")
+            flat = _div_(flat, world, model)
+        red = quantize(all_reduce(flat, wire, "sum", algorithm, **params)[0], model)
         _unflatten(red, b, shapes, out)
     return out

@@ -751,8 +751,13 @@ def test_zero_reduce_reads_deepspeed_json_and_refuses_what_it_does_not_model(tmp
                                     "zero_optimization": {"stagee": 2}})
     with pytest.raises(err.FpemuValueError, match="unknown DeepSpeed key 'bf_16' at the top"):
         collectives.zero_reduce(g, {"bf_16": {"enabled": True}})
-    with pytest.raises(err.FpemuNotImplementedError, match="only bf16.enabled is modelled"):
-        collectives.zero_reduce(g, {"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}})
+    with pytest.raises(err.FpemuNotImplementedError, match="float32 ZeRO is not"):
+        collectives.zero_reduce(g, {"zero_optimization": {"stage": 2}})
+    with pytest.raises(err.FpemuValueError, match="both true"):
+        collectives.zero_reduce(g, dict(cfg, fp16={"enabled": True}))
+    with pytest.raises(err.FpemuValueError, match="must be fp16 or fp32 for a fp16 model"):
+        collectives.zero_reduce(g, {"fp16": {"enabled": True}, "zero_optimization": {"stage": 2},
+                                    "communication_data_type": "bf16"})
     with pytest.raises(err.FpemuValueError, match="stage must be 1, 2 or 3.*got 0"):
         collectives.zero_reduce(g, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 0}})
     with pytest.raises(err.FpemuNotImplementedError, match="stage 3 with reduce_scatter false"):
@@ -770,6 +775,70 @@ def test_zero_reduce_reads_deepspeed_json_and_refuses_what_it_does_not_model(tmp
         collectives.zero_reduce(g, dict(cfg, communication_data_type="fp8"))
     with pytest.raises(err.FpemuTypeError, match="DeepSpeed configuration"):
         collectives.zero_reduce(g, 3)
+
+
+def test_zero_fp16_reduces_in_fp16_and_overflows_to_inf():
+    """fp16 ZeRO runs the reduction of the (recorded, bit-exact) bf16 one
+    with fp16 in place of bf16: each rank's gradient divided by the world
+    size in fp16, the fp16 ring sum, rounded to fp16 (stages 1, 2, 3). Loss-
+    scaled gradients near fp16's top: pre-divided they fit, but a gloo ring
+    hop can still pass 65504 and give inf (the scaler's overflow)."""
+    from fpemu.quantize import quantize
+    rng = np.random.default_rng(5)
+    g = [[quantize(rng.standard_normal((6, 5)) * 100, "fp16")] for _ in range(3)]
+    for stage in (1, 2, 3):
+        cfg = {"fp16": {"enabled": True}, "zero_optimization": {"stage": stage}}
+        got = collectives.zero_reduce(g, cfg)[0]
+        ring = collectives.all_reduce(
+            np.stack([collectives._div_(x[0].reshape(-1), 3, "fp16") for x in g]), "fp16")[0]
+        # one gradient of 30 elements: stage 3's coalesced buffer (3 chunks of 10) is the
+        # same flat buffer, so every stage runs the same ring
+        np.testing.assert_array_equal(got.reshape(-1), ring)
+        assert np.array_equal(got, quantize(got, "fp16"))
+    big = [[np.full((4,), 60000.0, np.float32)] for _ in range(2)]
+    got = collectives.zero_reduce(big, {"fp16": {"enabled": True},
+                                        "zero_optimization": {"stage": 2}})[0]
+    assert np.all(got == 60000.0)                 # 30000 + 30000: pre-division saves it
+    got = collectives.zero_reduce(big, {"fp16": {"enabled": True}, "zero_optimization": {
+        "stage": 2}, "communication_data_type": "fp32"})[0]
+    assert np.all(got == 60000.0)
+    over = [[np.full((4,), 65504.0, np.float32)] for _ in range(2)] + \
+        [[np.full((4,), 65504.0, np.float32)]]
+    got = collectives.zero_reduce(over, {"fp16": {"enabled": True},
+                                         "zero_optimization": {"stage": 1}})[0]
+    # 65504 / 3 = 21834.67 -> 21840 in fp16; 3 x 21840 = 65520 rounds to inf in fp16
+    assert np.all(np.isinf(got))
+
+
+def test_deepspeed_loss_scaler_replays_deepspeeds_own_scales():
+    """tests/data/deepspeed_loss_scaler.json: DeepSpeed 0.19.8's
+    DynamicLossScaler driven through fixed overflow patterns under five
+    fp16 configurations (scripts/make_deepspeed_scaler_vectors.py); fpemu's
+    scaler, built from the same JSON, gives the same scale before every
+    step, and raises where DeepSpeed raised (an overflow at the minimum)."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(__file__), "data", "deepspeed_loss_scaler.json")
+    with open(path) as fh:
+        cases = json.load(fh)
+    assert len(cases) == 5 and sum(c["raised_at"] is not None for c in cases) == 2
+    for case in cases:
+        scaler = collectives.DeepSpeedLossScaler.from_config(
+            {"fp16": dict(case["fp16"], enabled=True)})
+        got = []
+        for i, c in enumerate(case["pattern"]):
+            got.append(scaler.cur_scale)
+            if i == case["raised_at"]:
+                with pytest.raises(fpemu.errors.FpemuRuntimeError, match="already at its minimum"):
+                    scaler.update_scale(c == "1")
+                break
+            scaler.update_scale(c == "1")
+        assert got == case["scales"], case["fp16"]
+    with pytest.raises(fpemu.errors.FpemuValueError, match="fp16.enabled is not true"):
+        collectives.DeepSpeedLossScaler.from_config({"bf16": {"enabled": True}})
+    with pytest.raises(fpemu.errors.FpemuValueError, match="a static scale"):
+        collectives.DeepSpeedLossScaler.from_config({"fp16": {"enabled": True,
+                                                              "loss_scale": 128}})
 
 
 # ------------------------------------------------------------------- exact
