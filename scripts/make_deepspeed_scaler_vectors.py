@@ -61,7 +61,7 @@ def main():
             scales.append(float(scaler.cur_scale))
             try:
                 scaler.update_scale(c == "1")
-            except Exception as err:                # DeepSpeed raises a bare Exception at the minimum
+            except Exception as err:      # DeepSpeed raises a bare Exception at the minimum
                 if "minimum" not in str(err):
                     raise
                 raised = i
