@@ -1,8 +1,10 @@
 """``torch.distributed``: fpemu emulates one device in one process. The names
 exist so that programs which only *test* for a distributed run work; starting
-one raises. :class:`EmulatedDDP` emulates N data-parallel ranks in this one
-process instead (DistributedDataParallel's gradient all-reduce, bit for bit:
-:func:`fpemu.collectives.ddp_all_reduce`)."""
+one raises. :class:`EmulatedDDP`, :class:`EmulatedFSDP` and
+:class:`EmulatedZeRO` emulate N data-parallel ranks in this one process
+instead (DistributedDataParallel's gradient all-reduce, FSDP's mixed-precision
+reduce-scatter, DeepSpeed ZeRO's reduction and loss scale:
+:mod:`fpemu.collectives`)."""
 
 from ..errors import FpemuNotImplementedError
 
@@ -221,3 +223,121 @@ class EmulatedFSDP:
         _set_grads(self.params, reduce(local, self.reduce_fmt, self.algorithm,
                                        orig_fmt=self.orig_fmt, **self.collective_params))
         return losses
+
+
+class EmulatedZeRO:
+    """DeepSpeed ZeRO (stages 1, 2 and 3; ``bf16`` or ``fp16`` with its
+    dynamic loss scale) over ``world_size`` ranks, emulated in this process,
+    configured by the DeepSpeed JSON the user writes.
+
+    ``module`` holds the float32 master weights (DeepSpeed's fp32 partitions,
+    here unsharded: every rank updates its partition with the same numbers).
+    As DeepSpeed starts them from the module cast to bf16 / fp16, they are
+    rounded to that dtype once, here. :meth:`backward` runs each rank's
+    forward and backward on its own batch with the weights cast to that
+    dtype (the fp16 loss multiplied by the current loss scale) and reduces
+    the gradients as ZeRO does (:func:`fpemu.collectives.zero_reduce`).
+    :meth:`step` then does what ``engine.step()`` does with them: with fp16,
+    an inf or NaN in any reduced gradient skips the step and tells the loss
+    scale (:class:`fpemu.collectives.DeepSpeedLossScaler`); otherwise the
+    gradients, as float32, are multiplied by 1 / (loss scale, times the
+    clipping factor where ``gradient_clipping`` asks for one) and the
+    optimizer (built on ``module.parameters()``) steps the masters::
+
+        zero = EmulatedZeRO(model, 8, {"fp16": {"enabled": True},
+                                       "zero_optimization": {"stage": 2}})
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for batches in data:
+            zero.backward(loss_fn, batches)     # one batch per rank
+            zero.step(opt)                      # False where the step was skipped
+
+    The reduction is DeepSpeed's bit for bit (bf16, recorded; fp16 modelled).
+    The clipping norm is computed here in float64 over all gradients and
+    rounded to float32, not in DeepSpeed's order of partial norms."""
+
+    def __init__(self, module, world_size, config, *, algorithm="gloo", ready_order=None,
+                 **collective_params):
+        from .. import collectives
+        from ..errors import FpemuValueError
+        from ._core import no_grad
+        self.params = _world_and_params("EmulatedZeRO", module, world_size)
+        if _format_of(self.params[0].dtype) != "fp32":
+            raise FpemuValueError(f"EmulatedZeRO: the module holds the float32 master weights; "
+                                  f"got {self.params[0].dtype} parameters (call module.float() "
+                                  "first; the bf16 / fp16 copies are made from it)")
+        self.config = collectives._zero_config(config, "EmulatedZeRO")
+        bf16 = self.config.get("bf16", {}).get("enabled", False)
+        fp16 = self.config.get("fp16", {}).get("enabled", False)
+        if bf16 == fp16:
+            raise FpemuValueError("EmulatedZeRO: the configuration must enable exactly one of "
+                                  "bf16 and fp16 (\"bf16\": {\"enabled\": true}); got "
+                                  f"bf16.enabled={bf16}, fp16.enabled={fp16}")
+        from . import bfloat16, float16
+        self.dtype = bfloat16 if bf16 else float16
+        self.scaler = collectives.DeepSpeedLossScaler.from_config(self.config) if fp16 else None
+        self.clip = float(self.config.get("gradient_clipping", 0.0))
+        self.module = module
+        self.world_size = world_size
+        self.algorithm = algorithm
+        self.ready_order = ready_order
+        self.collective_params = collective_params
+        self._reduced = None
+        with no_grad():
+            for p in self.params:
+                p.copy_(p.to(self.dtype).float())
+
+    @property
+    def loss_scale(self):
+        """The current loss scale (1 for bf16)."""
+        return 1.0 if self.scaler is None else self.scaler.cur_scale
+
+    def backward(self, loss_fn, batches):
+        """Each rank's loss on its batch (floats, unscaled); the reduced
+        gradients wait for :meth:`step`."""
+        import copy
+
+        from .. import collectives
+        compute = copy.deepcopy(self.module).to(self.dtype)
+        cparams = [p for p in compute.parameters() if p.requires_grad]
+        scale = self.loss_scale
+
+        def scaled(m, *args):
+            loss = loss_fn(m, *args)
+            return loss if scale == 1.0 else loss * scale
+
+        local, losses = _local_gradients("EmulatedZeRO", self.world_size, compute, cparams,
+                                         scaled, batches)
+        self._reduced = collectives.zero_reduce(local, self.config, self.algorithm,
+                                                ready_order=self.ready_order,
+                                                **self.collective_params)
+        return [v / scale for v in losses]
+
+    def step(self, optimizer):
+        """``engine.step()``: True where the optimizer stepped, False where an
+        fp16 overflow skipped the step."""
+        import numpy as np
+
+        from ..errors import FpemuRuntimeError
+        if self._reduced is None:
+            raise FpemuRuntimeError("EmulatedZeRO.step(): no gradients; call backward() first "
+                                    "(one backward, then one step)")
+        grads, self._reduced = self._reduced, None
+        for p in self.params:
+            p.grad = None
+        overflow = not all(np.isfinite(g).all() for g in grads)
+        if self.scaler is not None and overflow:
+            self.scaler.update_scale(True)
+            return False
+        combined = self.loss_scale
+        if self.clip > 0:
+            norm = np.float32(np.sqrt(sum(np.sum(np.float64(g) ** 2) for g in grads)))
+            factor = ((float(norm) / combined) + 1e-6) / self.clip
+            if factor > 1:
+                combined = factor * combined
+        inv = np.float32(1.0 / combined)
+        _set_grads(self.params, [g if combined == 1.0 else (g * inv).astype(np.float32)
+                                 for g in grads])
+        optimizer.step()
+        if self.scaler is not None:
+            self.scaler.update_scale(False)
+        return True
