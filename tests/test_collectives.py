@@ -841,6 +841,87 @@ def test_deepspeed_loss_scaler_replays_deepspeeds_own_scales():
                                                               "loss_scale": 128}})
 
 
+def _zero_model():
+    import fpemu.autograd as ft
+    ft.manual_seed(3)
+    return ft.nn.Sequential(ft.nn.Linear(4, 6), ft.nn.ReLU(), ft.nn.Linear(6, 2))
+
+
+def _zero_batches(scale, world=2, seed=0):
+    import fpemu.autograd as ft
+    rng = np.random.default_rng(seed)
+    return [(ft.tensor(rng.standard_normal((3, 4)).astype(np.float32) * scale),
+             ft.tensor(rng.standard_normal((3, 2)).astype(np.float32))) for _ in range(world)]
+
+
+def _mse(dtype):
+    return lambda m, x, y: ((m(x.to(dtype)).float() - y) ** 2).mean()
+
+
+def test_emulated_zero_fp16_skips_overflowing_steps_as_deepspeed_scales():
+    """fp16 ZeRO: the loss is multiplied by the scale (2**16 here); inputs of
+    1e4 make the scaled fp16 gradients overflow, so the step is skipped with
+    the masters untouched, the first overflow only uses up the hysteresis
+    (DeepSpeed's default 2), the second halves the scale; small inputs step,
+    with the gradients unscaled (the losses come back unscaled). The exact
+    DeepSpeed bf16 run is checked by the zero-train-* scenarios."""
+    import fpemu.autograd as ft
+    from fpemu.autograd.distributed import EmulatedZeRO
+    m = _zero_model()
+    zero = EmulatedZeRO(m, 2, {"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}})
+    opt = ft.optim.SGD(m.parameters(), lr=0.1)
+    before = [p.detach().numpy().copy() for p in m.parameters()]
+    assert all(np.array_equal(b, fpemu.quantize(b, "fp16")) for b in before)   # fp16 masters
+    for want_scale in (2.0 ** 16, 2.0 ** 16):
+        assert zero.loss_scale == want_scale
+        zero.backward(_mse(ft.float16), _zero_batches(1e4))
+        assert zero.step(opt) is False
+        assert all(np.array_equal(b, p.detach().numpy()) for b, p in zip(before, m.parameters()))
+    assert zero.loss_scale == 2.0 ** 15
+    losses = zero.backward(_mse(ft.float16), _zero_batches(0.5))
+    assert 0.1 < losses[0] < 10                             # unscaled
+    assert zero.step(opt) is True
+    assert not all(np.array_equal(b, p.detach().numpy()) for b, p in zip(before, m.parameters()))
+    with pytest.raises(fpemu.errors.FpemuRuntimeError, match=r"call backward\(\) first"):
+        zero.step(opt)
+
+
+def test_emulated_zero_clips_by_the_global_norm_of_the_unscaled_gradients():
+    """gradient_clipping: DeepSpeed multiplies the gradients by
+    1 / (scale x clip factor), factor = (norm / scale + 1e-6) / clip where it
+    passes 1: after the step the gradients' norm is the clip value."""
+    import fpemu.autograd as ft
+    from fpemu.autograd.distributed import EmulatedZeRO
+    m = _zero_model()
+    zero = EmulatedZeRO(m, 2, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
+                               "gradient_clipping": 0.01})
+    opt = ft.optim.SGD(m.parameters(), lr=0.0)
+    zero.backward(_mse(ft.bfloat16), _zero_batches(3.0))
+    raw = [g.copy() for g in zero._reduced]
+    norm = np.sqrt(sum(np.sum(np.float64(g) ** 2) for g in raw))
+    assert norm > 0.01
+    assert zero.step(opt)
+    clipped = np.sqrt(sum(np.sum(np.float64(p.grad.numpy()) ** 2) for p in m.parameters()))
+    assert abs(clipped - 0.01) < 1e-6
+
+
+def test_emulated_zero_refuses_bad_input():
+    import fpemu.autograd as ft
+    from fpemu.autograd.distributed import EmulatedZeRO
+    m = _zero_model()
+    with pytest.raises(fpemu.errors.FpemuValueError, match="exactly one of bf16 and fp16"):
+        EmulatedZeRO(m, 2, {"zero_optimization": {"stage": 2}})
+    with pytest.raises(fpemu.errors.FpemuValueError, match="float32 master weights"):
+        EmulatedZeRO(_zero_model().to(ft.bfloat16), 2, {"bf16": {"enabled": True}})
+    with pytest.raises(fpemu.errors.FpemuValueError, match="world_size must be an int >= 2"):
+        EmulatedZeRO(m, 1, {"bf16": {"enabled": True}})
+    with pytest.raises(fpemu.errors.FpemuValueError, match="unknown DeepSpeed key"):
+        EmulatedZeRO(m, 2, {"bf16": {"enabled": True}, "zero_optimisation": {"stage": 2}})
+    zero = EmulatedZeRO(m, 2, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}})
+    with pytest.raises(fpemu.errors.FpemuValueError, match="one batch per rank"):
+        zero.backward(_mse(ft.bfloat16), _zero_batches(1.0, world=3))
+
+
 # ------------------------------------------------------------------- exact
 def _exact_oracle(x, fmt, scale):
     E, M = IEEE[fmt]

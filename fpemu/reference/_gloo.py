@@ -256,6 +256,42 @@ def _zero_worker(rank, world, port, cfg, out_dir, timeout):
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
 
 
+def _zero_train_worker(rank, world, port, cfg, out_dir, timeout):
+    os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_SIZE=str(world))
+    import deepspeed
+    import torch
+    deepspeed.init_distributed(dist_backend="gloo",
+                               timeout=datetime.timedelta(seconds=timeout))
+    model = _mlp(torch, cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg["ds_config"])
+    from deepspeed.utils import safe_get_full_fp32_param
+    res = {}
+    for it in range(cfg["steps"]):
+        x, y = _batch(torch, cfg, it, rank)
+        engine.backward(((engine(x.to(torch.bfloat16)).float() - y) ** 2).mean())
+        engine.step()
+        for i, p in enumerate(engine.module.parameters()):
+            res[f"master.{it}.{i}"] = safe_get_full_fp32_param(p).float().numpy().copy()
+    np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
+
+
+def run_zero_training(cfg, world, timeout=TIMEOUT):
+    """``world`` processes training ``cfg``'s MLP (bf16) with DeepSpeed ZeRO
+    under ``cfg["ds_config"]`` and torch's SGD (``cfg["lr"]``) for
+    ``cfg["steps"]`` steps, a batch of its own per rank and step
+    (:func:`_batch`): ``{"master.<step>.<param>": [per rank]}``, the fp32
+    master weights after each step, gathered whole. Needs DeepSpeed."""
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    return _spawn(_zero_train_worker, world, lambda tmp: (world, port, cfg, tmp, timeout),
+                  timeout, "DeepSpeed")
+
+
 def run_zero(cfg, world, timeout=TIMEOUT):
     """``world`` processes running one DeepSpeed backward (DeepSpeed's CPU
     accelerator, gloo) of ``cfg``'s MLP under ``cfg["ds_config"]``, each on a

@@ -1052,6 +1052,69 @@ def _zero_run(env, cfg, inputs):
                          lambda grads: collectives.zero_reduce(grads, cfg["ds_config"], "gloo"))
 
 
+# DeepSpeed ZeRO training steps (torch's SGD on the fp32 masters), replayed by
+# fpemu.autograd's EmulatedZeRO from the initial weights and the batches: the
+# ranks' local bf16 gradients are fpemu's own here, not recorded.
+ZERO_TRAIN_CASES = {
+    "zero-train-stage2-bf16-w3": dict(world=3, steps=3, lr=0.5, ds_config=dict(
+        _ZERO_BASE, zero_optimization={"stage": 2})),
+    "zero-train-stage3-bf16-w3": dict(world=3, steps=3, lr=0.5, ds_config=dict(
+        _ZERO_BASE, zero_optimization={"stage": 3})),
+}
+
+
+def _zero_train_inputs(env, cfg):
+    """The MLP's initial float32 weights (``w.<param>``) and every step's
+    batches (``x.<step>``, ``y.<step>``: rank x batch), made with torch as the
+    recording processes make them."""
+    import torch
+
+    from . import _gloo
+    out = {f"w.{i}": p.detach().numpy().copy()
+           for i, p in enumerate(_gloo._mlp(torch, cfg).parameters())}
+    for it in range(cfg["steps"]):
+        xs, ys = zip(*(_gloo._batch(torch, cfg, it, r) for r in range(cfg["world"])))
+        out[f"x.{it}"] = np.stack([x.numpy() for x in xs])
+        out[f"y.{it}"] = np.stack([y.numpy() for y in ys])
+    return out
+
+
+def _zero_train_run(env, cfg, inputs):
+    tr = Trace(env)
+    if env.backend == "torch":
+        from . import _gloo
+        got = _gloo.run_zero_training(cfg, cfg["world"])
+        for key in sorted(got):
+            tr.set(key, np.stack(got[key]), "float32")
+        return tr
+    from ..autograd.distributed import EmulatedZeRO
+    T = env.T
+    widths, layers = cfg["widths"], []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [T.nn.Linear(a, b), T.nn.ReLU()]
+    model = T.nn.Sequential(*layers[:-1])
+    with T.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.copy_(T.tensor(inputs[f"w.{i}"]))
+    zero = EmulatedZeRO(model, cfg["world"], cfg["ds_config"])
+    opt = T.optim.SGD(model.parameters(), lr=cfg["lr"])
+    for it in range(cfg["steps"]):
+        batches = [(T.tensor(inputs[f"x.{it}"][r]), T.tensor(inputs[f"y.{it}"][r]))
+                   for r in range(cfg["world"])]
+        zero.backward(lambda m, x, y: ((m(x.to(T.bfloat16)).float() - y) ** 2).mean(), batches)
+        zero.step(opt)
+        for i, p in enumerate(model.parameters()):
+            tr.set(f"master.{it}.{i}", np.stack([p.detach().numpy()] * cfg["world"]),
+                   "float32")
+    return tr
+
+
+for _name, _cfg in ZERO_TRAIN_CASES.items():
+    _register(_name, "zero", _zero_train_run, dict(_FSDP_MODEL, **_cfg), _zero_train_inputs,
+              description=f"DeepSpeed ZeRO training, {_cfg['steps']} SGD steps over "
+                          f"{_cfg['world']} gloo processes: {_cfg['ds_config']}")
+
+
 for _name, _cfg in ZERO_CASES.items():
     _register(_name, "zero", _zero_run, dict(_FSDP_MODEL, **_cfg), _zero_inputs,
               description=f"DeepSpeed ZeRO over {_cfg['world']} gloo processes: "
