@@ -13,13 +13,15 @@ checks, then timings, written to ``DIR/torch_cuda_checks.json``:
    checked against fpemu's Numba kernels by the tests), and, where Numba
    runs, against ``fpemu.quantize`` / ``fpemu.encode`` directly in the
    default configuration;
-2. the same under ``torch.compile`` (Triton kernels) for bf16, e4m3fn with
-   stochastic rounding, and e2m1 codes;
+2. the same inside a function compiled by ``torch.compile`` for bf16, e4m3fn
+   with stochastic rounding, and e2m1 codes (the quantizers run between its
+   graphs);
 3. all 2**32 float32 inputs for bf16, fp16, e4m3fn, e5m2 and e2m1 (nearest
    even, default policy) on CUDA against fpemu's Numba kernels, chunked,
    within a time budget (``--exhaustive-seconds``);
 4. timings (CUDA events): quantize to bf16 against ``.to(torch.bfloat16)``,
-   the generic path (e4m3fn), stochastic rounding, eager and compiled.
+   the generic path (e4m3fn), stochastic rounding, called directly and from a
+   compiled function.
 """
 
 import argparse
@@ -88,7 +90,7 @@ def check_against_cpu(log):
 
 
 def check_compiled(log):
-    """Check 2: torch.compile (Triton) gives the same bits."""
+    """Check 2: a compiled function gives the same bits."""
     def f(x):
         return (fpemu.torch.quantize(x, "bf16"),
                 fpemu.torch.quantize(x, "e4m3fn", rounding="sr", seed=(7, 3)),

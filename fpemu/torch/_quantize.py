@@ -32,6 +32,13 @@ OOPSLA 2014), in wrapping 64-bit integer arithmetic, and rounds up where it
 is below the dropped bits read as a 63-bit fraction: the generator of
 :func:`fpemu.quantize`, so a seed gives the same bits on any device and in
 any chunking (``seed=(seed, offset)``).
+
+Under ``torch.compile`` the three functions run between graphs, as eager
+code (``torch.compiler.disable``: a graph break at each call), with the same
+bits. Compiled into the graph they gave wrong bits on the CPU (torch 2.13,
+Inductor's C++ code): once a compiled function was compiled again for another
+format, Dynamo made the format's constants symbols, and Inductor emitted an
+integer expression of them in float arithmetic (``docs/monitor.md``).
 """
 
 from __future__ import annotations
@@ -63,16 +70,10 @@ def _lsr64(z, k):
     return (z >> k) & ((1 << (64 - k)) - 1)
 
 
-@torch.compiler.disable
 def _random63(key, offset, shape, device):
     """63 uniform random bits (int64 >= 0) for each element of a tensor of
     ``shape``, element ``i`` (flat, row-major) drawing ``splitmix64(key +
-    (offset + i + 1) * golden) >> 1``, as fpemu's host kernels do.
-
-    Computed outside ``torch.compile``'s graphs (a graph break): Inductor
-    folds the counter ``arange * golden + constant`` into an index expression
-    whose constants pass int64 (seen with torch 2.11's Triton code and 2.13's
-    C++ code)."""
+    (offset + i + 1) * golden) >> 1``, as fpemu's host kernels do."""
     index = torch.arange(shape.numel(), device=device, dtype=torch.int64).view(shape)
     z = index * _signed(_GOLDEN) + _signed(key + (offset + 1) * _GOLDEN)
     z = (z ^ _lsr64(z, 30)) * _signed(_MIX1)
@@ -92,11 +93,14 @@ def _bits_of(sig, ex):
     an int32 tensor or an int), a value float32 holds exactly."""
     f = sig.to(torch.float32).view(torch.int32)
     top = (f >> 23) - 127 + ex                      # the value's binade
-    normal = ((top + 127) << 23) | (f & 0x7FFFFF)
-    # below 2**-126: the bits are the value in units of 2**-149
+    # (every shift below stays within 0 .. 31 and shifts no negative number left, in
+    # the lanes that are not selected too: C++ leaves anything else undefined)
+    normal = ((top + 127).clamp(0, 254) << 23) | (f & 0x7FFFFF)
+    # below 2**-126: the bits are the value in units of 2**-149 (where that is the
+    # result, sig < 2**(23 - up), so a shift clamped to 31 changes no selected lane)
     up = ex + 149
     if isinstance(up, int):
-        sub = sig << up if up >= 0 else sig >> -up
+        sub = sig << min(up, 31) if up >= 0 else sig >> min(-up, 31)
     else:
         sub = torch.where(up >= 0, sig << up.clamp(0, 31), sig >> (-up).clamp(0, 31))
     return torch.where(sig == 0, 0, torch.where(top >= -126, normal, sub))
@@ -147,7 +151,7 @@ def _rounded(u, cast, key, offset):
             inc = _random63(key, offset, u.shape, u.device) < threshold
         kept = kept + inc.to(torch.int32)
     q = e.clamp(emin, emax)
-    mag = ((q + (bias - 1)) << M) + kept
+    mag = (q + (bias - 1)) * (1 << M) + kept        # a product: the field may be -1 (e8m0)
     ovf = (e > emax) | (mag > maxmag)
     if mode in (Rounding.RTZ, Rounding.RTO):
         ovf_to_inf = torch.zeros_like(ovf)
@@ -204,10 +208,6 @@ _WHAT = ("a floating-point torch tensor (float32, or float16 / bfloat16 / float8
          "values float32 holds exactly, or float64 holding float32 values)")
 
 
-def _compiling():
-    return torch.compiler.is_compiling()
-
-
 def _check_tensor(t, fname):
     if not isinstance(t, torch.Tensor):
         hint = ("; for NumPy arrays and Python numbers use fpemu.quantize / fpemu.encode, "
@@ -236,7 +236,7 @@ def _float32_bits(t, fname):
     if t.dtype == torch.float64:
         t32 = t.to(torch.float32)
         off = (t32.to(torch.float64) != t) & ~torch.isnan(t)
-        first = "" if _compiling() or not bool(off.any()) else \
+        first = "" if not bool(off.any()) else \
             f" (the first: {float(t[off].reshape(-1)[0])!r})"
         _refuse(off,
                 f"fpemu.torch.{fname}() got float64 values that float32 does not hold{first}; "
@@ -250,13 +250,9 @@ def _float32_bits(t, fname):
 
 
 def _refuse(bad, message):
-    """Raise ``message`` where the bool tensor ``bad`` has a True: at once in
-    eager mode (one scalar comes back to the host), as a device-side assertion
-    (``torch._assert_async``) under ``torch.compile``, which cannot raise on
-    a value without breaking the graph."""
-    if _compiling():
-        torch._assert_async(~bad.any(), message)
-    elif bool(bad.any()):
+    """Raise ``message`` where the bool tensor ``bad`` has a True (one scalar
+    comes back to the host)."""
+    if bool(bad.any()):
         raise FpemuValueError(message)
 
 
@@ -293,7 +289,7 @@ def _wide_rne_bits(u, cast, out):
     nan = u.view(torch.float32).isnan()
     r = torch.bitwise_right_shift(u, sh, out=out)
     r &= 1
-    r += u
+    r += u.clamp(max=0x7F800000)        # NaN (replaced below) as inf: no int32 overflow
     r += (1 << (sh - 1)) - 1
     r &= _signed(~((1 << sh) - 1), 32)
     return r.masked_fill_(nan, 0x7FC00000)
@@ -312,18 +308,11 @@ _PLANS = {}
 
 def _plan(fmt, rounding, subnormals, overflow, seed):
     """The checked configuration (:class:`fpemu.Cast`) and stochastic
-    rounding's key as plain Python values, built once per configuration.
-    Under ``torch.compile`` a configuration used before is a dictionary
-    lookup of constants; a new one is built outside the graph (one graph
-    break, the first time)."""
+    rounding's key as plain Python values, built once per configuration."""
     try:
         return _PLANS[(fmt, rounding, subnormals, type(subnormals), overflow, seed)]
     except (KeyError, TypeError):
-        return _build_plan(fmt, rounding, subnormals, overflow, seed)
-
-
-@torch.compiler.disable
-def _build_plan(fmt, rounding, subnormals, overflow, seed):
+        pass
     cast = Cast.of(fmt, rounding, subnormals, overflow)
     f = cast.fmt
     plan = _Plan((cast.params, cast.flags, int(cast.rounding), _wide_rne(cast), f.has_nan,
@@ -338,10 +327,7 @@ def _build_plan(fmt, rounding, subnormals, overflow, seed):
 
 def _layout(fmt, subnormals, overflow):
     """The plan of what follows the rounding (a code's value and layout),
-    which depends on no rounding mode or seed: looked up again after the
-    rounding, whose stochastic draws break a compiled graph, so that no
-    integer of the plan crosses the break (Dynamo would make such integers
-    symbols when it compiles the rest again for another format)."""
+    which depends on no rounding mode or seed."""
     return _plan(fmt, "rne", subnormals, overflow, None)
 
 
@@ -360,7 +346,7 @@ def _by_pieces(fn, u, dtype, out=None):
     """``fn(piece, start)`` over the flat int32 bits ``u`` in pieces of
     :data:`CPU_PIECE` elements on the CPU (``start``: the piece's first flat
     index), written into ``out`` (or a new tensor of ``dtype``); one call
-    elsewhere and under ``torch.compile``.
+    elsewhere.
 
     The rounding takes a few dozen element-wise operations, each making a
     tensor. On the CPU a new tensor of tens of megabytes is fresh memory whose
@@ -370,11 +356,11 @@ def _by_pieces(fn, u, dtype, out=None):
     not count. Measured (``bench/bench_torch_quantize.py``, 2**24 float32 to
     e4m3fn, 2 threads): 0.87 s in one call, 0.27-0.33 s in pieces of 2**18 to
     2**20, 1.2 s in pieces of 2**12. On CUDA the caching allocator already
-    reuses memory, and a compiled graph fuses the operations into one loop.
+    reuses memory.
     Every element is computed on its own (the stochastic draws by flat
     index), so the pieces change no bit."""
     n = u.numel()
-    if u.device.type != "cpu" or n <= CPU_PIECE or _compiling():
+    if u.device.type != "cpu" or n <= CPU_PIECE:
         r = fn(u, 0)
         return r if out is None else out.copy_(r)
     flat = u.reshape(-1)
@@ -385,6 +371,7 @@ def _by_pieces(fn, u, dtype, out=None):
 
 
 # -------------------------------------------------------------------- public API
+@torch.compiler.disable
 def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
     """Round a tensor to a format on its own device; return float32 values.
 
@@ -393,7 +380,7 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     offset)`` for stochastic rounding, drawn per flat row-major index):
     ``fpemu.torch.quantize(t, f)`` equals ``fpemu.quantize(t.cpu().numpy(), f)``
     bit for bit, on the CPU and on CUDA, in eager mode and under
-    ``torch.compile``.
+    ``torch.compile`` (which runs it between graphs).
 
     Parameters
     ----------
@@ -424,7 +411,7 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
         if out32 is not None and out32.data_ptr() == u.data_ptr():
             u = u.clone()               # rounding in place: the first write would clobber u
         n = u.numel()
-        if u.device.type != "cpu" or n <= CPU_PIECE or _compiling():
+        if u.device.type != "cpu" or n <= CPU_PIECE:
             return _wide_rne_bits(u, cast, out32).view(torch.float32)
         res = torch.empty(u.shape, dtype=torch.int32) if out32 is None else out32
         flat, dst = u.reshape(-1), res.view(-1)
@@ -457,6 +444,7 @@ def _out_bits(out, t):
     return out.view(torch.int32)
 
 
+@torch.compiler.disable
 def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None):
     """Round a tensor to a format on its own device; return the codes.
 
@@ -488,6 +476,7 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None)
     return _by_pieces(piece, u, dtype)
 
 
+@torch.compiler.disable
 def decode(codes, fmt):
     """The float32 values of a format's codes (an integer tensor), on the
     codes' device: :func:`fpemu.decode`, bit for bit.
@@ -508,8 +497,7 @@ def decode(codes, fmt):
     limit = 1 << cast.bits
     if c.numel():
         bad = (c < 0) | (c >= limit)
-        first = "" if _compiling() or not bool(bad.any()) else \
-            f"; got {int(c[bad].reshape(-1)[0])}"
+        first = "" if not bool(bad.any()) else f"; got {int(c[bad].reshape(-1)[0])}"
         _refuse(bad, f"fpemu.torch.decode(): {cast.name} codes are {cast.bits}-bit, "
                 f"in 0..{limit - 1}{first}")
     p = cast.params
