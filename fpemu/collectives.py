@@ -19,8 +19,9 @@ with (where the ranks end with the same bits, read-only views of one array:
 * :func:`fsdp_reduce_scatter` and :func:`fsdp1_reduce_scatter`: the
   gradients FSDP2's and FSDP1's mixed precision leave (``reduce_dtype``,
   their shard layouts, their divisions);
-* :func:`zero_reduce`: the gradients DeepSpeed ZeRO (stages 1, 2 and 3,
-  bf16) leaves, configured by its JSON;
+* :func:`zero_reduce`: the gradients DeepSpeed ZeRO (stages 1, 2 and 3;
+  bf16, and fp16 modelled) leaves, configured by its JSON, and
+  :class:`DeepSpeedLossScaler`, its dynamic fp16 loss scale;
 * :func:`fp8_all_reduce`: an all-reduce with FP8 on the wire and a shared
   scale.
 
