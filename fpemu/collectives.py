@@ -803,11 +803,11 @@ class PowerSGDState:
         seed = self.rng.randint(1_000_000_000)
         try:
             import torch
-        except ImportError:
-            raise FpemuNotImplementedError(
+        except ImportError as err:
+            raise ImportError(
                 "PowerSGDState: the first Q matrices are torch.randn draws (torch.manual_seed of "
                 "a NumPy RandomState draw); emulating them needs PyTorch: pip install torch"
-            ) from None
+            ) from err
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return [torch.randn(*s, dtype=torch.float32).numpy() for s in shapes]
@@ -1301,6 +1301,16 @@ def _zero_config(config, fname):
     return config
 
 
+def _ready_order(n, ready_order, fname):
+    """The order ZeRO's gradients become ready: ``ready_order`` checked, by
+    default the reverse of registration (a chain of layers)."""
+    order = list(range(n))[::-1] if ready_order is None else list(ready_order)
+    if sorted(order) != list(range(n)):
+        raise FpemuValueError(f"{fname}(): ready_order must be an order of the parameters "
+                              f"0 .. {n - 1} (each once), got {ready_order!r}")
+    return order
+
+
 def _zero3_reduce(ranks, shapes, world, model, wire, zero, ready_order, algorithm, params, fname):
     """ZeRO stage 3 (DeepSpeed 0.19.8, ``stage3.py`` and
     ``runtime/comm/coalesced_collectives.py``): gradients join a bucket in the
@@ -1314,10 +1324,7 @@ def _zero3_reduce(ranks, shapes, world, model, wire, zero, ready_order, algorith
     (``partition_grads``), rounding an fp32 sum to bf16 (or fp16) once."""
     from .quantize import quantize
     n = len(shapes)
-    order = list(range(n))[::-1] if ready_order is None else list(ready_order)
-    if sorted(order) != list(range(n)):
-        raise FpemuValueError(f"{fname}(): ready_order must be an order of the parameters "
-                              f"0 .. {n - 1} (each once), got {ready_order!r}")
+    order = _ready_order(n, ready_order, fname)
     limit = int(zero.get("reduce_bucket_size", 500_000_000))
     buckets, cur, size = [], [], 0
     for i in order:
@@ -1428,10 +1435,7 @@ def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
     if stage == 1:
         order = list(range(n))
     else:
-        order = list(range(n))[::-1] if ready_order is None else list(ready_order)
-        if sorted(order) != list(range(n)):
-            raise FpemuValueError(f"{fname}(): ready_order must be an order of the parameters "
-                                  f"0 .. {n - 1} (each once), got {ready_order!r}")
+        order = _ready_order(n, ready_order, fname)
     limit = int(zero.get("reduce_bucket_size", 500_000_000))
     buckets, cur, size = [], [], 0
     for i in order:
