@@ -237,7 +237,9 @@ def run_fsdp(cfg, world, timeout=TIMEOUT):
 
 
 # ---------------------------------------------------------------------- ZeRO
-def _zero_worker(rank, world, port, cfg, out_dir, timeout):
+def _deepspeed(rank, world, port, timeout):
+    """DeepSpeed's CPU accelerator and a gloo group of ``world`` ranks, this
+    process being ``rank``: (deepspeed, torch)."""
     os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                       RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_SIZE=str(world))
@@ -245,6 +247,18 @@ def _zero_worker(rank, world, port, cfg, out_dir, timeout):
     import torch
     deepspeed.init_distributed(dist_backend="gloo",
                                timeout=datetime.timedelta(seconds=timeout))
+    return deepspeed, torch
+
+
+def _free_port():
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def _zero_worker(rank, world, port, cfg, out_dir, timeout):
+    deepspeed, torch = _deepspeed(rank, world, port, timeout)
     model = _mlp(torch, cfg)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg["ds_config"])
@@ -257,13 +271,7 @@ def _zero_worker(rank, world, port, cfg, out_dir, timeout):
 
 
 def _zero_train_worker(rank, world, port, cfg, out_dir, timeout):
-    os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                      RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      LOCAL_SIZE=str(world))
-    import deepspeed
-    import torch
-    deepspeed.init_distributed(dist_backend="gloo",
-                               timeout=datetime.timedelta(seconds=timeout))
+    deepspeed, torch = _deepspeed(rank, world, port, timeout)
     model = _mlp(torch, cfg)
     opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg["ds_config"])
@@ -284,10 +292,7 @@ def run_zero_training(cfg, world, timeout=TIMEOUT):
     ``cfg["steps"]`` steps, a batch of its own per rank and step
     (:func:`_batch`): ``{"master.<step>.<param>": [per rank]}``, the fp32
     master weights after each step, gathered whole. Needs DeepSpeed."""
-    import socket
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
+    port = _free_port()
     return _spawn(_zero_train_worker, world, lambda tmp: (world, port, cfg, tmp, timeout),
                   timeout, "DeepSpeed")
 
@@ -297,9 +302,6 @@ def run_zero(cfg, world, timeout=TIMEOUT):
     accelerator, gloo) of ``cfg``'s MLP under ``cfg["ds_config"]``, each on a
     batch of its own: ``{"reduced.<param>": [per rank]}``, the reduced
     gradients gathered whole (``safe_get_full_grad``). Needs DeepSpeed."""
-    import socket
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
+    port = _free_port()
     return _spawn(_zero_worker, world, lambda tmp: (world, port, cfg, tmp, timeout), timeout,
                   "DeepSpeed")
