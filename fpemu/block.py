@@ -932,11 +932,26 @@ def _four_over_six(Bk, amax_b, S, Sdec, elem, scale_fmt, rounding, seed):
 
 def _block_sse(Bk, codes, dsq, Sdec, elem):
     """Sum of squared errors of each block, dequantized (float64 of exact
-    products; squares summed in float64)."""
+    products; squares summed in float64 by :func:`_halving_sum`, an order
+    that ``fpemu.torch.quantize_blocks`` repeats bit for bit)."""
     q = decode(codes, elem).astype(np.float64)
     deq = q * dsq[..., None].astype(np.float64) * np.float64(Sdec)
     with np.errstate(invalid="ignore"):
-        return np.sum((Bk.astype(np.float64) - deq) ** 2, axis=-1)
+        return _halving_sum((Bk.astype(np.float64) - deq) ** 2)
+
+
+def _halving_sum(a):
+    """The sum over the last axis in a fixed order: the first half added to
+    the second, element by element (an odd element left over is carried),
+    until one is left. Works on NumPy arrays and torch tensors alike."""
+    while a.shape[-1] > 1:
+        h = a.shape[-1] // 2
+        head = a[..., :h] + a[..., h:2 * h]
+        if a.shape[-1] % 2:
+            head = head.copy() if isinstance(head, np.ndarray) else head.clone()
+            head[..., -1] = head[..., -1] + a[..., -1]
+        a = head
+    return a[..., 0]
 
 
 def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, axis=-1,

@@ -37,8 +37,11 @@ def __getattr__(name):
     if name in ("quantize", "encode", "decode"):
         from . import _quantize
         return getattr(_quantize, name)
+    if name in ("quantize_blocks", "dequantize_blocks", "TensorBlocks"):
+        from . import _blocks
+        return getattr(_blocks, name)
     raise AttributeError(f"module 'fpemu.torch' has no attribute {name!r}")
 
 
 __all__ = ["monitor", "Monitor", "FirstOverflow", "watch", "run_script", "KINDS", "SCALINGS",
-           "quantize", "encode", "decode"]
+           "quantize", "encode", "decode", "quantize_blocks", "dequantize_blocks", "TensorBlocks"]

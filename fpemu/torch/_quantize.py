@@ -338,6 +338,9 @@ def _checked_bits(t, cast, fname):
     return u
 
 
+#: The torch dtype of a format's codes, by the byte size of its NumPy code dtype.
+_CODE_DTYPES = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}
+
 #: Elements per piece on the CPU (see :func:`_by_pieces`).
 CPU_PIECE = 1 << 18
 
@@ -463,7 +466,7 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None)
     u = _checked_bits(t, cast, "encode")
     layout = _layout(fmt, subnormals, overflow)
     p = layout.params
-    dtype = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[layout.code_bytes]
+    dtype = _CODE_DTYPES[layout.code_bytes]
 
     def piece(v, start):
         mag, negative, nan = _rounded(v, cast, cast.key, cast.offset + start)

@@ -1,0 +1,495 @@
+"""Block-scaled formats in torch, on the tensor's own device.
+
+:func:`quantize_blocks` and :func:`dequantize_blocks` give the codes, scales
+and values of :func:`fpemu.block.quantize_blocks` and
+:func:`fpemu.block.dequantize_blocks`, bit for bit, for every preset and
+scale rule (MX: floor, rceil, ceil, even, rceil-exact; NVFP4: TE's rule, its
+older division, torchao's, Four Over Six, cuDNN's; fp32 scales: current and
+pow2), every element rounding, 1-D blocks along any axis and 2-D tiles,
+zero-padded tails. The rules are those of ``fpemu/block.py`` (read its
+module text); this module writes them again for tensors:
+
+* the block layout, amaxes, scale exponents (from the float32 bits, integer
+  operations) and the rounding of scales and elements (:mod:`fpemu.torch`'s
+  quantizers, integer operations) stay on the device;
+* the float32 arithmetic of the rules (``amax / 6``, ``fp8_max / amax``,
+  ``x * enc``) is torch's float32 arithmetic, one rounding per operation as
+  in NumPy. A division is always by a tensor on the same device: CUDA
+  divides by a Python number as a multiplication by its reciprocal, which
+  can differ in the last bit;
+* the tensor scale of the two-level NVFP4 rules is computed on the host from
+  the tensor amax (one number comes back), by the same scalar code as
+  :mod:`fpemu.block`;
+* ``"srN"`` rounding draws its bits from NumPy's PCG64 stream, as
+  :mod:`fpemu.block` does (the same bits for the same seed); they are made
+  on the host and sent to the device, 8 bytes per element;
+* Four Over Six sums each block's squared errors in float64 in the fixed
+  halving order of ``fpemu.block._halving_sum``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import block as _b
+from ..errors import FpemuValueError
+from ..formats import Format
+from . import _quantize as _q
+
+torch = _q.torch
+
+__all__ = ["quantize_blocks", "dequantize_blocks", "TensorBlocks"]
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+class TensorBlocks:
+    """The result of :func:`quantize_blocks`: ``codes`` and ``scales``
+    (integer tensors on the input's device, the dtypes and layout of
+    :class:`fpemu.block.BlockQuantized`), ``clipped`` (a bool tensor per
+    block) and the same fields (``elem``, ``scale_fmt``, ``block``,
+    ``axis``, ``scale_rule``, ``tensor_scale``, ``tensor_amax``,
+    ``rounding``, ``shape``). ``values`` are the exact values (float64);
+    :meth:`dequantize` gives them in float32 where float32 holds them;
+    :meth:`numpy` the host :class:`fpemu.block.BlockQuantized`."""
+
+    __slots__ = ("codes", "scales", "clipped", "elem", "scale_fmt", "block", "axis",
+                 "scale_rule", "tensor_scale", "tensor_amax", "rounding", "shape")
+
+    def __init__(self, codes, scales, *, clipped, elem, scale_fmt, block, axis, scale_rule,
+                 tensor_scale, tensor_amax, rounding, shape):
+        self.codes, self.scales, self.clipped = codes, scales, clipped
+        self.elem, self.scale_fmt, self.block, self.axis = elem, scale_fmt, block, axis
+        self.scale_rule, self.tensor_scale, self.tensor_amax = scale_rule, tensor_scale, tensor_amax
+        self.rounding, self.shape = rounding, tuple(shape)
+
+    def __iter__(self):
+        return iter((self.codes, self.scales))
+
+    @property
+    def device(self):
+        return self.codes.device
+
+    @property
+    def values(self):
+        """The exact values the codes stand for (float64, on the device)."""
+        return dequantize_blocks(self)
+
+    def dequantize(self, dtype=None):
+        """The values as ``dtype`` (default float32), rounded once from the
+        exact values (exact wherever the dtype holds them: elements times a
+        power-of-two or e4m3 scale always fit float32, except where the
+        product falls below float32's subnormals)."""
+        return self.values.to(torch.float32 if dtype is None else dtype)
+
+    def numpy(self):
+        """The host :class:`fpemu.block.BlockQuantized` of these codes."""
+        return _b.BlockQuantized(
+            self.codes.cpu().numpy().astype(self.elem.code_dtype),
+            self.scales.cpu().numpy().astype(self.scale_fmt.code_dtype),
+            elem=self.elem, scale_fmt=self.scale_fmt, block=self.block, axis=self.axis,
+            scale_rule=self.scale_rule, tensor_scale=self.tensor_scale,
+            clipped=self.clipped.cpu().numpy(), rounding=self.rounding, shape=self.shape,
+            tensor_amax=self.tensor_amax)
+
+    def __repr__(self):
+        return (f"TensorBlocks(elem={self.elem.name}, scale_fmt={self.scale_fmt.name}, "
+                f"block={self.block}, axis={self.axis}, scale_rule={self.scale_rule!r}, "
+                f"shape={self.shape}, device={self.device}, tensor_scale={self.tensor_scale})")
+
+
+# ------------------------------------------------------------------ helpers
+def _const(v, like, dtype=torch.float32):
+    """A 0-d tensor holding ``v`` on ``like``'s device (a divisor: CUDA turns
+    a division by a Python number into a multiplication by its reciprocal)."""
+    return torch.tensor(v, dtype=dtype, device=like.device)
+
+
+def _pow2_f32(e):
+    """2**e as float32 (int tensor e in -149 .. 127), built from its bits."""
+    e = e.to(torch.int32)
+    normal = ((e + 127).clamp(1, 254) << 23)
+    sub = torch.ones_like(e) << (e + 149).clamp(0, 22)
+    return torch.where(e >= -126, normal, sub).view(torch.float32)
+
+
+def _pow2_f64(e):
+    """2**e as float64 (int tensor e in -1022 .. 1023), built from its bits."""
+    return ((e.to(torch.int64) + 1023) << 52).view(torch.float64)
+
+
+def _f32_bits(a):
+    return a.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+
+def _codes(t, fmt, **kw):
+    """fpemu.torch.encode of float32 values, widened to int64."""
+    return _q.encode(t, fmt, **kw).to(torch.int64)
+
+
+def _to_blocks(X, block, axis):
+    """torch's ``fpemu.block._to_blocks``: X as (..., nblocks, block_len),
+    zero padded; the function back to X's layout; the scales' shape; the
+    function ordering them."""
+    if isinstance(block, int):
+        Xm = X.movedim(axis, -1)
+        lead = tuple(Xm.shape[:-1])
+        n = Xm.shape[-1]
+        nb = -(-n // block)
+        P = Xm if nb * block == n else torch.nn.functional.pad(Xm, (0, nb * block - n))
+        Bk = P.reshape(lead + (nb, block))
+
+        def back(A):
+            return A.reshape(lead + (nb * block,))[..., :n].movedim(-1, axis)
+
+        return Bk, back, lead + (nb,), (lambda S: S.movedim(-1, axis))
+    ty, tx = block
+    lead = tuple(X.shape[:-2])
+    R, C = X.shape[-2:]
+    nr, nc = -(-R // ty), -(-C // tx)
+    P = torch.nn.functional.pad(X, (0, nc * tx - C, 0, nr * ty - R))
+    k = len(lead)
+    Bk = P.reshape(lead + (nr, ty, nc, tx)).movedim(k + 1, k + 2).reshape(lead + (nr, nc, ty * tx))
+
+    def back(A):
+        A = A.reshape(lead + (nr, nc, ty, tx)).movedim(k + 2, k + 1)
+        return A.reshape(lead + (nr * ty, nc * tx))[..., :R, :C]
+
+    return Bk, back, lead + (nr, nc), (lambda S: S)
+
+
+# ------------------------------------------------------------- scale rules
+def _mx_exponent(amax32, elem, rule):
+    """``fpemu.block._mx_exponent`` for a tensor of float32 amaxes."""
+    nan = amax32.isnan()
+    emax_elem = _b._floor_log2(elem.max)
+    if rule == "rceil":
+        d = amax32 / _const(float(elem.max), amax32)
+        bits = _f32_bits(d)
+        ef = (bits >> 23) & 0xFF
+        frac = bits & 0x7FFFFF
+        e = torch.where(frac != 0, ef - 127 + 1, ef - 127)
+        sub = (ef == 0) & (frac != 0)
+        top = _q._leading_bit(torch.where(sub, frac, 1).to(torch.int32)).to(torch.int64)
+        pow2 = (frac & (frac - 1)) == 0
+        e = torch.where(sub, top - 149 + torch.where(pow2, 0, 1), e)
+        e = torch.where(d == 0, -127, e)
+        e = torch.where(d.isinf(), 127, e)
+    elif rule == "rceil-exact":
+        m = float(elem.max)
+        fin = amax32.isfinite() & (amax32 > 0)
+        a = torch.where(fin, amax32, 1.0).to(torch.float64)
+        ea = torch.frexp(a).exponent.to(torch.int64) - 1
+        e = ea - _b._floor_log2(m)
+        e = torch.where(a > m * _pow2_f64(e), e + 1, e)
+        e = torch.where(a <= m * _pow2_f64(e - 1), e - 1, e)
+        e = torch.where(amax32 == 0, -127, e)
+        e = torch.where(amax32.isinf(), 127, e)
+    else:
+        bits = _f32_bits(amax32)
+        if rule == "even":
+            bits = (bits + (1 << (23 - elem.mantissa_bits - 1))) & (0x1FF << 23)
+        e = ((bits >> 23) & 0xFF) - 127
+        if rule == "ceil":
+            e = e + ((bits & 0x7FFFFF) != 0).to(torch.int64)
+        e = e - emax_elem
+    return e.clamp(-127, 127), nan
+
+
+def _mx_rule(job):
+    e, nan = _mx_exponent(job.amax_b, job.elem, job.rule)
+    if job.inf_block == "nan":
+        nan = nan | job.amax_b.isinf()
+    p = _pow2_f32(-e)                           # x / 2**e: one rounding, as ldexp
+    V = job.Bk * p[..., None]
+    top = job.amax_b * p
+    m = float(job.elem.max)
+    clipped = (top > _b._clip_threshold(job.elem)) & ~nan
+    V = V.clamp(-m, m)
+    scodes = torch.where(nan, 0xFF, e + 127)
+    return scodes, V, None, clipped, nan, None
+
+
+def _te_scale(amax32, fp8_max, pow2):
+    """``fpemu.block._te_scale`` for a tensor of amaxes."""
+    enc = _const(float(fp8_max), amax32) / amax32
+    enc = torch.where(enc.isinf(), _FLT_MAX, enc)
+    enc = torch.where(amax32.isfinite() & (amax32 != 0), enc, 1.0)
+    if pow2:
+        enc = (enc.view(torch.int32) & _q._signed(0xFF800000, 32)).view(torch.float32)
+    return enc
+
+
+def _scale_elements(Bk, enc, elem, amax_b):
+    """fp32(x * enc) per block clamped to the element maximum, and which
+    blocks clipped."""
+    v = Bk * enc[..., None]
+    top = amax_b * enc
+    m = float(elem.max)
+    return v.clamp(-m, m), top > _b._clip_threshold(elem)
+
+
+def _fp32_rule(job):
+    enc = _te_scale(job.amax_b, job.elem.max, job.rule == "pow2")
+    dec = _const(1.0, enc) / enc
+    V, clipped = _scale_elements(job.Bk, enc, job.elem, job.amax_b)
+    block_nan = job.amax_b.isnan() if not job.elem.has_nan else torch.zeros_like(clipped)
+    scodes = _codes(torch.where(block_nan, float("nan"), dec), job.scale_fmt)
+    return scodes, V, None, clipped, block_nan, None
+
+
+def _te_blocks(job, S, Sdec, map_to, fold):
+    """``fpemu.block._nvfp4_te_blocks``: block decode scales (scale format
+    values) and element encode scales."""
+    f32 = np.float32
+    if fold:
+        ds = job.amax_b * float(f32(S * (f32(1.0) / f32(map_to))))
+    else:
+        ds = (job.amax_b / _const(float(map_to), job.amax_b)) * float(S)
+    ds = ds.clamp(max=_FLT_MAX)
+    smax = float(job.scale_fmt.max)
+    ds = ds.clamp(-smax, smax)
+    dsq = _q.quantize(ds, job.scale_fmt)
+    enc = (_const(1.0, dsq) / (dsq * float(Sdec))).clamp(max=_FLT_MAX)
+    return dsq, enc
+
+
+def _fp4_result(job, dsq, V, clipped, tensor_scale=None, codes=None):
+    block_nan = dsq.isnan()
+    return (_codes(dsq, job.scale_fmt), V, codes, clipped & ~block_nan, block_nan,
+            tensor_scale)
+
+
+def _te_nvfp4_rule(job):
+    S, Sdec = _b._nvfp4_te_tensor(job.tensor_amax, float(job.scale_fmt.max))
+    dsq, enc = _te_blocks(job, S, Sdec, 6.0, fold=job.rule == "nvfp4")
+    V, clipped = _scale_elements(job.Bk, enc, job.elem, job.amax_b)
+    return _fp4_result(job, dsq, V, clipped, Sdec)
+
+
+def _torchao_rule(job):
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        t = f32(job.tensor_amax / f32(448.0 * 6.0))
+        inv_t = f32(f32(1.0) / t)
+    bs = job.amax_b / _const(6.0, job.amax_b)
+    sb = bs / _const(float(t), bs)
+    sb = sb.clamp(2.0**-6, float(job.scale_fmt.max))
+    dsq = _q.quantize(sb, job.scale_fmt)
+    rs = _const(float(inv_t), dsq) / dsq
+    V, clipped = _scale_elements(job.Bk, rs, job.elem, job.amax_b)
+    bad = rs.isinf()
+    if bool(bad.any()):
+        zero = bad[..., None] & (job.Bk == 0)
+        if bool(zero.any()):
+            import warnings
+            warnings.warn(
+                f"quantize_blocks(): the tensor amax {float(job.tensor_amax):.3g} is so small "
+                "that torchao's element multiplier 1/t overflows to inf; torchao turns the "
+                "zero elements of those blocks into NaN and writes its bits as a code (11, "
+                "-1.5, on x86 CPUs); fpemu gives them 0. Rescale the tensor, or use the "
+                "'nvfp4' rule", RuntimeWarning, stacklevel=4)
+            V = torch.where(zero, 0.0, V)
+    return _fp4_result(job, dsq, V, clipped, t)
+
+
+def _four_over_six_rule(job):
+    S, Sdec = _b._nvfp4_te_tensor(job.tensor_amax, 256.0)
+    found = []
+    for map_to in (6.0, 4.0):
+        dsq, enc = _te_blocks(job, S, Sdec, map_to, fold=False)
+        V, cl = _scale_elements(job.Bk, enc, job.elem, job.amax_b)
+        c = _round_elements(V, job.elem, job.rounding, job.seed, draws=job.draws)
+        q = _q.decode(c, job.elem).to(torch.float64)
+        deq = q * dsq[..., None].to(torch.float64) * float(Sdec)
+        d = job.Bk.to(torch.float64) - deq
+        sse = _b._halving_sum(d * d)
+        found.append((c, dsq, cl, sse))
+    (c6, d6, cl6, err6), (c4, d4, cl4, err4) = found
+    use4 = err4 < err6                                  # a tie (or NaN) keeps 6
+    codes = torch.where(use4[..., None], c4, c6)
+    return _fp4_result(job, torch.where(use4, d4, d6), None, torch.where(use4, cl4, cl6),
+                       Sdec, codes)
+
+
+def _cudnn_rule(job):
+    d = (job.amax_b / _const(float(job.elem.max), job.amax_b)).clamp(
+        max=float(job.scale_fmt.max))
+    dsq = _q.quantize(d, job.scale_fmt, rounding="rup")
+    V = job.Bk / dsq[..., None]
+    zero = (dsq == 0)[..., None].expand_as(V)
+    V = torch.where(zero, torch.copysign(torch.zeros_like(V), job.Bk), V)
+    top = job.amax_b / dsq
+    clipped = top > _b._clip_threshold(job.elem)
+    m = float(job.elem.max)
+    return _fp4_result(job, dsq, V.clamp(-m, m), clipped)
+
+
+_RULES = {"floor": _mx_rule, "rceil": _mx_rule, "ceil": _mx_rule, "even": _mx_rule,
+          "rceil-exact": _mx_rule, "nvfp4": _te_nvfp4_rule, "nvfp4-div6": _te_nvfp4_rule,
+          "nvfp4-torchao": _torchao_rule, "4over6": _four_over_six_rule,
+          "cudnn": _cudnn_rule, "current": _fp32_rule, "pow2": _fp32_rule}
+assert set(_RULES) == set(_b.SCALE_RULES), "every scale rule of fpemu.block, in torch"
+
+
+class _Job:
+    __slots__ = ("Bk", "amax_b", "elem", "scale_fmt", "rule", "rounding", "seed",
+                 "tensor_amax", "inf_block", "draws")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+# ------------------------------------------------------------ element rounding
+def _srn_draws(n, seed, like):
+    """``fpemu.block._srn_draws`` (NumPy's PCG64 on the host), on ``like``'s
+    device in its block layout."""
+    d = _b._srn_draws(n, seed, like.numel()).astype(np.int64)
+    return torch.from_numpy(d).to(like.device).view(like.shape)
+
+
+def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
+    """``fpemu.block._round_elements``: element codes (int64, V's layout);
+    with ``has_nan`` (some block has a NaN scale; its codes are replaced)
+    NaNs round as 0, else a NaN element gets the element format's NaN."""
+    safe = torch.where(V.isnan(), 0.0, V) if has_nan else V
+    n = _b._srn_bits(rounding, seed)
+    if n is not None:
+        return _codes(_round_srn(safe.to(torch.float64), elem, n, draws), elem)
+    kw = {"seed": (seed, 0) if seed is not None else None} if rounding == "sr" else {}
+    return _codes(safe, elem, rounding=rounding, overflow="saturate", **kw)
+
+
+def _round_srn(v, elem: Format, n, draws):
+    """``fpemu.block._round_srn`` in float64 (every operation exact)."""
+    a = v.abs()
+    ex = torch.frexp(a).exponent.to(torch.int64)
+    e = (ex - 1).clamp(min=elem.emin)
+    u = _pow2_f64(e - elem.mantissa_bits)
+    t = a / u
+    k = torch.floor(t)
+    r = torch.floor((t - k) * float(2**n))
+    mag = (k + (r + draws.to(torch.float64) >= float(2**n)).to(torch.float64)) * u
+    mag = mag.clamp(max=float(elem.max))
+    return torch.copysign(mag, v)
+
+
+# ------------------------------------------------------------------- public
+@torch.compiler.disable
+def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_rule=None,
+                    rounding="rne", seed=None, *, tensor_amax=None, inf_block="saturate"):
+    """:func:`fpemu.block.quantize_blocks` on a tensor's own device.
+
+    The arguments are those of :func:`fpemu.block.quantize_blocks` (a
+    preset name such as ``"mxfp8"``, ``"nvfp4"``, ``"fp8-block"``, or the
+    element and scale formats, block, axis, scale rule, rounding). Returns a
+    :class:`TensorBlocks` whose ``codes``, ``scales`` and ``clipped`` equal
+    the host function's on ``t.cpu().numpy()`` bit for bit; ``values`` are
+    its values (float64).
+
+    Examples
+    --------
+    >>> import torch, fpemu.torch
+    >>> q = fpemu.torch.quantize_blocks(torch.tensor([[0.1, -3.0, 7.5, 0.0]]), "mxfp4", block=4)
+    >>> q.scales.tolist(), q.values.tolist()
+    ([[127]], [[0.0, -3.0, 6.0, 0.0]])
+    """
+    elem, scale_fmt, block, rule = _b._resolve_args(elem, scale_fmt, block, scale_rule)
+    block = _b._check_block(block, "quantize_blocks")
+    if inf_block not in _b.INF_BLOCK:
+        raise FpemuValueError(f"quantize_blocks(): inf_block must be one of "
+                              f"{', '.join(map(repr, _b.INF_BLOCK))}, got {inf_block!r}")
+    n_sr = _b._srn_bits(rounding, seed)
+    amax_given = _b._check_tensor_amax(tensor_amax, rule)
+    X = _q._float32_bits(t, "quantize_blocks").view(torch.float32)
+    if X.dim() == 0:
+        raise FpemuValueError("fpemu.torch.quantize_blocks(): needs a tensor with at least one "
+                              "axis, got a 0-d tensor; pass t.reshape(1)")
+    if isinstance(block, tuple):
+        if X.dim() < 2:
+            raise FpemuValueError(f"fpemu.torch.quantize_blocks(): 2-D tiles {block} need a "
+                                  f"tensor with two axes or more; got shape {tuple(X.shape)}")
+        ax = None
+    else:
+        ax = _b._check_axis(axis, X.dim(), tuple(X.shape), "quantize_blocks")
+    _b._check_padding(tuple(X.shape), block, ax, "quantize_blocks")
+    Bk, back, sshape, sback = _to_blocks(X, block, ax)
+    amax_b = Bk.abs().amax(dim=-1)                          # NaN propagates
+    tensor_amax = amax_given
+    if tensor_amax is None and rule in _b.TENSOR_SCALE_RULES:
+        tensor_amax = np.float32(X.abs().max().item()) if X.numel() else np.float32(0)
+    draws = _srn_draws(n_sr, seed, Bk) if n_sr is not None else None
+    job = _Job(Bk=Bk, amax_b=amax_b, elem=elem, scale_fmt=scale_fmt, rule=rule,
+               rounding=rounding, seed=seed, tensor_amax=tensor_amax, inf_block=inf_block,
+               draws=draws)
+    scodes, V, codes, clipped, block_nan, tscale = _RULES[rule](job)
+    has_nan = bool(block_nan.any())
+    if codes is None:
+        codes = _round_elements(V, elem, rounding, seed, draws, has_nan)
+    if has_nan:
+        # a NaN-scaled block keeps only its inputs' signs (module text of fpemu.block)
+        signed0 = torch.signbit(Bk).to(torch.int64) << (elem.bits - 1)
+        codes = torch.where(block_nan[..., None], signed0, codes)
+    ctype = _q._CODE_DTYPES[elem.code_dtype.itemsize]
+    stype = _q._CODE_DTYPES[scale_fmt.code_dtype.itemsize]
+    return TensorBlocks(
+        _as_codes(back(codes), ctype), _as_codes(sback(scodes.reshape(sshape)), stype),
+        clipped=sback(clipped.reshape(sshape)).contiguous(), elem=elem, scale_fmt=scale_fmt,
+        block=block, axis=ax, scale_rule=rule, tensor_scale=tscale,
+        tensor_amax=tensor_amax if rule in _b.TENSOR_SCALE_RULES else None,
+        rounding=rounding, shape=tuple(X.shape))
+
+
+def _as_codes(c, dtype):
+    if dtype == torch.uint32:
+        return (c & 0xFFFFFFFF).to(dtype).contiguous()
+    return c.to(dtype).contiguous()
+
+
+@torch.compiler.disable
+def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, axis=-1,
+                      tensor_scale=None):
+    """:func:`fpemu.block.dequantize_blocks` on the codes' device: the exact
+    values (float64) of a :class:`TensorBlocks`, or of codes with
+    ``scales``, ``elem``, ``scale_fmt``, ``block``, ``axis`` and
+    ``tensor_scale``. A NaN scale makes its whole block NaN."""
+    if isinstance(q, TensorBlocks):
+        codes, scales = q.codes, q.scales
+        elem, scale_fmt, block, axis = q.elem, q.scale_fmt, q.block, q.axis
+        tensor_scale = q.tensor_scale
+    else:
+        for name, a in (("codes", q), ("scales", scales)):
+            if not isinstance(a, torch.Tensor):
+                raise FpemuValueError(
+                    f"fpemu.torch.dequantize_blocks(): pass a TensorBlocks, or codes and "
+                    f"scales= as integer tensors with elem=, scale_fmt= and block=; {name} is "
+                    f"{type(a).__name__}")
+        if elem is None or scale_fmt is None or block is None:
+            raise FpemuValueError("fpemu.torch.dequantize_blocks(): pass a TensorBlocks, or "
+                                  "codes with scales=, elem=, scale_fmt= and block=")
+        # the host function checks the layout and the arguments (shapes only travel)
+        codes, scales = q, scales
+        _b.dequantize_blocks(np.zeros(tuple(codes.shape), np.uint8),
+                             np.zeros(tuple(scales.shape), np.uint8), elem=elem,
+                             scale_fmt=scale_fmt, block=block, axis=axis,
+                             tensor_scale=tensor_scale)
+        elem, scale_fmt = _b._lookup(elem), _b._lookup(scale_fmt)
+        block = _b._check_block(block, "dequantize_blocks")
+        if isinstance(block, int):
+            axis = axis % codes.dim()
+        else:
+            axis = None
+    shape = tuple(codes.shape)
+    vals = _q.decode(codes, elem).to(torch.float64)
+    svals = _q.decode(scales, scale_fmt).to(torch.float64)
+    if isinstance(block, tuple):
+        ty, tx = block
+        full = svals.repeat_interleave(ty, dim=-2).repeat_interleave(tx, dim=-1)
+        full = full[..., :shape[-2], :shape[-1]]
+    else:
+        full = svals.repeat_interleave(block, dim=axis).narrow(axis, 0, shape[axis])
+    out = vals * full
+    if tensor_scale is not None:
+        out = out * float(np.float32(tensor_scale))
+    return out
