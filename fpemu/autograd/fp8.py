@@ -216,6 +216,12 @@ class Float8BlockScaling(_Recipe):
     def __post_init__(self):
         self.fp8_format = _check_format(self.fp8_format)
 
+    def operand_block(self, role):
+        """The block of an operand: block x block tiles for the weight, in
+        both orientations (its transpose keeps the tiles and their scales,
+        as TransformerEngine's 2-D block scaling does), 1 x block otherwise."""
+        return (self.block, self.block) if role.startswith("weight") else self.block
+
     def quantize(self, X, fmt, role, state=None):
         """Power-of-two scales per 1 x block tile (activations, gradients) or
         block x block tile (weights)."""
@@ -223,7 +229,7 @@ class Float8BlockScaling(_Recipe):
         absx = np.abs(X.astype(np.float32))
         bk = self.block
         spans = _blocks(K, bk)
-        tile_rows = bk if role == "weight" else 1
+        tile_rows = bk if isinstance(self.operand_block(role), tuple) else 1
         sinv = np.empty((R, len(spans)), np.float32)
         scales = np.empty((R, K), np.float32)
         for j, (s, e) in enumerate(spans):
@@ -290,10 +296,13 @@ class MXFP8BlockScaling(_Recipe):
             return BlockQuantized(codes, (ex + 127).astype(np.uint8), elem=fmt, scale_fmt=e8m0,
                                   block=self.block, axis=1, scale_rule="nearest")
         from ..block import quantize_blocks
-        two_d = self.block_2d_weights and role.startswith("weight")
-        return quantize_blocks(np.asarray(X, np.float32), fmt, "e8m0",
-                               (self.block, self.block) if two_d else self.block,
+        return quantize_blocks(np.asarray(X, np.float32), fmt, "e8m0", self.operand_block(role),
                                scale_rule=self.scale_rule)
+
+    def operand_block(self, role):
+        """1 x block, or block x block weight tiles with ``block_2d_weights``."""
+        two_d = self.block_2d_weights and role.startswith("weight")
+        return (self.block, self.block) if two_d else self.block
 
 
 @dataclasses.dataclass
@@ -347,22 +356,29 @@ class NVFP4BlockScaling(_Recipe):
         ``tensor_amax`` feeds the GEMM's alpha)."""
         from ..block import hadamard, quantize_blocks
         X = np.asarray(X, np.float32)
+        block, rounding, seed, rht = self.operand_plan(role, X.shape)
+        if rht:
+            X = hadamard(X, 16, axis=1, signs="te")
+        return quantize_blocks(X, "e2m1", "e4m3fn", block, scale_rule=self.scale_rule,
+                               rounding=rounding, seed=seed)
+
+    def operand_plan(self, role, shape):
+        """How the operand ``role`` of a (rows, K) array of ``shape`` is
+        quantized: (block, rounding, seed, rht); counts the call (the
+        stochastic rounding's seed is ``[seed, calls]``)."""
         base = role[:-2] if role.endswith("_t") else role
         rht = role in ("input_t", "grad_output_t") and not self.disable_rht
         sr = base == "grad_output" and not self.disable_stochastic_rounding
         two_d = base == "weight" and not self.disable_2d_quantization
-        if rht:
-            if X.shape[1] % 16:
-                raise ValueError(f"NVFP4BlockScaling: the random Hadamard transform of the "
-                                 f"wgrad operands needs the token count to be a multiple of 16 "
-                                 f"(TransformerEngine's rule), got {X.shape[1]}; pad the batch "
-                                 f"or pass disable_rht=True")
-            X = hadamard(X, 16, axis=1, signs="te")
+        if rht and shape[1] % 16:
+            raise ValueError(f"NVFP4BlockScaling: the random Hadamard transform of the "
+                             f"wgrad operands needs the token count to be a multiple of 16 "
+                             f"(TransformerEngine's rule), got {shape[1]}; pad the batch "
+                             f"or pass disable_rht=True")
         self._calls += 1
         rounding = f"sr{self.sr_bits}" if sr else "rne"
-        return quantize_blocks(X, "e2m1", "e4m3fn", (16, 16) if two_d else 16,
-                               scale_rule=self.scale_rule, rounding=rounding,
-                               seed=[self.seed, self._calls] if sr else None)
+        return ((16, 16) if two_d else 16, rounding, [self.seed, self._calls] if sr else None,
+                rht)
 
 
 _RECIPES = (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling,

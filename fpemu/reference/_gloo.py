@@ -118,6 +118,9 @@ def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout):
     try:
         dtype = getattr(torch, cfg["dtype"])
         model = _mlp(torch, cfg).to(dtype)
+        if cfg.get("emulate"):                       # every Linear under an fpemu recipe
+            from fpemu.torch import emulate
+            emulate(model, cfg["emulate"])
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"])
         if cfg["hook"] == "powerSGD":
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
@@ -167,6 +170,9 @@ def _fsdp_worker(rank, world, init_file, cfg, out_dir, timeout):
         param_dtype = getattr(torch, cfg["param_dtype"])
         reduce_dtype = getattr(torch, cfg["reduce_dtype"])
         model = _mlp(torch, cfg)
+        if cfg.get("emulate"):                       # every Linear under an fpemu recipe
+            from fpemu.torch import emulate
+            emulate(model, cfg["emulate"])
         x, y = _batch(torch, cfg, 0, rank)
         if cfg.get("flavor", "fsdp2") == "fsdp1":
             from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision

@@ -40,8 +40,12 @@ def __getattr__(name):
     if name in ("quantize_blocks", "dequantize_blocks", "TensorBlocks"):
         from . import _blocks
         return getattr(_blocks, name)
+    if name in ("emulate", "Emulation", "GemmRounding", "RECIPES"):
+        from . import _emulate
+        return getattr(_emulate, name)
     raise AttributeError(f"module 'fpemu.torch' has no attribute {name!r}")
 
 
 __all__ = ["monitor", "Monitor", "FirstOverflow", "watch", "run_script", "KINDS", "SCALINGS",
-           "quantize", "encode", "decode", "quantize_blocks", "dequantize_blocks", "TensorBlocks"]
+           "quantize", "encode", "decode", "quantize_blocks", "dequantize_blocks", "TensorBlocks",
+           "emulate", "Emulation", "GemmRounding", "RECIPES"]

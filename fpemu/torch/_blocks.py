@@ -89,8 +89,8 @@ class TensorBlocks:
             self.scales.cpu().numpy().astype(self.scale_fmt.code_dtype),
             elem=self.elem, scale_fmt=self.scale_fmt, block=self.block, axis=self.axis,
             scale_rule=self.scale_rule, tensor_scale=self.tensor_scale,
-            clipped=self.clipped.cpu().numpy(), rounding=self.rounding, shape=self.shape,
-            tensor_amax=self.tensor_amax)
+            clipped=None if self.clipped is None else self.clipped.cpu().numpy(),
+            rounding=self.rounding, shape=self.shape, tensor_amax=self.tensor_amax)
 
     def __repr__(self):
         return (f"TensorBlocks(elem={self.elem.name}, scale_fmt={self.scale_fmt.name}, "
@@ -455,41 +455,60 @@ def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, 
     ``scales``, ``elem``, ``scale_fmt``, ``block``, ``axis`` and
     ``tensor_scale``. A NaN scale makes its whole block NaN."""
     if isinstance(q, TensorBlocks):
-        codes, scales = q.codes, q.scales
-        elem, scale_fmt, block, axis = q.elem, q.scale_fmt, q.block, q.axis
-        tensor_scale = q.tensor_scale
+        return _dequantize(q.codes, q.scales, q.elem, q.scale_fmt, q.block, q.axis,
+                           q.tensor_scale)
+    for name, a in (("codes", q), ("scales", scales)):
+        if not isinstance(a, torch.Tensor) or a.is_floating_point() or a.is_complex():
+            what = a.dtype if isinstance(a, torch.Tensor) else type(a).__name__
+            raise FpemuValueError(
+                f"fpemu.torch.dequantize_blocks(): pass a TensorBlocks, or codes and scales= "
+                f"as integer tensors with elem=, scale_fmt= and block=; {name} is {what}")
+    if elem is None or scale_fmt is None or block is None:
+        raise FpemuValueError("fpemu.torch.dequantize_blocks(): pass a TensorBlocks, or "
+                              "codes with scales=, elem=, scale_fmt= and block=")
+    elem, scale_fmt = _b._lookup(elem), _b._lookup(scale_fmt)
+    block = _b._check_block(block, "dequantize_blocks")
+    shape = tuple(q.shape)
+    if isinstance(block, tuple):
+        if len(shape) < 2:
+            raise FpemuValueError(f"fpemu.torch.dequantize_blocks(): 2-D tiles {block} need "
+                                  f"codes with two axes or more; got shape {shape}")
+        axis = None
+        want = shape[:-2] + (-(-shape[-2] // block[0]), -(-shape[-1] // block[1]))
     else:
-        for name, a in (("codes", q), ("scales", scales)):
-            if not isinstance(a, torch.Tensor):
-                raise FpemuValueError(
-                    f"fpemu.torch.dequantize_blocks(): pass a TensorBlocks, or codes and "
-                    f"scales= as integer tensors with elem=, scale_fmt= and block=; {name} is "
-                    f"{type(a).__name__}")
-        if elem is None or scale_fmt is None or block is None:
-            raise FpemuValueError("fpemu.torch.dequantize_blocks(): pass a TensorBlocks, or "
-                                  "codes with scales=, elem=, scale_fmt= and block=")
-        # the host function checks the layout and the arguments (shapes only travel)
-        codes, scales = q, scales
-        _b.dequantize_blocks(np.zeros(tuple(codes.shape), np.uint8),
-                             np.zeros(tuple(scales.shape), np.uint8), elem=elem,
-                             scale_fmt=scale_fmt, block=block, axis=axis,
-                             tensor_scale=tensor_scale)
-        elem, scale_fmt = _b._lookup(elem), _b._lookup(scale_fmt)
-        block = _b._check_block(block, "dequantize_blocks")
-        if isinstance(block, int):
-            axis = axis % codes.dim()
-        else:
-            axis = None
-    shape = tuple(codes.shape)
-    vals = _q.decode(codes, elem).to(torch.float64)
-    svals = _q.decode(scales, scale_fmt).to(torch.float64)
+        if not shape:
+            raise FpemuValueError("fpemu.torch.dequantize_blocks(): codes must have at least "
+                                  "one axis, got a 0-d tensor; pass codes.reshape(1)")
+        axis = _b._check_axis(axis, len(shape), shape, "dequantize_blocks")
+        want = shape[:axis] + (-(-shape[axis] // block),) + shape[axis + 1:]
+    if tuple(scales.shape) != want:
+        raise FpemuValueError(
+            f"fpemu.torch.dequantize_blocks(): codes of shape {shape} in blocks of {block} "
+            f"along {'the last two axes' if axis is None else f'axis {axis}'} need scales of "
+            f"shape {want}, got {tuple(scales.shape)}: pass the scales quantize_blocks "
+            "returned with these codes, and the same block and axis")
+    if tensor_scale is not None:
+        t = np.asarray(tensor_scale)
+        if t.size != 1 or t.dtype.kind not in "iuf":
+            raise FpemuValueError(f"fpemu.torch.dequantize_blocks(): tensor_scale must be one "
+                                  f"real number (the fp32 decode tensor scale), got "
+                                  f"{tensor_scale!r}")
+    return _dequantize(q, scales, elem, scale_fmt, block, axis, tensor_scale)
+
+
+def _expand_scales(svals, block, axis, shape):
+    """Block scale values repeated over their blocks, cut to ``shape``."""
     if isinstance(block, tuple):
         ty, tx = block
         full = svals.repeat_interleave(ty, dim=-2).repeat_interleave(tx, dim=-1)
-        full = full[..., :shape[-2], :shape[-1]]
-    else:
-        full = svals.repeat_interleave(block, dim=axis).narrow(axis, 0, shape[axis])
-    out = vals * full
+        return full[..., :shape[-2], :shape[-1]]
+    return svals.repeat_interleave(block, dim=axis).narrow(axis, 0, shape[axis])
+
+
+def _dequantize(codes, scales, elem, scale_fmt, block, axis, tensor_scale):
+    vals = _q.decode(codes, elem).to(torch.float64)
+    svals = _q.decode(scales, scale_fmt).to(torch.float64)
+    out = vals * _expand_scales(svals, block, axis, tuple(codes.shape))
     if tensor_scale is not None:
-        out = out * float(np.float32(tensor_scale))
+        out = out * float(np.float32(np.asarray(tensor_scale).reshape(())))
     return out

@@ -1,0 +1,503 @@
+"""Train a real torch model under an emulated low-precision recipe.
+
+``with fpemu.torch.emulate(model, recipe):`` makes every ``nn.Linear`` of
+``model`` run its three GEMMs (fprop ``y = x W^T``, dgrad ``dx = dy W``,
+wgrad ``dW = dy^T x``) the way the recipe runs them on the hardware it was
+written for: each operand quantized as TransformerEngine quantizes it, the
+GEMM computed on the tensor's device from the quantized values, TE's epilogue
+(per-tensor or per-block scales, NVFP4's ``alpha``) applied in float32. The
+rest of the model, the loss, the optimizer and the loop run unchanged.
+
+The recipes are the classes of :mod:`fpemu.autograd.fp8` (one definition of
+each rule: which operand gets which block, scale rule, rounding and
+transform), plus :class:`GemmRounding` (operands and outputs of each GEMM
+rounded to bf16 or fp16). The quantization is ``fpemu.torch.quantize_blocks``
+/ ``fpemu.torch.encode``: bit for bit what the host recipe computes for the
+same arrays (``tests/test_torch_emulate.py`` compares every operand of a
+training step, codes and scales). The GEMM itself runs in float32 on the
+device (``torch.matmul``): products of the quantized values are exact in
+float32 (an e2m1 or fp8 element times an e4m3 or power-of-two scale has at
+most 8 significant bits), so the result differs from the host model's
+(``fpemu.accumulate``: the tensor core's alignment and truncation) only by
+the summation order and width of float32 accumulation; ``accumulation=`` runs
+the host model instead (for small layers: it is Numba on the CPU).
+
+What is not emulated: the GEMM's internal accumulation (above), and anything
+outside ``nn.Linear`` (attention's ``matmul``, convolutions), which runs in
+the model's own precision.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+
+import numpy as np
+
+from .. import block as _b
+from ..autograd import fp8 as _fp8
+from ..errors import FpemuTypeError, FpemuValueError
+from ..formats import format as _lookup
+from ..formats import fp32 as _fp32
+from . import _blocks
+from . import _quantize as _q
+
+torch = _q.torch
+
+__all__ = ["emulate", "Emulation", "GemmRounding", "RECIPES", "recipe_of"]
+
+_f = np.float32
+
+
+@dataclasses.dataclass
+class GemmRounding(_fp8._Recipe):
+    """Plain low-precision GEMMs without scaling: each operand rounded to
+    ``fmt`` (nearest even), the product accumulated in float32, the bias
+    added and the result rounded to ``fmt``, as a bf16 / fp16 GEMM with a
+    float32 accumulator writes it (``operands=False`` rounds the outputs
+    only)."""
+
+    fmt: str = "bf16"
+    operands: bool = True
+
+    def __post_init__(self):
+        f = _lookup(self.fmt)
+        if f.bits > 16 or not f.signed:
+            raise FpemuValueError(f"GemmRounding: fmt must be a signed format of at most 16 "
+                                  f"bits (bf16, fp16, e4m3fn, ...), got {f.name}")
+        self.fmt = f.name
+
+
+#: Recipe names ``fpemu emulate --recipe`` and :func:`recipe_of` take.
+RECIPES = {
+    "delayed": _fp8.DelayedScaling, "current": _fp8.Float8CurrentScaling,
+    "fp8-block": _fp8.Float8BlockScaling, "mxfp8": _fp8.MXFP8BlockScaling,
+    "nvfp4": _fp8.NVFP4BlockScaling,
+    "bf16": lambda: GemmRounding("bf16"), "fp16": lambda: GemmRounding("fp16"),
+}
+
+
+def recipe_of(recipe):
+    """A recipe object from a recipe, or a name of :data:`RECIPES`."""
+    if isinstance(recipe, str):
+        key = recipe.lower()
+        if key not in RECIPES:
+            raise FpemuValueError(f"unknown recipe {recipe!r}; choose one of "
+                                  f"{', '.join(RECIPES)}, or pass a recipe object of "
+                                  "fpemu.autograd.fp8")
+        return RECIPES[key]()
+    if not isinstance(recipe, _fp8._RECIPES + (GemmRounding,)):
+        raise FpemuTypeError(
+            f"emulate(): recipe must be one of fpemu.autograd.fp8's DelayedScaling, "
+            f"Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling, "
+            f"a GemmRounding, or a name ({', '.join(RECIPES)}); got {type(recipe).__name__}")
+    return recipe
+
+
+# ------------------------------------------------------------ operands
+def _per_row(codes, sinv, fmt, bk, rule):
+    """fp8 codes with float32 decode scales, one per row and K block
+    (``fpemu.autograd.fp8._per_row``)."""
+    return _blocks.TensorBlocks(
+        codes, _q.encode(sinv, _fp32), clipped=None, elem=fmt, scale_fmt=_fp32, block=bk,
+        axis=1, scale_rule=rule, tensor_scale=None, tensor_amax=None, rounding="rne",
+        shape=tuple(codes.shape))
+
+
+def _amax(X):
+    return float(X.abs().max()) if X.numel() else 0.0
+
+
+def _mx_nearest(X, fmt, block):
+    """MXFP8 with ml_dtypes' nearest E8M0 (``MXFP8BlockScaling(scale_rule="nearest")``).
+    The elements are fp32(x * 2**-e): the host scales exactly, and the two
+    differ only below float32's normal range, 2**-126, far below the
+    element's smallest subnormal, where both round to zero."""
+    R, K = X.shape
+    nb = -(-K // block)
+    P = torch.nn.functional.pad(X, (0, nb * block - K)).reshape(R, nb, block)
+    amax = P.abs().amax(dim=-1)
+    d = amax / _blocks._const(float(fmt.max), amax)
+    d = torch.where(d > 0, d, 2.0**-127)
+    e = (_q.encode(d, "e8m0").to(torch.int64) - 127).clamp(-127, 127)
+    V = (P * _blocks._pow2_f32(-e)[..., None]).reshape(R, nb * block)[:, :K]
+    codes = _q.encode(V, fmt, overflow="saturate")
+    return _blocks.TensorBlocks(
+        codes, (e + 127).to(torch.uint8), clipped=None, elem=fmt, scale_fmt=_lookup("e8m0"),
+        block=block, axis=1, scale_rule="nearest", tensor_scale=None, tensor_amax=None,
+        rounding="rne", shape=(R, K))
+
+
+def hadamard(X):
+    """``fpemu.block.hadamard(X, 16, axis=1, signs="te")`` on X's device: each
+    run of 16 values times TE's signed Hadamard matrix, exact, rounded once
+    to float32. The float64 product is exact where a run's nonzero values
+    span at most 2**25 (their products with ±1/4 and every partial sum then
+    fit float64's 53 bits, whatever the summation order); the other runs
+    (and those holding inf or NaN) go to the host's exact computation."""
+    R, K = X.shape
+    runs = X.reshape(-1, 16)
+    H = torch.from_numpy(_b.hadamard_matrix(16, "te")).to(X.device)
+    Y = (runs.to(torch.float64) @ H).to(torch.float32)
+    a = runs.abs()
+    ex = torch.frexp(a).exponent
+    big = ex.amax(dim=1)
+    small = torch.where(a > 0, ex, torch.iinfo(ex.dtype).max).amin(dim=1)
+    hard = (big - small > 25) | ~runs.isfinite().all(dim=1)     # (an all-zero run: small > big)
+    if bool(hard.any()):
+        idx = hard.nonzero().reshape(-1)
+        host = _b.hadamard(runs[idx].cpu().numpy(), 16, axis=1, signs="te")
+        Y[idx] = torch.from_numpy(host).to(X.device)
+    return Y.reshape(R, K)
+
+
+def quantize_operand(recipe, X, fmt, role, state=None):
+    """The torch twin of ``recipe.quantize(X, fmt, role, state)``: a
+    (rows, K) float32 tensor quantized for a GEMM over K, as a
+    :class:`fpemu.torch.TensorBlocks` with the host's codes and scales."""
+    R, K = X.shape
+    if isinstance(recipe, _fp8.DelayedScaling):
+        st = state[role]
+        st.record(_amax(X))
+        codes = _q.encode(X * float(st.scale), fmt, overflow="saturate")
+        return _per_row(codes, torch.full((R, 1), float(st.scale_inv), device=X.device), fmt,
+                        max(K, 1), "delayed")
+    if isinstance(recipe, _fp8.Float8CurrentScaling):
+        scale = _fp8.scale_from_amax(_amax(X), fmt.max, recipe.power_2_scale,
+                                     recipe.amax_epsilon)
+        codes = _q.encode(X * float(scale), fmt, overflow="saturate")
+        sinv = torch.full((R, 1), float(_f(_f(1) / scale)), device=X.device)
+        return _per_row(codes, sinv, fmt, max(K, 1),
+                        "pow2" if recipe.power_2_scale else "current")
+    if isinstance(recipe, _fp8.Float8BlockScaling):
+        blk = recipe.operand_block(role)
+        q = _blocks.quantize_blocks(X, fmt, "fp32", blk, axis=1, scale_rule="pow2")
+        sinv = _q.decode(q.scales, _fp32)
+        if isinstance(blk, tuple):                   # a tile's scale on each of its rows
+            sinv = sinv.repeat_interleave(blk[0], dim=0)[:R]
+        return _per_row(q.codes, sinv, fmt, recipe.block, "pow2")
+    if isinstance(recipe, _fp8.MXFP8BlockScaling):
+        if recipe.scale_rule == "nearest":
+            return _mx_nearest(X, fmt, recipe.block)
+        return _blocks.quantize_blocks(X, fmt, "e8m0", recipe.operand_block(role), axis=1,
+                                       scale_rule=recipe.scale_rule)
+    if isinstance(recipe, _fp8.NVFP4BlockScaling):
+        block, rounding, seed, rht = recipe.operand_plan(role, tuple(X.shape))
+        if rht:
+            X = hadamard(X)
+        return _blocks.quantize_blocks(X, "e2m1", "e4m3fn", block, axis=1,
+                                       scale_rule=recipe.scale_rule, rounding=rounding,
+                                       seed=seed)
+    raise FpemuTypeError(f"no torch quantizer for {type(recipe).__name__}")
+
+
+def transpose_operand(recipe, X, q, fmt, role, state=None):
+    """The operand of a GEMM over X's other axis: per-tensor recipes reuse
+    the codes (one scale), block recipes quantize X.T again (``role_t``)."""
+    if isinstance(recipe, _fp8._PerTensorRecipe):
+        sinv0 = float(_q.decode(q.scales[:1, :1], _fp32))
+        R, K = X.shape
+        return _per_row(q.codes.t().contiguous(),
+                        torch.full((K, 1), sinv0, device=X.device), fmt, max(1, R),
+                        q.scale_rule)
+    return quantize_operand(recipe, X.t().contiguous(), fmt, role + "_t", state)
+
+
+# ----------------------------------------------------------------- GEMMs
+def _block_scaled(q):
+    """Elements times their block scales, float32 (exact: see the module
+    text), without the NVFP4 tensor scale (the epilogue's alpha has it)."""
+    return _blocks._dequantize(q.codes, q.scales, q.elem, q.scale_fmt, q.block, q.axis,
+                               None).to(torch.float32)
+
+
+def gemm(recipe, qa, qb, split=False, accumulation=None):
+    """``a @ b.T`` (float32) of two quantized operands, on their device:
+    block-scaled operands (E8M0, E4M3 scales) multiplied as their exact
+    float32 values, then NVFP4's ``alpha = amax_a amax_b / (6*6*448*448)``;
+    fp32-scaled ones per K block, each partial product times its two
+    scales, added in K order (``fpemu.autograd.fp8.scaled_gemm``).
+    ``accumulation``: run the host recipe's GEMM with that
+    :mod:`fpemu.accumulate` model instead."""
+    if accumulation is not None:
+        host = copy.copy(recipe)
+        host.accumulate_model = accumulation
+        out = host.gemm(qa.numpy(), qb.numpy(), split)
+        return torch.from_numpy(np.ascontiguousarray(out)).to(qa.codes.device)
+    if qa.scale_fmt.name != "fp32":
+        acc = _block_scaled(qa) @ _block_scaled(qb).t()
+        if qa.tensor_amax is not None:
+            alpha = _f(_f(_f(qa.tensor_amax) * _f(qb.tensor_amax)) / _fp8.NVFP4_ALPHA_DIVISOR)
+            acc = acc * float(alpha)
+        return acc
+    A = _q.decode(qa.codes, qa.elem)
+    B = _q.decode(qb.codes, qb.elem)
+    sa, sb = _q.decode(qa.scales, _fp32), _q.decode(qb.scales, _fp32)
+    K, bk = A.shape[1], qa.block
+    out = None
+    for j, s in enumerate(range(0, K, bk)):
+        part = A[:, s:s + bk] @ B[:, s:s + bk].t()
+        term = part * (sa[:, j:j + 1] * sb[:, j][None, :])
+        out = term if out is None else out + term
+    if out is None:
+        return torch.zeros(A.shape[0], B.shape[0], device=A.device)
+    return out
+
+
+# ------------------------------------------------------------ the layer
+class _Layer:
+    """One emulated ``nn.Linear``: its name, recipe, delayed-scaling state and
+    (``keep_operands``) the quantized operands of its last GEMMs by role."""
+
+    def __init__(self, name, module, emu):
+        self.name, self.module, self.emu = name, module, emu
+        self.state = None
+        self.operands = {} if emu.keep_operands else None
+
+    def delayed_state(self, recipe):
+        if self.state is None:
+            fwd, bwd = recipe.formats()
+            self.state = {"input": _fp8.DelayedState.new(recipe, fwd.max),
+                          "weight": _fp8.DelayedState.new(recipe, fwd.max),
+                          "grad_output": _fp8.DelayedState.new(recipe, bwd.max)}
+        return self.state
+
+    def keep(self, role, q):
+        if self.operands is not None:
+            self.operands[role] = q
+        return q
+
+
+def _out_dtype(x, weight):
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return torch.result_type(x, weight)
+
+
+class _EmulatedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):
+        out_dtype = _out_dtype(x, weight)
+        dev = x.device.type
+        with torch.autocast(dev, enabled=False):
+            X = x.detach().reshape(-1, x.shape[-1]).to(torch.float32)
+            W = weight.detach().to(torch.float32)
+            recipe = layer.emu.recipe
+            if isinstance(recipe, GemmRounding):
+                Xq = _q.quantize(X, recipe.fmt) if recipe.operands else X
+                Wq = _q.quantize(W, recipe.fmt) if recipe.operands else W
+                acc = Xq @ Wq.t()
+                if bias is not None:
+                    acc = acc + bias.detach().to(torch.float32)
+                y = _q.quantize(acc, recipe.fmt)
+                ctx.saved = (Xq, Wq, None, None)
+            else:
+                fwd, _ = recipe.formats()
+                state = layer.delayed_state(recipe) if isinstance(
+                    recipe, _fp8.DelayedScaling) else None
+                qx = layer.keep("input", quantize_operand(recipe, X, fwd, "input", state))
+                qw = layer.keep("weight", quantize_operand(recipe, W, fwd, "weight", state))
+                y = gemm(recipe, qx, qw, recipe.split_accumulator[0], layer.emu.accumulation)
+                if bias is not None:
+                    y = y + bias.detach().to(torch.float32)
+                if state is not None:          # TE updates forward scales after the forward
+                    state["input"].update()
+                    state["weight"].update()
+                ctx.saved = (X, W, qx, qw)
+        ctx.layer, ctx.has_bias = layer, bias is not None
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.x_shape = x.shape
+        return y.reshape(*x.shape[:-1], W.shape[0]).to(out_dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        layer = ctx.layer
+        recipe = layer.emu.recipe
+        X, W, qx, qw = ctx.saved
+        ctx.saved = None
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        with torch.autocast(g.device.type, enabled=False):
+            G = g.reshape(-1, g.shape[-1]).to(torch.float32)
+            gx = gw = gb = None
+            if isinstance(recipe, GemmRounding):
+                Gq = _q.quantize(G, recipe.fmt) if recipe.operands else G
+                if need_x:
+                    gx = _q.quantize(Gq @ W, recipe.fmt)
+                if need_w:
+                    gw = _q.quantize(Gq.t() @ X, recipe.fmt)
+            else:
+                _, bwd = recipe.formats()
+                state = layer.state if isinstance(recipe, _fp8.DelayedScaling) else None
+                acc = layer.emu.accumulation
+                qg = layer.keep("grad_output",
+                                quantize_operand(recipe, G, bwd, "grad_output", state))
+                if state is not None:
+                    state["grad_output"].update()
+                _, dgrad, wgrad = recipe.split_accumulator
+                if need_x:                                  # dgrad: K = out features
+                    qwt = layer.keep("weight_t",
+                                     transpose_operand(recipe, W, qw, layer_fmt(recipe, 0),
+                                                       "weight", state))
+                    gx = gemm(recipe, qg, qwt, dgrad, acc)
+                if need_w:                                  # wgrad: K = tokens
+                    qgt = layer.keep("grad_output_t",
+                                     transpose_operand(recipe, G, qg, bwd, "grad_output", state))
+                    qxt = layer.keep("input_t",
+                                     transpose_operand(recipe, X, qx, layer_fmt(recipe, 0),
+                                                       "input", state))
+                    gw = gemm(recipe, qgt, qxt, wgrad, acc)
+            if ctx.has_bias and need_b:
+                gb = G.to(torch.float64).sum(dim=0).to(b_dtype)
+        if gx is not None:
+            gx = gx.reshape(ctx.x_shape).to(x_dtype)
+        if gw is not None:
+            gw = gw.to(w_dtype)
+        return gx, gw, gb, None
+
+
+def layer_fmt(recipe, i):
+    """The recipe's forward (0) or backward (1) element format."""
+    return recipe.formats()[i]
+
+
+@torch.compiler.disable
+def _forward(module, input):
+    # under torch.compile each emulated Linear runs between graphs, as eager code
+    # (its quantizers do: fpemu/torch/_quantize.py), the rest of the model compiled
+    return _EmulatedLinear.apply(input, module.weight, module.bias, module._fpemu_layer)
+
+
+# ------------------------------------------------------------ the context
+class Emulation:
+    """What :func:`emulate` returns: ``layers`` (the emulated ``nn.Linear``
+    names), ``operands(name)`` (the last quantized operands of a layer, by
+    role, with ``keep_operands=True``), :meth:`state_dict` /
+    :meth:`load_state_dict` of the recipe state (delayed scaling's amax
+    histories and scales, NVFP4's stochastic-rounding call counter), and
+    :meth:`stop` (also on leaving the ``with`` block)."""
+
+    def __init__(self, model, recipe, *, accumulation=None, keep_operands=False):
+        if not isinstance(model, torch.nn.Module):
+            raise FpemuTypeError(f"emulate() takes a torch.nn.Module, got "
+                                 f"{type(model).__name__}")
+        self.model = model
+        self.recipe = recipe_of(recipe)
+        if accumulation is not None:
+            from .. import accumulate
+            known = accumulate.MODELS + tuple(accumulate.BLOCK_SCALED_CORES)
+            if accumulation not in known:
+                raise FpemuValueError(f"emulate(accumulation=...) names a model of "
+                                      f"fpemu.accumulate ({', '.join(known)}), "
+                                      f"got {accumulation!r}")
+            if isinstance(self.recipe, GemmRounding):
+                raise FpemuValueError("emulate(accumulation=...) runs a scaled recipe's "
+                                      "GEMMs on the host; GemmRounding has none: drop it")
+        self.accumulation = accumulation
+        self.keep_operands = keep_operands
+        self._layers = {}
+        for name, m in model.named_modules():
+            if isinstance(m, torch.nn.Linear):
+                if self.recipe.keeps_high_precision(m):
+                    continue
+                self._layers[name] = _Layer(name, m, self)
+        if not self._layers:
+            kinds = sorted({type(m).__name__ for m in model.modules()})
+            raise FpemuValueError(
+                f"emulate(): {type(model).__name__} has no nn.Linear to emulate (its modules: "
+                f"{', '.join(kinds[:8])}{', ...' if len(kinds) > 8 else ''}); the recipes "
+                "quantize the operands of nn.Linear GEMMs. Pass the model that holds them, or "
+                "check high_precision_modules")
+        self.active = False
+        self._start()
+
+    @property
+    def layers(self):
+        return list(self._layers)
+
+    def operands(self, name):
+        if not self.keep_operands:
+            raise FpemuValueError("operands() needs emulate(..., keep_operands=True)")
+        return dict(self._layers[name].operands)
+
+    def _start(self):
+        for layer in self._layers.values():
+            m = layer.module
+            if "forward" in m.__dict__ or hasattr(m, "_fpemu_layer"):
+                raise FpemuValueError(
+                    f"emulate(): layer {layer.name!r} already has its own forward (another "
+                    "emulate() or a patch of its own); stop that one first")
+            m._fpemu_layer = layer
+            m.forward = types.MethodType(_forward, m)
+        self.active = True
+
+    def stop(self):
+        """Give every layer its own forward back (idempotent)."""
+        if not self.active:
+            return
+        for layer in self._layers.values():
+            m = layer.module
+            m.__dict__.pop("forward", None)
+            m.__dict__.pop("_fpemu_layer", None)
+        self.active = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def state_dict(self):
+        """The recipe state, as tensors and plain values."""
+        layers = {}
+        for name, layer in self._layers.items():
+            if layer.state is not None:
+                layers[name] = {role: {"amax_history": torch.from_numpy(st.history.copy()),
+                                       "scale": torch.tensor(float(st.scale)),
+                                       "scale_inv": torch.tensor(float(st.scale_inv))}
+                                for role, st in layer.state.items()}
+        return {"recipe": type(self.recipe).__name__, "layers": layers,
+                "calls": getattr(self.recipe, "_calls", None)}
+
+    def load_state_dict(self, sd):
+        mine = type(self.recipe).__name__
+        if sd.get("recipe") != mine:
+            raise FpemuValueError(f"load_state_dict(): the state is of a "
+                                  f"{sd.get('recipe')} recipe, this emulation runs {mine}")
+        unknown = sorted(set(sd["layers"]) - set(self._layers))
+        if unknown:
+            raise FpemuValueError(f"load_state_dict(): no emulated layer named "
+                                  f"{', '.join(map(repr, unknown))}; this model's: "
+                                  f"{', '.join(self._layers)}")
+        for name, roles in sd["layers"].items():
+            state = self._layers[name].delayed_state(self.recipe)
+            for role, v in roles.items():
+                st = state[role]
+                st.history = v["amax_history"].numpy().astype(np.float32).copy()
+                st.scale = _f(float(v["scale"]))
+                st.scale_inv = _f(float(v["scale_inv"]))
+        if sd.get("calls") is not None:
+            self.recipe._calls = int(sd["calls"])
+
+
+def emulate(model, recipe, *, accumulation=None, keep_operands=False):
+    """Run every ``nn.Linear`` of ``model`` under ``recipe`` (module text);
+    use as ``with fpemu.torch.emulate(model, recipe) as emu:`` around the
+    training loop, or call ``.stop()`` on what it returns.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    recipe : a recipe of :mod:`fpemu.autograd.fp8`, a :class:`GemmRounding`,
+        or a name: ``"delayed"``, ``"current"``, ``"fp8-block"``, ``"mxfp8"``,
+        ``"nvfp4"``, ``"bf16"``, ``"fp16"``.
+    accumulation : str, optional
+        A :mod:`fpemu.accumulate` model (``"h100-fp8"``, ``"b200-mxf4nvf4"``,
+        ...): the GEMMs run on the host under it (slow; small layers).
+    keep_operands : bool
+        Keep each layer's last quantized operands (``emu.operands(name)``).
+    """
+    return Emulation(model, recipe, accumulation=accumulation, keep_operands=keep_operands)

@@ -1,0 +1,404 @@
+"""fpemu.torch.emulate: a real torch model trained under an fpemu recipe.
+
+Oracles: fpemu.autograd's own fp8 recipes (NumPy, fpemu's kernels) for the
+quantized operands of every GEMM, compared bit for bit; the exact product of
+those operands (float64) for the device GEMM, within float32 accumulation's
+bound; real DDP and FSDP2 (gloo, two spawned processes) for composition.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fpemu  # noqa: E402
+import fpemu.autograd as ft  # noqa: E402
+import fpemu.torch  # noqa: E402
+from fpemu.autograd import fp8  # noqa: E402
+from fpemu.autograd import nn as fnn  # noqa: E402
+from fpemu.errors import FpemuTypeError, FpemuValueError  # noqa: E402
+from fpemu.torch import _emulate  # noqa: E402
+
+ROLES = ("input", "weight", "grad_output", "weight_t", "grad_output_t", "input_t")
+
+RECIPES = {
+    "delayed": fp8.DelayedScaling,
+    "current": lambda: fp8.Float8CurrentScaling(power_2_scale=True),
+    "current-e4m3": lambda: fp8.Float8CurrentScaling(fp8_format=fp8.Format.E4M3),
+    "fp8-block": fp8.Float8BlockScaling,
+    "mxfp8": fp8.MXFP8BlockScaling,
+    "mxfp8-floor-2d": lambda: fp8.MXFP8BlockScaling(scale_rule="floor", block_2d_weights=True),
+    "mxfp8-nearest": lambda: fp8.MXFP8BlockScaling(scale_rule="nearest"),
+    "nvfp4": fp8.NVFP4BlockScaling,
+    "nvfp4-4over6": lambda: fp8.NVFP4BlockScaling(scale_rule="4over6", seed=3),
+}
+
+
+def _data(shape_w, rows, seed=0):
+    rng = np.random.default_rng(seed)
+    W = (rng.standard_normal(shape_w) * 0.1).astype(np.float32)
+    b = rng.standard_normal(shape_w[0]).astype(np.float32)
+    # three steps whose inputs and output gradients move by decades (delayed
+    # scaling's history then matters), with one planted large value
+    xs = [(rng.standard_normal((rows, shape_w[1])) * 10.0**k).astype(np.float32)
+          for k in (0, 1, -2)]
+    xs[1][3, 5] = 3e4
+    gs = [(rng.standard_normal((rows, shape_w[0])) * 10.0**k).astype(np.float32)
+          for k in (-3, 0, 2)]
+    return W, b, xs, gs
+
+
+def _host(recipe, W, b, xs, gs):
+    """Every operand fpemu.autograd's recipe quantizes, by role, in order, and
+    the layer's outputs and gradients, for loss = sum(y * g) (so that the
+    output gradient is g exactly)."""
+    seen = {}
+    quantize, transpose = recipe.quantize, recipe.transpose
+
+    def q(X, fmt, role, state=None):
+        r = quantize(X, fmt, role, state)
+        seen.setdefault(role, []).append(r)
+        return r
+
+    def t(X, qq, fmt, role, state=None):
+        r = transpose(X, qq, fmt, role, state)
+        if not seen.get(role + "_t") or seen[role + "_t"][-1] is not r:
+            seen.setdefault(role + "_t", []).append(r)
+        return r
+    recipe.quantize, recipe.transpose = q, t
+    layer = fnn.Linear(W.shape[1], W.shape[0])
+    layer.weight = fnn.Parameter(ft.tensor(W))
+    layer.bias = fnn.Parameter(ft.tensor(b))
+    outs = []
+    for x, g in zip(xs, gs):
+        xt = ft.tensor(x, requires_grad=True)
+        with fp8.fp8_autocast(fp8_recipe=recipe):
+            y = layer(xt)
+        (y * ft.tensor(g)).sum().backward()
+        outs.append((y.detach().numpy(), xt.grad.numpy(), layer.weight.grad.numpy()))
+        layer.weight.grad = layer.bias.grad = None
+    return seen, outs
+
+
+def _device(recipe, W, b, xs, gs, **kw):
+    lin = torch.nn.Linear(W.shape[1], W.shape[0])
+    with torch.no_grad():
+        lin.weight.copy_(torch.from_numpy(W))
+        lin.bias.copy_(torch.from_numpy(b))
+    seen, outs = {}, []
+    with fpemu.torch.emulate(lin, recipe, keep_operands=True, **kw) as emu:
+        for x, g in zip(xs, gs):
+            xt = torch.from_numpy(x).requires_grad_()
+            y = lin(xt)
+            (y * torch.from_numpy(g)).sum().backward()
+            for role, q in emu.operands("").items():
+                seen.setdefault(role, []).append(q)
+            outs.append((y.detach().numpy(), xt.grad.numpy(), lin.weight.grad.numpy()))
+            lin.weight.grad = lin.bias.grad = None
+    assert "forward" not in lin.__dict__, "the layer's own forward is back"
+    return seen, outs
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_operand_of_three_steps_is_the_host_recipes_bit_for_bit(name):
+    """Codes and scales of the six operands (fprop: input, weight; dgrad:
+    grad_output, weight transposed; wgrad: grad_output and input transposed)
+    of three forward/backward steps, one of them 40 wide (a tail shorter than
+    a 32- or 128-block)."""
+    for shape in ((48, 64), (24, 40)):
+        W, b, xs, gs = _data(shape, 32, seed=shape[1])
+        want, _ = _host(RECIPES[name](), W, b, xs, gs)
+        got, _ = _device(RECIPES[name](), W, b, xs, gs)
+        assert sorted(got) == sorted(want) == sorted(ROLES)
+        for role in ROLES:
+            assert len(got[role]) == len(want[role]) == 3
+            for step, (a, c) in enumerate(zip(want[role], got[role])):
+                h = c.numpy()
+                what = (name, shape, role, step)
+                assert h.codes.dtype == a.codes.dtype and h.scales.dtype == a.scales.dtype, what
+                np.testing.assert_array_equal(h.codes, a.codes, err_msg=str(what))
+                np.testing.assert_array_equal(h.scales, a.scales, err_msg=str(what))
+                assert (h.block, h.axis) == (a.block, a.axis), what
+                if a.tensor_amax is not None:
+                    assert np.float32(h.tensor_amax) == np.float32(a.tensor_amax), what
+
+
+def _exact_gemm(qa, qb):
+    """The exact a @ b.T of two host operands, and the sum of the magnitudes
+    of its products (float64; both exact to 2**-50 relative)."""
+    A, B = qa.values, qb.values
+    return A @ B.T, np.abs(A) @ np.abs(B).T
+
+
+@pytest.mark.parametrize("name", ["current", "fp8-block", "mxfp8", "nvfp4"])
+def test_the_device_gemm_is_within_float32_accumulations_bound_of_the_exact_product(name):
+    """Any order of float32 accumulation of K exact products errs by at most
+    K u sum|a_k b_k| (u = 2**-24; Higham, Accuracy and Stability of Numerical
+    Algorithms, 2nd ed., §3.1); the per-block scales (fp8-block: K/128 blocks)
+    and NVFP4's alpha each add a rounding of at most u times the result's
+    magnitude, counted in the 3 + 3 * blocks term."""
+    rng = np.random.default_rng(4)
+    X = (rng.standard_normal((32, 384)) * np.exp2(rng.integers(-8, 8, (32, 1)))).astype(
+        np.float32)
+    W = (rng.standard_normal((40, 384)) * 0.05).astype(np.float32)
+    recipe = RECIPES[name]()
+    fmt = recipe.formats()[0]
+    qa = _emulate.quantize_operand(recipe, torch.from_numpy(X), fmt, "input")
+    qb = _emulate.quantize_operand(recipe, torch.from_numpy(W), fmt, "weight")
+    got = _emulate.gemm(recipe, qa, qb).numpy().astype(np.float64)
+    exact, mag = _exact_gemm(qa.numpy(), qb.numpy())
+    if qa.tensor_amax is not None:           # NVFP4: values carry the tensor scales already
+        pass
+    K, nk = X.shape[1], -(-X.shape[1] // 128)
+    bound = (K + 3 + 3 * nk) * 2.0**-24 * mag
+    err = np.abs(got - exact)
+    assert np.all(err <= bound), (name, float(np.max(err / np.maximum(bound, 1e-300))))
+    assert np.any(got != 0)
+    # the host recipe's own GEMM (a tensor-core model) is a different summation of the
+    # same products: within the same bound plus the model's truncation
+    host = recipe.gemm(qa.numpy(), qb.numpy(), recipe.split_accumulator[0]).astype(np.float64)
+    assert np.max(np.abs(host - exact) / np.maximum(mag, 1e-300)) < 2.0**-8
+
+
+def test_the_layers_outputs_and_gradients_follow_the_host_layer():
+    """Forward, input and weight gradients of the emulated torch layer
+    against fpemu.autograd's fp8 layer: the same operands (above), GEMMs
+    summed in another order, so within a relative 1e-3 for fp8 (the host
+    models H100's fp8 truncation) and 1e-6 for MX and NVFP4."""
+    W, b, xs, gs = _data((48, 64), 32, seed=9)
+    for name, tol in (("current", 1e-3), ("mxfp8", 1e-6), ("nvfp4", 1e-6)):
+        _, want = _host(RECIPES[name](), W, b, xs, gs)
+        _, got = _device(RECIPES[name](), W, b, xs, gs)
+        for a, c in zip(want, got):
+            for h, d in zip(a, c):
+                assert np.max(np.abs(h - d)) <= tol * np.max(np.abs(h)), name
+
+
+def test_accumulation_runs_the_host_model_and_gives_the_host_layers_bits():
+    W, b, xs, gs = _data((24, 64), 32, seed=10)
+    _, want = _host(fp8.MXFP8BlockScaling(), W, b, xs, gs)
+    _, got = _device(fp8.MXFP8BlockScaling(), W, b, xs, gs, accumulation="b200-mxf8f6f4")
+    for a, c in zip(want, got):
+        np.testing.assert_array_equal(c[0], a[0])      # y: host GEMM, bias added in fp32
+        np.testing.assert_array_equal(c[2], a[2])      # weight gradient
+
+
+def _mlp(seed=0, widths=(64, 96, 96, 10)):
+    torch.manual_seed(seed)
+    layers = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.GELU()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def _train(model, recipe, steps=30, seed=1, **kw):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(64, 64, generator=g)
+    T = torch.randn(64, 10, generator=g)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    ctx = fpemu.torch.emulate(model, recipe, **kw) if recipe else None
+    try:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = ((model(X) - T) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    finally:
+        if ctx is not None:
+            ctx.stop()
+    return losses
+
+
+def test_an_mlp_trains_under_every_recipe_and_the_gemm_sees_nvfp4_weights():
+    base = _train(_mlp(), None)
+    for name in ("delayed", "current", "fp8-block", "mxfp8", "nvfp4", "bf16", "fp16"):
+        losses = _train(_mlp(), name)
+        assert losses[-1] < 0.8 * losses[0], name
+        assert abs(losses[-1] - base[-1]) < 0.5 * base[0], name
+    model = _mlp()
+    x = torch.randn(16, 64)
+    with fpemu.torch.emulate(model, fp8.NVFP4BlockScaling(), keep_operands=True) as emu:
+        model(x).square().mean().backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+        q = emu.operands("0")["weight"]
+    assert emu.layers == ["0", "2", "4"]
+    assert q.elem.name == "e2m1" and q.scale_fmt.name == "e4m3fn" and q.block == (16, 16)
+    vals = q.values.numpy()
+    grid = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}
+    scales = fpemu.decode(q.numpy().scales, "e4m3fn").astype(np.float64)
+    elems = vals / np.repeat(np.repeat(scales, 16, 0), 16, 1)[:vals.shape[0], :vals.shape[1]]
+    elems /= np.float64(q.tensor_scale)
+    assert set(np.unique(np.abs(elems[np.isfinite(elems)]))) <= grid
+
+
+def test_gemm_rounding_rounds_operands_and_outputs_once():
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((8, 40)).astype(np.float32)
+    lin = torch.nn.Linear(40, 12)
+    with fpemu.torch.emulate(lin, "bf16"):
+        y = lin(torch.from_numpy(X)).detach().numpy()
+    Xq = fpemu.quantize(X, "bf16").astype(np.float64)
+    Wq = fpemu.quantize(lin.weight.detach().numpy(), "bf16").astype(np.float64)
+    exact = Xq @ Wq.T + lin.bias.detach().numpy()
+    assert np.array_equal(fpemu.quantize(y, "bf16"), y), "outputs are bf16 values"
+    # float32 accumulation then one rounding: the nearest bf16 of exact, or its neighbour
+    ulp = fpemu.ulp(exact, "bf16").astype(np.float64)
+    assert np.all(np.abs(y - exact) <= ulp)
+    assert np.mean(y == fpemu.quantize(exact, "bf16")) > 0.95
+
+
+def test_state_dict_round_trip_continues_delayed_scaling_and_nvfp4s_draws():
+    """A second emulation loaded with the first's state quantizes the next
+    step as the first does; one that was not loaded does not (delayed
+    scales still 1, NVFP4's stochastic draws from call 1)."""
+    for recipe in (fp8.DelayedScaling(amax_history_len=4), fp8.NVFP4BlockScaling()):
+        x = torch.randn(16, 64)
+        a = _mlp(2)
+        ea = fpemu.torch.emulate(a, copy.deepcopy(recipe), keep_operands=True)
+        for _ in range(2):
+            a(x * 3).sum().backward()
+        sd = ea.state_dict()
+        runs = []
+        for load in (True, False):
+            b = _mlp(2)
+            b.load_state_dict(a.state_dict())
+            eb = fpemu.torch.emulate(b, copy.deepcopy(recipe), keep_operands=True)
+            if load:
+                eb.load_state_dict(sd)
+            b(x).sum().backward()
+            runs.append(eb)
+            eb.stop()
+        a.zero_grad()
+        a(x).sum().backward()
+        ea.stop()
+        for eb, same in zip(runs, (True, False)):
+            equal = []
+            for name in ea.layers:
+                assert sorted(ea.operands(name)) == sorted(eb.operands(name))
+                for role, qa in ea.operands(name).items():
+                    qb = eb.operands(name)[role]
+                    equal.append(torch.equal(qa.codes, qb.codes)
+                                 and torch.equal(qa.scales, qb.scales))
+            assert all(equal) if same else not all(equal), (type(recipe).__name__, same)
+        if isinstance(recipe, fp8.DelayedScaling):
+            assert sd["layers"]["0"]["input"]["amax_history"].shape == (4,)
+        else:
+            assert sd["calls"] == 2 * (5 + 6 + 6)   # per step: no dgrad for the first layer
+    with pytest.raises(FpemuValueError, match="state is of a DelayedScaling recipe"):
+        with fpemu.torch.emulate(_mlp(), "mxfp8") as e:
+            e.load_state_dict({"recipe": "DelayedScaling", "layers": {}})
+
+
+def test_it_composes_with_autocast_grad_scaler_and_compile():
+    # autocast: the layer's output in the autocast dtype, its GEMMs still the recipe's
+    model = _mlp(3)
+    x = torch.randn(16, 64)
+    with fpemu.torch.emulate(model, "mxfp8", keep_operands=True) as emu:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = model(x)
+        assert y.dtype == torch.bfloat16
+        y.float().square().mean().backward()
+        assert all(p.grad is not None and p.grad.dtype == torch.float32
+                   for p in model.parameters())
+        assert emu.operands("0")["input"].scale_fmt.name == "e8m0"
+    # GradScaler: the scaled loss's gradients unscaled by the optimizer step
+    model = _mlp(4)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with fpemu.torch.emulate(model, "current"):
+        scaler.scale(model(x).square().mean()).backward()
+        scaler.step(opt)
+        scaler.update()
+    assert scaler.get_scale() == 2.0**10
+    # torch.compile: the compiled model gives the eager emulation's bits
+    m1, m2 = _mlp(5), _mlp(5)
+    with fpemu.torch.emulate(m1, "nvfp4"), fpemu.torch.emulate(m2, "nvfp4"):
+        eager = m1(x)
+        compiled = torch.compile(m2)(x)
+        eager.sum().backward()
+        compiled.sum().backward()
+    assert torch.equal(eager, compiled)
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(p.grad, q.grad)
+
+
+def _spawn_cfg(**kw):
+    cfg = {"seed": 7, "widths": [32, 48, 16], "batch": 16, "dtype": "float32",
+           "iterations": 1, "bucket_cap_mb": 25, "hook": None}
+    cfg.update(kw)
+    return cfg
+
+
+def _local(cfg, world, recipe):
+    """Each rank's emulated gradients, computed here in one process."""
+    from fpemu.reference import _gloo
+    out = []
+    for rank in range(world):
+        model = _gloo._mlp(torch, cfg)
+        x, y = _gloo._batch(torch, cfg, 0, rank)
+        with fpemu.torch.emulate(model, recipe):
+            ((model(x).float() - y) ** 2).mean().backward()
+        out.append([p.grad.numpy().copy() for p in model.parameters()])
+    return out
+
+
+def test_ddp_over_gloo_averages_each_ranks_emulated_gradients():
+    """Two processes, DDP, every Linear under MXFP8: each rank's local
+    gradients are this process's emulation of its batch, bit for bit, and
+    DDP's are their average (each divided by 2, then summed: exact)."""
+    from fpemu.reference import _gloo
+    cfg = _spawn_cfg(emulate="mxfp8")
+    res = _gloo.run_ddp(cfg, 2, timeout=120)
+    local = _local(cfg, 2, "mxfp8")
+    for i in range(len(local[0])):
+        for r in range(2):
+            np.testing.assert_array_equal(res[f"local.0.{i}"][r], local[r][i])
+            want = (local[0][i] / np.float32(2)) + (local[1][i] / np.float32(2))
+            np.testing.assert_array_equal(res[f"reduced.0.{i}"][r], want)
+
+
+def test_fsdp2_over_gloo_reduces_each_ranks_emulated_gradients():
+    """Two processes, fully_shard, every Linear under NVFP4 (RHT, stochastic
+    rounding of the gradients): the whole gradients gathered are the sum of
+    this process's emulated per-rank gradients, divided by 2."""
+    from fpemu.reference import _gloo
+    cfg = _spawn_cfg(emulate="nvfp4", param_dtype="float32", reduce_dtype="float32")
+    res = _gloo.run_fsdp(cfg, 2, timeout=120)
+    local = _local(cfg, 2, "nvfp4")
+    for i in range(len(local[0])):
+        want = (local[0][i] + local[1][i]) / np.float32(2)
+        for r in range(2):
+            np.testing.assert_array_equal(res[f"reduced.{i}"][r], want)
+
+
+def test_bad_input_names_what_was_expected_and_the_fix():
+    with pytest.raises(FpemuValueError, match="no nn.Linear to emulate.*Conv1d"):
+        fpemu.torch.emulate(torch.nn.Sequential(torch.nn.Conv1d(2, 2, 3)), "nvfp4")
+    with pytest.raises(FpemuTypeError, match="torch.nn.Module"):
+        fpemu.torch.emulate(ft.nn.Linear(2, 2), "nvfp4")
+    with pytest.raises(FpemuValueError, match="unknown recipe 'fp4'.*nvfp4"):
+        fpemu.torch.emulate(_mlp(), "fp4")
+    with pytest.raises(FpemuTypeError, match="recipe must be one of"):
+        fpemu.torch.emulate(_mlp(), 3)
+    with pytest.raises(FpemuValueError, match="accumulation"):
+        fpemu.torch.emulate(_mlp(), "nvfp4", accumulation="h100-fast")
+    m = _mlp()
+    with fpemu.torch.emulate(m, "nvfp4"):
+        with pytest.raises(FpemuValueError, match="already has its own forward"):
+            fpemu.torch.emulate(m, "mxfp8")
+        # NVFP4's Hadamard transform needs the token count to be a multiple of 16
+        with pytest.raises(ValueError, match="multiple of 16.*disable_rht=True"):
+            m(torch.randn(10, 64)).sum().backward()
+    with fpemu.torch.emulate(m, fp8.NVFP4BlockScaling(disable_rht=True)):
+        m(torch.randn(10, 64)).sum().backward()          # padded blocks, as TE pads them
+    # high-precision modules are left alone; a model left with none is refused
+    first = m[0]
+    e = fpemu.torch.emulate(m, fp8.MXFP8BlockScaling(high_precision_modules=(first,)))
+    assert e.layers == ["2", "4"]
+    e.stop()
+    with pytest.raises(FpemuValueError, match="high_precision_modules"):
+        fpemu.torch.emulate(first, fp8.MXFP8BlockScaling(high_precision_modules=(first,)))
