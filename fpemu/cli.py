@@ -569,6 +569,25 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                     help="the script's own arguments")
     mo.set_defaults(func=_cmd_monitor)
+    em = sub.add_parser("emulate", help="run a PyTorch training script with every nn.Linear "
+                                        "under an emulated low-precision recipe",
+                        description="Run SCRIPT (with its ARGS) unchanged, with every nn.Linear "
+                                    "of its model running fprop, dgrad and wgrad GEMMs under "
+                                    "RECIPE (fpemu.torch.emulate): operands quantized on the "
+                                    "model's device as TransformerEngine quantizes them, bit for "
+                                    "bit fpemu.autograd.fp8's recipes. The model is the module "
+                                    "that owns the parameters of the first optimizer the script "
+                                    "creates.")
+    em.add_argument("--recipe", default="nvfp4", metavar="NAME",
+                    help="delayed, current, fp8-block, mxfp8, nvfp4, bf16 or fp16 "
+                         "(default nvfp4)")
+    em.add_argument("--accumulation", default=None, metavar="MODEL",
+                    help="run the GEMMs on the host under this fpemu.accumulate model "
+                         "(h100-fp8, b200-mxf8f6f4, b200-mxf4nvf4, ...; slow)")
+    em.add_argument("script", metavar="SCRIPT", help="the training script")
+    em.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                    help="the script's own arguments")
+    em.set_defaults(func=_cmd_emulate)
     r = sub.add_parser("record", help="run the fidelity scenarios with PyTorch and save traces",
                        description="Run every fidelity scenario with real PyTorch and write "
                                    "<out>/<device>-torch<version>/: one .npz per scenario and "
@@ -651,6 +670,33 @@ def _cmd_monitor(args) -> int:
             print(f"fpemu monitor: the script exited: {code}", file=sys.stderr)
             return 1
         print(f"fpemu monitor: the script exited with status {code}", file=sys.stderr)
+        return code
+    return 0
+
+
+def _cmd_emulate(args) -> int:
+    from .tensorfiles import check_input
+    check_input(args.script, "script")
+    from .torch._emulate import RECIPES, run_script
+    if args.recipe.lower() not in RECIPES:
+        raise CliError(f"--recipe expects one of {', '.join(RECIPES)}, got {args.recipe!r}")
+    emu, err, code = run_script(args.script, args.args, args.recipe,
+                                accumulation=args.accumulation, reraise=False)
+    if emu is None:
+        raise CliError(f"{args.script} created no optimizer: there was no model to emulate "
+                       "(fpemu emulate finds the module that owns the first optimizer's "
+                       "parameters)")
+    print(f"fpemu emulate: {len(emu.layers)} nn.Linear layers ran under "
+          f"{type(emu.recipe).__name__}", file=sys.stderr)
+    if err is not None:
+        _print_script_traceback(err, args.script)
+        print(f"fpemu emulate: the script raised {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    if code not in (None, 0):
+        if not isinstance(code, int):
+            print(f"fpemu emulate: the script exited: {code}", file=sys.stderr)
+            return 1
+        print(f"fpemu emulate: the script exited with status {code}", file=sys.stderr)
         return code
     return 0
 

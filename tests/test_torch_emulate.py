@@ -125,6 +125,25 @@ def test_every_operand_of_three_steps_is_the_host_recipes_bit_for_bit(name):
                     assert np.float32(h.tensor_amax) == np.float32(a.tensor_amax), what
 
 
+def test_the_hadamard_transform_on_the_device_is_the_hosts_exact_one():
+    """Runs of 16 whose values span up to 2**60 (the float64 product is then
+    inexact and the run goes to the host), float32 subnormals, zeros, inf and
+    NaN: every output bit equals fpemu.block.hadamard's."""
+    from fpemu import block
+    rng = np.random.default_rng(12)
+    X = (rng.standard_normal((64, 64)) * np.exp2(rng.integers(-30, 30, (64, 64)))).astype(
+        np.float32)
+    X[:8] *= np.float32(2.0**-120)                     # float32 subnormals among normals
+    X[8, :16] = 0
+    X[9, 3], X[10, 17], X[11, 40] = np.inf, np.nan, -np.inf
+    X[12, :16] = np.float32(2.0**-149) * np.arange(16)
+    X[13, :16] = [1.0, 2.0**-26] * 8                   # a spread of 26: to the host
+    X[14, :16] = [1.0, 2.0**-25] * 8                   # 25: exact on the device
+    got = _emulate.hadamard(torch.from_numpy(X)).numpy()
+    want = block.hadamard(X, 16, axis=1, signs="te")
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def _exact_gemm(qa, qb):
     """The exact a @ b.T of two host operands, and the sum of the magnitudes
     of its products (float64; both exact to 2**-50 relative)."""

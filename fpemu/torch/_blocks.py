@@ -54,7 +54,7 @@ class TensorBlocks:
     :meth:`numpy` the host :class:`fpemu.block.BlockQuantized`."""
 
     __slots__ = ("codes", "scales", "clipped", "elem", "scale_fmt", "block", "axis",
-                 "scale_rule", "tensor_scale", "tensor_amax", "rounding", "shape")
+                 "scale_rule", "tensor_scale", "tensor_amax", "rounding", "shape", "cache")
 
     def __init__(self, codes, scales, *, clipped, elem, scale_fmt, block, axis, scale_rule,
                  tensor_scale, tensor_amax, rounding, shape):
@@ -62,6 +62,24 @@ class TensorBlocks:
         self.elem, self.scale_fmt, self.block, self.axis = elem, scale_fmt, block, axis
         self.scale_rule, self.tensor_scale, self.tensor_amax = scale_rule, tensor_scale, tensor_amax
         self.rounding, self.shape = rounding, tuple(shape)
+        self.cache = {}
+
+    def t(self):
+        """The transpose of a 2-D array quantized in 2-D tiles: the same tiles,
+        codes and scales transposed (what quantizing the transposed array
+        gives, tile by tile, for a deterministic rounding)."""
+        if not isinstance(self.block, tuple) or len(self.shape) != 2:
+            raise FpemuValueError(f"TensorBlocks.t(): only a 2-D array in 2-D tiles can be "
+                                  f"transposed as it is; this one has block={self.block}, "
+                                  f"shape {self.shape}: quantize the transpose instead")
+        q = TensorBlocks(
+            self.codes.t().contiguous(), self.scales.t().contiguous(),
+            clipped=None if self.clipped is None else self.clipped.t().contiguous(),
+            elem=self.elem, scale_fmt=self.scale_fmt, block=self.block[::-1], axis=None,
+            scale_rule=self.scale_rule, tensor_scale=self.tensor_scale,
+            tensor_amax=self.tensor_amax, rounding=self.rounding, shape=self.shape[::-1])
+        q.cache = {k: v.t() for k, v in self.cache.items()}
+        return q
 
     def __iter__(self):
         return iter((self.codes, self.scales))
@@ -123,14 +141,19 @@ def _f32_bits(a):
 
 
 def _codes(t, fmt, **kw):
-    """fpemu.torch.encode of float32 values, widened to int64."""
-    return _q.encode(t, fmt, **kw).to(torch.int64)
+    """fpemu.torch.encode of float32 values, as int32 (int64 for 32-bit
+    codes, fp32 scales)."""
+    assert t.dtype == torch.float32
+    return _q.encode_trusted(t, fmt, **kw).to(torch.int32 if fmt.bits <= 16 else torch.int64)
 
 
-def _to_blocks(X, block, axis):
+def _to_blocks(X, block, axis, in_place=False):
     """torch's ``fpemu.block._to_blocks``: X as (..., nblocks, block_len),
     zero padded; the function back to X's layout; the scales' shape; the
-    function ordering them."""
+    function ordering them. ``in_place`` (2-D tiles): the tiles as a view
+    (..., rows of tiles, tile rows, columns of tiles, tile columns) instead,
+    for rules that need neither the block order (stochastic rounding) nor
+    each block's elements along one axis (Four Over Six)."""
     if isinstance(block, int):
         Xm = X.movedim(axis, -1)
         lead = tuple(Xm.shape[:-1])
@@ -147,8 +170,15 @@ def _to_blocks(X, block, axis):
     lead = tuple(X.shape[:-2])
     R, C = X.shape[-2:]
     nr, nc = -(-R // ty), -(-C // tx)
-    P = torch.nn.functional.pad(X, (0, nc * tx - C, 0, nr * ty - R))
+    P = X if (nr * ty, nc * tx) == (R, C) else torch.nn.functional.pad(
+        X, (0, nc * tx - C, 0, nr * ty - R))
     k = len(lead)
+    if in_place:
+        # the tiles as a view (lead, nr, ty, nc, tx): no copy into the block layout
+        def back4(A):
+            return A.reshape(lead + (nr * ty, nc * tx))[..., :R, :C]
+
+        return P.reshape(lead + (nr, ty, nc, tx)), back4, lead + (nr, nc), (lambda S: S)
     Bk = P.reshape(lead + (nr, ty, nc, tx)).movedim(k + 1, k + 2).reshape(lead + (nr, nc, ty * tx))
 
     def back(A):
@@ -201,7 +231,7 @@ def _mx_rule(job):
     if job.inf_block == "nan":
         nan = nan | job.amax_b.isinf()
     p = _pow2_f32(-e)                           # x / 2**e: one rounding, as ldexp
-    V = job.Bk * p[..., None]
+    V = job.Bk * job.ex(p)
     top = job.amax_b * p
     m = float(job.elem.max)
     clipped = (top > _b._clip_threshold(job.elem)) & ~nan
@@ -220,10 +250,11 @@ def _te_scale(amax32, fp8_max, pow2):
     return enc
 
 
-def _scale_elements(Bk, enc, elem, amax_b):
+def _scale_elements(job, enc):
     """fp32(x * enc) per block clamped to the element maximum, and which
     blocks clipped."""
-    v = Bk * enc[..., None]
+    Bk, elem, amax_b = job.Bk, job.elem, job.amax_b
+    v = Bk * job.ex(enc)
     top = amax_b * enc
     m = float(elem.max)
     return v.clamp(-m, m), top > _b._clip_threshold(elem)
@@ -232,7 +263,7 @@ def _scale_elements(Bk, enc, elem, amax_b):
 def _fp32_rule(job):
     enc = _te_scale(job.amax_b, job.elem.max, job.rule == "pow2")
     dec = _const(1.0, enc) / enc
-    V, clipped = _scale_elements(job.Bk, enc, job.elem, job.amax_b)
+    V, clipped = _scale_elements(job, enc)
     block_nan = job.amax_b.isnan() if not job.elem.has_nan else torch.zeros_like(clipped)
     scodes = _codes(torch.where(block_nan, float("nan"), dec), job.scale_fmt)
     return scodes, V, None, clipped, block_nan, None
@@ -263,7 +294,7 @@ def _fp4_result(job, dsq, V, clipped, tensor_scale=None, codes=None):
 def _te_nvfp4_rule(job):
     S, Sdec = _b._nvfp4_te_tensor(job.tensor_amax, float(job.scale_fmt.max))
     dsq, enc = _te_blocks(job, S, Sdec, 6.0, fold=job.rule == "nvfp4")
-    V, clipped = _scale_elements(job.Bk, enc, job.elem, job.amax_b)
+    V, clipped = _scale_elements(job, enc)
     return _fp4_result(job, dsq, V, clipped, Sdec)
 
 
@@ -277,10 +308,10 @@ def _torchao_rule(job):
     sb = sb.clamp(2.0**-6, float(job.scale_fmt.max))
     dsq = _q.quantize(sb, job.scale_fmt)
     rs = _const(float(inv_t), dsq) / dsq
-    V, clipped = _scale_elements(job.Bk, rs, job.elem, job.amax_b)
+    V, clipped = _scale_elements(job, rs)
     bad = rs.isinf()
     if bool(bad.any()):
-        zero = bad[..., None] & (job.Bk == 0)
+        zero = job.ex(bad) & (job.Bk == 0)
         if bool(zero.any()):
             import warnings
             warnings.warn(
@@ -298,9 +329,9 @@ def _four_over_six_rule(job):
     found = []
     for map_to in (6.0, 4.0):
         dsq, enc = _te_blocks(job, S, Sdec, map_to, fold=False)
-        V, cl = _scale_elements(job.Bk, enc, job.elem, job.amax_b)
+        V, cl = _scale_elements(job, enc)
         c = _round_elements(V, job.elem, job.rounding, job.seed, draws=job.draws)
-        q = _q.decode(c, job.elem).to(torch.float64)
+        q = _q.decode_trusted(c, job.elem).to(torch.float64)
         deq = q * dsq[..., None].to(torch.float64) * float(Sdec)
         d = job.Bk.to(torch.float64) - deq
         sse = _b._halving_sum(d * d)
@@ -316,8 +347,8 @@ def _cudnn_rule(job):
     d = (job.amax_b / _const(float(job.elem.max), job.amax_b)).clamp(
         max=float(job.scale_fmt.max))
     dsq = _q.quantize(d, job.scale_fmt, rounding="rup")
-    V = job.Bk / dsq[..., None]
-    zero = (dsq == 0)[..., None].expand_as(V)
+    V = job.Bk / job.ex(dsq)
+    zero = job.ex(dsq == 0).expand_as(V)
     V = torch.where(zero, torch.copysign(torch.zeros_like(V), job.Bk), V)
     top = job.amax_b / dsq
     clipped = top > _b._clip_threshold(job.elem)
@@ -333,8 +364,12 @@ assert set(_RULES) == set(_b.SCALE_RULES), "every scale rule of fpemu.block, in 
 
 
 class _Job:
+    """What a rule reads: the blocks ``Bk`` (see :func:`_to_blocks`), their
+    amaxes, the formats, rule and rounding, and ``ex``, which spreads a
+    per-block tensor over the blocks' elements (broadcasting)."""
+
     __slots__ = ("Bk", "amax_b", "elem", "scale_fmt", "rule", "rounding", "seed",
-                 "tensor_amax", "inf_block", "draws")
+                 "tensor_amax", "inf_block", "draws", "ex")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -356,7 +391,8 @@ def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
     safe = torch.where(V.isnan(), 0.0, V) if has_nan else V
     n = _b._srn_bits(rounding, seed)
     if n is not None:
-        return _codes(_round_srn(safe.to(torch.float64), elem, n, draws), elem)
+        return _codes(_round_srn(safe.to(torch.float64), elem, n, draws).to(torch.float32),
+                      elem)          # (grid values of elem: float32 holds them)
     kw = {"seed": (seed, 0) if seed is not None else None} if rounding == "sr" else {}
     return _codes(safe, elem, rounding=rounding, overflow="saturate", **kw)
 
@@ -364,8 +400,8 @@ def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
 def _round_srn(v, elem: Format, n, draws):
     """``fpemu.block._round_srn`` in float64 (every operation exact)."""
     a = v.abs()
-    ex = torch.frexp(a).exponent.to(torch.int64)
-    e = (ex - 1).clamp(min=elem.emin)
+    # floor(log2 a) from the float64 exponent field (a: float32 values, normal in float64)
+    e = ((a.view(torch.int64) >> 52) - 1023).clamp(min=elem.emin)
     u = _pow2_f64(e - elem.mantissa_bits)
     t = a / u
     k = torch.floor(t)
@@ -414,15 +450,26 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     else:
         ax = _b._check_axis(axis, X.dim(), tuple(X.shape), "quantize_blocks")
     _b._check_padding(tuple(X.shape), block, ax, "quantize_blocks")
-    Bk, back, sshape, sback = _to_blocks(X, block, ax)
-    amax_b = Bk.abs().amax(dim=-1)                          # NaN propagates
+    tiles = isinstance(block, tuple) and rule != "4over6" and not (
+        rounding == "sr" or n_sr is not None)
+    Bk, back, sshape, sback = _to_blocks(X, block, ax, in_place=tiles)
+    if tiles:
+        amax_b = Bk.abs().amax(dim=(-3, -1))                # NaN propagates
+
+        def ex(t):
+            return t.unsqueeze(-2).unsqueeze(-1)
+    else:
+        amax_b = Bk.abs().amax(dim=-1)
+
+        def ex(t):
+            return t.unsqueeze(-1)
     tensor_amax = amax_given
     if tensor_amax is None and rule in _b.TENSOR_SCALE_RULES:
         tensor_amax = np.float32(X.abs().max().item()) if X.numel() else np.float32(0)
     draws = _srn_draws(n_sr, seed, Bk) if n_sr is not None else None
     job = _Job(Bk=Bk, amax_b=amax_b, elem=elem, scale_fmt=scale_fmt, rule=rule,
                rounding=rounding, seed=seed, tensor_amax=tensor_amax, inf_block=inf_block,
-               draws=draws)
+               draws=draws, ex=ex)
     scodes, V, codes, clipped, block_nan, tscale = _RULES[rule](job)
     has_nan = bool(block_nan.any())
     if codes is None:
@@ -430,7 +477,7 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     if has_nan:
         # a NaN-scaled block keeps only its inputs' signs (module text of fpemu.block)
         signed0 = torch.signbit(Bk).to(torch.int64) << (elem.bits - 1)
-        codes = torch.where(block_nan[..., None], signed0, codes)
+        codes = torch.where(job.ex(block_nan), signed0, codes)
     ctype = _q._CODE_DTYPES[elem.code_dtype.itemsize]
     stype = _q._CODE_DTYPES[scale_fmt.code_dtype.itemsize]
     return TensorBlocks(
@@ -456,7 +503,7 @@ def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, 
     ``tensor_scale``. A NaN scale makes its whole block NaN."""
     if isinstance(q, TensorBlocks):
         return _dequantize(q.codes, q.scales, q.elem, q.scale_fmt, q.block, q.axis,
-                           q.tensor_scale)
+                           q.tensor_scale, trusted=True)
     for name, a in (("codes", q), ("scales", scales)):
         if not isinstance(a, torch.Tensor) or a.is_floating_point() or a.is_complex():
             what = a.dtype if isinstance(a, torch.Tensor) else type(a).__name__
@@ -496,6 +543,22 @@ def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, 
     return _dequantize(q, scales, elem, scale_fmt, block, axis, tensor_scale)
 
 
+def float32_exact(elem, scale_fmt):
+    """Whether float32 arithmetic gives every element times every scale as
+    the exact product rounded once to float32: the significands fit 24 bits
+    together and the smallest product, the smallest subnormal element times
+    the smallest scale, is at least 2**-149 (every MX and NVFP4 pairing; a
+    custom format may not be), so each product is exact unless it overflows,
+    and then both give inf."""
+    if scale_fmt.name == "fp32" or elem.bits > 16 or scale_fmt.bits > 16:
+        return False
+    digits = elem.mantissa_bits + scale_fmt.mantissa_bits + 2
+    tiny = float(elem.min_subnormal if elem.has_subnormals else elem.min_normal)
+    stiny = float(scale_fmt.min_subnormal if scale_fmt.has_subnormals else
+                  scale_fmt.min_normal)
+    return digits <= 24 and tiny * stiny >= 2.0**-149
+
+
 def _expand_scales(svals, block, axis, shape):
     """Block scale values repeated over their blocks, cut to ``shape``."""
     if isinstance(block, tuple):
@@ -505,9 +568,14 @@ def _expand_scales(svals, block, axis, shape):
     return svals.repeat_interleave(block, dim=axis).narrow(axis, 0, shape[axis])
 
 
-def _dequantize(codes, scales, elem, scale_fmt, block, axis, tensor_scale):
-    vals = _q.decode(codes, elem).to(torch.float64)
-    svals = _q.decode(scales, scale_fmt).to(torch.float64)
+def _dequantize(codes, scales, elem, scale_fmt, block, axis, tensor_scale, trusted=False,
+                dtype=torch.float64):
+    """Elements times their scales (times the tensor scale), as ``dtype``:
+    float64 is exact; float32 is asked for only where the products are
+    float32 numbers (:func:`float32_exact`)."""
+    decode = _q.decode_trusted if trusted else _q.decode
+    vals = decode(codes, elem).to(dtype)
+    svals = decode(scales, scale_fmt).to(dtype)
     out = vals * _expand_scales(svals, block, axis, tuple(codes.shape))
     if tensor_scale is not None:
         out = out * float(np.float32(np.asarray(tensor_scale).reshape(())))

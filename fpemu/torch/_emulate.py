@@ -132,18 +132,21 @@ def _mx_nearest(X, fmt, block):
 def hadamard(X):
     """``fpemu.block.hadamard(X, 16, axis=1, signs="te")`` on X's device: each
     run of 16 values times TE's signed Hadamard matrix, exact, rounded once
-    to float32. The float64 product is exact where a run's nonzero values
-    span at most 2**25 (their products with ±1/4 and every partial sum then
-    fit float64's 53 bits, whatever the summation order); the other runs
-    (and those holding inf or NaN) go to the host's exact computation."""
+    to float32. The float64 product is exact where the exponent fields of a
+    run's nonzero values differ by at most 25 (every product with ±1/4 is a
+    multiple of 2**(smallest field - 152) below 2**(largest field - 128), so
+    it and every partial sum of 16 fit float64's 53 bits, whatever the
+    summation order); the other runs (and those holding inf or NaN) go to the
+    host's exact computation."""
     R, K = X.shape
     runs = X.reshape(-1, 16)
     H = torch.from_numpy(_b.hadamard_matrix(16, "te")).to(X.device)
     Y = (runs.to(torch.float64) @ H).to(torch.float32)
-    a = runs.abs()
-    ex = torch.frexp(a).exponent
+    # biased exponent fields; a float32 subnormal counts as field 1, whose last bit
+    # (2**-149) it shares: all values are multiples of 2**(min field - 150)
+    ex = ((runs.view(torch.int32) >> 23) & 0xFF).clamp(min=1)
     big = ex.amax(dim=1)
-    small = torch.where(a > 0, ex, torch.iinfo(ex.dtype).max).amin(dim=1)
+    small = torch.where(runs != 0, ex, 0x7FFF).amin(dim=1)
     hard = (big - small > 25) | ~runs.isfinite().all(dim=1)     # (an all-zero run: small > big)
     if bool(hard.any()):
         idx = hard.nonzero().reshape(-1)
@@ -173,7 +176,7 @@ def quantize_operand(recipe, X, fmt, role, state=None):
     if isinstance(recipe, _fp8.Float8BlockScaling):
         blk = recipe.operand_block(role)
         q = _blocks.quantize_blocks(X, fmt, "fp32", blk, axis=1, scale_rule="pow2")
-        sinv = _q.decode(q.scales, _fp32)
+        sinv = _q.decode_trusted(q.scales, _fp32)
         if isinstance(blk, tuple):                   # a tile's scale on each of its rows
             sinv = sinv.repeat_interleave(blk[0], dim=0)[:R]
         return _per_row(q.codes, sinv, fmt, recipe.block, "pow2")
@@ -196,11 +199,19 @@ def transpose_operand(recipe, X, q, fmt, role, state=None):
     """The operand of a GEMM over X's other axis: per-tensor recipes reuse
     the codes (one scale), block recipes quantize X.T again (``role_t``)."""
     if isinstance(recipe, _fp8._PerTensorRecipe):
-        sinv0 = float(_q.decode(q.scales[:1, :1], _fp32))
+        sinv0 = float(_q.decode_trusted(q.scales[:1, :1], _fp32))
         R, K = X.shape
         return _per_row(q.codes.t().contiguous(),
                         torch.full((K, 1), sinv0, device=X.device), fmt, max(1, R),
                         q.scale_rule)
+    if isinstance(q, _blocks.TensorBlocks) and isinstance(q.block, tuple) and \
+            q.rounding == "rne":
+        # 2-D tiles (NVFP4 and fp8-block weights, MXFP8 with block_2d_weights): the
+        # transpose's tiles are the same tiles, so its codes and scales are these,
+        # transposed (the host recipe quantizes X.T again and gets them bit for bit)
+        if isinstance(recipe, _fp8.NVFP4BlockScaling):
+            recipe.operand_plan(role + "_t", tuple(X.shape[::-1]))    # counted as a call
+        return q.t()
     return quantize_operand(recipe, X.t().contiguous(), fmt, role + "_t", state)
 
 
@@ -208,8 +219,12 @@ def transpose_operand(recipe, X, q, fmt, role, state=None):
 def _block_scaled(q):
     """Elements times their block scales, float32 (exact: see the module
     text), without the NVFP4 tensor scale (the epilogue's alpha has it)."""
-    return _blocks._dequantize(q.codes, q.scales, q.elem, q.scale_fmt, q.block, q.axis,
-                               None).to(torch.float32)
+    if "scaled32" not in q.cache:
+        exact32 = _blocks.float32_exact(q.elem, q.scale_fmt)
+        v = _blocks._dequantize(q.codes, q.scales, q.elem, q.scale_fmt, q.block, q.axis, None,
+                                trusted=True, dtype=torch.float32 if exact32 else torch.float64)
+        q.cache["scaled32"] = v.to(torch.float32)
+    return q.cache["scaled32"]
 
 
 def gemm(recipe, qa, qb, split=False, accumulation=None):
@@ -231,9 +246,9 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
             alpha = _f(_f(_f(qa.tensor_amax) * _f(qb.tensor_amax)) / _fp8.NVFP4_ALPHA_DIVISOR)
             acc = acc * float(alpha)
         return acc
-    A = _q.decode(qa.codes, qa.elem)
-    B = _q.decode(qb.codes, qb.elem)
-    sa, sb = _q.decode(qa.scales, _fp32), _q.decode(qb.scales, _fp32)
+    A = _q.decode_trusted(qa.codes, qa.elem)
+    B = _q.decode_trusted(qb.codes, qb.elem)
+    sa, sb = _q.decode_trusted(qa.scales, _fp32), _q.decode_trusted(qb.scales, _fp32)
     K, bk = A.shape[1], qa.block
     out = None
     for j, s in enumerate(range(0, K, bk)):
@@ -501,3 +516,52 @@ def emulate(model, recipe, *, accumulation=None, keep_operands=False):
         Keep each layer's last quantized operands (``emu.operands(name)``).
     """
     return Emulation(model, recipe, accumulation=accumulation, keep_operands=keep_operands)
+
+
+def run_script(path, argv=(), recipe="nvfp4", *, accumulation=None, reraise=True):
+    """Run an unchanged training script with every ``nn.Linear`` of its model
+    under ``recipe`` (``fpemu emulate``). The model is the module that owns
+    the parameters of the first optimizer the script creates (as ``fpemu
+    monitor`` finds it). Returns ``(emulation or None, error, exit code)``:
+    the script's exception (re-raised unless ``reraise=False``) and its
+    ``sys.exit`` status."""
+    import os
+    import runpy
+    import sys
+    from ._monitor import _find_root_module
+    if not os.path.isfile(path):
+        raise FpemuValueError(f"fpemu emulate: no script {path!r}; pass the path of a "
+                              "Python training script")
+    recipe = recipe_of(recipe)
+    found = []
+    real_init = torch.optim.Optimizer.__init__
+
+    def init(opt, *a, **k):
+        real_init(opt, *a, **k)
+        if not found and not getattr(init, "busy", False):
+            init.busy = True
+            try:
+                model = _find_root_module(opt)
+                if model is not None:
+                    found.append(emulate(model, recipe, accumulation=accumulation))
+            finally:
+                init.busy = False
+
+    torch.optim.Optimizer.__init__ = init
+    old_argv = sys.argv
+    sys.argv = [path, *argv]
+    error = exit_code = None
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as ex:
+        exit_code = ex.code
+    except Exception as err:
+        error = err
+    finally:
+        sys.argv = old_argv
+        torch.optim.Optimizer.__init__ = real_init
+        for emu in found:
+            emu.stop()
+    if error is not None and reraise:
+        raise error
+    return (found[0] if found else None), error, exit_code
