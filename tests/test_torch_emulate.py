@@ -421,3 +421,47 @@ def test_bad_input_names_what_was_expected_and_the_fix():
     e.stop()
     with pytest.raises(FpemuValueError, match="high_precision_modules"):
         fpemu.torch.emulate(first, fp8.MXFP8BlockScaling(high_precision_modules=(first,)))
+
+
+EMULATED_SCRIPT = """
+import sys, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+opt = torch.optim.Adam(model.parameters(), lr=float(sys.argv[1]))
+x, t = torch.randn(16, 32), torch.randn(16, 8)
+for step in range(3):
+    opt.zero_grad()
+    loss = ((model(x) - t) ** 2).mean()
+    loss.backward()
+    opt.step()
+    print("loss", loss.item(), "emulated", "forward" in model[0].__dict__)
+"""
+
+
+def test_cli_runs_an_unchanged_script_under_a_recipe(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text(EMULATED_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "fpemu.cli", "emulate", "--recipe", "nvfp4",
+                           str(script), "0.01"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("loss")]
+    assert len(lines) == 3 and all(ln[3] == "True" for ln in lines)
+    assert "2 nn.Linear layers ran under NVFP4BlockScaling" in proc.stderr
+
+
+def test_cli_reports_scripts_that_fail_exit_or_have_no_model(tmp_path, capsys):
+    from fpemu import cli
+    cases = {"raises.py": EMULATED_SCRIPT + "\nraise RuntimeError('diverged')\n",
+             "exits.py": EMULATED_SCRIPT + "\nsys.exit(3)\n",
+             "none.py": "print('no model here')\n"}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+    assert cli.main(["emulate", "--recipe", "mxfp8", str(tmp_path / "raises.py"), "0.1"]) == 1
+    assert "the script raised RuntimeError: diverged" in capsys.readouterr().err
+    assert cli.main(["emulate", "--recipe", "bf16", str(tmp_path / "exits.py"), "0.1"]) == 3
+    assert cli.main(["emulate", str(tmp_path / "none.py")]) == 2
+    assert "created no optimizer" in capsys.readouterr().err
+    assert cli.main(["emulate", "--recipe", "fp4", str(tmp_path / "exits.py")]) == 2
+    assert "--recipe expects one of delayed, current" in capsys.readouterr().err

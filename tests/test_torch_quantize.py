@@ -293,9 +293,13 @@ def test_bad_input_names_what_was_expected_and_the_fix():
 
 @pytest.mark.skipif(not os.environ.get("FPEMU_EXHAUSTIVE"),
                     reason="all 2**32 inputs: about 10 minutes per format (FPEMU_EXHAUSTIVE=1)")
-@pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3fn", "e5m2", "e2m1"])
+@pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3fn", "e5m2", "e2m1", "e5m2-saturate"])
 def test_all_float32_inputs(name):
+    """Every float32 input; e4m3fn and e2m1 (saturating by default) and
+    e5m2 with saturation take the short nearest-even path (_encode_small)."""
+    name, _, policy = name.partition("-")
     fmt = fpemu.format(name)
+    kw = {"overflow": policy} if policy else {}
     for s in range(0, 1 << 32, 1 << 24):
         x = np.arange(s, s + (1 << 24), dtype=np.uint64).astype(np.uint32).view(np.float32)
-        _check(fmt, x)
+        _check(fmt, x, **kw)

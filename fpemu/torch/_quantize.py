@@ -449,34 +449,39 @@ def _out_bits(out, t):
 
 def _small_rne(cast):
     """Whether ``cast`` rounds to nearest even with saturation into a signed
-    format of at most 8 bits with a mantissa bit and subnormals kept (every
-    fp8, fp6 and fp4 element format): :func:`_encode_small` then applies."""
+    format of at most 8 bits with a mantissa bit and subnormals kept, whose
+    smallest subnormal is at least 2**-125 (every fp8, fp6 and fp4 element
+    format): :func:`_encode_small` then applies."""
+    M, emin = cast.params[:2]
     return (Rounding(cast.mode) is Rounding.RNE
             and Overflow(cast.flags & 3) is Overflow.SATURATE
             and not cast.flags & (FLUSH | UNSIGNED | NO_ZERO | NORMALIZE)
-            and cast.bits <= 8 and cast.params[0] >= 1)
+            and cast.bits <= 8 and M >= 1 and emin - M >= -125)
 
 
-def _encode_small(v, cast):
-    """Codes (int32) of the float32 values ``v`` under a :func:`_small_rne`
-    cast, in fewer operations than :func:`_rounded`: with ``e`` the binade of
-    ``|v|`` (at least emin) the kept significand is ``round(|v| * 2**(M - e))``
-    (a scaling by a power of two, exact here, then ``torch.round``, which
-    rounds half to even and is exact), and the magnitude code ``(e + bias -
-    1) * 2**M`` plus it, a carry moving into the exponent field by itself;
-    then saturation, the sign, NaN. Every operation is exact, so no rounding
-    or flush-to-zero mode can change a bit of it."""
-    M, emin, _, bias, maxmag = cast.params[:5]
-    a = v.abs().clamp(max=2.0**(cast.params[2] + 1)).nan_to_num(0.0)
-    e = ((a.view(torch.int32) >> 23) - 127).clamp(min=emin)
-    kept = torch.round(a * ((M - e + 127) << 23).view(torch.float32)).to(torch.int32)
-    mag = ((e + (bias - 1)) << M) + kept
-    mag = mag.clamp(max=maxmag)
-    neg = torch.signbit(v)
+def _encode_small(u, cast):
+    """Codes (int32) of the float32 bits ``u`` (int32) under a
+    :func:`_small_rne` cast, in fewer operations than :func:`_rounded`. With
+    ``e`` the binade of ``|v|`` (at least emin), ``|v| * 2**(M - e)`` is made
+    by adding ``M - e`` to the exponent field (a normal float32 in [0,
+    2**(M+1)]), ``torch.round`` rounds it half to even (exact, whatever the
+    rounding or flush mode), and the magnitude code is ``(e + bias - 1) *
+    2**M`` plus that integer, a carry moving into the exponent field by
+    itself; then saturation, the sign, NaN. A float32 subnormal lies below
+    half the format's smallest subnormal and becomes 0 (±)."""
+    M, emin, emax, bias, maxmag = cast.params[:5]
+    a = u & 0x7FFFFFFF
+    nan = a > 0x7F800000
+    a = a.clamp(max=(emax + 128) << 23)                  # inf and NaN: 2**(emax + 1)
+    e = ((a >> 23) - 127).clamp(min=emin)
+    kept = torch.round((a + (M - e) * (1 << 23)).view(torch.float32)).to(torch.int32)
+    kept = kept.masked_fill_(a < 0x00800000, 0)
+    mag = (((e + (bias - 1)) << M) + kept).clamp_(max=maxmag)
+    neg = u < 0
     if cast.flags & FNUZ:
         neg = neg & (mag != 0)
     code = mag | (neg.to(torch.int32) << cast.params[7])
-    return torch.where(v.isnan(), cast.params[6], code)
+    return code.masked_fill_(nan, cast.params[6])
 
 
 @torch.compiler.disable
@@ -509,8 +514,7 @@ def _encode(u, cast, layout):
     p = layout.params
     dtype = _CODE_DTYPES[layout.code_bytes]
     if _small_rne(cast):
-        return _by_pieces(lambda v, start: _encode_small(v.view(torch.float32), cast).to(dtype),
-                          u, dtype)
+        return _by_pieces(lambda v, start: _encode_small(v, cast).to(dtype), u, dtype)
 
     def piece(v, start):
         mag, negative, nan = _rounded(v, cast, cast.key, cast.offset + start)
