@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_collectives.py
 	$(BIN)/python bench/bench_monitor.py
 	$(BIN)/python bench/bench_torch_quantize.py
+	$(BIN)/python bench/bench_emulate.py
 	$(BIN)/python bench/bench_block.py
 	$(BIN)/python bench/block_memory.py
 

@@ -204,3 +204,14 @@ def test_collectives_errors_fp16_overflow_and_fp8_flush(quick):
     X = exp._gradients(np.random.default_rng(c.seed), 2 ** c.max_world_log2, c.elements)
     flushed = (X.astype(ml_dtypes.float8_e4m3fn).astype(np.float32) == 0) & (X != 0)
     assert r.numbers["fp8"]["e4m3, no scale"]["zero_fraction"] == float(np.mean(flushed))
+
+
+def test_emulated_training_trains_a_gpt_under_every_recipe(quick):
+    """Every recipe's loss falls from the first step's and stays finite, and
+    the curves are as long as the run (the values depend on the CPU's matmul
+    order, so no loss is asserted exactly)."""
+    r = quick["emulated_training"]
+    assert r.numbers["all_recipes_trained"] and all(r.numbers["all_finite"].values())
+    assert set(r.data["curves"]) == {"fp32", "bf16", "mxfp8", "nvfp4"}
+    assert all(len(v) == r.config.steps for v in r.data["curves"].values())
+    assert abs(r.numbers["relative_gap_to_fp32"]["bf16"]) < 0.05

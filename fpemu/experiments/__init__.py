@@ -22,7 +22,7 @@ __all__ = ["Result", "Summary", "ORDER", "EXPERIMENTS", "module", "run"]
 #: name -> module, in the order of the lessons
 ORDER = ("underflow", "loss_scaling", "master_weights", "adam_epsilon", "range_precision",
          "attention", "fp8_training", "accumulation", "stochastic_rounding", "block_formats",
-         "collectives")
+         "collectives", "emulated_training")
 EXPERIMENTS = {name: f"fpemu.experiments.{name}" for name in ORDER}
 
 

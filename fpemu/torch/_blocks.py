@@ -465,7 +465,8 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
             return t.unsqueeze(-1)
     tensor_amax = amax_given
     if tensor_amax is None and rule in _b.TENSOR_SCALE_RULES:
-        tensor_amax = np.float32(X.abs().max().item()) if X.numel() else np.float32(0)
+        # the largest block amax (zero padding changes no maximum; NaN propagates)
+        tensor_amax = np.float32(amax_b.max().item()) if X.numel() else np.float32(0)
     draws = _srn_draws(n_sr, seed, Bk) if n_sr is not None else None
     job = _Job(Bk=Bk, amax_b=amax_b, elem=elem, scale_fmt=scale_fmt, rule=rule,
                rounding=rounding, seed=seed, tensor_amax=tensor_amax, inf_block=inf_block,
@@ -576,7 +577,17 @@ def _dequantize(codes, scales, elem, scale_fmt, block, axis, tensor_scale, trust
     decode = _q.decode_trusted if trusted else _q.decode
     vals = decode(codes, elem).to(dtype)
     svals = decode(scales, scale_fmt).to(dtype)
-    out = vals * _expand_scales(svals, block, axis, tuple(codes.shape))
+    shape = tuple(codes.shape)
+    if isinstance(block, tuple) and shape[-2] % block[0] == 0 and shape[-1] % block[1] == 0:
+        # whole tiles: each tile times its scale by broadcasting, no repeated copy
+        lead, (R, C), (ty, tx) = shape[:-2], shape[-2:], block
+        out = (vals.view(lead + (R // ty, ty, C // tx, tx))
+               * svals.unsqueeze(-2).unsqueeze(-1)).view(shape)
+    elif isinstance(block, int) and axis == len(shape) - 1 and shape[-1] % block == 0:
+        out = (vals.view(shape[:-1] + (shape[-1] // block, block))
+               * svals.unsqueeze(-1)).view(shape)
+    else:
+        out = vals * _expand_scales(svals, block, axis, shape)
     if tensor_scale is not None:
         out = out * float(np.float32(np.asarray(tensor_scale).reshape(())))
     return out

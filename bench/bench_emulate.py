@@ -1,0 +1,70 @@
+"""The cost of fpemu.torch.emulate: a training step under each recipe against a plain one.
+
+The 10.5 M-parameter MLP of ``bench_monitor.py`` (784 -> 2048 -> 2048 -> 2048 ->
+10, ReLU) trains with Adam on random data, batch 256, on the CPU. Each
+configuration runs two warm-up steps, then the mean of timed steps, with the
+plain fp32 step timed in the same run before and after (the ratio uses their
+mean). The design target: NVFP4 (TransformerEngine's recipe: RHT, stochastic
+rounding, 2-D weight tiles) at most 3x a plain fp32 step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--recipes", default="nvfp4,mxfp8,fp8-block,current,delayed,bf16")
+    args = ap.parse_args(argv)
+    import torch
+
+    import fpemu.torch as ft
+    torch.manual_seed(0)
+    w = args.width
+    model = torch.nn.Sequential(torch.nn.Linear(784, w), torch.nn.ReLU(), torch.nn.Linear(w, w),
+                                torch.nn.ReLU(), torch.nn.Linear(w, w), torch.nn.ReLU(),
+                                torch.nn.Linear(w, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(args.batch, 784)
+    y = torch.randint(0, 10, (args.batch,))
+    nparams = sum(p.numel() for p in model.parameters())
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    def timed(n):
+        step()
+        step()
+        out = []
+        for _ in range(n):
+            t = time.perf_counter()
+            step()
+            out.append(time.perf_counter() - t)
+        return statistics.mean(out)
+
+    before = timed(args.steps)
+    rows = []
+    for name in [r for r in args.recipes.split(",") if r]:
+        with ft.emulate(model, name):
+            rows.append((name, timed(args.steps)))
+    after = timed(args.steps)
+    base = (before + after) / 2
+    print(f"model: {nparams / 1e6:.1f} M parameters, batch {args.batch}, Adam; torch "
+          f"{torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"{'configuration':40s} {'step (s)':>9s} {'x plain':>8s}")
+    print(f"{'plain fp32 (before / after)':40s} {base:9.3f} {1.0:8.2f}"
+          f"   ({before:.3f} / {after:.3f})")
+    for name, t in rows:
+        print(f"{'emulate ' + name:40s} {t:9.3f} {t / base:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
