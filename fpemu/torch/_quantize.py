@@ -427,8 +427,12 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     layout = _layout(fmt, subnormals, overflow)
 
     def piece(v, start):
+        if small:                   # the code, then its value from the format's table
+            return _decoded(_encode_small(v, cast), layout).view(torch.int32)
         mag, negative, nan = _rounded(v, cast, cast.key, cast.offset + start)
         return _value_bits(mag, negative, nan, layout)
+
+    small = _small_rne(cast)
 
     return _by_pieces(piece, u, torch.int32, out32).view(torch.float32)
 
