@@ -129,6 +129,51 @@ def test_every_count_equals_fpemu_stats_on_the_captured_tensor():
     assert checked == len(mon.records) >= 3 * 4 * (8 + 8 + 6 * 4)
 
 
+def test_counting_on_the_device_gives_the_hosts_counts():
+    """count_on="device" (what a GPU tensor takes by default: fpemu.torch.stats,
+    only the counts come back) against count_on="host" (fpemu's kernels), on
+    the same training run repeated, under every scaling; a planted spike and
+    a GradScaler put values beyond the range and scales that are not 1."""
+    for scaling in ("none", "current", "delayed", "mx", "nvfp4", "loss_scale"):
+        runs = []
+        for where in ("host", "device"):
+            kw = {}
+            if scaling == "loss_scale":
+                kw["scaler"] = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+            mon, _ = train(cnn(Spike(1e5, at={1})), steps=2, scaling=scaling, capture=False,
+                           count_on=where, **kw)
+            runs.append(mon.records)
+        host, device = runs
+        assert len(host) == len(device) > 0
+        for a, b in zip(host, device):
+            assert (a.step, a.module, a.kind, a.format) == (b.step, b.module, b.kind, b.format)
+            what = (scaling, a.module, a.kind, a.format)
+            assert a.counts == b.counts and a.amax == b.amax, what
+    with pytest.raises(FpemuValueError, match="count_on must be 'auto', 'device' or 'host'"):
+        ft.monitor(cnn(), count_on="gpu")
+
+
+def test_stats_on_the_device_equal_fpemu_stats_for_every_format_and_scale():
+    """fpemu.torch.stats against fpemu.stats: random float32 bit patterns,
+    values over every binade, zeros of both signs, infinities, NaN; float32,
+    float64 (not float32 values) and float16 tensors; scales that keep the
+    product a float32 number and scales that do not (1/3, 2**-300: those
+    elements are counted on the host)."""
+    rng = np.random.default_rng(0)
+    u = rng.integers(0, 1 << 32, 1 << 13, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    g = (rng.standard_normal(1 << 12) * np.exp2(rng.integers(-150, 128, 1 << 12))).astype(
+        np.float32)
+    x32 = np.concatenate([u, g, np.float32([0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3.4e38])])
+    with np.errstate(over="ignore", invalid="ignore"):
+        inputs = (x32, x32.astype(np.float64) * 1.0000001, x32.astype(np.float16))
+    for name in fpemu.formats.FORMATS:
+        for scale in (1.0, 2.0**-20, 2.0**40, 1.0 / 3, 2.0**-300):
+            for x in inputs:
+                want = fpemu.stats(x, name, scale=scale, overflow=_policy(name))
+                got = ft.stats(torch.from_numpy(x), name, scale=scale, overflow=_policy(name))
+                assert got == want, (name, scale, x.dtype)
+
+
 def test_steps_and_every():
     mon, _ = train(cnn(), steps=5, every=2, capture=False)
     assert sorted({r.step for r in mon.records}) == [0, 2, 4]

@@ -40,6 +40,9 @@ def __getattr__(name):
     if name in ("quantize_blocks", "dequantize_blocks", "TensorBlocks"):
         from . import _blocks
         return getattr(_blocks, name)
+    if name == "stats":
+        from ._stats import stats
+        return stats
     if name in ("emulate", "Emulation", "GemmRounding", "RECIPES"):
         from . import _emulate
         return getattr(_emulate, name)
@@ -48,4 +51,4 @@ def __getattr__(name):
 
 __all__ = ["monitor", "Monitor", "FirstOverflow", "watch", "run_script", "KINDS", "SCALINGS",
            "quantize", "encode", "decode", "quantize_blocks", "dequantize_blocks", "TensorBlocks",
-           "emulate", "Emulation", "GemmRounding", "RECIPES"]
+           "emulate", "Emulation", "GemmRounding", "RECIPES", "stats"]

@@ -179,6 +179,12 @@ class Monitor:
         scale (exact: a power of two) and ``"loss_scale"`` reads it.
     kinds : sequence of str
         A subset of :data:`KINDS`.
+    count_on : str
+        Where the counting runs: ``"auto"`` (the default: on the tensor's
+        device for GPU tensors, with :func:`fpemu.torch.stats`, so that only
+        the count vectors come back; on the host, with fpemu's kernels, for
+        CPU tensors, where those are faster), ``"device"`` or ``"host"``.
+        The counts are the same either way.
 
     A step is one training iteration: it ends when the next forward pass of
     ``model`` starts after a backward pass. Use it as a context manager
@@ -187,7 +193,7 @@ class Monitor:
 
     def __init__(self, model, optimizer=None, formats=DEFAULT_FORMATS, scaling="none", every=1,
                  sample=None, seed=0, scaler=None, loss_scale=None, margin=0, history=16,
-                 block=32, kinds=KINDS, chunk=_CHUNK):
+                 block=32, kinds=KINDS, chunk=_CHUNK, count_on="auto"):
         torch = _torch()
         if not isinstance(model, torch.nn.Module):
             raise FpemuTypeError(f"monitor(): model must be a torch.nn.Module, got "
@@ -221,6 +227,10 @@ class Monitor:
         self.every, self.sample, self.seed = every, sample, seed
         self.loss_scale, self.margin, self.history, self.block = loss_scale, margin, history, block
         self.chunk = chunk
+        if count_on not in ("auto", "device", "host"):
+            raise FpemuValueError(f"monitor(): count_on must be 'auto', 'device' or 'host', "
+                                  f"got {count_on!r}")
+        self.count_on = count_on
         self.records = []
         self.step = 0
         self._seq = 0
@@ -377,13 +387,19 @@ class Monitor:
                 if idx is not None:
                     src = src[idx]
                 c = None
+                on_device = self.count_on == "device" or (
+                    self.count_on == "auto" and src.device.type != "cpu")
                 for start in range(0, src.numel(), self.chunk):
                     part = src[start:start + self.chunk]
-                    # float64 stays float64 (MX's scaled values are float64); the rest
-                    # widens exactly to float32
-                    host = part.to("cpu", torch.float64 if part.dtype == torch.float64
-                                   else torch.float32)
-                    part_c = stats(host.numpy(), f, scale=factor, overflow=_policy(f))
+                    if on_device:               # only the counts come back
+                        from ._stats import stats as device_stats
+                        part_c = device_stats(part, f, scale=factor, overflow=_policy(f))
+                    else:
+                        # float64 stays float64 (MX's scaled values are float64); the rest
+                        # widens exactly to float32
+                        host = part.to("cpu", torch.float64 if part.dtype == torch.float64
+                                       else torch.float32)
+                        part_c = stats(host.numpy(), f, scale=factor, overflow=_policy(f))
                     c = part_c if c is None else c + part_c
                 if amax_raw is None:
                     amax_raw = c.amax
