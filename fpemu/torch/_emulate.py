@@ -344,7 +344,7 @@ class _EmulatedLinear(torch.autograd.Function):
                 if need_w:
                     gw = _q.quantize(Gq.t() @ X, recipe.fmt)
             else:
-                _, bwd = recipe.formats()
+                fwd, bwd = recipe.formats()
                 state = layer.state if isinstance(recipe, _fp8.DelayedScaling) else None
                 acc = layer.emu.accumulation
                 qg = layer.keep("grad_output",
@@ -354,15 +354,13 @@ class _EmulatedLinear(torch.autograd.Function):
                 _, dgrad, wgrad = recipe.split_accumulator
                 if need_x:                                  # dgrad: K = out features
                     qwt = layer.keep("weight_t",
-                                     transpose_operand(recipe, W, qw, layer_fmt(recipe, 0),
-                                                       "weight", state))
+                                     transpose_operand(recipe, W, qw, fwd, "weight", state))
                     gx = gemm(recipe, qg, qwt, dgrad, acc)
                 if need_w:                                  # wgrad: K = tokens
                     qgt = layer.keep("grad_output_t",
                                      transpose_operand(recipe, G, qg, bwd, "grad_output", state))
                     qxt = layer.keep("input_t",
-                                     transpose_operand(recipe, X, qx, layer_fmt(recipe, 0),
-                                                       "input", state))
+                                     transpose_operand(recipe, X, qx, fwd, "input", state))
                     gw = gemm(recipe, qgt, qxt, wgrad, acc)
             if ctx.has_bias and need_b:
                 gb = G.to(torch.float64).sum(dim=0).to(b_dtype)
@@ -371,11 +369,6 @@ class _EmulatedLinear(torch.autograd.Function):
         if gw is not None:
             gw = gw.to(w_dtype)
         return gx, gw, gb, None
-
-
-def layer_fmt(recipe, i):
-    """The recipe's forward (0) or backward (1) element format."""
-    return recipe.formats()[i]
 
 
 @torch.compiler.disable
