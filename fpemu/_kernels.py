@@ -1117,6 +1117,97 @@ def stats32_fast(x, s, big_bits, th, lo, counts, amax):
         amax[t] = np.float64(f32_from_ubits(am))
 
 
+@pjit
+def stats32_fast4(x, s, bigs, ths, lo, counts, amax):
+    """:func:`stats32_fast` for up to four formats in one pass (the monitor
+    counts each tensor in several): the histogram slot, the amax and the
+    zero / inf / NaN counts depend on no format and are taken once; each
+    format adds its four compares. ``bigs`` (4,) and ``ths`` (4, 4) hold the
+    formats' ``big_bits`` and thresholds (a format given fewer than four
+    repeats one; the caller drops the copies); ``counts`` is (blocks, 4,
+    S_HIST + nbins + 1), every format's row getting the same histogram."""
+    n = x.size
+    nblocks = counts.shape[0]
+    nbins = counts.shape[2] - S_HIST - 1
+    step = (n + nblocks - 1) // nblocks
+    s32 = np.int32(s)
+    b0, b1, b2, b3 = (np.uint32(bigs[0]), np.uint32(bigs[1]), np.uint32(bigs[2]),
+                      np.uint32(bigs[3]))
+    z0, z1, z2, z3 = (np.uint32(ths[0, 0]), np.uint32(ths[1, 0]), np.uint32(ths[2, 0]),
+                      np.uint32(ths[3, 0]))
+    n0, n1, n2, n3 = (np.uint32(ths[0, 1]), np.uint32(ths[1, 1]), np.uint32(ths[2, 1]),
+                      np.uint32(ths[3, 1]))
+    o0, o1, o2, o3 = (np.uint32(ths[0, 2]), np.uint32(ths[1, 2]), np.uint32(ths[2, 2]),
+                      np.uint32(ths[3, 2]))
+    lo32 = np.int32(lo)
+    nb32 = np.int32(nbins)
+    top = np.int32(nbins - 1)
+    inf = np.uint32(0x7F800000)
+    for t in prange(nblocks):
+        c = counts[t]
+        h = np.zeros((4, nbins + 1), np.int64)
+        slots = np.empty(_STATS_BLOCK, np.uint32)
+        am = _U0
+        end = min(n, (t + 1) * step)
+        for start in range(t * step, end, _STATS_BLOCK):
+            m = min(_STATS_BLOCK, end - start)
+            zero = isinf = nan = _I0
+            le00 = lt10 = gtb0 = ge20 = _I0
+            le01 = lt11 = gtb1 = ge21 = _I0
+            le02 = lt12 = gtb2 = ge22 = _I0
+            le03 = lt13 = gtb3 = ge23 = _I0
+            xb = x[start:start + m]
+            for j in range(m):                          # vectorised; sums, no stores
+                a = np.uint32(f32_ubits(xb[j]) & np.uint32(0x7FFFFFFF))
+                zero = np.int32(zero + np.int32(a == _U0))
+                isinf = np.int32(isinf + np.int32(a == inf))
+                nan = np.int32(nan + np.int32(a > inf))
+                le00 = np.int32(le00 + np.int32(a <= z0))
+                lt10 = np.int32(lt10 + np.int32(a < n0))
+                gtb0 = np.int32(gtb0 + np.int32(a > b0))
+                ge20 = np.int32(ge20 + np.int32(a >= o0))
+                le01 = np.int32(le01 + np.int32(a <= z1))
+                lt11 = np.int32(lt11 + np.int32(a < n1))
+                gtb1 = np.int32(gtb1 + np.int32(a > b1))
+                ge21 = np.int32(ge21 + np.int32(a >= o1))
+                le02 = np.int32(le02 + np.int32(a <= z2))
+                lt12 = np.int32(lt12 + np.int32(a < n2))
+                gtb2 = np.int32(gtb2 + np.int32(a > b2))
+                ge22 = np.int32(ge22 + np.int32(a >= o2))
+                le03 = np.int32(le03 + np.int32(a <= z3))
+                lt13 = np.int32(lt13 + np.int32(a < n3))
+                gtb3 = np.int32(gtb3 + np.int32(a > b3))
+                ge23 = np.int32(ge23 + np.int32(a >= o3))
+                ef = np.int32(a >> np.uint32(23))
+                e = np.int32(ef - np.int32(127)) if ef != _I0 else np.int32(
+                    np.int32(-118) - clz32(np.int32(a)))        # a subnormal's leading bit
+                k = np.int32(min(max(np.int32(np.int32(e + s32) - lo32), _I0), top))
+                finite_nonzero = (a != _U0) & (a < inf)
+                slots[j] = np.uint32(k if finite_nonzero else nb32)
+                am = np.uint32(max(am, a if a < inf else _U0))
+            for j in range(m):
+                h[j & 3, slots[j]] += 1
+            special = isinf + nan
+            for f, le0, lt1, gtb, ge2 in ((0, le00, lt10, gtb0, ge20), (1, le01, lt11, gtb1, ge21),
+                                          (2, le02, lt12, gtb2, ge22), (3, le03, lt13, gtb3, ge23)):
+                cf = c[f]
+                cf[S_ZERO] += zero
+                cf[S_ZERO_BIN] += zero
+                cf[S_NAN] += nan
+                cf[S_INF] += isinf
+                cf[S_FLUSHED] += le0 - zero
+                cf[S_SUBNORMAL] += lt1 - le0
+                cf[S_OVERFLOW] += gtb - special
+                cf[ths[f, 3]] += ge2 - special
+                cf[S_SATURATED] += gtb - ge2
+                cf[S_NORMAL] += m - lt1 - gtb
+        for k in range(nbins + 1):
+            v = h[0, k] + h[1, k] + h[2, k] + h[3, k]
+            for f in range(4):
+                c[f, S_HIST + k] = v
+        amax[t] = np.float64(f32_from_ubits(am))
+
+
 @functools.lru_cache(maxsize=None)
 def stats32_kernel(mode, flags):
     """:func:`stats_kernel` for float32 input and a power-of-two scale

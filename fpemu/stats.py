@@ -206,6 +206,53 @@ def stats(x, fmt, *, scale=1.0, rounding="rne", subnormals=True, overflow=None, 
         zero_bin=int(c[_kernels.S_ZERO_BIN]))
 
 
+def stats_many(x, fmts, *, scale=1.0, overflows=None) -> list:
+    """``[stats(x, f, scale=scale, overflow=o) for f, o in zip(fmts, overflows)]``
+    (to nearest even), in one pass over ``x`` for up to four formats at a time
+    where ``x`` is float32, the scale a power of two and each format has the
+    nearest-even fast path (fp16, bf16, the fp8 formats, ...): the histogram
+    and the amax are computed once (``_kernels.stats32_fast4``); each count
+    equals :func:`stats`'s."""
+    fmts = list(fmts)
+    overflows = [None] * len(fmts) if overflows is None else list(overflows)
+    flat = np.asarray(x)
+    s = _pow2_exponent(scale) if flat.dtype == np.float32 and flat.ndim == 1 else None
+    casts = [Cast.of(f, "rne", True, o) for f, o in zip(fmts, overflows)]
+    fast = [] if s is None else [i for i, c in enumerate(casts)
+                                 if _fast_thresholds(c, s) is not None]
+    out = [None] * len(fmts)
+    lo, hi = LOG2_RANGE
+    for g in range(0, len(fast), 4):
+        group = fast[g:g + 4]
+        if len(group) < 2 or flat.size == 0:
+            continue
+        pad = group + [group[0]] * (4 - len(group))
+        th = np.array([_fast_thresholds(casts[i], s) for i in pad], np.int64)
+        bigs = np.array([_above_bits(float(casts[i].fmt.max), s) for i in pad], np.int64)
+        nblocks = int(min(64, max(1, flat.size >> 16)))
+        counts = np.zeros((nblocks, 4, _kernels.S_HIST + hi - lo + 1), np.int64)
+        amaxes = np.zeros(nblocks, np.float64)
+        run_kernel(_kernels.stats32_fast4, flat, s, bigs, th, int(lo), counts, amaxes,
+                   inputs=1)
+        total = counts.sum(axis=0)
+        for slot, i in enumerate(group):
+            c = total[slot]
+            res = _empty(casts[i].fmt, scale, "rne", lo, hi)
+            out[i] = dataclasses.replace(
+                res, counts={k: int(c[v]) for k, v in _NAMES.items()},
+                overflow_to={"inf": int(c[_kernels.S_TO_INF]), "nan": int(c[_kernels.S_TO_NAN]),
+                             "saturated": int(c[_kernels.S_SATURATED])},
+                amax=float(amaxes.max()), hist=c[_kernels.S_HIST:-1].copy(),
+                zero_bin=int(c[_kernels.S_ZERO_BIN]))
+    return [r if r is not None else stats(x, f, scale=scale, overflow=o)
+            for r, f, o in zip(out, fmts, overflows)]
+
+
+_NAMES = {"nan": _kernels.S_NAN, "inf": _kernels.S_INF, "zero": _kernels.S_ZERO,
+          "flushed": _kernels.S_FLUSHED, "subnormal": _kernels.S_SUBNORMAL,
+          "normal": _kernels.S_NORMAL, "overflow": _kernels.S_OVERFLOW}
+
+
 #: the exponents s of a power-of-two scale 2**s that keep x * 2**s of every
 #: finite nonzero float32 x (2**-149 <= |x| < 2**128) a float64 normal, so
 #: that the float32 kernel's exponent arithmetic is the float64 product

@@ -17,7 +17,7 @@ that those calls load instead:
   but not bf16's and e4m3fn's fast paths (every mode but SR);
 * ``decode``;
 * ``fpemu.stats`` of those formats, on float32 (its 32-bit kernel) and on
-  float64 input;
+  float64 input, and ``stats_many`` of the monitor's four default formats;
 * the README's MLP training step, in bf16 and in fp16 autocast with a
   GradScaler.
 
@@ -69,6 +69,7 @@ def _mlp_step(dtype_name):
 def workload():
     """The common set, as (label, function) pairs."""
     import fpemu
+    from .stats import stats_many
     jobs = []
     small64 = _inputs(SMALL).astype(np.float64)         # Python floats and lists
     for fmt in FAMILIES + CODE_WIDTHS:
@@ -89,6 +90,10 @@ def workload():
         # float64 input (numpy's default) and a scale that is no power of two
         # take the float64 kernel
         jobs.append((f"stats {fmt} float64", lambda f=fmt: fpemu.stats(small64, f)))
+    # the monitor's one pass over several formats (fpemu.torch.monitor's default four)
+    monitor_formats = ("fp16", "bf16", "e4m3fn", "e5m2")
+    jobs.append(("stats_many " + ",".join(monitor_formats), lambda: stats_many(
+        _inputs(LARGE), monitor_formats, overflows=("inf", "inf", "nan", "inf"))))
     # the IEEE fast path of quantize rne, and formats that share bf16's kernels
     for fmt in ("fp16", "e5m2"):
         for n in (SMALL, LARGE):

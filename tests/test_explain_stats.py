@@ -236,6 +236,37 @@ def test_stats_fast_path_at_its_thresholds(fmt, overflow):
         assert c.amax == np.max(np.abs(xs[np.isfinite(xs)]))
 
 
+def test_stats_many_counts_like_stats_in_one_pass():
+    """stats_many (one pass for up to four fast-path formats, the monitor's
+    way) against stats per format: the fast formats in groups of four and
+    a remainder, formats without the fast path (e2m1, e3m2) and policies,
+    scales at the float32 kernel's ends and one that is not a power of two,
+    every threshold's float32 neighbours in the input."""
+    from fpemu.quantize import Cast
+    from fpemu.stats import _above_bits, _fast_thresholds, stats_many
+    rng = np.random.default_rng(13)
+    n = 3000
+    base = (rng.uniform(1, 2, n) * rng.choice([-1, 1], n)
+            * np.exp2(rng.integers(-149, 128, n))).astype(np.float32)
+    base[:20] = [0.0, -0.0, np.inf, -np.inf, np.nan] * 4
+    fmts = ["fp16", "bf16", "e4m3fn", "e5m2", "e2m1", "e5m2", "e4m3fnuz", "e3m2", "tf32"]
+    pols = [None, None, "nan", "saturate", None, "inf", None, None, None]
+    for s in (-873, -126, -10, 0, 10, 126, 895, None):
+        scale = 1 / 3 if s is None else 2.0**s
+        near = []
+        for f, o in zip(fmts, pols):
+            th = None if s is None else _fast_thresholds(Cast.of(f, "rne", True, o), s)
+            if th is not None:
+                b = np.array(list(th[:3]) + [_above_bits(float(fpemu.format(f).max), s)])
+                near.append((b[:, None] + np.arange(-2, 3)[None, :]).reshape(-1))
+        near = np.clip(np.concatenate(near or [np.zeros(0)]), 0, 0x7F800000)
+        near = near.astype(np.uint32).view(np.float32)
+        xs = np.concatenate([base, near, -near])
+        got = stats_many(xs, fmts, scale=scale, overflows=pols)
+        for f, o, c in zip(fmts, pols, got):
+            assert c == stats(xs, f, scale=scale, overflow=o), (f, o, s)
+
+
 def test_stats_makes_no_per_element_temporaries():
     """One fused pass: the memory stats() takes does not grow with the array
     (the kernel's own buffers are per block of 2**16 elements)."""

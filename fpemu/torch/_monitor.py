@@ -345,7 +345,6 @@ class Monitor:
         return float(self.scaler.get_scale())
 
     def _record(self, kind, label, tensor, unscale=False):
-        from ..stats import stats
         torch = self._torch
         t = tensor.detach()
         if not t.is_floating_point() or t.numel() == 0:
@@ -380,31 +379,53 @@ class Monitor:
             idx = torch.from_numpy(pick).to(flat.device)
         counted = flat.numel() if idx is None else int(idx.numel())
         for scaling in self.scalings:
+            shared = scaling in ("none", "loss_scale")     # the same values for every format
+            counted_all = {}
             for fname in self.formats:
                 f = as_format(fname)
                 src, scale, factor = self._scaled(scaling, kind, label, f, t, flat, amax_raw,
                                                   live)
-                if idx is not None:
-                    src = src[idx]
-                c = None
-                on_device = self.count_on == "device" or (
-                    self.count_on == "auto" and src.device.type != "cpu")
-                for start in range(0, src.numel(), self.chunk):
-                    part = src[start:start + self.chunk]
-                    if on_device:               # only the counts come back
-                        from ._stats import stats as device_stats
-                        part_c = device_stats(part, f, scale=factor, overflow=_policy(f))
-                    else:
-                        # float64 stays float64 (MX's scaled values are float64); the rest
-                        # widens exactly to float32
-                        host = part.to("cpu", torch.float64 if part.dtype == torch.float64
-                                       else torch.float32)
-                        part_c = stats(host.numpy(), f, scale=factor, overflow=_policy(f))
-                    c = part_c if c is None else c + part_c
+                if fname in counted_all:
+                    c = counted_all[fname]
+                else:
+                    if idx is not None:
+                        src = src[idx]
+                    names = self.formats if shared else (fname,)
+                    found = self._count(src, names, factor)
+                    if shared:
+                        counted_all = found
+                    c = found[fname]
                 if amax_raw is None:
                     amax_raw = c.amax
                 self.records.append(Record(self.step, seq, label, kind, fname, scaling, scale,
                                            flat.numel(), counted, amax_raw / live, c))
+
+    def _count(self, src, names, factor):
+        """{format name: Counts} of ``src * factor`` in each of ``names``, chunk
+        by chunk: on the tensor's device (only the counts come back) or on the
+        host, where the formats share one pass over each chunk
+        (:func:`fpemu.stats.stats_many`)."""
+        from ..stats import stats_many
+        torch = self._torch
+        fmts = [as_format(n) for n in names]
+        policies = [_policy(f) for f in fmts]
+        on_device = self.count_on == "device" or (
+            self.count_on == "auto" and src.device.type != "cpu")
+        total = None
+        for start in range(0, src.numel(), self.chunk):
+            part = src[start:start + self.chunk]
+            if on_device:                   # only the counts come back
+                from ._stats import stats as device_stats
+                got = [device_stats(part, f, scale=factor, overflow=o)
+                       for f, o in zip(fmts, policies)]
+            else:
+                # float64 stays float64 (MX's scaled values are float64); the rest
+                # widens exactly to float32
+                host = part.to("cpu", torch.float64 if part.dtype == torch.float64
+                               else torch.float32)
+                got = stats_many(host.numpy(), fmts, scale=factor, overflows=policies)
+            total = got if total is None else [a + b for a, b in zip(total, got)]
+        return dict(zip(names, total))
 
     def _scaled(self, scaling, kind, label, f, t, flat, amax_raw, live):
         """(values to classify, the scale to report, the factor stats() applies)."""
