@@ -7,6 +7,8 @@ bound; real DDP and FSDP2 (gloo, two spawned processes) for composition.
 """
 
 import copy
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -343,6 +345,31 @@ def test_it_composes_with_autocast_grad_scaler_and_compile():
     assert torch.equal(eager, compiled)
     for p, q in zip(m1.parameters(), m2.parameters()):
         assert torch.equal(p.grad, q.grad)
+
+
+def test_the_emulation_keeps_no_model_alive():
+    """An emulated model is freed by reference counting alone (no cycle through
+    it: a DDP model kept to the interpreter's end takes its process group
+    along), and the emulation works while only the model holds it."""
+    x = torch.randn(8, 64)
+    gc.disable()
+    try:
+        model = _mlp(4)
+        emu = fpemu.torch.emulate(model, "mxfp8")
+        model(x).sum().backward()
+        assert emu.model is model
+        ref = weakref.ref(model)
+        del model
+        assert ref() is None and emu.model is None
+        emu.stop()                                   # nothing left to restore: no error
+        # the returned object dropped at once: the model still runs emulated
+        kept, dropped = _mlp(5), _mlp(5)
+        fpemu.torch.emulate(dropped, "nvfp4")
+        with fpemu.torch.emulate(kept, "nvfp4"):
+            want = kept(x)
+        assert torch.equal(dropped(x), want) and not torch.equal(kept(x), want)
+    finally:
+        gc.enable()
 
 
 def _spawn_cfg(**kw):

@@ -143,6 +143,8 @@ def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout):
                 for i, p in enumerate(model.parameters()):
                     res[f"{kind}.{it}.{i}"] = p.grad.float().numpy().copy()
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
+        ddp = model = p = None       # noqa: F841 (released, see _release)
+        _release()
     finally:
         dist.destroy_process_group()
 
@@ -194,8 +196,19 @@ def _fsdp_worker(rank, world, init_file, cfg, out_dir, timeout):
             res = {f"reduced.{i}": p.grad.full_tensor().float().numpy().copy()
                    for i, p in enumerate(model.parameters())}
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
+        fsdp = model = None         # noqa: F841 (released, see _release)
+        _release()
     finally:
         dist.destroy_process_group()
+
+
+def _release():
+    """Free what still holds the process group (a DDP reducer, FSDP's hooks,
+    the parameters they hang on) before ``destroy_process_group``: left to
+    the interpreter's end, the group's threads are torn down in whatever
+    order finalization takes."""
+    import gc
+    gc.collect()
 
 
 def _mlp(torch, cfg):

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import types
+import functools
+import weakref
 
 import numpy as np
 
@@ -266,7 +267,11 @@ class _Layer:
     (``keep_operands``) the quantized operands of its last GEMMs by role."""
 
     def __init__(self, name, module, emu):
-        self.name, self.module, self.emu = name, module, emu
+        # the module by weak reference: the module holds this layer (its
+        # ``_fpemu_layer``), and a cycle through the model would keep the model,
+        # its parameters and their hooks (a DDP reducer and its process group)
+        # alive until the garbage collector runs, or to the interpreter's end
+        self.name, self._module, self.emu = name, weakref.ref(module), emu
         self.state = None
         self.operands = {} if emu.keep_operands else None
 
@@ -277,6 +282,11 @@ class _Layer:
                           "weight": _fp8.DelayedState.new(recipe, fwd.max),
                           "grad_output": _fp8.DelayedState.new(recipe, bwd.max)}
         return self.state
+
+    @property
+    def module(self):
+        """The ``nn.Linear``, or None once it is gone."""
+        return self._module()
 
     def keep(self, role, q):
         if self.operands is not None:
@@ -372,9 +382,12 @@ class _EmulatedLinear(torch.autograd.Function):
 
 
 @torch.compiler.disable
-def _forward(module, input):
+def _forward(module_ref, input):
     # under torch.compile each emulated Linear runs between graphs, as eager code
-    # (its quantizers do: fpemu/torch/_quantize.py), the rest of the model compiled
+    # (its quantizers do: fpemu/torch/_quantize.py), the rest of the model compiled.
+    # The module comes by weak reference (a bound method in its own __dict__ would
+    # make a cycle: see _Layer)
+    module = module_ref()
     return _EmulatedLinear.apply(input, module.weight, module.bias, module._fpemu_layer)
 
 
@@ -391,7 +404,7 @@ class Emulation:
         if not isinstance(model, torch.nn.Module):
             raise FpemuTypeError(f"emulate() takes a torch.nn.Module, got "
                                  f"{type(model).__name__}")
-        self.model = model
+        self._model = weakref.ref(model)     # no cycle through the model: see _Layer
         self.recipe = recipe_of(recipe)
         if accumulation is not None:
             from .. import accumulate
@@ -422,6 +435,12 @@ class Emulation:
         self._start()
 
     @property
+    def model(self):
+        """The emulated model (None once nothing else holds it: the emulation
+        does not keep a model alive)."""
+        return self._model()
+
+    @property
     def layers(self):
         return list(self._layers)
 
@@ -438,7 +457,7 @@ class Emulation:
                     f"emulate(): layer {layer.name!r} already has its own forward (another "
                     "emulate() or a patch of its own); stop that one first")
             m._fpemu_layer = layer
-            m.forward = types.MethodType(_forward, m)
+            m.forward = functools.partial(_forward, weakref.ref(m))
         self.active = True
 
     def stop(self):
@@ -447,8 +466,9 @@ class Emulation:
             return
         for layer in self._layers.values():
             m = layer.module
-            m.__dict__.pop("forward", None)
-            m.__dict__.pop("_fpemu_layer", None)
+            if m is not None:                        # None: the model is gone
+                m.__dict__.pop("forward", None)
+                m.__dict__.pop("_fpemu_layer", None)
         self.active = False
 
     def __enter__(self):
