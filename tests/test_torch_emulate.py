@@ -372,6 +372,16 @@ def test_the_emulation_keeps_no_model_alive():
         gc.enable()
 
 
+def test_an_emulated_linear_returns_no_view():
+    """Like nn.Linear's: FSDP2 warns of a module whose output is a view."""
+    model, other = _mlp(6), _mlp(6)
+    with fpemu.torch.emulate(model, "nvfp4"), fpemu.torch.emulate(other, "bf16"):
+        for x in (torch.randn(16, 64), torch.randn(2, 16, 64)):
+            for m in (model, other):
+                out = m(x)
+                assert not out._is_view() and out.shape == (*x.shape[:-1], 10)
+
+
 def _spawn_cfg(**kw):
     cfg = {"seed": 7, "widths": [32, 48, 16], "batch": 16, "dtype": "float32",
            "iterations": 1, "bucket_cap_mb": 25, "hook": None}

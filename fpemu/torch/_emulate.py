@@ -334,7 +334,10 @@ class _EmulatedLinear(torch.autograd.Function):
         ctx.layer, ctx.has_bias = layer, bias is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.x_shape = x.shape
-        return y.reshape(*x.shape[:-1], W.shape[0]).to(out_dtype)
+        out = y.reshape(*x.shape[:-1], W.shape[0]).to(out_dtype)
+        # not a view, as nn.Linear's output is not (FSDP2 warns of a module that
+        # returns one: an in-place op on it would drop its pre-backward hook)
+        return out.detach() if out._is_view() else out
 
     @staticmethod
     def backward(ctx, g):
