@@ -141,10 +141,23 @@ def _f32_bits(a):
 
 
 def _codes(t, fmt, **kw):
-    """fpemu.torch.encode of float32 values, as int32 (int64 for 32-bit
-    codes, fp32 scales)."""
+    """fpemu.torch.encode of float32 values: uint8 for formats of up to 8
+    bits, else int32 (int64 for 32-bit codes, fp32 scales)."""
     assert t.dtype == torch.float32
+    if fmt.bits <= 8:
+        return _q.encode_trusted(t, fmt, in_range=_within(t, fmt, **kw), **kw)
     return _q.encode_trusted(t, fmt, **kw).to(torch.int32 if fmt.bits <= 16 else torch.int64)
+
+
+def _within(t, fmt, rounding="rne", **kw):
+    """Whether every value of ``t`` is finite and at most ``fmt``'s largest
+    in magnitude (one pass, no copy), for round-to-nearest-even encodes,
+    which then skip saturation and NaN (``_quantize._encode_small``)."""
+    if rounding != "rne" or t.numel() == 0:
+        return False
+    lo, hi = torch.aminmax(t)
+    m = float(fmt.max)
+    return bool((lo >= -m) & (hi <= m))
 
 
 def _to_blocks(X, block, axis, in_place=False):

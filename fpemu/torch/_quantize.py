@@ -463,29 +463,35 @@ def _small_rne(cast):
             and cast.bits <= 8 and M >= 1 and emin - M >= -125)
 
 
-def _encode_small(u, cast):
+def _encode_small(u, cast, in_range=False):
     """Codes (int32) of the float32 bits ``u`` (int32) under a
     :func:`_small_rne` cast, in fewer operations than :func:`_rounded`. With
-    ``e`` the binade of ``|v|`` (at least emin), ``|v| * 2**(M - e)`` is made
-    by adding ``M - e`` to the exponent field (a normal float32 in [0,
-    2**(M+1)]), ``torch.round`` rounds it half to even (exact, whatever the
-    rounding or flush mode), and the magnitude code is ``(e + bias - 1) *
-    2**M`` plus that integer, a carry moving into the exponent field by
-    itself; then saturation, the sign, NaN. A float32 subnormal lies below
-    half the format's smallest subnormal and becomes 0 (±)."""
+    ``e`` the binade of ``|v|`` (at least emin), ``|v| * 2**(M - e)`` is a
+    float32 product by a power of two built from its bits (exact: the result
+    is at least ``|v|``, so nothing is lost to the subnormal range, and at
+    most ``2**(M+1)``), ``torch.round`` rounds it half to even (exact), and
+    the magnitude code is ``(e + bias - 1) * 2**M`` plus that integer, a
+    carry moving into the exponent field by itself; then saturation, the
+    sign, NaN. A float32 subnormal lies far below half the format's smallest
+    subnormal and becomes 0 (±). ``in_range``: the caller knows every value
+    is finite and at most the format's largest in magnitude (then neither
+    saturation nor NaN needs an operation)."""
     M, emin, emax, bias, maxmag = cast.params[:5]
     a = u & 0x7FFFFFFF
-    nan = a > 0x7F800000
-    a = a.clamp(max=(emax + 128) << 23)                  # inf and NaN: 2**(emax + 1)
-    e = ((a >> 23) - 127).clamp(min=emin)
-    kept = torch.round((a + (M - e) * (1 << 23)).view(torch.float32)).to(torch.int32)
-    kept = kept.masked_fill_(a < 0x00800000, 0)
-    mag = (((e + (bias - 1)) << M) + kept).clamp_(max=maxmag)
-    neg = u < 0
+    if not in_range:
+        nan = a > 0x7F800000
+        a = a.clamp(max=(emax + 128) << 23)              # inf and NaN: 2**(emax + 1)
+    eb = (a >> 23).clamp_(min=emin + 127)                # the biased binade, at least emin's
+    up = ((254 + M) - eb) << 23                          # the bits of 2**(M - e)
+    kept = torch.round(a.view(torch.float32) * up.view(torch.float32)).to(torch.int32)
+    mag = ((eb + (bias - 128)) << M).add_(kept)
+    if not in_range:
+        mag = mag.clamp_(max=maxmag)
     if cast.flags & FNUZ:
-        neg = neg & (mag != 0)
-    code = mag | (neg.to(torch.int32) << cast.params[7])
-    return code.masked_fill_(nan, cast.params[6])
+        code = mag | ((u < 0) & (mag != 0)).to(torch.int32) << cast.params[7]
+    else:
+        code = mag.bitwise_or_((u >> (31 - cast.params[7])) & (1 << cast.params[7]))
+    return code if in_range else code.masked_fill_(nan, cast.params[6])
 
 
 @torch.compiler.disable
@@ -507,18 +513,22 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None)
     return _encode(_checked_bits(t, cast, "encode"), cast, _layout(fmt, subnormals, overflow))
 
 
-def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None):
+def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None,
+                   in_range=False):
     """:func:`encode` of a float32 tensor fpemu made, with no NaN where the
-    format has none (no check, no host round trip)."""
+    format has none (no check, no host round trip). ``in_range``: every
+    value is finite and at most the format's largest in magnitude (see
+    :func:`_encode_small`)."""
     cast = _plan(fmt, rounding, subnormals, overflow, seed)
-    return _encode(t.contiguous().view(torch.int32), cast, _layout(fmt, subnormals, overflow))
+    return _encode(t.contiguous().view(torch.int32), cast, _layout(fmt, subnormals, overflow),
+                   in_range)
 
 
-def _encode(u, cast, layout):
+def _encode(u, cast, layout, in_range=False):
     p = layout.params
     dtype = _CODE_DTYPES[layout.code_bytes]
     if _small_rne(cast):
-        return _by_pieces(lambda v, start: _encode_small(v, cast).to(dtype), u, dtype)
+        return _by_pieces(lambda v, start: _encode_small(v, cast, in_range).to(dtype), u, dtype)
 
     def piece(v, start):
         mag, negative, nan = _rounded(v, cast, cast.key, cast.offset + start)
