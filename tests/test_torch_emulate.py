@@ -141,9 +141,36 @@ def test_the_hadamard_transform_on_the_device_is_the_hosts_exact_one():
     X[12, :16] = np.float32(2.0**-149) * np.arange(16)
     X[13, :16] = [1.0, 2.0**-26] * 8                   # a spread of 26: to the host
     X[14, :16] = [1.0, 2.0**-25] * 8                   # 25: exact on the device
-    got = _emulate.hadamard(torch.from_numpy(X)).numpy()
+    sent = []
+    real = block.hadamard
+
+    def host(runs, *a, **k):
+        sent.append(runs.copy())
+        return real(runs, *a, **k)
+
+    block.hadamard = host
+    try:
+        got = _emulate.hadamard(torch.from_numpy(X)).numpy()
+    finally:
+        block.hadamard = real
     want = block.hadamard(X, 16, axis=1, signs="te")
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    # the runs sent to the host: those with inf or NaN, or whose nonzero values'
+    # binades (a float32 subnormal's taken as -126) span more than 25
+    runs = X.reshape(-1, 16)
+    hard = []
+    for r in runs:
+        nz = np.abs(r[r != 0]).astype(np.float64)
+        if not np.isfinite(r).all():
+            hard.append(True)
+            continue
+        e = np.maximum(np.frexp(nz)[1] - 1, -126) if nz.size else np.zeros(1)
+        hard.append(e.max() - e.min() > 25)
+    hard = np.array(hard)
+    assert hard[13 * 4] and not hard[14 * 4] and not hard[8 * 4] and not hard[12 * 4]
+    assert 0 < hard.sum() < len(hard)
+    np.testing.assert_array_equal(np.concatenate(sent).view(np.uint32),
+                                  runs[hard].view(np.uint32))
 
 
 def _exact_gemm(qa, qb):

@@ -143,12 +143,16 @@ def hadamard(X):
     runs = X.reshape(-1, 16)
     H = torch.from_numpy(_b.hadamard_matrix(16, "te")).to(X.device)
     Y = (runs.to(torch.float64) @ H).to(torch.float32)
-    # biased exponent fields; a float32 subnormal counts as field 1, whose last bit
-    # (2**-149) it shares: all values are multiples of 2**(min field - 150)
-    ex = ((runs.view(torch.int32) >> 23) & 0xFF).clamp(min=1)
-    big = ex.amax(dim=1)
-    small = torch.where(runs != 0, ex, 0x7FFF).amin(dim=1)
-    hard = (big - small > 25) | ~runs.isfinite().all(dim=1)     # (an all-zero run: small > big)
+    # biased exponent fields, from each run's largest and smallest nonzero magnitude
+    # bits; a float32 subnormal counts as field 1, whose last bit (2**-149) it
+    # shares: all values are multiples of 2**(min field - 150). Zero's bits minus 1,
+    # masked, are the largest key, so the smallest nonzero wins (an all-zero run:
+    # field 256, above its largest). inf and NaN: field 255
+    b = runs.view(torch.int32) & 0x7FFFFFFF
+    big = b.amax(dim=1) >> 23
+    least = (b - 1).bitwise_and_(0x7FFFFFFF).amin(dim=1)
+    small = ((least.to(torch.int64) + 1) >> 23).clamp(min=1)
+    hard = (big - small > 25) | (big == 255)
     if bool(hard.any()):
         idx = hard.nonzero().reshape(-1)
         host = _b.hadamard(runs[idx].cpu().numpy(), 16, axis=1, signs="te")
