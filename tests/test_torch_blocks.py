@@ -105,6 +105,18 @@ def test_every_preset_every_rounding_on_the_edges(name):
                 _both(x, name, axis=1)
 
 
+def test_sr_n_on_both_sides_of_the_float32_path():
+    """srN rounds in float32 where N <= 23 and the element format's smallest
+    step is a normal float32, else in float64: both give the host's codes."""
+    x = _edge_rows(37, 6)
+    for n in (1, 8, 23, 24, 32):
+        for name in ("nvfp4", "mxfp8", "mxfp6-e3m2", "mxfp4"):
+            _both(x, name, rounding=f"sr{n}", seed=n)
+    tiny = Format.custom(8, 3, bias=130, nan_encoding="fn", name="e8m3b130")   # steps to 2**-132
+    _both(spread((8, 64), 12, -140, 10), tiny, "e8m0", 32, scale_rule="rceil",
+          rounding="sr8", seed=2)
+
+
 @pytest.mark.parametrize("rule", block.MX_RULES)
 def test_every_mx_rule_and_what_an_infinite_block_gets(rule):
     x = _edge_rows(37, 8)

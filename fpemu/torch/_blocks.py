@@ -393,7 +393,8 @@ class _Job:
 def _srn_draws(n, seed, like):
     """``fpemu.block._srn_draws`` (NumPy's PCG64 on the host), on ``like``'s
     device in its block layout."""
-    d = _b._srn_draws(n, seed, like.numel()).astype(np.int64)
+    d = _b._srn_draws(n, seed, like.numel())
+    d = d.astype(np.uint8 if n <= 8 else np.int32 if n <= 31 else np.int64)   # (fewer bytes)
     return torch.from_numpy(d).to(like.device).view(like.shape)
 
 
@@ -404,6 +405,8 @@ def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
     safe = torch.where(V.isnan(), 0.0, V) if has_nan else V
     n = _b._srn_bits(rounding, seed)
     if n is not None:
+        if n <= 23 and elem.emin - elem.mantissa_bits >= -126 and _within(safe, elem):
+            return _codes(_round_srn(safe, elem, n, draws), elem)
         return _codes(_round_srn(safe.to(torch.float64), elem, n, draws).to(torch.float32),
                       elem)          # (grid values of elem: float32 holds them)
     kw = {"seed": (seed, 0) if seed is not None else None} if rounding == "sr" else {}
@@ -411,16 +414,27 @@ def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
 
 
 def _round_srn(v, elem: Format, n, draws):
-    """``fpemu.block._round_srn`` in float64 (every operation exact)."""
+    """``fpemu.block._round_srn``, every operation exact: in float64 (v holds
+    float32 values), or in float32 where the caller made sure that v is
+    finite and at most elem's largest (:func:`_within`), that elem's
+    smallest step ``2**(emin - M)`` is a normal float32 and that ``n <= 23``:
+    then ``t = |v| / step`` is a power-of-two scaling of a float32 by a
+    normal float32 (exact), ``t - floor(t)`` is exact, and so are the n-bit
+    integers and their sum (below 2**24)."""
     a = v.abs()
-    # floor(log2 a) from the float64 exponent field (a: float32 values, normal in float64)
-    e = ((a.view(torch.int64) >> 52) - 1023).clamp(min=elem.emin)
-    u = _pow2_f64(e - elem.mantissa_bits)
+    M = elem.mantissa_bits
+    if v.dtype == torch.float32:
+        # floor(log2 a) from the exponent field (a float32 subnormal: field 0, below emin)
+        e = ((a.view(torch.int32) >> 23) - 127).clamp_(min=elem.emin)
+        u = ((e + (127 - M)) << 23).view(torch.float32)
+    else:
+        e = ((a.view(torch.int64) >> 52) - 1023).clamp(min=elem.emin)
+        u = _pow2_f64(e - M)
     t = a / u
     k = torch.floor(t)
-    r = torch.floor((t - k) * float(2**n))
-    mag = (k + (r + draws.to(torch.float64) >= float(2**n)).to(torch.float64)) * u
-    mag = mag.clamp(max=float(elem.max))
+    r = torch.floor((t - k).mul_(float(2**n)))
+    mag = (k + (r.add_(draws.to(v.dtype)) >= float(2**n)).to(v.dtype)).mul_(u)
+    mag = mag.clamp_(max=float(elem.max))
     return torch.copysign(mag, v)
 
 
