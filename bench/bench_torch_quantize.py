@@ -3,7 +3,11 @@
 Issue 32's target: ``fpemu.torch.quantize`` to bf16 at least 0.5x the speed
 of torch's ``.to(torch.bfloat16)`` on the same tensor (CPU, 2 threads). Also
 timed: writing into ``out=``, the generic path (e4m3fn, fp16), codes,
-stochastic rounding, and fpemu's Numba kernels on the same array for scale.
+stochastic rounding, and fpemu's Numba kernels on the same array for scale;
+and what a new float32 result costs torch itself (``.to(bfloat16).float()``,
+the same values in torch, and a bare ``.clone()``): quantize returns float32,
+twice the bytes of ``.to(bfloat16)``'s result, and on the CPU the first
+write of fresh memory (its page faults) costs as much as the arithmetic.
 2**24 float32 values (normal, σ = 1), medians of ``--repeats`` runs after a
 warm-up, 1 and 2 threads. The CUDA figures come from
 ``bench/torch_cuda_checks.py`` on a GPU.
@@ -35,6 +39,8 @@ def main(argv=None):
         "torch .to(bfloat16)": lambda: x.to(torch.bfloat16),
         "torch .to(float16)": lambda: x.to(torch.float16),
         "torch .to(float8_e4m3fn)": lambda: x.to(torch.float8_e4m3fn),
+        "torch .to(bfloat16).float()": lambda: x.to(torch.bfloat16).float(),
+        "torch .clone()": lambda: x.clone(),
         "fpemu.torch.quantize bf16": lambda: fpemu.torch.quantize(x, "bf16"),
         "fpemu.torch.quantize bf16 out=": lambda: fpemu.torch.quantize(x, "bf16", out=out),
         "fpemu.torch.quantize fp16": lambda: fpemu.torch.quantize(x, "fp16"),
@@ -65,6 +71,11 @@ def main(argv=None):
     print(f"target: quantize to bf16 >= 0.5x the speed of .to(torch.bfloat16), 2 threads: "
           f"{ratio:.2f}x allocating, {ratio_out:.2f}x into out= "
           f"({'met' if ratio >= 0.5 else 'not met'} allocating)")
+    # what a new float32 result (twice .to(bfloat16)'s bytes) costs torch itself
+    base = res["torch .to(bfloat16)", 2]
+    print(f"torch's own float32 results, 2 threads: .to(bfloat16).float() "
+          f"{base / res['torch .to(bfloat16).float()', 2]:.2f}x, a bare .clone() "
+          f"{base / res['torch .clone()', 2]:.2f}x")
 
 
 if __name__ == "__main__":
