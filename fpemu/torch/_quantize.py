@@ -452,28 +452,31 @@ def _out_bits(out, t):
 
 
 def _small_rne(cast):
-    """Whether ``cast`` rounds to nearest even with saturation into a signed
-    format of at most 8 bits with a mantissa bit and subnormals kept, whose
-    smallest subnormal is at least 2**-125 (every fp8, fp6 and fp4 element
-    format): :func:`_encode_small` then applies."""
-    M, emin = cast.params[:2]
+    """Whether ``cast`` rounds to nearest even into a signed format of at most
+    16 bits with a mantissa bit and subnormals kept, whose smallest
+    subnormal is at least 2**-125 (every fp16, fp8, fp6 and fp4 format), and
+    saturates, or overflows to an infinity whose code follows the largest
+    finite one (fp16, e5m2): :func:`_encode_small` then applies."""
+    M, emin, _, _, maxmag, inf = cast.params[:6]
+    overflow = Overflow(cast.flags & 3)
     return (Rounding(cast.mode) is Rounding.RNE
-            and Overflow(cast.flags & 3) is Overflow.SATURATE
+            and (overflow is Overflow.SATURATE
+                 or (overflow is Overflow.INF and inf == maxmag + 1))
             and not cast.flags & (FLUSH | UNSIGNED | NO_ZERO | NORMALIZE)
-            and cast.bits <= 8 and M >= 1 and emin - M >= -125)
+            and cast.bits <= 16 and M >= 1 and emin - M >= -125)
 
 
 def _encode_small(u, cast, in_range=False):
     """Codes (int32) of the float32 bits ``u`` (int32) under a
     :func:`_small_rne` cast, in fewer operations than :func:`_rounded`. With
     ``e`` the binade of ``|v|`` (at least emin), ``|v| * 2**(M - e)`` is a
-    float32 product by a power of two built from its bits (exact: the result
-    is at least ``|v|``, so nothing is lost to the subnormal range, and at
-    most ``2**(M+1)``), ``torch.round`` rounds it half to even (exact), and
-    the magnitude code is ``(e + bias - 1) * 2**M`` plus that integer, a
-    carry moving into the exponent field by itself; then saturation, the
-    sign, NaN. A float32 subnormal lies far below half the format's smallest
-    subnormal and becomes 0 (±). ``in_range``: the caller knows every value
+    float32 product by a power of two built from its bits (exact where it is
+    a normal float32, as in the format's binades, where it lies in [2**M,
+    2**(M+1)); one below float32's normal range rounds to 0 either way),
+    ``torch.round`` rounds it half to even (exact), and the magnitude code
+    is ``(e + bias - 1) * 2**M`` plus that integer, a carry moving into the
+    exponent field by itself; then saturation (or infinity, the code after
+    the largest), the sign, NaN. ``in_range``: the caller knows every value
     is finite and at most the format's largest in magnitude (then neither
     saturation nor NaN needs an operation)."""
     M, emin, emax, bias, maxmag = cast.params[:5]
@@ -486,7 +489,10 @@ def _encode_small(u, cast, in_range=False):
     kept = torch.round(a.view(torch.float32) * up.view(torch.float32)).to(torch.int32)
     mag = ((eb + (bias - 128)) << M).add_(kept)
     if not in_range:
-        mag = mag.clamp_(max=maxmag)
+        # saturation, or infinity: past the largest finite code (inf and NaN
+        # inputs, clamped above, land there too; NaN is replaced below)
+        top = maxmag if Overflow(cast.flags & 3) is Overflow.SATURATE else maxmag + 1
+        mag = mag.clamp_(max=top)
     if cast.flags & FNUZ:
         code = mag | ((u < 0) & (mag != 0)).to(torch.int32) << cast.params[7]
     else:
