@@ -545,41 +545,15 @@ def run_script(path, argv=(), recipe="nvfp4", *, accumulation=None, reraise=True
     monitor`` finds it). Returns ``(emulation or None, error, exit code)``:
     the script's exception (re-raised unless ``reraise=False``) and its
     ``sys.exit`` status."""
-    import os
-    import runpy
-    import sys
-    from ._monitor import _find_root_module
-    if not os.path.isfile(path):
-        raise FpemuValueError(f"fpemu emulate: no script {path!r}; pass the path of a "
-                              "Python training script")
+    from ._monitor import _check_script, run_hooked
+    _check_script(path, "emulate")
     recipe = recipe_of(recipe)
     found = []
-    real_init = torch.optim.Optimizer.__init__
-
-    def init(opt, *a, **k):
-        real_init(opt, *a, **k)
-        if not found and not getattr(init, "busy", False):
-            init.busy = True
-            try:
-                model = _find_root_module(opt)
-                if model is not None:
-                    found.append(emulate(model, recipe, accumulation=accumulation))
-            finally:
-                init.busy = False
-
-    torch.optim.Optimizer.__init__ = init
-    old_argv = sys.argv
-    sys.argv = [path, *argv]
-    error = exit_code = None
     try:
-        runpy.run_path(path, run_name="__main__")
-    except SystemExit as ex:
-        exit_code = ex.code
-    except Exception as err:
-        error = err
+        error, exit_code = run_hooked(
+            path, argv, lambda model, opt: found.append(
+                emulate(model, recipe, accumulation=accumulation)), lambda: bool(found))
     finally:
-        sys.argv = old_argv
-        torch.optim.Optimizer.__init__ = real_init
         for emu in found:
             emu.stop()
     if error is not None and reraise:

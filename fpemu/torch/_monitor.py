@@ -633,34 +633,31 @@ def _find_root_module(optimizer):
     return best
 
 
-def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
-    """Run a training script under the monitor and write the report to ``out``.
+def _check_script(path, command):
+    if not os.path.isfile(path):
+        raise FpemuValueError(f"fpemu {command}: no script {path!r}; pass the path of a "
+                              "Python training script")
 
-    The model is the one the script passes to :func:`watch`, or else the module
-    that owns the parameters of the first optimizer the script creates (that
-    optimizer's state is counted too). Returns the :class:`Monitor` (``None`` if
-    the script created neither).
-    """
+
+def run_hooked(path, argv, attach, attached):
+    """Run the script ``path`` as ``__main__`` with ``sys.argv = [path,
+    *argv]``; while ``attached()`` is false, the first optimizer the script
+    creates gives the module that owns its parameters to ``attach(model,
+    optimizer)`` (``fpemu monitor`` and ``fpemu emulate``). Returns ``(the
+    script's exception or None, its sys.exit code or None)``; ``sys.argv``
+    and ``torch.optim.Optimizer.__init__`` are restored whatever happens."""
     import runpy
     torch = _torch()
-    if not os.path.isfile(path):
-        raise FpemuValueError(f"fpemu monitor: no script {path!r}; pass the path of a "
-                              "Python training script")
-    Monitor(torch.nn.Linear(1, 1), **settings)           # check the settings before running
-    from ..tensorfiles import check_output_dir
-    check_output_dir(out, "report folder")               # and where the report goes
-    _PENDING["settings"] = dict(settings)
-    _ACTIVE.clear()
     real_init = torch.optim.Optimizer.__init__
 
     def init(opt, *a, **k):
         real_init(opt, *a, **k)
-        if not _ACTIVE and not getattr(init, "busy", False):
+        if not attached() and not getattr(init, "busy", False):
             init.busy = True
             try:
                 model = _find_root_module(opt)
                 if model is not None:
-                    watch(model, opt)
+                    attach(model, opt)
             finally:
                 init.busy = False
 
@@ -670,13 +667,35 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
     error = exit_code = None
     try:
         runpy.run_path(path, run_name="__main__")
-    except SystemExit as ex:           # sys.exit(n): the report is written all the same
+    except SystemExit as ex:
         exit_code = ex.code
-    except Exception as err:           # a run that dies (of a NaN, say) still gets its report
+    except Exception as err:
         error = err
     finally:
         sys.argv = old_argv
         torch.optim.Optimizer.__init__ = real_init
+    return error, exit_code
+
+
+def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
+    """Run a training script under the monitor and write the report to ``out``.
+
+    The model is the one the script passes to :func:`watch`, or else the module
+    that owns the parameters of the first optimizer the script creates (that
+    optimizer's state is counted too). Returns the :class:`Monitor` (``None`` if
+    the script created neither).
+    """
+    torch = _torch()
+    _check_script(path, "monitor")
+    Monitor(torch.nn.Linear(1, 1), **settings)           # check the settings before running
+    from ..tensorfiles import check_output_dir
+    check_output_dir(out, "report folder")               # and where the report goes
+    _PENDING["settings"] = dict(settings)
+    _ACTIVE.clear()
+    try:
+        # sys.exit(n), or a run that dies (of a NaN, say): the report is written all the same
+        error, exit_code = run_hooked(path, argv, watch, lambda: bool(_ACTIVE))
+    finally:
         _PENDING.clear()
         for mon in _ACTIVE:
             mon.stop()
