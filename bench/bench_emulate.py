@@ -1,6 +1,6 @@
 """The cost of fpemu.torch.emulate: a training step under each recipe against a plain one.
 
-The 10.5 M-parameter MLP of ``bench_monitor.py`` (784 -> 2048 -> 2048 -> 2048 ->
+The 10.5 M-parameter MLP of ``mlp_step.py`` (784 -> 2048 -> 2048 -> 2048 ->
 10, ReLU) trains with Adam on random data, batch 256, on the CPU. Each
 configuration runs two warm-up steps, then the mean of timed steps, with the
 plain fp32 step timed in the same run before and after (the ratio uses their
@@ -11,8 +11,8 @@ rounding, 2-D weight tiles) at most 3x a plain fp32 step.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+
+from mlp_step import mean_time, mlp_step
 
 
 def main(argv=None):
@@ -25,30 +25,10 @@ def main(argv=None):
     import torch
 
     import fpemu.torch as ft
-    torch.manual_seed(0)
-    w = args.width
-    model = torch.nn.Sequential(torch.nn.Linear(784, w), torch.nn.ReLU(), torch.nn.Linear(w, w),
-                                torch.nn.ReLU(), torch.nn.Linear(w, w), torch.nn.ReLU(),
-                                torch.nn.Linear(w, 10))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.randn(args.batch, 784)
-    y = torch.randint(0, 10, (args.batch,))
-    nparams = sum(p.numel() for p in model.parameters())
-
-    def step():
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+    step, model, _, nparams = mlp_step(args.batch, args.width)
 
     def timed(n):
-        step()
-        step()
-        out = []
-        for _ in range(n):
-            t = time.perf_counter()
-            step()
-            out.append(time.perf_counter() - t)
-        return statistics.mean(out)
+        return mean_time(step, n, warmup=2)
 
     before = timed(args.steps)
     rows = []
