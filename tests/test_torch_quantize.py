@@ -310,7 +310,7 @@ def test_bad_input_names_what_was_expected_and_the_fix():
 
 
 @pytest.mark.skipif(not os.environ.get("FPEMU_EXHAUSTIVE"),
-                    reason="all 2**32 inputs: 1-2 minutes per format on 2 cores (FPEMU_EXHAUSTIVE=1)")
+                    reason="all 2**32 inputs: 1-2 minutes a format, 2 cores (FPEMU_EXHAUSTIVE=1)")
 @pytest.mark.parametrize("name", ["bf16", "fp16", "e4m3fn", "e5m2", "e2m1", "e5m2-saturate"])
 def test_all_float32_inputs(name):
     """Every float32 input; e4m3fn and e2m1 (saturating by default) and
