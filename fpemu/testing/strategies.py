@@ -1,0 +1,292 @@
+"""Hypothesis strategies that land on every class and edge of a format.
+
+Random normal data almost never hits a tie, a class boundary or a scale
+edge, and those are where conversions go wrong. These strategies draw the
+inputs a format's rules are about, by kind:
+
+``zero``, ``subnormal``, ``normal``, ``max``, ``inf``, ``nan``
+    values of each class (grid values of the format; every NaN pattern of
+    the source type: quiet, signalling, negative, with a payload);
+``midpoint``, ``near_midpoint``
+    exactly halfway between two neighbouring values of the format, and one
+    ulp of the source type either side of such a midpoint;
+``overflow_threshold``, ``flush_threshold``
+    just below, at and just above the value where rounding to nearest
+    overflows (the largest value plus half its ulp) or where rounding up
+    does (plus a whole ulp), and the value below which rounding to nearest
+    flushes to zero (half the smallest subnormal, or half the smallest
+    normal in a format without subnormals);
+``power_of_two``
+    every power of two from below the format's smallest value to above its
+    largest.
+
+Both signs where the format has them. A kind that the source type cannot
+hold exactly (fp32's midpoints in float32, say) is left out of the default
+kinds, and naming it raises. Custom formats (:meth:`fpemu.Format.custom`)
+work like the named ones.
+
+Each draw of :func:`values` is a 0-d NumPy array of the source dtype (so that
+``torch.from_numpy(x)`` and NumPy casts take it, and ``float(x)`` gives the
+number); :func:`arrays` draws whole arrays of such values. The profile
+``"fpemu"`` (``settings.load_profile("fpemu")``, or pytest's
+``--hypothesis-profile=fpemu``) turns off the deadline, which a first call
+of a JIT-compiled kernel would miss, and runs 200 examples.
+
+Examples
+--------
+>>> from hypothesis import given
+>>> from fpemu.testing import strategies, assert_quantized_equal
+>>> import torch
+>>> @given(strategies.values("bf16"))
+... def test_torch_bf16(x):
+...     assert_quantized_equal(torch.from_numpy(x).to(torch.bfloat16).float().numpy(), x, "bf16")
+>>> test_torch_bf16()
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+try:
+    from hypothesis import HealthCheck, settings
+    from hypothesis import strategies as st
+except ImportError as err:                                  # pragma: no cover
+    raise ImportError("fpemu.testing.strategies needs hypothesis: pip install hypothesis "
+                      "(or pip install 'fpemu[dev]')") from err
+
+from ..errors import FpemuTypeError, FpemuValueError
+from ..formats import FORMATS, Format
+from ..formats import format as _lookup
+
+__all__ = ["KINDS", "values", "arrays", "formats", "kinds_of"]
+
+#: Every kind of input :func:`values` knows, in the order of the module text.
+KINDS = ("zero", "subnormal", "normal", "max", "inf", "nan", "midpoint", "near_midpoint",
+         "overflow_threshold", "flush_threshold", "power_of_two")
+
+_DTYPES = {np.dtype(np.float16): np.uint16, np.dtype(np.float32): np.uint32,
+           np.dtype(np.float64): np.uint64}
+
+settings.register_profile(
+    "fpemu", deadline=None, max_examples=200,
+    suppress_health_check=(HealthCheck.too_slow,))
+
+
+def _dtype(dtype):
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in _DTYPES:
+        raise FpemuValueError(f"fpemu.testing.strategies: dtype must be one of float16, "
+                              f"float32, float64 (the source type of the inputs), got "
+                              f"{dtype!r}; pass dtype=np.float32")
+    return dt
+
+
+def _format(fmt):
+    if isinstance(fmt, Format):
+        return fmt
+    if isinstance(fmt, str):
+        return _lookup(fmt)
+    raise FpemuTypeError(f"fpemu.testing.strategies: fmt must be a format name (\"bf16\") or "
+                         f"an fpemu.Format, got {type(fmt).__name__} {fmt!r}")
+
+
+class _Source:
+    """What a source dtype holds exactly: significand bits after the point,
+    the exponent of its smallest subnormal, and of its largest binade."""
+
+    def __init__(self, dt):
+        fi = np.finfo(dt)
+        self.dt, self.uint = dt, _DTYPES[dt]
+        self.nmant, self.emin_sub, self.emax = fi.nmant, fi.minexp - fi.nmant, fi.maxexp - 1
+
+    def holds(self, sig_bits, low_exp, high_exp):
+        """Whether numbers of ``sig_bits`` significand bits after the point,
+        whose last bit is ``2**low_exp`` and whose binade is at most
+        ``high_exp``, are exact in the source type."""
+        return sig_bits <= self.nmant and low_exp >= self.emin_sub and high_exp <= self.emax
+
+    def bits(self, v):
+        """The source type's bit pattern of the exact float64 ``v`` (an int)."""
+        with np.errstate(over="ignore"):
+            return int(np.array(v, dtype=self.dt).view(self.uint))
+
+    def around(self, t):
+        """The source values just below, at (where it holds it) and just
+        above the exact float64 ``t`` > 0, as bit patterns."""
+        with np.errstate(over="ignore"):
+            c = np.array(t, dtype=self.dt)
+        inf = np.array(np.inf, dtype=self.dt)
+        if float(c) == t:
+            pts = [np.nextafter(c, -inf), c, np.nextafter(c, inf)]
+        elif float(c) < t:
+            pts = [c, np.nextafter(c, inf)]
+        else:
+            pts = [np.nextafter(c, -inf), c]
+        return sorted({int(np.array(p, dtype=self.dt).view(self.uint)) for p in pts})
+
+
+class _Grid:
+    """A format's values as exact float64 numbers, by index: subnormal
+    ``m * 2**(emin - M)``, normal ``(2**M + m) * 2**(e - M)``."""
+
+    def __init__(self, f: Format):
+        self.f, self.M, self.emin, self.emax = f, f.mantissa_bits, f.emin, f.emax
+        self.top = f.max_code & ((1 << self.M) - 1)          # the largest's mantissa field
+        self.n_normal = (self.emax - self.emin) * (1 << self.M) + self.top + 1
+        self.n_sub = (1 << self.M) - 1 if f.has_subnormals else 0
+
+    def normal(self, i):
+        e, m = self.emin + (i >> self.M), i & ((1 << self.M) - 1)
+        return float(((1 << self.M) + m) * Fraction(2) ** (e - self.M)), e
+
+    def sub(self, m):
+        return float(m * Fraction(2) ** (self.emin - self.M))
+
+
+def _few(patterns):
+    return st.sampled_from(patterns)
+
+
+def _kind_strategies(f: Format, src: _Source):
+    """{kind: strategy of source bit patterns of positive values (or NaNs)}
+    for the kinds the source type holds exactly."""
+    g, M = _Grid(f), f.mantissa_bits
+    out = {}
+    if f.has_zero:
+        out["zero"] = _few([src.bits(0.0)])
+    if g.n_sub and src.holds(M, f.emin - M, f.emin):
+        out["subnormal"] = st.integers(1, g.n_sub).map(lambda m: src.bits(g.sub(m)))
+    if src.holds(M, f.emin - M, f.emax):
+        out["normal"] = st.integers(0, g.n_normal - 1).map(lambda i: src.bits(g.normal(i)[0]))
+        out["max"] = _few([src.bits(f.max)])
+    out["inf"] = _few([src.bits(np.inf)])
+    if f.has_nan:
+        w = 8 * src.dt.itemsize
+        q = 1 << (src.nmant - 1)                                 # the quiet bit
+        exp = ((1 << (w - 1 - src.nmant)) - 1) << src.nmant      # all-ones exponent field
+        pats = [exp | q, exp | q | 1, exp | 1, exp | ((1 << src.nmant) - 1)]
+        out["nan"] = _few(pats)
+    if src.holds(M + 1, f.emin - M - 1, f.emax):          # the lowest midpoint's last bit
+        def midpoint(i):
+            if i < g.n_sub:                                 # between subnormals (m, m + 1)
+                return g.sub(i) + float(Fraction(2) ** (f.emin - M - 1)) if i else None
+            v, e = g.normal(i - g.n_sub)
+            return v + float(Fraction(2) ** (e - M - 1))
+        first = 1 if g.n_sub else g.n_sub                     # (0, smallest): the flush threshold
+        n_mid = g.n_sub + g.n_normal - 1                      # every value below the largest
+        mids = st.integers(first, n_mid - 1).map(midpoint)
+        out["midpoint"] = mids.map(src.bits)
+        out["near_midpoint"] = st.tuples(mids, st.sampled_from((-1, 1))).map(
+            lambda t: src.bits(float(np.nextafter(np.array(t[0], src.dt),
+                                                  np.array(t[1] * np.inf, src.dt)))))
+    ulp_max = float(Fraction(2) ** (f.emax - M))
+    pts = src.around(f.max + ulp_max / 2) + src.around(f.max + ulp_max)
+    out["overflow_threshold"] = _few(sorted(set(pts)))
+    if f.has_zero:
+        out["flush_threshold"] = _few(src.around(f.min_subnormal / 2))
+    klo = max(f.emin - M - 2 if f.has_subnormals else f.emin - 2, src.emin_sub)
+    khi = min(f.emax + 2, src.emax)
+    out["power_of_two"] = st.integers(klo, khi).map(lambda k: src.bits(float(Fraction(2) ** k)))
+    return out
+
+
+def _bit_patterns(fmt, kinds, dtype):
+    f, dt = _format(fmt), _dtype(dtype)
+    src = _Source(dt)
+    have = _kind_strategies(f, src)
+    if kinds is None:
+        kinds = tuple(k for k in KINDS if k in have)
+    else:
+        if isinstance(kinds, str):
+            kinds = (kinds,)
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown:
+            raise FpemuValueError(f"fpemu.testing.strategies: unknown kinds {unknown}; the "
+                                  f"kinds are {', '.join(KINDS)}")
+        missing = [k for k in kinds if k not in have]
+        if missing:
+            raise FpemuValueError(
+                f"fpemu.testing.strategies: {f.name} from {dt.name} has no input of kind "
+                f"{', '.join(missing)} (the format lacks the class, or {dt.name} cannot hold "
+                f"those values exactly); its kinds here: {', '.join(k for k in KINDS if k in have)}"
+                f". Leave kinds= out, or pass a wider dtype=")
+        if not kinds:
+            raise FpemuValueError("fpemu.testing.strategies: kinds= names no kind; leave it "
+                                  "out for every kind")
+    sign = 1 << (8 * dt.itemsize - 1)
+    # each kind salted with an unused draw, so that hypothesis, which does not repeat a
+    # draw, gives a kind of a few values (zero, max, e2m1's one subnormal) its share
+    inner = st.one_of(*(st.tuples(have[k], st.integers(0, 1 << 16)).map(lambda t: t[0])
+                        for k in kinds))
+    if f.signed:
+        inner = st.tuples(inner, st.booleans()).map(lambda t: t[0] | sign if t[1] else t[0])
+    return inner, src
+
+
+def values(fmt, kinds=None, dtype=np.float32):
+    """Inputs of ``fmt``'s kinds (module text): 0-d arrays of ``dtype``.
+
+    Parameters
+    ----------
+    fmt : str or fpemu.Format
+        The format the inputs are for (custom formats too).
+    kinds : sequence of str, optional
+        Some of :data:`KINDS`; by default every kind the format has and the
+        source type holds exactly.
+    dtype : numpy float dtype
+        The source type: float32 (default), float64 or float16.
+    """
+    pats, src = _bit_patterns(fmt, kinds, dtype)
+    return pats.map(lambda b: np.array(b, dtype=src.uint).view(src.dt))
+
+
+def arrays(fmt, shape, kinds=None, dtype=np.float32):
+    """Arrays of ``shape`` (an int or a tuple) whose every element is drawn
+    as by :func:`values`."""
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise FpemuTypeError(f"fpemu.testing.strategies.arrays: shape must be an int or a "
+                             f"tuple of ints, got {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise FpemuValueError(f"fpemu.testing.strategies.arrays: shape {shape} has a "
+                              "negative length")
+    pats, src = _bit_patterns(fmt, kinds, dtype)
+    n = int(np.prod(shape))
+    return st.lists(pats, min_size=n, max_size=n).map(
+        lambda b: np.array(b, dtype=src.uint).view(src.dt).reshape(shape))
+
+
+def _custom():
+    """Custom formats: 2..8 exponent bits, 0..7 mantissa bits, every NaN
+    encoding, a shifted bias, with and without subnormals."""
+    def build(t):
+        E, M, shift, nan, subnormals = t
+        try:
+            return Format.custom(E, M, bias=2 ** (E - 1) - 1 + shift, nan_encoding=nan,
+                                 has_subnormals=subnormals)
+        except (FpemuValueError, FpemuTypeError):
+            return None
+    return st.tuples(st.integers(2, 8), st.integers(0, 7), st.integers(-3, 3),
+                     st.sampled_from(("ieee", "fn", "fnuz", "none")), st.booleans()).map(
+        build).filter(lambda f: f is not None)
+
+
+def formats(custom=True):
+    """Formats: every named one (:data:`fpemu.formats.FORMATS`) and, with
+    ``custom``, custom formats (:meth:`fpemu.Format.custom`)."""
+    named = st.sampled_from(FORMATS)
+    return st.one_of(named, _custom()) if custom else named
+
+
+def kinds_of(fmt, dtype=np.float32):
+    """The kinds :func:`values` draws for ``fmt`` from ``dtype`` by default."""
+    have = _kind_strategies(_format(fmt), _Source(_dtype(dtype)))
+    return tuple(k for k in KINDS if k in have)
