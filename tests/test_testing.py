@@ -1,0 +1,338 @@
+"""fpemu.testing: the strategies reach every kind they claim, the assertion
+catches seeded wrong conversions and names the rule each breaks, correct
+conversions (torch's bf16 cast, ml_dtypes' e4m3fn) pass, the sweeps and the
+pytest plugin work.
+
+Oracles: the kinds of a drawn value are decided here with Fractions from
+the format's published parameters (not by the strategies' code); the wrong
+conversions are written here on the float32 bits, or are ml_dtypes' and
+torch's casts with one rule changed.
+"""
+
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+import fpemu
+from fpemu.errors import FpemuTypeError, FpemuValueError
+from fpemu.formats import FORMATS, Format
+from fpemu.testing import assert_quantized_equal, exhaustive, strategies
+
+torch = pytest.importorskip("torch")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+CUSTOM = (Format.custom(3, 3, nan_encoding="none", name="e3m3"),
+          Format.custom(4, 3, bias=11, nan_encoding="fnuz"),
+          Format.custom(5, 4, has_subnormals=False, name="e5m4nosub"),
+          Format.custom(6, 9, name="e6m9"))
+
+
+# ------------------------------------------------------------------ coverage
+def _kinds(v, f, dt):
+    """Every kind the float ``v`` (of dtype ``dt``) is, decided from the
+    format's parameters with exact arithmetic."""
+    out = set()
+    if np.isnan(v):
+        return {"nan"}
+    if np.isinf(v):
+        return {"inf"}
+    a = Fraction(abs(float(v)))
+    M, emin, top = f.mantissa_bits, f.emin, Fraction(f.max)
+    if a == 0:
+        out.add("zero")
+    else:
+        m, e = np.frexp(float(a))
+        if m == 0.5:
+            out.add("power_of_two")
+        e = int(e) - 1                                     # a in [2**e, 2**(e + 1))
+        step = Fraction(2) ** (max(e, emin) - M)
+        on_grid = (a / step).denominator == 1 and a <= top
+        if a == top:
+            out.add("max")
+        if on_grid:
+            out.add("subnormal" if a < Fraction(2) ** emin else "normal")
+        elif (2 * a / step).denominator == 1 and a < top and (
+                a > step or not f.has_subnormals or e >= emin):
+            out.add("midpoint")
+    ulp = Fraction(2) ** (f.emax - M)
+    near = {}
+    for t, kind in ((top + ulp / 2, "overflow_threshold"), (top + ulp, "overflow_threshold"),
+                    (Fraction(f.min_subnormal) / 2, "flush_threshold")):
+        with np.errstate(over="ignore"):                  # fp32's threshold: inf in float32
+            c = np.array(float(t), dt)
+            pts = {float(np.nextafter(c, dt.type(-np.inf))), float(c),
+                   float(np.nextafter(c, dt.type(np.inf)))}
+        near.setdefault(kind, set()).update(pts)
+    for kind, pts in near.items():
+        if float(a) in pts and not (kind == "flush_threshold" and not f.has_zero):
+            out.add(kind)
+    for d in (-np.inf, np.inf):
+        with np.errstate(over="ignore"):
+            w = np.nextafter(np.array(abs(float(v)), dt), dt.type(d))
+        if "midpoint" in _kinds_mid_only(float(w), f):
+            out.add("near_midpoint")
+    return out
+
+
+def _kinds_mid_only(w, f):
+    if w == 0 or not np.isfinite(w):
+        return set()
+    a = Fraction(w)
+    e = int(np.frexp(w)[1]) - 1
+    step = Fraction(2) ** (max(e, f.emin) - f.mantissa_bits)
+    if (a / step).denominator != 1 and (2 * a / step).denominator == 1 and a < Fraction(f.max):
+        return {"midpoint"}
+    return set()
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS) + list(CUSTOM), ids=lambda f: f.name)
+def test_every_kind_appears_in_at_least_one_percent_of_the_draws(fmt):
+    dt = np.dtype(np.float32)
+    claimed = strategies.kinds_of(fmt)
+    seen = []
+
+    @settings(max_examples=1000, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategies.values(fmt))
+    def draw(x):
+        assert x.shape == () and x.dtype == np.float32
+        seen.append(float(x))
+
+    draw()
+    counts = {k: 0 for k in claimed}
+    for v in seen:
+        ks = _kinds(np.float32(v), fmt, dt)
+        assert ks & set(claimed), (fmt.name, v, ks)        # every draw is of a claimed kind
+        for k in ks & set(claimed):
+            counts[k] += 1
+    low = {k: n for k, n in counts.items() if n < 0.01 * len(seen)}
+    assert len(seen) >= 300 and not low, (fmt.name, len(seen), counts)
+
+
+def test_arrays_kinds_dtypes_and_formats():
+    @settings(max_examples=50, database=None, deadline=None)
+    @given(strategies.arrays("e4m3fn", (3, 4), kinds=["midpoint", "max"], dtype=np.float64),
+           strategies.formats())
+    def draw(a, f):
+        assert a.shape == (3, 4) and a.dtype == np.float64
+        mids = [_kinds(v, fpemu.format("e4m3fn"), np.dtype(np.float64)) for v in a.ravel()]
+        assert all(k & {"midpoint", "max"} for k in mids)
+        assert isinstance(f, Format)
+
+    draw()
+    assert "midpoint" not in strategies.kinds_of("fp32")       # float32 cannot hold them
+    assert "midpoint" in strategies.kinds_of("fp32", np.float64)
+    assert "nan" not in strategies.kinds_of("e2m1") and "zero" not in strategies.kinds_of("e8m0")
+
+
+def test_strategies_bad_input_names_the_fix():
+    with pytest.raises(FpemuValueError, match="unknown kinds.*'middle'"):
+        strategies.values("bf16", kinds=["middle"])
+    with pytest.raises(FpemuValueError, match="no input of kind midpoint.*wider dtype"):
+        strategies.values("fp32", kinds=["midpoint"])
+    with pytest.raises(FpemuValueError, match="dtype must be one of"):
+        strategies.values("bf16", dtype=np.int32)
+    with pytest.raises(FpemuTypeError, match="format name"):
+        strategies.values(3.5)
+    with pytest.raises(FpemuValueError, match="negative"):
+        strategies.arrays("bf16", (2, -1))
+
+
+# ------------------------------------------------------------- mutation test
+def _f32_bits(x):
+    return np.array(x, np.float32).view(np.uint32)     # (0-d stays 0-d)
+
+
+def _bf16_rne_bits(u):
+    """Nearest-even bf16 on the bits (finite inputs; NaN handled by callers)."""
+    return (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+
+
+def _bf16_ok(x):
+    u = _f32_bits(x)
+    r = _bf16_rne_bits(u).view(np.float32)
+    return np.where(np.isnan(x), np.float32(np.nan), r)
+
+
+def _ml(name, x):
+    with np.errstate(invalid="ignore", over="ignore"):       # (NaN and overflow: their rules)
+        return np.asarray(x, np.float32).astype(getattr(ml_dtypes, name)).astype(np.float32)
+
+
+BF16_MAX = np.float32(3.3895313892515355e38)
+E4M3_MAX, E5M2_MAX = np.float32(448.0), np.float32(57344.0)
+
+
+def _flush(fmt_min_normal, x, q):
+    return np.where(np.abs(x) < fmt_min_normal, np.copysign(np.float32(0), x), q)
+
+
+def _double_fp16(x):
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+
+
+#: (name, format, what fpemu is asked for, the wrong conversion, words of the rule)
+MUTANTS = [
+    ("bf16 ties away", "bf16", {},
+     lambda x: np.where(np.isnan(x), x, ((_f32_bits(x) + np.uint32(0x8000))
+                                         & np.uint32(0xFFFF0000)).view(np.float32)),
+     "ties away from zero"),
+    ("bf16 truncation", "bf16", {},
+     lambda x: np.where(np.isnan(x), x, (_f32_bits(x) & np.uint32(0xFFFF0000)).view(np.float32)),
+     "toward zero"),
+    ("bf16 NaN into inf", "bf16", {},
+     lambda x: _bf16_rne_bits(_f32_bits(x)).view(np.float32), "NaN turned into inf"),
+    ("bf16 subnormals flushed", "bf16", {},
+     lambda x: _flush(np.float32(2.0**-126), x, _bf16_ok(x)), "flushed subnormal"),
+    ("bf16 saturates", "bf16", {},
+     lambda x: np.where(np.isnan(x), x, np.clip(_bf16_ok(x), -BF16_MAX, BF16_MAX)),
+     "saturation where the format has inf"),
+    ("bf16 exponent bias off by one", "bf16", {},
+     lambda x: _bf16_ok(x) * np.float32(2), "off-by-one exponent"),
+    ("bf16 sign of zero", "bf16", {}, lambda x: _bf16_ok(x) + np.float32(0),
+     "sign of zero lost"),
+    ("e4m3fn ties away", "e4m3fn", {"overflow": "nan"},
+     lambda x: np.where(np.isnan(x), x, _ml("float8_e4m3fn", x + np.copysign(
+         np.abs(x) * np.float32(2.0**-20), x))), "ties away from zero"),
+    ("e4m3fn no saturation", "e4m3fn", {},
+     lambda x: _ml("float8_e4m3fn", x), "no saturation: overflow to NaN"),
+    ("e4m3fn subnormals flushed", "e4m3fn", {"overflow": "nan"},
+     lambda x: _flush(np.float32(2.0**-6), x, _ml("float8_e4m3fn", x)), "flushed subnormal"),
+    ("e4m3fn NaN into a number", "e4m3fn", {"overflow": "nan"},
+     lambda x: np.where(np.isnan(x), np.float32(0), _ml("float8_e4m3fn", x)),
+     "NaN turned into a number"),
+    ("e4m3fn through fp16", "e4m3fn", {"overflow": "nan"},
+     lambda x: _ml("float8_e4m3fn", _double_fp16(x)), "double rounding: through fp16"),
+    ("e4m3fn exponent bias off by one", "e4m3fn", {"overflow": "nan"},
+     lambda x: _ml("float8_e4m3fn", x) / np.float32(2), "off-by-one exponent"),
+    ("e5m2 saturates", "e5m2", {},
+     lambda x: np.where(np.isnan(x), x, np.clip(_ml("float8_e5m2", x), -E5M2_MAX, E5M2_MAX)),
+     "saturation where the format has inf"),
+    ("e5m2 truncation", "e5m2", {},
+     lambda x: np.where(np.isnan(x), x, _ml("float8_e5m2", (_f32_bits(x) & np.uint32(
+         0xFFE00000)).view(np.float32))), "toward zero"),
+]
+
+
+@pytest.mark.parametrize("name,fmt,kw,wrong,rule", MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_a_wrong_conversion_is_caught_within_200_examples_and_its_rule_named(
+        name, fmt, kw, wrong, rule):
+    @settings(max_examples=200, database=None, derandomize=True, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategies.values(fmt))
+    def check(x):
+        with np.errstate(all="ignore"):
+            got = wrong(x)
+        assert_quantized_equal(got, x, fmt, **kw)
+
+    with pytest.raises(AssertionError) as info:
+        check()
+    msg = str(info.value)
+    assert "fpemu.testing:" in msg and rule in msg, msg
+    assert "reproduce: python -c" in msg
+
+
+@pytest.mark.parametrize("case", ["torch bf16", "ml_dtypes e4m3fn"])
+def test_correct_conversions_pass_10000_examples(case):
+    fmt, kw, conv = {
+        "torch bf16": ("bf16", {}, lambda x: torch.from_numpy(x).to(torch.bfloat16)),
+        "ml_dtypes e4m3fn": ("e4m3fn", {"overflow": "nan"}, lambda x: _ml("float8_e4m3fn", x)),
+    }[case]
+
+    @settings(max_examples=10_000, database=None, derandomize=True, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategies.values(fmt))
+    def check(x):
+        assert_quantized_equal(conv(x), x, fmt, **kw)
+
+    check()
+
+
+def test_the_message_in_full_for_one_truncating_cast():
+    """Classes, the rules, each example's input, codes, interval and reproducer."""
+    x = np.array([[1.0, 1 + 3 * 2.0**-8], [-(1 + 3 * 2.0**-8), 2.0**-133 * 3.75]], np.float32)
+    got = (_f32_bits(x) & np.uint32(0xFFFF0000)).view(np.float32)
+    with pytest.raises(AssertionError) as info:
+        assert_quantized_equal(torch.from_numpy(got), x, "bf16")
+    msg = str(info.value)
+    assert msg.startswith("fpemu.testing: 3 of 4 values differ from fpemu.quantize(x, 'bf16', "
+                          "rounding='rne', overflow='inf', subnormals=True)")
+    assert "mismatches by class: normal 2, subnormal 1" in msg
+    assert "round toward zero (truncation) (3 of 3)" in msg
+    assert "[0,1] x = 1.01171875 (float32 0x3F818000), class normal" in msg
+    assert "expected 1.015625 (code 0x3F82), actual 1.0078125 (code 0x3F81)" in msg
+    assert "rounding interval [1.0078125, 1.015625], midpoint 1.01171875" in msg
+    assert ("reproduce: python -c \"import numpy as np, fpemu; print(fpemu.explain("
+            "np.uint32(0x3F818000).view(np.float32), 'bf16'))\"") in msg
+    # the reproducer runs and shows fpemu's answer
+    line = next(s for s in msg.splitlines() if "reproduce:" in s).split("reproduce: ", 1)[1]
+    assert line.startswith("python -c ")
+    out = subprocess.run([sys.executable, "-c", line[len("python -c "):].strip('"')],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "1.015625" in out.stdout, out.stderr
+    # a value that is not on the grid says so; codes compare as codes
+    with pytest.raises(AssertionError, match=r"actual 1\.01171875 \(not a value of bf16\)"):
+        assert_quantized_equal(x, x, "bf16")
+    assert_quantized_equal(np.array([0x3F80, 0x3F82], np.uint16), x[0], "bf16")
+
+
+def test_assertion_bad_input_names_the_fix():
+    x = np.ones(3, np.float32)
+    with pytest.raises(FpemuValueError, match=r"shape \(2,\) and x \(3,\)"):
+        assert_quantized_equal(np.ones(2, np.float32), x, "bf16")
+    with pytest.raises(FpemuTypeError, match="floating-point inputs"):
+        assert_quantized_equal(x, np.ones(3, np.int32), "bf16")
+    with pytest.raises(FpemuValueError):
+        assert_quantized_equal(x, x, "bf16", rounding="nearest")
+
+
+# ------------------------------------------------------------------ sweeps
+def test_exhaustive_sweeps_a_source_and_reports_global_indices():
+    r = exhaustive(lambda v: torch.from_numpy(v).to(torch.float8_e5m2), "e5m2", "fp16")
+    assert r.compared == 1 << 16 and r.mismatches == 0
+    r = exhaustive(lambda v: _ml("float8_e4m3fn", v), "e4m3fn", "bf16", overflow="nan")
+    assert r.compared == 1 << 16
+    # a slice of the float32 sweep, in chunks; the index is the input's bit pattern
+    start = 0x3F800000
+
+    def trunc(v):
+        return (_f32_bits(v) & np.uint32(0xFFFF0000)).view(np.float32)
+
+    with pytest.raises(AssertionError) as info:
+        exhaustive(trunc, "bf16", "float32", start=start, stop=start + (1 << 17),
+                   chunk=1 << 15, progress=False)
+    msg = str(info.value)
+    assert f"of {1 << 17} values differ" in msg and f"[{start + 0x8001}] x = " in msg
+    assert "round toward zero" in msg
+    with pytest.raises(FpemuValueError, match="source must be one of"):
+        exhaustive(trunc, "bf16", "fp64")
+    with pytest.raises(FpemuValueError, match="one result per input"):
+        exhaustive(lambda v: v[:3], "bf16", "fp8")
+
+
+def test_the_pytest_plugin_gives_the_fixture_and_the_marker(tmp_path):
+    (tmp_path / "test_mine.py").write_text(textwrap.dedent("""
+        import numpy as np
+        import pytest
+
+        def test_oracle(fpemu_oracle):
+            x = np.array([0.1], np.float32)
+            fpemu_oracle.assert_quantized_equal(fpemu_oracle.quantize(x, "bf16"), x, "bf16")
+
+        @pytest.mark.fpemu_exhaustive
+        def test_sweep(fpemu_oracle):
+            fpemu_oracle.exhaustive(lambda v: fpemu_oracle.quantize(v, "e4m3fn"), "e4m3fn", "fp8")
+    """))
+    run = [sys.executable, "-m", "pytest", "-q", "--strict-markers", "-p", "no:cacheprovider",
+           str(tmp_path / "test_mine.py")]
+    out = subprocess.run(run + ["-m", "not fpemu_exhaustive"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert "1 passed, 1 deselected" in out.stdout, out.stdout + out.stderr
+    out = subprocess.run(run + ["-m", "fpemu_exhaustive"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert "1 passed, 1 deselected" in out.stdout, out.stdout + out.stderr
