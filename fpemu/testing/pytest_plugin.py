@@ -17,8 +17,9 @@ def pytest_configure(config):
         "-m 'not fpemu_exhaustive'")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def fpemu_oracle():
-    """fpemu's conversions and assertions (:class:`fpemu.testing.Oracle`)."""
+    """fpemu's conversions and assertions (:class:`fpemu.testing.Oracle`); one for the
+    session (it holds no state), so hypothesis's @given tests may take it."""
     from fpemu.testing import Oracle
     return Oracle()
