@@ -152,7 +152,7 @@ def _codes(t, fmt, **kw):
 def _within(t, fmt, rounding="rne", **kw):
     """Whether every value of ``t`` is finite and at most ``fmt``'s largest
     in magnitude (one pass, no copy), for round-to-nearest-even encodes,
-    which then skip saturation and NaN (``_quantize._encode_small``)."""
+    which then skip saturation and NaN (the short encode of fpemu/torch/_quantize.py)."""
     if rounding != "rne" or t.numel() == 0:
         return False
     lo, hi = torch.aminmax(t)
