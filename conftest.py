@@ -20,3 +20,6 @@ import importlib.util  # noqa: E402
 collect_ignore_glob = ["tests/programs/*"]
 if importlib.util.find_spec("tensorboard") is None:
     collect_ignore_glob.append("fpemu/autograd/utils/tensorboard/*")
+
+# tests/test_testing.py runs a project's test file in this process
+pytest_plugins = ["pytester"]

@@ -60,7 +60,7 @@ from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import FORMATS, Format
 from ..formats import format as _lookup
 
-__all__ = ["KINDS", "values", "arrays", "formats", "kinds_of"]
+__all__ = ["KINDS", "BLOCK_KINDS", "values", "arrays", "formats", "kinds_of", "blocks"]
 
 #: Every kind of input :func:`values` knows, in the order of the module text.
 KINDS = ("zero", "subnormal", "normal", "max", "inf", "nan", "midpoint", "near_midpoint",
@@ -148,57 +148,59 @@ class _Grid:
         return float(m * Fraction(2) ** (self.emin - self.M))
 
 
-def _few(patterns):
-    return st.sampled_from(patterns)
-
-
-def _kind_strategies(f: Format, src: _Source):
-    """{kind: strategy of source bit patterns of positive values (or NaNs)}
-    for the kinds the source type holds exactly."""
+def _kind_tables(f: Format, src: _Source):
+    """{kind: (n, pick)} for the kinds the source type holds exactly: the
+    kind's ``n`` positive values (or NaNs), ``pick(i)`` the bit pattern of
+    value ``i`` (0 <= i < n)."""
     g, M = _Grid(f), f.mantissa_bits
     out = {}
+
+    def table(pats):
+        pats = list(pats)
+        return len(pats), pats.__getitem__
+
     if f.has_zero:
-        out["zero"] = _few([src.bits(0.0)])
+        out["zero"] = table([src.bits(0.0)])
     if g.n_sub and src.holds(M, f.emin - M, f.emin):
-        out["subnormal"] = st.integers(1, g.n_sub).map(lambda m: src.bits(g.sub(m)))
+        out["subnormal"] = (g.n_sub, lambda i: src.bits(g.sub(i + 1)))
     if src.holds(M, f.emin - M, f.emax):
-        out["normal"] = st.integers(0, g.n_normal - 1).map(lambda i: src.bits(g.normal(i)[0]))
-        out["max"] = _few([src.bits(f.max)])
-    out["inf"] = _few([src.bits(np.inf)])
+        out["normal"] = (g.n_normal, lambda i: src.bits(g.normal(i)[0]))
+        out["max"] = table([src.bits(f.max)])
+    out["inf"] = table([src.bits(np.inf)])
     if f.has_nan:
         w = 8 * src.dt.itemsize
         q = 1 << (src.nmant - 1)                                 # the quiet bit
         exp = ((1 << (w - 1 - src.nmant)) - 1) << src.nmant      # all-ones exponent field
-        pats = [exp | q, exp | q | 1, exp | 1, exp | ((1 << src.nmant) - 1)]
-        out["nan"] = _few(pats)
+        out["nan"] = table([exp | q, exp | q | 1, exp | 1, exp | ((1 << src.nmant) - 1)])
     if src.holds(M + 1, f.emin - M - 1, f.emax):          # the lowest midpoint's last bit
         def midpoint(i):
-            if i < g.n_sub:                                 # between subnormals (m, m + 1)
-                return g.sub(i) + float(Fraction(2) ** (f.emin - M - 1)) if i else None
+            if i < g.n_sub:                                 # between subnormals i and i + 1
+                return g.sub(i) + float(Fraction(2) ** (f.emin - M - 1))
             v, e = g.normal(i - g.n_sub)
             return v + float(Fraction(2) ** (e - M - 1))
-        first = 1 if g.n_sub else g.n_sub                     # (0, smallest): the flush threshold
-        n_mid = g.n_sub + g.n_normal - 1                      # every value below the largest
-        mids = st.integers(first, n_mid - 1).map(midpoint)
-        out["midpoint"] = mids.map(src.bits)
-        out["near_midpoint"] = st.tuples(mids, st.sampled_from((-1, 1))).map(
-            lambda t: src.bits(float(np.nextafter(np.array(t[0], src.dt),
-                                                  np.array(t[1] * np.inf, src.dt)))))
+        first = 1 if g.n_sub else 0                        # (0, smallest): the flush threshold
+        n_mid = g.n_sub + g.n_normal - 1 - first           # every value below the largest
+        out["midpoint"] = (n_mid, lambda i: src.bits(midpoint(first + i)))
+
+        def near(i):
+            m = np.array(midpoint(first + i // 2), src.dt)
+            return src.bits(float(np.nextafter(m, np.array((i % 2 * 2 - 1) * np.inf, src.dt))))
+        out["near_midpoint"] = (2 * n_mid, near)
     ulp_max = float(Fraction(2) ** (f.emax - M))
-    pts = src.around(f.max + ulp_max / 2) + src.around(f.max + ulp_max)
-    out["overflow_threshold"] = _few(sorted(set(pts)))
+    out["overflow_threshold"] = table(sorted(set(src.around(f.max + ulp_max / 2)
+                                                 + src.around(f.max + ulp_max))))
     if f.has_zero:
-        out["flush_threshold"] = _few(src.around(f.min_subnormal / 2))
+        out["flush_threshold"] = table(src.around(f.min_subnormal / 2))
     klo = max(f.emin - M - 2 if f.has_subnormals else f.emin - 2, src.emin_sub)
     khi = min(f.emax + 2, src.emax)
-    out["power_of_two"] = st.integers(klo, khi).map(lambda k: src.bits(float(Fraction(2) ** k)))
+    out["power_of_two"] = (khi - klo + 1, lambda i: src.bits(float(Fraction(2) ** (klo + i))))
     return out
 
 
 def _bit_patterns(fmt, kinds, dtype):
     f, dt = _format(fmt), _dtype(dtype)
     src = _Source(dt)
-    have = _kind_strategies(f, src)
+    have = _kind_tables(f, src)
     if kinds is None:
         kinds = tuple(k for k in KINDS if k in have)
     else:
@@ -218,14 +220,17 @@ def _bit_patterns(fmt, kinds, dtype):
         if not kinds:
             raise FpemuValueError("fpemu.testing.strategies: kinds= names no kind; leave it "
                                   "out for every kind")
-    sign = 1 << (8 * dt.itemsize - 1)
-    # each kind salted with an unused draw, so that hypothesis, which does not repeat a
-    # draw, gives a kind of a few values (zero, max, e2m1's one subnormal) its share
-    inner = st.one_of(*(st.tuples(have[k], st.integers(0, 1 << 16)).map(lambda t: t[0])
-                        for k in kinds))
-    if f.signed:
-        inner = st.tuples(inner, st.booleans()).map(lambda t: t[0] | sign if t[1] else t[0])
-    return inner, src
+    tables = [have[k] for k in kinds]
+    sign = (1 << (8 * dt.itemsize - 1)) if f.signed else 0
+
+    def pick(t):
+        # the kind, then a value of it from a wide draw: one flat draw per example (fast),
+        # and a kind of a few values still gets its share (hypothesis repeats no draw)
+        n, fn = tables[t[0]]
+        return fn(t[1] % n) | (sign if t[2] else 0)
+
+    return st.tuples(st.integers(0, len(tables) - 1), st.integers(0, (1 << 31) - 1),
+                     st.booleans() if sign else st.just(False)).map(pick), src
 
 
 def values(fmt, kinds=None, dtype=np.float32):
@@ -288,5 +293,120 @@ def formats(custom=True):
 
 def kinds_of(fmt, dtype=np.float32):
     """The kinds :func:`values` draws for ``fmt`` from ``dtype`` by default."""
-    have = _kind_strategies(_format(fmt), _Source(_dtype(dtype)))
+    have = _kind_tables(_format(fmt), _Source(_dtype(dtype)))
     return tuple(k for k in KINDS if k in have)
+
+
+# ------------------------------------------------------------------ blocks
+#: The kinds of block :func:`blocks` draws (per block), and of tensor
+#: (``tiny_tensor_amax``: every value of the tensor tiny; ``tail``: the last
+#: block shorter than the others).
+BLOCK_KINDS = ("random", "pow2_amax", "pow2_amax_ulp", "scale_min", "scale_subnormal_edge",
+               "scale_max", "zero", "nan", "inf", "tiny_tensor_amax", "tail")
+
+
+def _scale_targets(spec):
+    """{kind: (scale values)} that a block's scale should land on, for the
+    preset's scale format: e4m3 (NVFP4): its smallest subnormal, the top of
+    its subnormals and its smallest normal, its largest; e8m0 (MX): 2**-127
+    and 2**127; fp32: none of its own (the tensor reaches float32's ends)."""
+    if spec.scale_fmt == "e4m3fn":
+        return {"scale_min": (2.0**-9,), "scale_subnormal_edge": (7 * 2.0**-9, 2.0**-6),
+                "scale_max": (448.0,)}
+    if spec.scale_fmt == "e8m0":
+        return {"scale_min": (2.0**-127,), "scale_max": (2.0**127,)}
+    return {}
+
+
+def blocks(preset, n_blocks=4, kinds=None, rows=(1, 2)):
+    """float32 arrays for a block preset of :data:`fpemu.block.PRESETS`, whose
+    blocks are drawn by kind (:data:`BLOCK_KINDS`): random values; the block
+    amax exactly a power of two (or the element format's largest times a
+    power of two), or one float32 ulp above it; amaxes whose
+    block scale lands at the scale format's smallest value, the edge of its
+    subnormals, or its largest (for NVFP4 against the tensor amax the array
+    holds, as TransformerEngine's two-level scale does); all-zero blocks;
+    a NaN or an infinity in a block; and, for the whole tensor, a tiny
+    amax (every value below 2**-100) or a tail shorter than a block.
+
+    1-D presets: shape (rows, n_blocks * block [+ tail]), blocks along the
+    last axis; 2-D presets (tiles): (rows * tile rows, n_blocks * tile
+    columns [+ tail]). ``rows``: the range of the first number.
+    """
+    from .. import block as _block
+    if not isinstance(preset, str) or preset not in _block.PRESETS:
+        raise FpemuValueError(f"fpemu.testing.strategies.blocks: preset must be a name of "
+                              f"fpemu.block.PRESETS ({', '.join(_block.PRESETS)}), got "
+                              f"{preset!r}")
+    spec = _block.PRESETS[preset]
+    targets = _scale_targets(spec)
+    have = [k for k in BLOCK_KINDS if not k.startswith("scale_") or k in targets]
+    if kinds is None:
+        kinds = tuple(have)
+    else:
+        kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+        bad = [k for k in kinds if k not in have]
+        if bad:
+            raise FpemuValueError(f"fpemu.testing.strategies.blocks: {preset} has no kind "
+                                  f"{', '.join(map(repr, bad))}; its kinds: {', '.join(have)}")
+    per_block = [k for k in kinds if k not in ("tiny_tensor_amax", "tail")] or ["random"]
+    if not (isinstance(n_blocks, int) and n_blocks >= 1):
+        raise FpemuValueError(f"fpemu.testing.strategies.blocks: n_blocks must be an int >= 1, "
+                              f"got {n_blocks!r}")
+    elem = _lookup(spec.elem)
+    ty, tx = spec.block if isinstance(spec.block, tuple) else (1, spec.block)
+
+    @st.composite
+    def draw(d):
+        # hypothesis draws the shape, the tensor amax and each block's kind (they shrink
+        # toward one row, no tail, random blocks); the values come from a generator seeded
+        # by one more draw, which keeps an example to a few draws (fast)
+        nr = d(st.integers(*rows))
+        tail = d(st.integers(0, tx - 1)) if "tail" in kinds and tx > 1 else 0
+        shape = (nr * ty, n_blocks * tx + tail)
+        rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+        x = rng.standard_normal(shape) * np.exp2(rng.integers(-8, 1, shape))
+        x = np.clip(x, -1, 1)                      # random values, a few binades, |x| <= 1
+        cols = [(c * tx, min((c + 1) * tx, shape[1])) for c in range(n_blocks + (tail > 0))]
+        tiles = [(r, c) for r in range(nr) for c in range(len(cols))]
+        picked = d(st.lists(st.sampled_from(per_block), min_size=len(tiles),
+                            max_size=len(tiles)))
+        top = 2.0 ** d(st.integers(-20, 20))                  # the tensor amax
+        x[0, 0] = top                                         # held by the first element
+        for (r, c), kind in zip(tiles, picked):
+            if (r, c) == (0, 0) or kind == "random":
+                continue                                      # (the first holds the amax)
+            blk = x[r * ty:(r + 1) * ty, cols[c][0]:cols[c][1]]
+            pos = (int(rng.integers(blk.shape[0])), int(rng.integers(blk.shape[1])))
+            sign = float(rng.choice((-1.0, 1.0)))
+            if kind == "zero":
+                blk[...] = 0.0 * np.sign(blk)                  # (with negative zeros)
+            elif kind in ("pow2_amax", "pow2_amax_ulp"):
+                # a power of two, or the element format's largest times one: the
+                # edges of the floor and of the rounded-up (rceil) scale rules
+                a = min(2.0 ** int(rng.integers(-30, 21)) * float(rng.choice((1.0, elem.max))),
+                        top)
+                blk *= a / max(np.abs(blk).max(), 2.0**-60) / 2
+                v = np.float32(a)
+                if kind == "pow2_amax_ulp":
+                    v = np.nextafter(v, np.float32(np.inf))
+                    if v > top:
+                        continue
+                blk[pos] = float(v) * sign
+            elif kind in ("nan", "inf"):
+                blk[pos] = np.nan if kind == "nan" else np.inf * sign
+            elif kind in targets:
+                s = float(rng.choice(targets[kind]))
+                if spec.scale_fmt == "e4m3fn":                   # amax_b = s * T / 448 (TE)
+                    a = s * top / 448.0
+                else:                                          # e8m0: amax = s * elem max
+                    a = min(s * float(elem.max), float(np.finfo(np.float32).max))
+                    a = max(a, 2.0**-149)
+                blk *= 0.5 * a / max(np.abs(blk).max(), 2.0**-60)
+                blk[pos] = float(np.float32(a)) * sign
+        if "tiny_tensor_amax" in kinds and d(st.booleans()):
+            x = x * 2.0 ** -(d(st.integers(100, 125)) + np.log2(top))
+        with np.errstate(over="ignore"):
+            return x.astype(np.float32)
+
+    return draw()

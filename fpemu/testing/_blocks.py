@@ -1,0 +1,306 @@
+"""Compare a block quantizer's codes and scales with :mod:`fpemu.block`
+(:func:`assert_blocks_equal`), and say which rule it follows instead."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FpemuTypeError, FpemuValueError
+from ._assert import _to_numpy
+
+__all__ = ["assert_blocks_equal", "compare_blocks"]
+
+#: What each scale rule of fpemu.block is, in words.
+_RULE_WORDS = {
+    "floor": "the scale rounded down (floor: OCP MX's rule)",
+    "rceil": "the scale rounded up (rceil: TransformerEngine's and cuBLAS's)",
+    "ceil": "the scale rounded up from the power of two (ceil)",
+    "even": "the scale rounded to nearest (even)",
+    "rceil-exact": "the scale rounded up from the exact ratio (rceil-exact)",
+    "nvfp4": "TransformerEngine's NVFP4 scale (the per-tensor factor folded in)",
+    "nvfp4-div6": "the NVFP4 scale by a division by 6 (TransformerEngine's older rule)",
+    "nvfp4-torchao": "torchao's NVFP4 scale",
+    "4over6": "Four Over Six block-scale selection",
+    "cudnn": "the scale rounded up in e4m3 (cuDNN's one-level rule)",
+    "current": "an fp32 scale amax / max (current scaling)",
+    "pow2": "an fp32 scale rounded down to a power of two",
+}
+
+
+def _spec(preset, scale_rule):
+    from .. import block
+    if not isinstance(preset, str) or preset not in block.PRESETS:
+        raise FpemuValueError(f"fpemu.testing: preset must be a name of "
+                              f"fpemu.block.PRESETS ({', '.join(block.PRESETS)}), got "
+                              f"{preset!r}")
+    spec = block.PRESETS[preset]
+    return spec, scale_rule or spec.scale_rule
+
+
+def _codes(a, what, fmt_name):
+    """Integer codes of ``a``: integers as they are, floats (a torch float8
+    or float8_e8m0fnu tensor, an ml_dtypes array, float32 values) encoded
+    exactly (a value that is not one of the format's is an error)."""
+    import fpemu
+    arr = _to_numpy(a, what)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    with np.errstate(all="ignore"):
+        back = fpemu.quantize(arr, fmt_name, rounding="rtz",
+                              overflow="nan" if fpemu.format(fmt_name).has_nan else None)
+    ok = (back == arr) | (np.isnan(back) & np.isnan(arr))
+    if not ok.all():
+        i = int(np.flatnonzero(~ok.reshape(-1))[0])
+        raise FpemuValueError(f"fpemu.testing: {what} holds {arr.reshape(-1)[i]!r}, not a "
+                              f"value of {fmt_name}; pass the codes, or the values the "
+                              "quantizer wrote")
+    return fpemu.encode(arr, fmt_name).astype(np.int64)
+
+
+def _nan_codes(fmt_name):
+    import fpemu
+    f = fpemu.format(fmt_name)
+    every = np.arange(1 << f.bits).astype(f.code_dtype)
+    return set(np.flatnonzero(np.isnan(fpemu.decode(every, f))).tolist())
+
+
+def _equal_codes(a, e, fmt_name):
+    """Element-wise equality of codes, any NaN code equal to any other."""
+    nan = np.array(sorted(_nan_codes(fmt_name)), dtype=np.int64)
+    both_nan = np.isin(a, nan) & np.isin(e, nan)
+    return (a == e) | both_nan
+
+
+class BlocksReport:
+    """The mismatches of a block quantizer against fpemu.block; ``message()``
+    is what :func:`assert_blocks_equal` raises."""
+
+    def __init__(self, x, preset, kw, expected, codes, scales, rht):
+        self.x, self.preset, self.kw, self.rht = x, preset, kw, rht
+        self.expected, self.codes, self.scales = expected, codes, scales
+        spec, _ = _spec(preset, kw.get("scale_rule"))
+        self.spec = spec
+        self.bad_scales = ~_equal_codes(scales, expected.scales.astype(np.int64),
+                                        spec.scale_fmt)
+        self.bad_codes = ~_equal_codes(codes, np.asarray(expected.codes).astype(np.int64),
+                                       spec.elem)
+
+    @property
+    def mismatches(self):
+        return int(self.bad_scales.sum() + self.bad_codes.sum())
+
+    def _call(self):
+        kw = "".join(f", {k}={v!r}" for k, v in self.kw.items() if v is not None)
+        x = "hadamard(x, 16, signs='te')" if self.rht else "x"
+        return f"fpemu.block.quantize_blocks({x}, {self.preset!r}{kw})"
+
+    def _alternatives(self):
+        """[(label, that rule's (codes, scales))]: other scale rules, the RHT
+        done otherwise, and the elements rounded toward zero."""
+        from .. import block
+        spec = self.spec
+        rule = self.kw.get("scale_rule") or spec.scale_rule
+        kinds = block.MX_RULES if rule in block.MX_RULES else (
+            block.FP4_RULES if rule in block.FP4_RULES else ("current", "pow2"))
+        out = []
+        base = {k: v for k, v in self.kw.items() if k != "scale_rule"}
+        X = self._input()
+        for other in kinds:
+            if other == rule:
+                continue
+            try:
+                q = block.quantize_blocks(X, self.preset, scale_rule=other, **base)
+            except (FpemuValueError, FpemuTypeError):
+                continue
+            out.append((_RULE_WORDS.get(other, other), q))
+        if self.rht:
+            for signs, label in ((None, "the RHT without TransformerEngine's sign vector "
+                                        "(a wrong sign vector)"),
+                                 ("none", "no RHT applied")):
+                Y = self.x if signs == "none" else block.hadamard(self.x, 16, self.kw.get(
+                    "axis", -1), signs=None)
+                out.append((label, block.quantize_blocks(Y, self.preset, **self.kw)))
+        else:
+            try:
+                Y = block.hadamard(self.x, 16, self.kw.get("axis", -1), signs="te")
+                out.append(("an RHT applied (TransformerEngine's)",
+                            block.quantize_blocks(Y, self.preset, **self.kw)))
+            except FpemuValueError:
+                pass
+        kw = dict(self.kw)
+        kw["rounding"] = "rtz"
+        out.append(("the elements rounded toward zero",
+                    block.quantize_blocks(X, self.preset, **kw)))
+        return out
+
+    def _input(self):
+        from .. import block
+        return block.hadamard(self.x, 16, self.kw.get("axis", -1), signs="te") if self.rht \
+            else self.x
+
+    def message(self, shown=5):
+        import fpemu
+        spec = self.spec
+        e_sc = self.expected.scales.astype(np.int64)
+        lines = [f"fpemu.testing: the block quantization differs from {self._call()}"]
+        ns, nc = int(self.bad_scales.sum()), int(self.bad_codes.sum())
+        where = ""
+        if nc:
+            in_bad = self._elements_of(self.bad_scales) & self.bad_codes
+            where = (f" ({int(in_bad.sum())} in blocks whose scale differs, "
+                     f"{nc - int(in_bad.sum())} elsewhere)")
+        lines.append(f"scales: {ns} of {self.bad_scales.size} blocks differ; elements: {nc} "
+                     f"of {self.bad_codes.size} differ{where}")
+        explained = []
+        with np.errstate(all="ignore"):
+            for label, q in self._alternatives():
+                s_ok = _equal_codes(self.scales, q.scales.astype(np.int64), spec.scale_fmt)
+                c_ok = _equal_codes(self.codes, np.asarray(q.codes).astype(np.int64), spec.elem)
+                if ns and s_ok[self.bad_scales].all() and (not nc or c_ok[self.bad_codes].all()):
+                    explained.append(f"{label} (every mismatch)")
+                elif not ns and nc and c_ok[self.bad_codes].all():
+                    explained.append(f"{label} (every mismatch)")
+                elif ns and s_ok[self.bad_scales].mean() >= 0.5:
+                    explained.append(f"{label} ({int(s_ok[self.bad_scales].sum())} of {ns} "
+                                     "scales)")
+        sf = fpemu.format(spec.scale_fmt)
+        top = int(sf.max_code)
+        unclamped = self.bad_scales & (e_sc == top)
+        if unclamped.any():
+            a = self.scales[unclamped]
+            vals = fpemu.decode(a.astype(sf.code_dtype), sf)
+            if np.all(~np.isfinite(vals) | (vals > sf.max)):
+                explained.append(f"the {sf.name} scale not clamped to its largest "
+                                 f"({sf.max:g}): NaN or inf instead "
+                                 f"({int(unclamped.sum())} blocks)")
+        none = ("none of the rules fpemu tried (the other scale rules, the RHT, elements "
+                "rounded toward zero, an unclamped scale)")
+        lines.append("the quantizer follows: " + ("; ".join(explained) if explained else none))
+        for idx in np.argwhere(self.bad_scales)[:shown]:
+            idx = tuple(int(i) for i in idx)
+            es, as_ = int(e_sc[idx]), int(self.scales[idx])
+            w = (sf.bits + 3) // 4
+            ev = fpemu.decode(np.array(es).astype(sf.code_dtype), sf)
+            av = fpemu.decode(np.array(as_).astype(sf.code_dtype), sf) \
+                if 0 <= as_ < (1 << sf.bits) else float("nan")
+            blk = self._block_values(idx)
+            amax = float(np.nanmax(np.abs(blk))) if np.isfinite(blk).any() else float("nan")
+            lines.append(f"  block {idx}: amax {amax!r} (float32 "
+                         f"0x{int(np.float32(amax).view(np.uint32)):08X}), expected scale "
+                         f"{float(ev)!r} (code 0x{es:0{w}X}), actual {float(av)!r} "
+                         f"(code 0x{as_:0{w}X})")
+            lines.append("      reproduce: " + self._reproducer(blk))
+        return "\n".join(lines)
+
+    def _elements_of(self, per_block):
+        """A per-block mask spread over the elements (x's shape)."""
+        spec, shape = self.spec, self.codes.shape
+        if isinstance(spec.block, tuple):
+            ty, tx = spec.block
+            m = np.repeat(np.repeat(per_block, ty, axis=-2), tx, axis=-1)
+            return m[..., :shape[-2], :shape[-1]]
+        ax = self.kw.get("axis", -1) % len(shape)
+        return np.take(np.repeat(per_block, spec.block, axis=ax), np.arange(shape[ax]), axis=ax)
+
+    def _block_values(self, idx):
+        """The input values of the block at scale index ``idx`` (1-D blocks
+        along the axis, or 2-D tiles), as a flat float32 array."""
+        x, spec = self._input(), self.spec
+        axis = self.kw.get("axis", -1)
+        if isinstance(spec.block, tuple):
+            ty, tx = spec.block
+            lead = idx[:-2]
+            r, c = idx[-2], idx[-1]
+            return np.asarray(x[lead + (slice(r * ty, (r + 1) * ty), slice(c * tx, (c + 1) * tx))],
+                              np.float32).reshape(-1)
+        ax = axis % x.ndim
+        sl = list(idx)
+        b = spec.block
+        sl[ax] = slice(idx[ax] * b, (idx[ax] + 1) * b)
+        return np.asarray(x[tuple(sl)], np.float32).reshape(-1)
+
+    def _reproducer(self, blk):
+        u = blk.view(np.uint32)
+        nz = np.flatnonzero(u)
+        bits = ", ".join(f"0x{int(v):08X}" for v in u[nz])
+        ta = ""
+        from .. import block
+        if (self.kw.get("scale_rule") or self.spec.scale_rule) in block.TENSOR_SCALE_RULES:
+            with np.errstate(invalid="ignore"):
+                t = self.kw.get("tensor_amax")
+                t = float(np.nanmax(np.abs(self._input()))) if t is None else float(t)
+            ta = f", tensor_amax={t!r}"
+        shape = (1, blk.size) if isinstance(self.spec.block, int) else self.spec.block
+        at = ", ".join(map(str, nz.tolist()))
+        return (f"python -c \"import numpy as np; from fpemu import block; "
+                f"x = np.zeros({shape}, np.float32); x.flat[[{at}]] = np.array([{bits}], "
+                f"np.uint32).view(np.float32); print(block.quantize_blocks(x, {self.preset!r}"
+                f"{ta}).scales)\"")
+
+
+def compare_blocks(codes, scales, x, preset, *, axis=-1, scale_rule=None, rounding="rne",
+                   seed=None, tensor_amax=None, inf_block="saturate", rht=False):
+    """The :class:`BlocksReport` of a block quantizer's ``codes`` and
+    ``scales`` against :func:`fpemu.block.quantize_blocks` (the arguments of
+    :func:`assert_blocks_equal`); never raises for a mismatch."""
+    from .. import block
+    _spec(preset, scale_rule)
+    x = _to_numpy(x, "x")
+    if x.dtype.kind != "f":
+        raise FpemuTypeError(f"fpemu.testing: x must hold float32 inputs, got dtype {x.dtype}")
+    x = x.astype(np.float32) if x.dtype != np.float64 else x
+    kw = dict(axis=axis, scale_rule=scale_rule, rounding=rounding, seed=seed,
+              tensor_amax=tensor_amax, inf_block=inf_block)
+    defaults = {"axis": -1, "rounding": "rne", "inf_block": "saturate"}
+    kw = {k: v for k, v in kw.items() if v is not None and defaults.get(k) != v}
+    X = block.hadamard(x, 16, axis, signs="te") if rht else x
+    expected = block.quantize_blocks(X, preset, **kw)
+    spec = block.PRESETS[preset]
+    c = _codes(codes, "codes", spec.elem)
+    s = _codes(scales, "scales", spec.scale_fmt)
+    for name, got, want in (("codes", c, expected.codes.shape),
+                            ("scales", s, expected.scales.shape)):
+        if got.shape != tuple(want):
+            raise FpemuValueError(f"fpemu.testing: {name} have shape {got.shape}; "
+                                  f"fpemu.block.quantize_blocks gives {tuple(want)} for x of "
+                                  f"shape {x.shape} in {preset!r}: pass the quantizer's "
+                                  f"{name} in that layout (codes in x's shape, one scale per "
+                                  "block, tails padded)")
+    return BlocksReport(x, preset, kw, expected, c, s, rht)
+
+
+def assert_blocks_equal(codes, scales, x, preset, *, axis=-1, scale_rule=None, rounding="rne",
+                        seed=None, tensor_amax=None, inf_block="saturate", rht=False, shown=5):
+    """Assert that a block quantizer's ``codes`` and ``scales`` are
+    :func:`fpemu.block.quantize_blocks`'s for ``x`` and ``preset``, bit for
+    bit.
+
+    Parameters
+    ----------
+    codes, scales : arrays or tensors
+        The quantizer's element codes (x's shape) and block scales (one per
+        block, in fpemu.block's layout): integers, or values of the element
+        and scale formats (a torch float8 or float8_e8m0fnu tensor, an
+        ml_dtypes array, float32 values). NaN codes compare as NaN.
+    x : array or tensor
+        The float32 inputs.
+    preset : str
+        A name of :data:`fpemu.block.PRESETS`; the other arguments as in
+        :func:`fpemu.block.quantize_blocks`.
+    rht : bool
+        The quantizer applies TransformerEngine's random Hadamard transform
+        (16-runs along ``axis``, its sign vector) before quantizing.
+
+    Raises
+    ------
+    AssertionError
+        With how many scales and elements differ, the rules the quantizer
+        follows instead (another scale rule, a wrong or missing RHT, an
+        unclamped e4m3 scale, ...), and the first blocks with their amax,
+        both scales and a reproducer.
+    """
+    report = compare_blocks(codes, scales, x, preset, axis=axis, scale_rule=scale_rule,
+                            rounding=rounding, seed=seed, tensor_amax=tensor_amax,
+                            inf_block=inf_block, rht=rht)
+    if report.mismatches:
+        raise AssertionError(report.message(shown))
