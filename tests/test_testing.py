@@ -533,3 +533,23 @@ def test_blocks_bad_input_names_the_fix():
     with pytest.raises(FpemuValueError, match="no kind 'scale_subnormal_edge'"):
         strategies.blocks("mxfp8", kinds=["scale_subnormal_edge"])
     assert_blocks_equal(q.codes, q.scales, x, "mxfp8")          # and equal ones pass
+
+
+def test_the_block_message_and_its_reproducer():
+    """torchao's CPU rceil on a block whose amax / 448 is one ulp above a
+    power of two: one scale differs, the message names the rounded-down
+    scale, and the block's reproducer prints fpemu's scale."""
+    x = np.full((1, 64), 0.01, np.float32)
+    x[0, 40] = np.nextafter(np.float32(448 * 2.0**-10), np.float32(1))    # 0x3EE00001
+    with pytest.raises(AssertionError) as info:
+        assert_blocks_equal(*_torchao_mx(x, "RCEIL"), x, "mxfp8-te")
+    msg = str(info.value)
+    assert "scales: 1 of 2 blocks differ; elements: 32 of 64 differ (32 in blocks whose " \
+           "scale differs, 0 elsewhere)" in msg
+    assert "the scale rounded down (floor: OCP MX's rule) (every mismatch)" in msg
+    assert "block (0, 1): amax 0.4375000298023224 (float32 0x3EE00001), expected scale " \
+           "0.001953125 (code 0x76), actual 0.0009765625 (code 0x75)" in msg
+    line = next(s for s in msg.splitlines() if "reproduce:" in s).split("reproduce: ", 1)[1]
+    out = subprocess.run([sys.executable, "-c", line[len("python -c "):].strip('"')],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[[118]]", out.stdout + out.stderr

@@ -134,6 +134,28 @@ def test_every_sign_and_exponent_around_every_rounding_boundary_for_the_wide_pat
         _check(fpemu.format(name), x)
 
 
+def test_every_kind_of_input_of_every_format_custom_ones_too():
+    """Dogfood: fpemu.testing's strategies draw the formats (named and custom)
+    and, for each, arrays of every kind of edge input; the torch quantizer
+    equals the host one on them, value and code."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from fpemu.testing import assert_quantized_equal, strategies
+
+    @settings(max_examples=60, database=None, derandomize=True, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        fmt = data.draw(strategies.formats())
+        x = data.draw(strategies.arrays(fmt, 64))
+        t = torch.from_numpy(x)
+        assert_quantized_equal(fpemu.torch.quantize(t, fmt), x, fmt)
+        assert_quantized_equal(fpemu.torch.encode(t, fmt).numpy().astype(np.int64), x, fmt)
+
+    check()
+
+
 @pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.name)
 def test_decode_every_code(fmt):
     if fmt.bits <= 16:

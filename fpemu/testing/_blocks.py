@@ -231,11 +231,15 @@ class BlocksReport:
                 t = float(np.nanmax(np.abs(self._input()))) if t is None else float(t)
             ta = f", tensor_amax={t!r}"
         shape = (1, blk.size) if isinstance(self.spec.block, int) else self.spec.block
-        at = ", ".join(map(str, nz.tolist()))
-        return (f"python -c \"import numpy as np; from fpemu import block; "
-                f"x = np.zeros({shape}, np.float32); x.flat[[{at}]] = np.array([{bits}], "
-                f"np.uint32).view(np.float32); print(block.quantize_blocks(x, {self.preset!r}"
-                f"{ta}).scales)\"")
+        if nz.size * 2 > blk.size:                         # mostly nonzero: every value
+            bits = ", ".join(f"0x{int(v):08X}" for v in u)
+            make = f"x = np.array([{bits}], np.uint32).view(np.float32).reshape{shape}"
+        else:                                               # mostly zero: the others
+            at = ", ".join(map(str, nz.tolist()))
+            make = (f"x = np.zeros({shape}, np.float32); x.flat[[{at}]] = np.array([{bits}], "
+                    "np.uint32).view(np.float32)")
+        return (f"python -c \"import numpy as np; from fpemu import block; {make}; "
+                f"print(block.quantize_blocks(x, {self.preset!r}{ta}).scales)\"")
 
 
 def compare_blocks(codes, scales, x, preset, *, axis=-1, scale_rule=None, rounding="rne",
