@@ -8,6 +8,7 @@ bound; real DDP and FSDP2 (gloo, two spawned processes) for composition.
 
 import copy
 import gc
+import io
 import weakref
 
 import numpy as np
@@ -395,6 +396,24 @@ def test_the_emulation_keeps_no_model_alive():
         with fpemu.torch.emulate(kept, "nvfp4"):
             want = kept(x)
         assert torch.equal(dropped(x), want) and not torch.equal(kept(x), want)
+        # a deep copy (an EMA model, say) runs emulated on its own weights
+        twin = copy.deepcopy(dropped)
+        with torch.no_grad():
+            for p in twin.parameters():
+                p.mul_(2)
+        assert twin[0].forward.ref() is twin[0] and not torch.equal(twin(x), want)
+        ref2 = _mlp(5)
+        with torch.no_grad():
+            for p, q in zip(ref2.parameters(), twin.parameters()):
+                p.copy_(q)
+        with fpemu.torch.emulate(ref2, "nvfp4"):
+            assert torch.equal(twin(x), ref2(x))
+        # and a saved whole model loads emulated, with its own recipe state
+        buf = io.BytesIO()
+        torch.save(twin, buf)
+        buf.seek(0)
+        back = torch.load(buf, weights_only=False)
+        assert back[0].forward.ref() is back[0] and torch.equal(back(x), twin(x))
     finally:
         gc.enable()
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import weakref
 
 import numpy as np
@@ -292,6 +291,16 @@ class _Layer:
         """The ``nn.Linear``, or None once it is gone."""
         return self._module()
 
+    def __getstate__(self):                 # pickling the model: the module itself
+        state = dict(self.__dict__)
+        state["_module"] = self._module()
+        return state
+
+    def __setstate__(self, state):
+        m = state.pop("_module")
+        self.__dict__.update(state)
+        self._module = weakref.ref(m)
+
     def keep(self, role, q):
         if self.operands is not None:
             self.operands[role] = q
@@ -389,13 +398,33 @@ class _EmulatedLinear(torch.autograd.Function):
 
 
 @torch.compiler.disable
-def _forward(module_ref, input):
+def _forward(module, input):
     # under torch.compile each emulated Linear runs between graphs, as eager code
-    # (its quantizers do: fpemu/torch/_quantize.py), the rest of the model compiled.
-    # The module comes by weak reference (a bound method in its own __dict__ would
-    # make a cycle: see _Layer)
-    module = module_ref()
+    # (its quantizers do: fpemu/torch/_quantize.py), the rest of the model compiled
     return _EmulatedLinear.apply(input, module.weight, module.bias, module._fpemu_layer)
+
+
+class _Forward:
+    """An emulated layer's ``forward``, in its ``__dict__``. It holds the
+    layer by weak reference: a bound method there would make a cycle (see
+    _Layer). A deep copy of the model (an EMA copy, say) gets one bound to
+    the copied layer, and pickling keeps the layer, as a bound method would."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, module):
+        self.ref = weakref.ref(module)
+
+    @torch.compiler.disable            # (dynamo does not follow the weak reference)
+    def __call__(self, input):
+        return _forward(self.ref(), input)
+
+    def __deepcopy__(self, memo):
+        m = self.ref()
+        return _Forward(memo.get(id(m), m))
+
+    def __reduce__(self):
+        return (_Forward, (self.ref(),))
 
 
 # ------------------------------------------------------------ the context
@@ -447,6 +476,16 @@ class Emulation:
         does not keep a model alive)."""
         return self._model()
 
+    def __getstate__(self):                 # pickling the model: the model itself
+        state = dict(self.__dict__)
+        state["_model"] = self._model()
+        return state
+
+    def __setstate__(self, state):
+        m = state.pop("_model")
+        self.__dict__.update(state)
+        self._model = weakref.ref(m) if m is not None else (lambda: None)
+
     @property
     def layers(self):
         return list(self._layers)
@@ -464,7 +503,7 @@ class Emulation:
                     f"emulate(): layer {layer.name!r} already has its own forward (another "
                     "emulate() or a patch of its own); stop that one first")
             m._fpemu_layer = layer
-            m.forward = functools.partial(_forward, weakref.ref(m))
+            m.forward = _Forward(m)
         self.active = True
 
     def stop(self):
