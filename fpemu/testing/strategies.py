@@ -30,10 +30,9 @@ Each draw of :func:`values` is a 0-d NumPy array of the source dtype (so that
 number); :func:`arrays` draws whole arrays of such values. The profile
 ``"fpemu"`` (``settings.load_profile("fpemu")``, or pytest's
 ``--hypothesis-profile=fpemu``) turns off the deadline, which a first call
-of a JIT-compiled kernel would miss, and runs 200 examples.
+of a JIT-compiled kernel would miss, and runs 200 examples. For example,
+torch's bf16 cast on every kind of input:
 
-Examples
---------
 >>> from hypothesis import given
 >>> from fpemu.testing import strategies, assert_quantized_equal
 >>> import torch
