@@ -207,3 +207,27 @@ def test_bad_input_names_what_was_expected_and_the_fix():
     x = spread((4, 32), 15)
     _same(block.quantize_blocks(x, "mxfp8"),
           q(torch.from_numpy(x).double(), "mxfp8"), "float64 input")
+
+
+def test_every_preset_on_drawn_adversarial_blocks():
+    """Dogfood: fpemu.testing's block strategy (power-of-two and rceil-edge
+    amaxes and one ulp above, scale-format edges, zero / NaN / inf blocks,
+    tiny tensor amax, tails) for every preset; the device quantizer's codes
+    and scales equal the host's (fpemu.testing.assert_blocks_equal)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from fpemu.testing import assert_blocks_equal, strategies
+
+    @settings(max_examples=80, database=None, derandomize=True, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        preset = data.draw(st.sampled_from(sorted(block.PRESETS)))
+        x = data.draw(strategies.blocks(preset, 2))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)     # torchao's tiny-amax warning
+            q = fpemu.torch.quantize_blocks(torch.from_numpy(x), preset)
+            assert_blocks_equal(q.codes, q.scales, x, preset)
+
+    check()

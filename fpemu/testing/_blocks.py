@@ -57,18 +57,22 @@ def _codes(a, what, fmt_name):
     return fpemu.encode(arr, fmt_name).astype(np.int64)
 
 
-def _nan_codes(fmt_name):
+def _is_nan_code(c, fmt_name):
+    """Element-wise: ``c`` is one of the format's NaN codes (codes outside
+    the format's range are not)."""
     import fpemu
     f = fpemu.format(fmt_name)
-    every = np.arange(1 << f.bits).astype(f.code_dtype)
-    return set(np.flatnonzero(np.isnan(fpemu.decode(every, f))).tolist())
+    ok = (c >= 0) & (c < (1 << f.bits))
+    vals = fpemu.decode(np.where(ok, c, 0).astype(f.code_dtype), f)
+    return ok & np.isnan(vals)
 
 
 def _equal_codes(a, e, fmt_name):
     """Element-wise equality of codes, any NaN code equal to any other."""
-    nan = np.array(sorted(_nan_codes(fmt_name)), dtype=np.int64)
-    both_nan = np.isin(a, nan) & np.isin(e, nan)
-    return (a == e) | both_nan
+    eq = a == e
+    if eq.all():
+        return eq
+    return eq | (_is_nan_code(a, fmt_name) & _is_nan_code(e, fmt_name))
 
 
 class BlocksReport:
