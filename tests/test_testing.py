@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as hst
 
 import fpemu
 from fpemu.errors import FpemuTypeError, FpemuValueError
@@ -90,28 +91,36 @@ def _kinds_mid_only(w, f):
     return set()
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS) + list(CUSTOM), ids=lambda f: f.name)
-def test_every_kind_appears_in_at_least_one_percent_of_the_draws(fmt):
+def test_every_kind_appears_in_at_least_one_percent_of_the_draws():
+    """1,000 examples, each drawing one value of every named format and of
+    four custom ones: every kind each format claims is in at least 1% of
+    its 1,000 draws, and every draw is of a claimed kind."""
     dt = np.dtype(np.float32)
-    claimed = strategies.kinds_of(fmt)
-    seen = []
+    fmts = list(FORMATS) + list(CUSTOM)
+    seen = {f.name: [] for f in fmts}
 
     @settings(max_examples=1000, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(strategies.values(fmt))
-    def draw(x):
-        assert x.shape == () and x.dtype == np.float32
-        seen.append(float(x))
+    @given(hst.tuples(*(strategies.values(f) for f in fmts)))
+    def draw(xs):
+        for f, x in zip(fmts, xs):
+            assert x.shape == () and x.dtype == np.float32
+            seen[f.name].append(float(x))
 
     draw()
-    counts = {k: 0 for k in claimed}
-    for v in seen:
-        ks = _kinds(np.float32(v), fmt, dt)
-        assert ks & set(claimed), (fmt.name, v, ks)        # every draw is of a claimed kind
-        for k in ks & set(claimed):
-            counts[k] += 1
-    low = {k: n for k, n in counts.items() if n < 0.01 * len(seen)}
-    assert len(seen) >= 300 and not low, (fmt.name, len(seen), counts)
+    short = {}
+    for f in fmts:
+        claimed = set(strategies.kinds_of(f))
+        counts = {k: 0 for k in claimed}
+        for v in seen[f.name]:
+            ks = _kinds(np.float32(v), f, dt)
+            assert ks & claimed, (f.name, v, ks)              # every draw is of a claimed kind
+            for k in ks & claimed:
+                counts[k] += 1
+        low = {k: n for k, n in counts.items() if n < 0.01 * len(seen[f.name])}
+        if low or len(seen[f.name]) < 1000:
+            short[f.name] = (len(seen[f.name]), counts)
+    assert not short, short
 
 
 def test_arrays_kinds_dtypes_and_formats():
@@ -248,19 +257,15 @@ def test_a_wrong_conversion_is_caught_within_200_examples_and_its_rule_named(
     assert "reproduce: python -c" in msg
 
 
-@pytest.mark.parametrize("case", ["torch bf16", "ml_dtypes e4m3fn"])
-def test_correct_conversions_pass_10000_examples(case):
-    fmt, kw, conv = {
-        "torch bf16": ("bf16", {}, lambda x: torch.from_numpy(x).to(torch.bfloat16)),
-        "ml_dtypes e4m3fn": ("e4m3fn", {"overflow": "nan"}, lambda x: _ml("float8_e4m3fn", x)),
-    }[case]
-
+def test_correct_conversions_pass_10000_examples():
+    """torch's bf16 cast and ml_dtypes' e4m3fn (its overflow: NaN) each on
+    10,000 examples (one run; each example draws an input for both)."""
     @settings(max_examples=10_000, database=None, derandomize=True, deadline=None,
-              phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(strategies.values(fmt))
-    def check(x):
-        assert_quantized_equal(conv(x), x, fmt, **kw)
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(strategies.values("bf16"), strategies.values("e4m3fn"))
+    def check(x, y):
+        assert_quantized_equal(torch.from_numpy(x).to(torch.bfloat16), x, "bf16")
+        assert_quantized_equal(_ml("float8_e4m3fn", y), y, "e4m3fn", overflow="nan")
 
     check()
 
@@ -404,24 +409,31 @@ def _block_kinds(x, spec):
     return out
 
 
-@pytest.mark.parametrize("preset", sorted(block.PRESETS))
-def test_every_block_kind_appears_in_at_least_one_percent_of_the_draws(preset):
-    spec = block.PRESETS[preset]
-    seen = []
+def test_every_block_kind_appears_in_at_least_one_percent_of_the_draws():
+    """1,000 examples, each drawing an array for every block preset: every
+    kind each preset claims is in at least 1% of its 1,000 draws."""
+    presets = sorted(block.PRESETS)
+    seen = {p: [] for p in presets}
 
     @settings(max_examples=1000, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(strategies.blocks(preset, n_blocks=2))
-    def draw(x):
-        assert x.dtype == np.float32 and x.ndim == 2
-        seen.append(_block_kinds(x, spec))
+    @given(hst.tuples(*(strategies.blocks(p, n_blocks=2) for p in presets)))
+    def draw(xs):
+        for p, x in zip(presets, xs):
+            assert x.dtype == np.float32 and x.ndim == 2
+            seen[p].append(_block_kinds(x, block.PRESETS[p]))
 
     draw()
-    claimed = set(strategies.BLOCK_KINDS) - ({"scale_min", "scale_subnormal_edge", "scale_max"}
-                                             - set(strategies._scale_targets(spec)))
-    counts = {k: sum(k in s for s in seen) for k in claimed}
-    low = {k: n for k, n in counts.items() if n < 0.01 * len(seen)}
-    assert len(seen) >= 300 and not low, (preset, len(seen), counts)
+    short = {}
+    for p in presets:
+        spec = block.PRESETS[p]
+        claimed = set(strategies.BLOCK_KINDS) - (
+            {"scale_min", "scale_subnormal_edge", "scale_max"}
+            - set(strategies._scale_targets(spec)))
+        counts = {k: sum(k in s for s in seen[p]) for k in claimed}
+        if any(n < 0.01 * len(seen[p]) for n in counts.values()) or len(seen[p]) < 1000:
+            short[p] = (len(seen[p]), counts)
+    assert not short, short
 
 
 def _torchao_mx(x, mode):

@@ -355,22 +355,31 @@ def blocks(preset, n_blocks=4, kinds=None, rows=(1, 2)):
     elem = _lookup(spec.elem)
     ty, tx = spec.block if isinstance(spec.block, tuple) else (1, spec.block)
 
+    # the strategies an example draws from, built once (building one costs more than
+    # drawing from it)
+    rows_s, tail_s = st.integers(*rows), st.integers(0, tx - 1)
+    seed_s, top_s, tiny_s = st.integers(0, 2**32 - 1), st.integers(-20, 20), st.integers(100, 125)
+    kind_s = st.sampled_from(per_block)
+    kinds_s = {}
+
     @st.composite
     def draw(d):
         # hypothesis draws the shape, the tensor amax and each block's kind (they shrink
         # toward one row, no tail, random blocks); the values come from a generator seeded
         # by one more draw, which keeps an example to a few draws (fast)
-        nr = d(st.integers(*rows))
-        tail = d(st.integers(0, tx - 1)) if "tail" in kinds and tx > 1 else 0
+        nr = d(rows_s)
+        tail = d(tail_s) if "tail" in kinds and tx > 1 else 0
         shape = (nr * ty, n_blocks * tx + tail)
-        rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+        rng = np.random.default_rng(d(seed_s))
         x = rng.standard_normal(shape) * np.exp2(rng.integers(-8, 1, shape))
         x = np.clip(x, -1, 1)                      # random values, a few binades, |x| <= 1
         cols = [(c * tx, min((c + 1) * tx, shape[1])) for c in range(n_blocks + (tail > 0))]
         tiles = [(r, c) for r in range(nr) for c in range(len(cols))]
-        picked = d(st.lists(st.sampled_from(per_block), min_size=len(tiles),
-                            max_size=len(tiles)))
-        top = 2.0 ** d(st.integers(-20, 20))                  # the tensor amax
+        n = len(tiles)
+        if n not in kinds_s:
+            kinds_s[n] = st.lists(kind_s, min_size=n, max_size=n)
+        picked = d(kinds_s[n])
+        top = 2.0 ** d(top_s)                                 # the tensor amax
         x[0, 0] = top                                         # held by the first element
         for (r, c), kind in zip(tiles, picked):
             if (r, c) == (0, 0) or kind == "random":
@@ -403,8 +412,8 @@ def blocks(preset, n_blocks=4, kinds=None, rows=(1, 2)):
                     a = max(a, 2.0**-149)
                 blk *= 0.5 * a / max(np.abs(blk).max(), 2.0**-60)
                 blk[pos] = float(np.float32(a)) * sign
-        if "tiny_tensor_amax" in kinds and d(st.booleans()):
-            x = x * 2.0 ** -(d(st.integers(100, 125)) + np.log2(top))
+        if "tiny_tensor_amax" in kinds and d(tiny_s) < 113:     # about half the arrays
+            x = x * 2.0 ** -(d(tiny_s) + np.log2(top))
         with np.errstate(over="ignore"):
             return x.astype(np.float32)
 
