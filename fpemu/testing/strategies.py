@@ -58,6 +58,7 @@ except ImportError as err:                                  # pragma: no cover
 from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import FORMATS, Format
 from ..formats import format as _lookup
+from ._assert import _format
 
 __all__ = ["KINDS", "BLOCK_KINDS", "values", "arrays", "formats", "kinds_of", "blocks"]
 
@@ -83,15 +84,6 @@ def _dtype(dtype):
                               f"float32, float64 (the source type of the inputs), got "
                               f"{dtype!r}; pass dtype=np.float32")
     return dt
-
-
-def _format(fmt):
-    if isinstance(fmt, Format):
-        return fmt
-    if isinstance(fmt, str):
-        return _lookup(fmt)
-    raise FpemuTypeError(f"fpemu.testing.strategies: fmt must be a format name (\"bf16\") or "
-                         f"an fpemu.Format, got {type(fmt).__name__} {fmt!r}")
 
 
 class _Source:

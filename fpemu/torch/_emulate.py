@@ -265,9 +265,32 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
 
 
 # ------------------------------------------------------------ the layer
-class _Layer:
+class _WeakPickle:
+    """Pickles the object that the weak reference in attribute ``_weak``
+    points to, and makes it weak again on loading (pickling a whole model)."""
+
+    _weak = ""
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state[self._weak] = state[self._weak]()
+        return state
+
+    def __setstate__(self, state):
+        target = state.pop(self._weak)
+        self.__dict__.update(state)
+        setattr(self, self._weak, weakref.ref(target) if target is not None else _gone)
+
+
+def _gone():
+    return None
+
+
+class _Layer(_WeakPickle):
     """One emulated ``nn.Linear``: its name, recipe, delayed-scaling state and
     (``keep_operands``) the quantized operands of its last GEMMs by role."""
+
+    _weak = "_module"
 
     def __init__(self, name, module, emu):
         # the module by weak reference: the module holds this layer (its
@@ -290,16 +313,6 @@ class _Layer:
     def module(self):
         """The ``nn.Linear``, or None once it is gone."""
         return self._module()
-
-    def __getstate__(self):                 # pickling the model: the module itself
-        state = dict(self.__dict__)
-        state["_module"] = self._module()
-        return state
-
-    def __setstate__(self, state):
-        m = state.pop("_module")
-        self.__dict__.update(state)
-        self._module = weakref.ref(m)
 
     def keep(self, role, q):
         if self.operands is not None:
@@ -428,13 +441,15 @@ class _Forward:
 
 
 # ------------------------------------------------------------ the context
-class Emulation:
+class Emulation(_WeakPickle):
     """What :func:`emulate` returns: ``layers`` (the emulated ``nn.Linear``
     names), ``operands(name)`` (the last quantized operands of a layer, by
     role, with ``keep_operands=True``), :meth:`state_dict` /
     :meth:`load_state_dict` of the recipe state (delayed scaling's amax
     histories and scales, NVFP4's stochastic-rounding call counter), and
     :meth:`stop` (also on leaving the ``with`` block)."""
+
+    _weak = "_model"
 
     def __init__(self, model, recipe, *, accumulation=None, keep_operands=False):
         if not isinstance(model, torch.nn.Module):
@@ -475,16 +490,6 @@ class Emulation:
         """The emulated model (None once nothing else holds it: the emulation
         does not keep a model alive)."""
         return self._model()
-
-    def __getstate__(self):                 # pickling the model: the model itself
-        state = dict(self.__dict__)
-        state["_model"] = self._model()
-        return state
-
-    def __setstate__(self, state):
-        m = state.pop("_model")
-        self.__dict__.update(state)
-        self._model = weakref.ref(m) if m is not None else (lambda: None)
 
     @property
     def layers(self):
