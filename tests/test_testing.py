@@ -123,6 +123,56 @@ def test_every_kind_appears_in_at_least_one_percent_of_the_draws():
     assert not short, short
 
 
+def test_edge_inputs_hold_every_value_of_every_kind_and_nothing_else():
+    """Every value edge_inputs gives is of a claimed kind (the Fraction
+    oracle above), every claimed kind is there, both signs of each, and for
+    the formats of at most 8 bits every positive value of the format (read
+    off fpemu.decode of every code, not the strategies' grid) is among them."""
+    dt = np.dtype(np.float32)
+    for f in [fpemu.format(n) for n in ("bf16", "fp16", "e4m3fn", "e5m2", "e4m3fnuz", "e2m1",
+                                        "e8m0", "e3m2")] + list(CUSTOM):
+        # all of them for the narrow formats; bf16's and fp16's kinds of thousands of
+        # values spread over 1,024 (the exact oracle takes ~0.1 ms a value)
+        x = strategies.edge_inputs(f, per_kind=None if f.bits <= 12 else 1024)
+        assert x.dtype == np.float32 and x.ndim == 1
+        claimed, seen = set(strategies.kinds_of(f)), set()
+        for v in np.unique(x):
+            ks = _kinds(v, f, dt)
+            assert ks & claimed, (f.name, float(v), ks)
+            seen |= ks & claimed
+        nans = x[np.isnan(x)]
+        assert seen | ({"nan"} if nans.size else set()) == claimed, (f.name, claimed - seen)
+        if f.signed:                              # every value has its negative
+            finite = x[~np.isnan(x)]
+            assert np.array_equal(np.sort(-finite), np.sort(finite)), f.name
+            assert np.signbit(nans).sum() * 2 == nans.size
+        else:
+            assert not np.signbit(x).any()
+        if f.bits <= 8:
+            codes = np.arange(1 << f.bits, dtype=np.uint64).astype(f.code_dtype)
+            with np.errstate(invalid="ignore"):
+                values = fpemu.decode(codes, f)
+            pos = values[np.isfinite(values) & (values > 0)]
+            assert np.isin(pos, x).all(), f.name
+
+
+def test_edge_inputs_per_kind_spreads_a_large_kind_and_keeps_its_ends():
+    x = strategies.edge_inputs("fp32", kinds="normal", per_kind=1000)
+    pos = x[x > 0]
+    assert pos.size <= 1000 and pos.size > 990
+    assert pos.min() == np.finfo(np.float32).tiny and pos.max() == np.finfo(np.float32).max
+    assert np.all(np.diff(pos) > 0)               # spread through the kind, in order
+    assert strategies.edge_inputs("bf16", kinds="normal").size == 2 * 254 * 128
+    assert strategies.edge_inputs("e4m3fn", kinds=("max",)).tolist() == [448.0, -448.0]
+    x16 = strategies.edge_inputs("e4m3fn", kinds="midpoint", dtype=np.float16)
+    assert x16.dtype == np.float16 and x16.size > 0
+    for bad in (1, 0, 2.5, "all"):
+        with pytest.raises(FpemuValueError, match="per_kind must be an int >= 2"):
+            strategies.edge_inputs("bf16", per_kind=bad)
+    with pytest.raises(FpemuValueError, match="has no input of kind"):
+        strategies.edge_inputs("fp32", kinds="midpoint")
+
+
 def test_arrays_kinds_dtypes_and_formats():
     @settings(max_examples=50, database=None, deadline=None)
     @given(strategies.arrays("e4m3fn", (3, 4), kinds=["midpoint", "max"], dtype=np.float64),
@@ -257,6 +307,19 @@ def test_a_wrong_conversion_is_caught_within_200_examples_and_its_rule_named(
     assert "reproduce: python -c" in msg
 
 
+@pytest.mark.parametrize("name,fmt,kw,wrong,rule", MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_a_wrong_conversion_fails_on_its_formats_edge_inputs_at_once(
+        name, fmt, kw, wrong, rule):
+    """The same wrong conversions as below, given the edge inputs in one
+    array (as a GPU kernel would be; up to 2,048 of each kind)."""
+    x = strategies.edge_inputs(fmt, per_kind=2048)
+    with np.errstate(all="ignore"):
+        got = wrong(x)
+    with pytest.raises(AssertionError) as info:
+        assert_quantized_equal(got, x, fmt, **kw)
+    assert rule in str(info.value)
+
+
 def test_correct_conversions_pass_10000_examples():
     """torch's bf16 cast and ml_dtypes' e4m3fn (its overflow: NaN) each on
     10,000 examples (one run; each example draws an input for both)."""
@@ -330,6 +393,46 @@ def test_exhaustive_sweeps_a_source_and_reports_global_indices():
         exhaustive(trunc, "bf16", "fp64")
     with pytest.raises(FpemuValueError, match="one result per input"):
         exhaustive(lambda v: v[:3], "bf16", "fp8")
+
+
+def test_a_sweep_into_a_format_without_nan_skips_and_counts_the_nan_inputs():
+    def e2m1(v):
+        with np.errstate(all="ignore"):
+            return np.asarray(v, np.float32).astype(ml_dtypes.float4_e2m1fn).astype(np.float32)
+
+    r = exhaustive(e2m1, "e2m1", "fp16")          # fp16 has 2 * 1023 NaN patterns
+    assert (r.compared, r.skipped_nan, r.mismatches) == (65536 - 2046, 2046, 0)
+    with pytest.raises(AssertionError) as info:
+        exhaustive(lambda v: e2m1(v) * np.float32(2), "e2m1", "fp16")
+    assert "(2046 NaN inputs not compared: e2m1 has no NaN" in str(info.value)
+    with pytest.raises(FpemuValueError, match="has no NaN"):   # given inputs: refused
+        assert_quantized_equal(np.zeros(1, np.float32), np.full(1, np.nan, np.float32), "e2m1")
+
+
+def _e8m0_exponent_field(x):
+    """An e8m0 "cast" that takes the float32 exponent field of |x|: rounds the
+    magnitude toward zero, drops the sign, maps zero to the smallest value
+    2**-127 (code 0) and inf and NaN to the NaN code 0xFF (CUDA's
+    __nv_cvt_float_to_e8m0 on an H100 drops the sign and maps zero to code 0
+    the same way: tests/test_cuda_casts.py)."""
+    return ((_f32_bits(x) & np.uint32(0x7FFFFFFF)) >> np.uint32(23)).astype(np.uint8)
+
+
+def test_an_unsigned_format_names_a_dropped_sign_and_zero_into_its_smallest_value():
+    x = strategies.edge_inputs("e8m0")
+    x = np.concatenate([x, -x[~np.isnan(x)], np.float32([0.0, -0.0])])
+    r = fpemu.testing.compare(_e8m0_exponent_field(x), x, "e8m0", rounding="rtz")
+    neg = int(((x < 0) & np.isfinite(x)).sum())   # (-inf becomes NaN, as fpemu's does)
+    over = int(((x < -fpemu.format("e8m0").max) & np.isfinite(x)).sum())
+    assert r.by_class == {"negative": neg - over, "overflow": over, "zero": 2}, r.by_class
+    msg = r.message()
+    assert (f"the sign dropped: a negative input rounded as its magnitude (same rounding) "
+            f"({neg} of {neg + 2})") in msg, msg
+    assert f"zero into the smallest value (e8m0 has no zero) (2 of {neg + 2})" in msg, msg
+    # the magnitude rounded otherwise: the rule names that rounding
+    pos = x[(x > 0) & np.isfinite(x)]
+    r = fpemu.testing.compare(_e8m0_exponent_field(-pos), -pos, "e8m0", rounding="rup")
+    assert "rounded as its magnitude (round toward zero (truncation))" in r.message()
 
 
 def test_the_pytest_plugin_gives_the_fixture_and_the_marker(pytester):

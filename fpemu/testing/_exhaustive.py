@@ -89,7 +89,9 @@ def exhaustive(fn, fmt, source="bf16", *, rounding="rne", subnormals=True, overf
     Returns
     -------
     Report
-        What was compared (``compared``); there were no mismatches.
+        What was compared (``compared``); there were no mismatches. A
+        format without NaN (e2m1, say) has no rule for a NaN input: the
+        sweep does not compare those and counts them (``skipped_nan``).
 
     Raises
     ------
@@ -112,7 +114,7 @@ def exhaustive(fn, fmt, source="bf16", *, rounding="rne", subnormals=True, overf
     if not (isinstance(chunk, int) and chunk >= 1):
         raise FpemuValueError(f"fpemu.testing.exhaustive: chunk must be a positive int, "
                               f"got {chunk!r}")
-    report = Report(_config(fmt, rounding, subnormals, overflow, None), shown)
+    report = Report(_config(fmt, rounding, subnormals, overflow, None), shown, skip_nan=True)
     on = (stop - start) > chunk if progress is None else bool(progress)
     bar = _Progress(stop - start, f"{source} -> {report.cfg.fmt.name}", on)
     try:

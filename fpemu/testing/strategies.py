@@ -60,7 +60,8 @@ from ..formats import FORMATS, Format
 from ..formats import format as _lookup
 from ._assert import _format
 
-__all__ = ["KINDS", "BLOCK_KINDS", "values", "arrays", "formats", "kinds_of", "blocks"]
+__all__ = ["KINDS", "BLOCK_KINDS", "values", "arrays", "edge_inputs", "formats", "kinds_of",
+           "blocks"]
 
 #: Every kind of input :func:`values` knows, in the order of the module text.
 KINDS = ("zero", "subnormal", "normal", "max", "inf", "nan", "midpoint", "near_midpoint",
@@ -188,7 +189,9 @@ def _kind_tables(f: Format, src: _Source):
     return out
 
 
-def _bit_patterns(fmt, kinds, dtype):
+def _tables(fmt, kinds, dtype):
+    """The kind tables asked for, the source, and the sign bit (0 for an
+    unsigned format)."""
     f, dt = _format(fmt), _dtype(dtype)
     src = _Source(dt)
     have = _kind_tables(f, src)
@@ -211,8 +214,12 @@ def _bit_patterns(fmt, kinds, dtype):
         if not kinds:
             raise FpemuValueError("fpemu.testing.strategies: kinds= names no kind; leave it "
                                   "out for every kind")
-    tables = [have[k] for k in kinds]
     sign = (1 << (8 * dt.itemsize - 1)) if f.signed else 0
+    return [have[k] for k in kinds], src, sign
+
+
+def _bit_patterns(fmt, kinds, dtype):
+    tables, src, sign = _tables(fmt, kinds, dtype)
 
     def pick(t):
         # the kind, then a value of it from a wide draw: one flat draw per example (fast),
@@ -258,6 +265,47 @@ def arrays(fmt, shape, kinds=None, dtype=np.float32):
     n = int(np.prod(shape))
     return st.lists(pats, min_size=n, max_size=n).map(
         lambda b: np.array(b, dtype=src.uint).view(src.dt).reshape(shape))
+
+
+def edge_inputs(fmt, kinds=None, dtype=np.float32, per_kind=65536):
+    """Every input of ``fmt``'s kinds (module text) as one 1-D array of
+    ``dtype``, both signs, kind after kind: not a strategy, but the same
+    inputs for a kernel that is best run on a whole tensor at once (a GPU
+    kernel, where a launch per hypothesis example is slow).
+
+    Parameters
+    ----------
+    fmt, kinds, dtype
+        As for :func:`values`.
+    per_kind : int or None
+        At most this many values of a kind (per sign), evenly spaced through
+        it with its first and last; ``None`` for all of them. Only kinds of
+        wide formats have more than the default 65,536 (fp32's normal
+        values, or tf32's from float32).
+
+    Examples
+    --------
+    >>> x = edge_inputs("e4m3fn", kinds=("max", "overflow_threshold"))
+    >>> x.tolist()  # doctest: +NORMALIZE_WHITESPACE
+    [448.0, -448.0, 463.9999694824219, 464.0, 464.0000305175781, 479.9999694824219, 480.0,
+     480.0000305175781, -463.9999694824219, -464.0, -464.0000305175781, -479.9999694824219,
+     -480.0, -480.0000305175781]
+    """
+    if per_kind is not None and not (isinstance(per_kind, (int, np.integer)) and per_kind >= 2):
+        raise FpemuValueError(f"fpemu.testing.strategies.edge_inputs: per_kind must be an int "
+                              f">= 2 (or None for every value), got {per_kind!r}")
+    tables, src, sign = _tables(fmt, kinds, dtype)
+    out = []
+    for n, fn in tables:
+        if per_kind is None or n <= per_kind:
+            idx = range(n)
+        else:
+            idx = np.unique(np.linspace(0, n - 1, int(per_kind)).round().astype(np.int64))
+        pats = np.array([fn(int(i)) for i in idx], dtype=src.uint)
+        out.append(pats)
+        if sign:
+            out.append(pats | src.uint(sign))
+    return np.concatenate(out).view(src.dt)
 
 
 def _custom():
