@@ -650,6 +650,39 @@ def test_blocks_bad_input_names_the_fix():
     assert_blocks_equal(q.codes, q.scales, x, "mxfp8")          # and equal ones pass
 
 
+def test_the_block_message_details_elements_under_a_scale_that_agrees():
+    """An MX quantizer written here with OCP's floor scale but elements
+    truncated, not rounded: no scale differs; the message names the element
+    rounding, counts the elements by class, and details each with its scaled
+    input, the interval it lies in and a reproducer printing fpemu's code."""
+    x = np.linspace(1.0, 1.74, 64, dtype=np.float32).reshape(1, 64)
+    x[0, 63] = 1.75                     # -> 448, the largest e4m3fn: exact either way
+    x[0, 5] = 1 + 2.0**-4               # a midpoint of e4m3fn (after the 2**-8 scale)
+    scales = np.full((1, 2), 127 - 8, np.uint8)          # floor(log2 amax) - emax(e4m3fn)
+    y = (_f32_bits(x * np.float32(256)) & np.uint32(0xFFF00000)).view(np.float32)
+    codes = _ml("float8_e4m3fn", y).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    with pytest.raises(AssertionError) as info:
+        assert_blocks_equal(codes, scales, x, "mxfp8")
+    msg = str(info.value)
+    n = int((np.asarray(fpemu.block.quantize_blocks(x, "mxfp8").codes) != codes).sum())
+    assert n > 20
+    assert f"scales: 0 of 2 blocks differ; elements: {n} of 64 differ (0 in blocks whose " \
+           f"scale differs, {n} elsewhere)" in msg
+    assert "the elements: round toward zero (truncation) (every mismatch)" in msg
+    n_max = int((x * 256 >= 432).sum()) - 1    # up to 448 from the midpoint 432 (1.75: exact)
+    assert f"elements under a scale that agrees, by fpemu's element: normal {n - n_max}, " \
+           f"max {n_max}" in msg
+    assert "element (0, 5)" not in msg               # the midpoint 272: to even, 256, as truncated
+    first = msg.split("  element ")[1]
+    assert "x / scale = " in first and ", midpoint " in first
+    line = next(s for s in first.splitlines() if "reproduce:" in s).split("reproduce: ", 1)[1]
+    out = subprocess.run([sys.executable, "-c", line[len("python -c "):].strip('"')],
+                         capture_output=True, text=True, timeout=120)
+    idx = int(first.split(")")[0].split(", ")[1])
+    want = int(np.asarray(fpemu.block.quantize_blocks(x, "mxfp8").codes)[0, idx])
+    assert out.returncode == 0 and out.stdout.strip() == str(want), out.stdout + out.stderr
+
+
 def test_the_block_message_and_its_reproducer():
     """torchao's CPU rceil on a block whose amax / 448 is one ulp above a
     power of two: one scale differs, the message names the rounded-down

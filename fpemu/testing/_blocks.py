@@ -131,10 +131,17 @@ class BlocksReport:
                             block.quantize_blocks(Y, self.preset, **self.kw)))
             except FpemuValueError:
                 pass
-        kw = dict(self.kw)
-        kw["rounding"] = "rtz"
-        out.append(("the elements rounded toward zero",
-                    block.quantize_blocks(X, self.preset, **kw)))
+        from ._assert import _ROUNDINGS
+        for mode, words in _ROUNDINGS:           # the elements rounded otherwise
+            if mode == self.kw.get("rounding", "rne"):
+                continue
+            kw = dict(self.kw)
+            kw["rounding"] = mode
+            try:
+                q = block.quantize_blocks(X, self.preset, **kw)
+            except (FpemuValueError, FpemuTypeError):
+                continue
+            out.append((f"the elements: {words}", q))
         return out
 
     def _input(self):
@@ -156,6 +163,8 @@ class BlocksReport:
         lines.append(f"scales: {ns} of {self.bad_scales.size} blocks differ; elements: {nc} "
                      f"of {self.bad_codes.size} differ{where}")
         explained = []
+        own = self.bad_codes & ~self._elements_of(self.bad_scales)   # under a scale that agrees
+        n_own = int(own.sum())
         with np.errstate(all="ignore"):
             for label, q in self._alternatives():
                 s_ok = _equal_codes(self.scales, q.scales.astype(np.int64), spec.scale_fmt)
@@ -167,6 +176,9 @@ class BlocksReport:
                 elif ns and s_ok[self.bad_scales].mean() >= 0.5:
                     explained.append(f"{label} ({int(s_ok[self.bad_scales].sum())} of {ns} "
                                      "scales)")
+                elif n_own and c_ok[own].mean() >= 0.5:
+                    explained.append(f"{label} ({int(c_ok[own].sum())} of the {n_own} elements "
+                                     "under a scale that agrees)")
         sf = fpemu.format(spec.scale_fmt)
         top = int(sf.max_code)
         unclamped = self.bad_scales & (e_sc == top)
@@ -194,7 +206,79 @@ class BlocksReport:
                          f"{float(ev)!r} (code 0x{es:0{w}X}), actual {float(av)!r} "
                          f"(code 0x{as_:0{w}X})")
             lines.append("      reproduce: " + self._reproducer(blk))
+        if n_own:
+            lines += self._element_lines(own, shown)
         return "\n".join(lines)
+
+    def _element_lines(self, own, shown):
+        """Element mismatches under a block scale that agrees: by the class
+        of fpemu's element, then the first few with their input, both codes
+        and values, and (a power-of-two scale) the scaled input and the
+        element interval it lies in."""
+        import fpemu
+        spec = self.spec
+        ef, sf = fpemu.format(spec.elem), fpemu.format(spec.scale_fmt)
+        e_codes = np.asarray(self.expected.codes).astype(np.int64)
+        with np.errstate(all="ignore"):
+            ev = fpemu.decode(e_codes[own].astype(ef.code_dtype), ef).astype(np.float64)
+        ae = np.abs(ev)
+        cls = np.full(ev.shape, "normal", dtype=object)
+        cls[ae == ef.max] = "max"
+        cls[(ae < ef.min_normal) & (ae > 0)] = "subnormal"
+        cls[ae == 0] = "zero"
+        cls[np.isnan(ev)] = "nan"
+        names, counts = np.unique(cls, return_counts=True)
+        order = np.argsort(-counts, kind="stable")
+        lines = [f"elements under a scale that agrees, by fpemu's element: " + ", ".join(
+            f"{names[i]} {int(counts[i])}" for i in order)]
+        X = self._input()
+        w = (ef.bits + 3) // 4
+        pow2 = sf.mantissa_bits == 0 and self.expected.tensor_scale is None
+        for idx in np.argwhere(own)[:shown]:
+            idx = tuple(int(i) for i in idx)
+            xv = np.float32(X[idx])
+            ec, ac = int(e_codes[idx]), int(self.codes[idx])
+            with np.errstate(all="ignore"):
+                e_val = float(fpemu.decode(np.array(ec).astype(ef.code_dtype), ef))
+                a_val = (float(fpemu.decode(np.array(ac).astype(ef.code_dtype), ef))
+                         if 0 <= ac < (1 << ef.bits) else float("nan"))
+            bidx = self._block_of(idx)
+            scale = float(fpemu.decode(np.array(self.expected.scales[bidx]).astype(
+                sf.code_dtype), sf))
+            lines.append(f"  element {idx}: x = {float(xv)!r} (float32 "
+                         f"0x{int(xv.view(np.uint32)):08X}), block {bidx} scale {scale!r}")
+            lines.append(f"      expected {e_val!r} (code 0x{ec:0{w}X}), actual {a_val!r} "
+                         f"(code 0x{ac:0{w}X})")
+            if pow2 and np.isfinite(xv) and np.isfinite(scale) and scale > 0:
+                v = float(xv) / scale                 # exact: a power of two in float64
+                with np.errstate(all="ignore"):
+                    lo = float(fpemu.quantize(np.float64(v), ef, rounding="rdn",
+                                              overflow="saturate"))
+                    hi = float(fpemu.quantize(np.float64(v), ef, rounding="rup",
+                                              overflow="saturate"))
+                mid = ", midpoint " + repr((lo + hi) / 2) if lo != hi else " (exact)"
+                lines.append(f"      x / scale = {v!r}, in [{lo!r}, {hi!r}]{mid}")
+            lines.append("      reproduce: " + self._reproducer(self._block_values(bidx),
+                                                            self._in_block(idx)))
+        return lines
+
+    def _in_block(self, idx):
+        """The flat position of the element at ``idx`` within its block (as
+        :meth:`_block_values` lays the block out)."""
+        spec = self.spec
+        if isinstance(spec.block, tuple):
+            ty, tx = spec.block
+            return (idx[-2] % ty) * tx + idx[-1] % tx
+        return idx[self.kw.get("axis", -1) % len(idx)] % spec.block
+
+    def _block_of(self, idx):
+        """The scale index of the element at ``idx``."""
+        spec = self.spec
+        if isinstance(spec.block, tuple):
+            ty, tx = spec.block
+            return idx[:-2] + (idx[-2] // ty, idx[-1] // tx)
+        ax = self.kw.get("axis", -1) % len(idx)
+        return idx[:ax] + (idx[ax] // spec.block,) + idx[ax + 1:]
 
     def _elements_of(self, per_block):
         """A per-block mask spread over the elements (x's shape)."""
@@ -223,7 +307,9 @@ class BlocksReport:
         sl[ax] = slice(idx[ax] * b, (idx[ax] + 1) * b)
         return np.asarray(x[tuple(sl)], np.float32).reshape(-1)
 
-    def _reproducer(self, blk):
+    def _reproducer(self, blk, element=None):
+        """A command printing fpemu's scale of the block ``blk`` (or, given
+        ``element``, the code of that element of it)."""
         u = blk.view(np.uint32)
         nz = np.flatnonzero(u)
         bits = ", ".join(f"0x{int(v):08X}" for v in u[nz])
@@ -242,8 +328,11 @@ class BlocksReport:
             at = ", ".join(map(str, nz.tolist()))
             make = (f"x = np.zeros({shape}, np.float32); x.flat[[{at}]] = np.array([{bits}], "
                     "np.uint32).view(np.float32)")
+        ta += "".join(f", {k}={self.kw[k]!r}" for k in ("scale_rule", "rounding", "seed",
+                                                         "inf_block") if k in self.kw)
+        what = ".scales" if element is None else f".codes.reshape(-1)[{element}]"
         return (f"python -c \"import numpy as np; from fpemu import block; {make}; "
-                f"print(block.quantize_blocks(x, {self.preset!r}{ta}).scales)\"")
+                f"print(block.quantize_blocks(x, {self.preset!r}{ta}){what})\"")
 
 
 def compare_blocks(codes, scales, x, preset, *, axis=-1, scale_rule=None, rounding="rne",
@@ -304,8 +393,11 @@ def assert_blocks_equal(codes, scales, x, preset, *, axis=-1, scale_rule=None, r
     AssertionError
         With how many scales and elements differ, the rules the quantizer
         follows instead (another scale rule, a wrong or missing RHT, an
-        unclamped e4m3 scale, ...), and the first blocks with their amax,
-        both scales and a reproducer.
+        unclamped e4m3 scale, elements rounded otherwise, ...), and the
+        first blocks with their amax, both scales and a reproducer; element
+        mismatches under a scale that agrees by the class of fpemu's element,
+        the first with their input, both codes and values, the scaled input
+        and its element interval (power-of-two scales) and a reproducer.
     """
     report = compare_blocks(codes, scales, x, preset, axis=axis, scale_rule=scale_rule,
                             rounding=rounding, seed=seed, tensor_amax=tensor_amax,
