@@ -229,7 +229,7 @@ class BlocksReport:
         cls[np.isnan(ev)] = "nan"
         names, counts = np.unique(cls, return_counts=True)
         order = np.argsort(-counts, kind="stable")
-        lines = [f"elements under a scale that agrees, by fpemu's element: " + ", ".join(
+        lines = ["elements under a scale that agrees, by fpemu's element: " + ", ".join(
             f"{names[i]} {int(counts[i])}" for i in order)]
         X = self._input()
         w = (ef.bits + 3) // 4
@@ -258,8 +258,8 @@ class BlocksReport:
                                               overflow="saturate"))
                 mid = ", midpoint " + repr((lo + hi) / 2) if lo != hi else " (exact)"
                 lines.append(f"      x / scale = {v!r}, in [{lo!r}, {hi!r}]{mid}")
-            lines.append("      reproduce: " + self._reproducer(self._block_values(bidx),
-                                                            self._in_block(idx)))
+            rep = self._reproducer(self._block_values(bidx), self._in_block(idx))
+            lines.append("      reproduce: " + rep)
         return lines
 
     def _in_block(self, idx):
@@ -328,8 +328,8 @@ class BlocksReport:
             at = ", ".join(map(str, nz.tolist()))
             make = (f"x = np.zeros({shape}, np.float32); x.flat[[{at}]] = np.array([{bits}], "
                     "np.uint32).view(np.float32)")
-        ta += "".join(f", {k}={self.kw[k]!r}" for k in ("scale_rule", "rounding", "seed",
-                                                         "inf_block") if k in self.kw)
+        ta += "".join(f", {k}={self.kw[k]!r}"
+                      for k in ("scale_rule", "rounding", "seed", "inf_block") if k in self.kw)
         what = ".scales" if element is None else f".codes.reshape(-1)[{element}]"
         return (f"python -c \"import numpy as np; from fpemu import block; {make}; "
                 f"print(block.quantize_blocks(x, {self.preset!r}{ta}){what})\"")
