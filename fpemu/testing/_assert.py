@@ -253,7 +253,8 @@ class Report:
             nan = np.isnan(x)
             if nan.any():
                 self.skipped_nan += int(nan.sum())
-                keep = np.float32(self.cfg.fmt.max)     # a value of the format: stays itself
+                f = self.cfg.fmt                        # a value of the format: stays itself
+                keep = 0.0 if f.has_zero else np.float32(f.max)
                 x, actual = np.where(nan, keep, x).astype(x.dtype), np.where(nan, keep, actual)
                 self.compared -= int(nan.sum())
         expected = self.cfg.quantize(x)
