@@ -683,6 +683,57 @@ def test_the_block_message_details_elements_under_a_scale_that_agrees():
     assert out.returncode == 0 and out.stdout.strip() == str(want), out.stdout + out.stderr
 
 
+#: OCP's MXFP6 E2M3 as a block format of one's own: the element a custom Format (the same
+#: parameters as float6_e2m3fn, not the named one), e8m0 scales, blocks of 32, floor
+E2M3_CUSTOM = Format.custom(2, 3, bias=1, nan_encoding="none", name="my_e2m3")
+MY_MX = fpemu.block.BlockSpec("my-mxfp6", E2M3_CUSTOM, "e8m0", 32, "floor", "a test's own")
+
+
+def _my_mx(x, truncate=False):
+    """OCP MX with E2M3 elements, written here: the shared scale 2**(floor(log2
+    amax) - 2) (2: the element's largest binade), elements by ml_dtypes'
+    float6_e2m3fn cast of x / scale (or of its bits truncated to 3 mantissa
+    bits)."""
+    b = x.reshape(x.shape[0], -1, 32).astype(np.float64)
+    amax = np.abs(b).max(-1)
+    k = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 2, -127)
+    k = np.clip(k, -127, 127)
+    v = (b / np.exp2(k)[..., None]).astype(np.float32)
+    if truncate:
+        v = (_f32_bits(v) & np.uint32(0xFFF00000)).view(np.float32)
+    codes = v.astype(ml_dtypes.float6_e2m3fn).view(np.uint8).reshape(x.shape)
+    return codes, (k + 127).astype(np.uint8)
+
+
+def test_a_block_format_of_ones_own_with_a_custom_element():
+    """strategies.blocks and assert_blocks_equal take a BlockSpec with a
+    custom element format: an MX quantizer written here passes 200 drawn
+    examples; with its elements truncated it fails, the message names the
+    element rounding, spells the custom format, and its reproducer runs."""
+    kinds = ["random", "pow2_amax", "pow2_amax_ulp", "zero", "scale_min", "scale_max"]
+
+    @settings(max_examples=200, database=None, derandomize=True, deadline=None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(strategies.blocks(MY_MX, 3, kinds=kinds))
+    def good(x):
+        assert x.shape[1] == 96
+        assert_blocks_equal(*_my_mx(x), x, MY_MX)
+
+    good()
+    x = np.linspace(-6.5, 7.3, 64, dtype=np.float32).reshape(1, 64)
+    with pytest.raises(AssertionError) as info:
+        assert_blocks_equal(*_my_mx(x, truncate=True), x, MY_MX)
+    msg = str(info.value)
+    assert "quantize_blocks(x, fpemu.Format.custom(2, 3, bias=1, nan_encoding='none'" in msg
+    assert "the elements: round toward zero (truncation) (every mismatch)" in msg
+    line = next(s for s in msg.splitlines() if "reproduce:" in s).split("reproduce: ", 1)[1]
+    out = subprocess.run([sys.executable, "-c", line[len("python -c "):].strip('"')],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().isdigit(), out.stdout + out.stderr
+    with pytest.raises(FpemuValueError, match="or an fpemu.block.BlockSpec"):
+        strategies.blocks("mxfp7")
+
+
 def test_the_block_message_and_its_reproducer():
     """torchao's CPU rceil on a block whose amax / 448 is one ulp above a
     power of two: one scale differs, the message names the rounded-down

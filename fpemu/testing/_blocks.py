@@ -28,13 +28,36 @@ _RULE_WORDS = {
 
 
 def _spec(preset, scale_rule):
+    """The BlockSpec of ``preset`` (a name of fpemu.block.PRESETS, or a
+    BlockSpec of one's own, custom formats included) and the scale rule."""
     from .. import block
+    if isinstance(preset, block.BlockSpec):
+        return preset, scale_rule or preset.scale_rule
     if not isinstance(preset, str) or preset not in block.PRESETS:
         raise FpemuValueError(f"fpemu.testing: preset must be a name of "
-                              f"fpemu.block.PRESETS ({', '.join(block.PRESETS)}), got "
-                              f"{preset!r}")
+                              f"fpemu.block.PRESETS ({', '.join(block.PRESETS)}) or an "
+                              f"fpemu.block.BlockSpec, got {preset!r}")
     spec = block.PRESETS[preset]
     return spec, scale_rule or spec.scale_rule
+
+
+def _quantize(X, preset, spec, **kw):
+    """fpemu.block.quantize_blocks for a preset name or a BlockSpec."""
+    from .. import block
+    if isinstance(preset, str):
+        return block.quantize_blocks(X, preset, **kw)
+    kw.setdefault("scale_rule", spec.scale_rule)
+    return block.quantize_blocks(X, spec.elem, spec.scale_fmt, spec.block, **kw)
+
+
+def _preset_text(preset, spec):
+    """The preset's arguments of quantize_blocks, as Python text."""
+    if isinstance(preset, str):
+        return repr(preset)
+    import fpemu
+    from ._assert import _fmt_expr
+    return (f"{_fmt_expr(fpemu.format(spec.elem))}, {_fmt_expr(fpemu.format(spec.scale_fmt))}, "
+            f"{spec.block!r}")
 
 
 def _codes(a, what, fmt_name):
@@ -96,7 +119,7 @@ class BlocksReport:
     def _call(self):
         kw = "".join(f", {k}={v!r}" for k, v in self.kw.items() if v is not None)
         x = "hadamard(x, 16, signs='te')" if self.rht else "x"
-        return f"fpemu.block.quantize_blocks({x}, {self.preset!r}{kw})"
+        return f"fpemu.block.quantize_blocks({x}, {_preset_text(self.preset, self.spec)}{kw})"
 
     def _alternatives(self):
         """[(label, that rule's (codes, scales))]: other scale rules, the RHT
@@ -113,7 +136,7 @@ class BlocksReport:
             if other == rule:
                 continue
             try:
-                q = block.quantize_blocks(X, self.preset, scale_rule=other, **base)
+                q = _quantize(X, self.preset, spec, scale_rule=other, **base)
             except (FpemuValueError, FpemuTypeError):
                 continue
             out.append((_RULE_WORDS.get(other, other), q))
@@ -123,12 +146,12 @@ class BlocksReport:
                                  ("none", "no RHT applied")):
                 Y = self.x if signs == "none" else block.hadamard(self.x, 16, self.kw.get(
                     "axis", -1), signs=None)
-                out.append((label, block.quantize_blocks(Y, self.preset, **self.kw)))
+                out.append((label, _quantize(Y, self.preset, spec, **self.kw)))
         else:
             try:
                 Y = block.hadamard(self.x, 16, self.kw.get("axis", -1), signs="te")
                 out.append(("an RHT applied (TransformerEngine's)",
-                            block.quantize_blocks(Y, self.preset, **self.kw)))
+                            _quantize(Y, self.preset, spec, **self.kw)))
             except FpemuValueError:
                 pass
         from ._assert import _ROUNDINGS
@@ -138,7 +161,7 @@ class BlocksReport:
             kw = dict(self.kw)
             kw["rounding"] = mode
             try:
-                q = block.quantize_blocks(X, self.preset, **kw)
+                q = _quantize(X, self.preset, spec, **kw)
             except (FpemuValueError, FpemuTypeError):
                 continue
             out.append((f"the elements: {words}", q))
@@ -331,8 +354,11 @@ class BlocksReport:
         ta += "".join(f", {k}={self.kw[k]!r}"
                       for k in ("scale_rule", "rounding", "seed", "inf_block") if k in self.kw)
         what = ".scales" if element is None else f".codes.reshape(-1)[{element}]"
-        return (f"python -c \"import numpy as np; from fpemu import block; {make}; "
-                f"print(block.quantize_blocks(x, {self.preset!r}{ta}){what})\"")
+        imp = "import numpy as np; " if isinstance(self.preset, str) else \
+            "import numpy as np, fpemu; "
+        return (f"python -c \"{imp}from fpemu import block; {make}; "
+                f"print(block.quantize_blocks(x, {_preset_text(self.preset, self.spec)}{ta})"
+                f"{what})\"")
 
 
 def compare_blocks(codes, scales, x, preset, *, axis=-1, scale_rule=None, rounding="rne",
@@ -341,7 +367,7 @@ def compare_blocks(codes, scales, x, preset, *, axis=-1, scale_rule=None, roundi
     ``scales`` against :func:`fpemu.block.quantize_blocks` (the arguments of
     :func:`assert_blocks_equal`); never raises for a mismatch."""
     from .. import block
-    _spec(preset, scale_rule)
+    spec, _ = _spec(preset, scale_rule)
     x = _to_numpy(x, "x")
     if x.dtype.kind != "f":
         raise FpemuTypeError(f"fpemu.testing: x must hold float32 inputs, got dtype {x.dtype}")
@@ -350,9 +376,10 @@ def compare_blocks(codes, scales, x, preset, *, axis=-1, scale_rule=None, roundi
               tensor_amax=tensor_amax, inf_block=inf_block)
     defaults = {"axis": -1, "rounding": "rne", "inf_block": "saturate"}
     kw = {k: v for k, v in kw.items() if v is not None and defaults.get(k) != v}
+    if not isinstance(preset, str):
+        kw["scale_rule"] = scale_rule or spec.scale_rule
     X = block.hadamard(x, 16, axis, signs="te") if rht else x
-    expected = block.quantize_blocks(X, preset, **kw)
-    spec = block.PRESETS[preset]
+    expected = _quantize(X, preset, spec, **kw)
     c = _codes(codes, "codes", spec.elem)
     s = _codes(scales, "scales", spec.scale_fmt)
     for name, got, want in (("codes", c, expected.codes.shape),
@@ -360,7 +387,7 @@ def compare_blocks(codes, scales, x, preset, *, axis=-1, scale_rule=None, roundi
         if got.shape != tuple(want):
             raise FpemuValueError(f"fpemu.testing: {name} have shape {got.shape}; "
                                   f"fpemu.block.quantize_blocks gives {tuple(want)} for x of "
-                                  f"shape {x.shape} in {preset!r}: pass the quantizer's "
+                                  f"shape {x.shape} in {spec.name!r}: pass the quantizer's "
                                   f"{name} in that layout (codes in x's shape, one scale per "
                                   "block, tails padded)")
     return BlocksReport(x, preset, kw, expected, c, s, rht)
@@ -381,8 +408,9 @@ def assert_blocks_equal(codes, scales, x, preset, *, axis=-1, scale_rule=None, r
         ml_dtypes array, float32 values). NaN codes compare as NaN.
     x : array or tensor
         The float32 inputs.
-    preset : str
-        A name of :data:`fpemu.block.PRESETS`; the other arguments as in
+    preset : str or fpemu.block.BlockSpec
+        A name of :data:`fpemu.block.PRESETS`, or a BlockSpec of one's own
+        (custom element formats too); the other arguments as in
         :func:`fpemu.block.quantize_blocks`.
     rht : bool
         The quantizer applies TransformerEngine's random Hadamard transform

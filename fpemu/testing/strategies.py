@@ -349,16 +349,18 @@ def _scale_targets(spec):
     preset's scale format: e4m3 (NVFP4): its smallest subnormal, the top of
     its subnormals and its smallest normal, its largest; e8m0 (MX): 2**-127
     and 2**127; fp32: none of its own (the tensor reaches float32's ends)."""
-    if spec.scale_fmt == "e4m3fn":
+    name = _lookup(spec.scale_fmt).name
+    if name == "e4m3fn":
         return {"scale_min": (2.0**-9,), "scale_subnormal_edge": (7 * 2.0**-9, 2.0**-6),
                 "scale_max": (448.0,)}
-    if spec.scale_fmt == "e8m0":
+    if name == "e8m0":
         return {"scale_min": (2.0**-127,), "scale_max": (2.0**127,)}
     return {}
 
 
 def blocks(preset, n_blocks=4, kinds=None, rows=(1, 2)):
-    """float32 arrays for a block preset of :data:`fpemu.block.PRESETS`, whose
+    """float32 arrays for a block preset of :data:`fpemu.block.PRESETS` (or an
+    :class:`fpemu.block.BlockSpec` of one's own, custom formats too), whose
     blocks are drawn by kind (:data:`BLOCK_KINDS`): random values; the block
     amax exactly a power of two (or the element format's largest times a
     power of two), or one float32 ulp above it; amaxes whose
@@ -373,12 +375,17 @@ def blocks(preset, n_blocks=4, kinds=None, rows=(1, 2)):
     columns [+ tail]). ``rows``: the range of the first number.
     """
     from .. import block as _block
-    if not isinstance(preset, str) or preset not in _block.PRESETS:
+    if isinstance(preset, _block.BlockSpec):
+        spec = preset
+    elif isinstance(preset, str) and preset in _block.PRESETS:
+        spec = _block.PRESETS[preset]
+    else:
         raise FpemuValueError(f"fpemu.testing.strategies.blocks: preset must be a name of "
-                              f"fpemu.block.PRESETS ({', '.join(_block.PRESETS)}), got "
-                              f"{preset!r}")
-    spec = _block.PRESETS[preset]
+                              f"fpemu.block.PRESETS ({', '.join(_block.PRESETS)}) or an "
+                              f"fpemu.block.BlockSpec, got {preset!r}")
+    preset = spec.name
     targets = _scale_targets(spec)
+    two_level = _lookup(spec.scale_fmt).name == "e4m3fn"
     have = [k for k in BLOCK_KINDS if not k.startswith("scale_") or k in targets]
     if kinds is None:
         kinds = tuple(have)
@@ -445,7 +452,7 @@ def blocks(preset, n_blocks=4, kinds=None, rows=(1, 2)):
                 blk[pos] = np.nan if kind == "nan" else np.inf * sign
             elif kind in targets:
                 s = float(rng.choice(targets[kind]))
-                if spec.scale_fmt == "e4m3fn":                   # amax_b = s * T / 448 (TE)
+                if two_level:                                  # amax_b = s * T / 448 (TE)
                     a = s * top / 448.0
                 else:                                          # e8m0: amax = s * elem max
                     a = min(s * float(elem.max), float(np.finfo(np.float32).max))
