@@ -185,6 +185,9 @@ def _triton_kernels(torch):
     import triton
     import triton.language as tl
 
+    # one kernel per rounding mode, each with the mode as a literal: these are the kernels
+    # that ran on the H100 (the committed data); a rounding passed as a constexpr string
+    # was not tried there
     @triton.jit
     def _rtne(x_ptr, y_ptr, n, DT: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
