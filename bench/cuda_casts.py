@@ -252,8 +252,9 @@ def _result(y):
     """A result as NumPy (values) or codes, for fpemu.testing."""
     if isinstance(y, np.ndarray):
         return y
+    import torch
     y = y.cpu()
-    if y.dtype == __import__("torch").int16:                 # 16-bit codes
+    if y.dtype == torch.int16:                               # 16-bit codes
         return y.numpy().view(np.uint16)
     return y
 
@@ -285,7 +286,7 @@ def check_edges(k, to_device):
     return res, y, x
 
 
-def sweep(k, to_device, source, seconds=None):
+def sweep(k, to_device, source):
     t0 = time.perf_counter()
     res = {}
     try:
