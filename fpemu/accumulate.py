@@ -25,6 +25,11 @@ even, as a GEMM epilogue does; default: the accumulator format), and a
     Tensor-core models (see :data:`TENSOR_CORES` and :class:`TensorCore`),
     or a :class:`TensorCore` of your own.
 
+A GEMM library may also **split K** (``splitk=``, :class:`SplitK`): the
+reduction is cut into parts, each accumulated as ``model`` says from +0, and
+the partial sums added in fp32, as cuBLASLt's split-K kernels do
+(:mod:`fpemu.cublaslt` says which split cuBLASLt picks for a shape).
+
 Rounding mode, subnormals and overflow policy (``rounding``,
 ``subnormals``, ``overflow``, ``seed``) apply to the roundings into the
 accumulator format of the first four models; tensor-core models truncate as
@@ -47,8 +52,8 @@ from .checks import as_format, real_array
 from .quantize import Cast, decode, quantize
 from .rounding import Rounding, parse_rounding
 
-__all__ = ["TensorCore", "TENSOR_CORES", "MODELS", "BlockScaledCore", "BLOCK_SCALED_CORES",
-           "sum", "dot", "matmul", "scaled_matmul", "bmm_fp32_sequential"]
+__all__ = ["TensorCore", "TENSOR_CORES", "MODELS", "SplitK", "BlockScaledCore",
+           "BLOCK_SCALED_CORES", "sum", "dot", "matmul", "scaled_matmul", "bmm_fp32_sequential"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +122,71 @@ TENSOR_CORES = {
 }
 
 MODELS = ("exact", "sequential", "pairwise", "blocked", "fma") + tuple(TENSOR_CORES)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitK:
+    """A split of the K reduction, as cuBLASLt's split-K GEMM kernels on
+    Hopper (sm_90) run it.
+
+    K is cut into ``tile``-wide k-tiles (the kernel's k-stage, 128 on the
+    H100; a last, shorter tile is the ragged rest of K); split ``s`` of
+    ``splits`` owns the contiguous run of tiles ``[s q, (s + 1) q)`` with
+    ``q = ceil(T / splits)`` for ``T`` tiles (the last splits may own fewer
+    tiles, or none). Each split is accumulated under the GEMM's model from
+    +0 (``"blocked"`` restarts its chains inside the split, every ``block``
+    of the split's own elements); the partial sums are then added in fp32,
+    round to nearest even, in split order: ``((p_0 + p_1) + p_2) + ...``;
+    an empty split is +0.
+
+    This is the layout mmaemu 0.1.0 (Hopper preset, "contiguous") fitted to
+    3,465 live split calls of cuBLASLt 12.8.3.14 on an H100 PCIe, and that
+    ``tests/test_splitk.py`` checks fpemu against. ``splits=1`` is the
+    unsplit GEMM.
+
+    Examples
+    --------
+    >>> from fpemu.accumulate import SplitK
+    >>> SplitK(3).parts(1000)            # 8 k-tiles of 128: 3 + 3 + 2 tiles
+    [(0, 384), (384, 768), (768, 1000)]
+    >>> SplitK(4).parts(256)             # 2 k-tiles: two splits stay empty
+    [(0, 128), (128, 256), (256, 256), (256, 256)]
+    """
+
+    splits: int = 1
+    tile: int = 128
+
+    def __post_init__(self):
+        for name, v in (("splits", self.splits), ("tile", self.tile)):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise FpemuValueError(f"SplitK: {name} must be an int >= 1, got {v!r}; e.g. "
+                                      "SplitK(3) for cuBLASLt's three-way split of K")
+        object.__setattr__(self, "splits", int(self.splits))
+        object.__setattr__(self, "tile", int(self.tile))
+
+    @classmethod
+    def of(cls, splitk, fname="matmul"):
+        """A SplitK from ``splitk``: an int (the number of splits), a SplitK, or
+        an ``(S, "contiguous")`` pair as mmaemu spells it; a clear error
+        otherwise, in the words of the function ``fname``."""
+        if isinstance(splitk, SplitK):
+            return splitk
+        if isinstance(splitk, tuple) and len(splitk) == 2 and splitk[1] == "contiguous":
+            splitk = splitk[0]
+        if (isinstance(splitk, (int, np.integer)) and not isinstance(splitk, (bool, np.bool_))
+                and splitk >= 1):
+            return cls(int(splitk))
+        raise FpemuValueError(
+            f"{fname}(): splitk must be an int >= 1 (the number of K splits), a "
+            f"fpemu.accumulate.SplitK or (S, 'contiguous'); got {splitk!r}. For cuBLASLt's own "
+            "choice use fpemu.cublaslt.splitk_decision")
+
+    def parts(self, K):
+        """The ``splits`` half-open K ranges ``(start, stop)``, in split order."""
+        tiles = -(-int(K) // self.tile)
+        q = -(-tiles // self.splits)
+        return [(min(s * q * self.tile, K), min((s + 1) * q * self.tile, K))
+                for s in range(self.splits)]
 
 
 def _resolve_model(model, name):
@@ -191,6 +261,7 @@ class _Plan:
     block: int              # 0, or the promotion interval of "blocked"
     tc: _TC
     key: int                # the stochastic-rounding key
+    splitk: SplitK = SplitK()
 
     @property
     def acc_fmt(self):
@@ -199,7 +270,7 @@ class _Plan:
 
 def _plan(in_fmt, acc_fmt="fp32", out_fmt=None, model="sequential", block=128,
           inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None,
-          fname="matmul") -> _Plan:
+          fname="matmul", splitk=1) -> _Plan:
     """The :class:`_Plan` of these arguments (the checks raise here)."""
     fmt_a, fmt_b = _in_formats(in_fmt, fname)
     cast = Cast.of(acc_fmt, rounding, subnormals, overflow)
@@ -232,7 +303,12 @@ def _plan(in_fmt, acc_fmt="fp32", out_fmt=None, model="sequential", block=128,
         kind = _ak.TC
     else:
         kind = _ak.MODELS[model]
-    return _Plan(fmt_a, fmt_b, cast, out_fmt, kind, block, tc, key)
+    splitk = SplitK.of(splitk, fname)
+    if splitk.splits > 1 and acc_fmt.name != "fp32":
+        raise FpemuValueError(f"{fname}(): a split K adds its partial sums in fp32, as cuBLASLt "
+                              f"does; got acc_fmt={acc_fmt.name!r}: pass acc_fmt='fp32' or "
+                              "splitk=1")
+    return _Plan(fmt_a, fmt_b, cast, out_fmt, kind, block, tc, key, splitk)
 
 
 def _run(plan: _Plan, A, BT, C, paired, fname="matmul", check=True):
@@ -243,7 +319,7 @@ def _run(plan: _Plan, A, BT, C, paired, fname="matmul", check=True):
         _check_operand(A, plan.fmt_a, "a", fname)
         _check_operand(BT, plan.fmt_b, "b", fname)
         _check_operand(C, plan.acc_fmt, "c", fname)
-    kind, block, cast = plan.kind, plan.block, plan.cast
+    kind = plan.kind
     special = None
     if kind in (_ak.TC, _ak.EXACT):
         finite = np.isfinite(A).all() and np.isfinite(BT).all() and np.isfinite(C).all()
@@ -260,15 +336,10 @@ def _run(plan: _Plan, A, BT, C, paired, fname="matmul", check=True):
             A = np.where(np.isfinite(A), A, 0.0)
             BT = np.where(np.isfinite(BT), BT, 0.0)
             C = np.where(np.isfinite(C), C, 0.0)
-    native = (kind == _ak.SEQUENTIAL and block == 0 and plan.acc_fmt.name == "fp32"
-              and cast.rounding is Rounding.RNE and cast.subnormals
-              and int(cast.overflow) == 0 and not paired)
-    out = np.empty(C.shape, np.float32)
-    if out.size and kind == _ak.TC:
-        out = _tc_matmul(A, BT, C, plan.tc, block, paired)
-    elif out.size:
-        kernel = _ak.dot_kernel(kind, int(cast.rounding), cast.flags, block, native, paired)
-        run_kernel(kernel, A, BT, C, out, cast.params, tuple(plan.tc), plan.key, inputs=3)
+    if plan.splitk.splits > 1:
+        out = _split_accumulate(plan, A, BT, C.shape, paired)
+    else:
+        out = _accumulate(plan, A, BT, C, paired)
     if special is not None:
         with np.errstate(all="ignore"):
             special = special.astype(np.float32)
@@ -278,6 +349,37 @@ def _run(plan: _Plan, A, BT, C, paired, fname="matmul", check=True):
     if plan.out_fmt != plan.acc_fmt:
         out = quantize(out, plan.out_fmt)
     return out
+
+
+def _accumulate(plan: _Plan, A, BT, C, paired):
+    """The finite accumulation of :func:`_run`, one chain schedule over all of K."""
+    kind, block, cast = plan.kind, plan.block, plan.cast
+    native = (kind == _ak.SEQUENTIAL and block == 0 and plan.acc_fmt.name == "fp32"
+              and cast.rounding is Rounding.RNE and cast.subnormals
+              and int(cast.overflow) == 0 and not paired)
+    out = np.empty(C.shape, np.float32)
+    if out.size and kind == _ak.TC:
+        out = _tc_matmul(A, BT, C, plan.tc, block, paired)
+    elif out.size:
+        kernel = _ak.dot_kernel(kind, int(cast.rounding), cast.flags, block, native, paired)
+        run_kernel(kernel, A, BT, C, out, cast.params, tuple(plan.tc), plan.key, inputs=3)
+    return out
+
+
+def _split_accumulate(plan: _Plan, A, BT, shape, paired):
+    """:func:`_accumulate` under ``plan.splitk``: each split's K range from
+    +0, the partial sums added in fp32 in split order (:class:`SplitK`)."""
+    zero = np.zeros(shape)
+    total = None
+    for k0, k1 in plan.splitk.parts(A.shape[1]):
+        if k1 > k0:
+            part = _accumulate(plan, np.ascontiguousarray(A[:, k0:k1]),
+                               np.ascontiguousarray(BT[:, k0:k1]), zero, paired)
+        else:
+            part = np.zeros(shape, np.float32)          # an empty split: +0
+        with np.errstate(all="ignore"):                   # inf - inf: NaN, as IEEE
+            total = part if total is None else total + part   # binary32, round to nearest
+    return total
 
 
 def _exponents(X, emin):
@@ -337,7 +439,7 @@ def _as_matrix(x, fname, label):
 
 def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,
            inner="sequential", c=None, rounding="rne", subnormals=True, overflow=None,
-           seed=None):
+           seed=None, splitk=1):
     """a @ b (2-D) under an accumulation model; float32 values of out_fmt.
 
     Parameters
@@ -357,6 +459,13 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
         Initial accumulator (values of acc_fmt), broadcast to (M, N).
     rounding, subnormals, overflow, seed
         For the roundings into acc_fmt, as in :func:`fpemu.quantize`.
+    splitk : int or SplitK
+        Split K into this many parts (:class:`SplitK`: 128-wide k-tiles, each
+        part accumulated from +0, the parts added in fp32), as cuBLASLt's
+        split-K kernels do; 1 (default): one reduction over all of K.
+        :func:`fpemu.cublaslt.splitk_decision` gives cuBLASLt's own choice.
+        A split GEMM takes no ``c`` (cuBLASLt adds C after the split's
+        reduction: add it to the result).
 
     Examples
     --------
@@ -367,17 +476,34 @@ def matmul(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", bl
     1.0
     >>> accumulate.matmul(a, b, "fp32", model="exact").item() == 1 + 2**-23
     True
+
+    A split K adds the parts' sums at the end: here 1 + 2**-24 + 2**-24, exact.
+
+    >>> a = np.zeros((1, 256)); a[0, 0] = 1.0; a[0, 128:130] = 2.0**-24
+    >>> accumulate.matmul(a, np.ones((256, 1)), "fp32").item()
+    1.0
+    >>> accumulate.matmul(a, np.ones((256, 1)), "fp32", splitk=2).item() == 1 + 2**-23
+    True
     """
     A = _as_matrix(a, "matmul", "a")
     B = _as_matrix(b, "matmul", "b")
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise FpemuValueError(f"matmul(): needs shapes (M, K) and (K, N); got {A.shape} and "
                               f"{B.shape}")
+    plan = _plan(in_fmt, acc_fmt, out_fmt, model, block, inner, rounding, subnormals, overflow,
+                 seed, "matmul", splitk)
+    _no_c_when_split(plan, c, "matmul")
     C = _identity(rounding, A.shape[1]) if c is None else _as_matrix(c, "matmul", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
-    plan = _plan(in_fmt, acc_fmt, out_fmt, model, block, inner, rounding, subnormals, overflow,
-                 seed, "matmul")
     return _run(plan, np.ascontiguousarray(A), np.ascontiguousarray(B.T), C, False)
+
+
+def _no_c_when_split(plan, c, fname):
+    if c is not None and plan.splitk.splits > 1:
+        raise FpemuValueError(
+            f"{fname}(): c with splitk={plan.splitk.splits}: a split GEMM accumulates each part "
+            "from +0 and cuBLASLt adds C only after the parts are reduced; pass c=None and add "
+            "c to the result (or splitk=1 to start the one chain from c)")
 
 
 def _matmul_values(A, B, in_fmt, acc_fmt, out_fmt, model, block=128, inner="sequential"):
@@ -396,7 +522,8 @@ def _matmul_planned(plan, A, B):
 
 
 def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,
-        inner="sequential", c=None, rounding="rne", subnormals=True, overflow=None, seed=None):
+        inner="sequential", c=None, rounding="rne", subnormals=True, overflow=None, seed=None,
+        splitk=1):
     """Dot products along the last axis (leading axes broadcast); ``c``, the
     initial accumulator (values of acc_fmt), broadcasts to the result's shape.
     The other arguments are those of :func:`matmul`.
@@ -423,16 +550,18 @@ def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block
     rows = int(np.prod(lead, dtype=np.int64))
     A2 = np.ascontiguousarray(np.broadcast_to(A, lead + (K,))).reshape(rows, K)
     B2 = np.ascontiguousarray(np.broadcast_to(B, lead + (K,))).reshape(rows, K)
+    plan = _plan(in_fmt, acc_fmt, out_fmt, model, block, inner, rounding, subnormals,
+                 overflow, seed, "dot", splitk)
+    _no_c_when_split(plan, c, "dot")
     C = _identity(rounding, K) if c is None else _as_matrix(c, "dot", "c")
     C = np.ascontiguousarray(np.broadcast_to(C, lead)).reshape(-1, 1)
-    plan = _plan(in_fmt, acc_fmt, out_fmt, model, block, inner, rounding, subnormals,
-                 overflow, seed, "dot")
     out = _run(plan, A2, B2, C, True, "dot")
     return out.reshape(lead)
 
 
 def sum(x, in_fmt, acc_fmt="fp32", out_fmt=None, *, axis=-1, model="sequential", block=128,
-        inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None):
+        inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None,
+        splitk=1):
     """Sum along one axis (default the last; None: all) under a model.
 
     Examples
@@ -462,7 +591,7 @@ def sum(x, in_fmt, acc_fmt="fp32", out_fmt=None, *, axis=-1, model="sequential",
     X = np.moveaxis(X, axis, -1)
     return dot(X, np.ones(X.shape[-1]), in_fmt, acc_fmt, out_fmt, model=model, block=block,
                inner=inner, rounding=rounding, subnormals=subnormals, overflow=overflow,
-               seed=seed)
+               seed=seed, splitk=splitk)
 
 
 # ------------------------------------------------------ block-scaled GEMMs

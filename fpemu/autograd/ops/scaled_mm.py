@@ -16,14 +16,27 @@ cuBLASLt, with the checks of torch's CUDA kernel:
   underflowing one keeps its sign), then the output dtype: float32 as is,
   bfloat16 / float16 rounded from y, fp8 ``y * scale_result`` saturated and
   rounded; NaN is the canonical NaN of the output dtype;
+* split-K (``splitk=``, an fpemu extension of torch's signature): ``"auto"``
+  (the default) runs the split cuBLASLt picks for the shape, dtypes and
+  accumulation on an H100 PCIe with torch's 1 MiB workspace, as recorded in
+  mmaemu's heuristic table (:func:`fpemu.cublaslt.splitk_decision`; e.g.
+  16x64x8192 and 64x128x8192 split three ways); an int or
+  :class:`fpemu.accumulate.SplitK` forces a split (``1``: one chain). Split
+  parts are 128-wide k-tiles, each part accumulated as above from +0, the
+  parts added in fp32 before the epilogue; checked bit for bit against
+  mmaemu's ``splitk="auto"`` (``tests/test_splitk.py``);
 * row-wise scales (``scale_a`` (M, 1), ``scale_b`` (1, N), float32) give each
   output its own ``alpha = fp32(scale_a[m] * scale_b[n])``, and a bias is
   added to y in float32 before the output rounding: these two follow the
   cuBLASLt documentation's formula and are not checked against a GPU.
 
-Under ``Profile("cpu")`` it computes as torch's CPU kernel: the operands
-dequantized (``fp32(a * scale_a)``) and multiplied in float32, the bias
-added, one rounding to the output dtype.
+Under ``Profile("cpu")`` it computes as torch's CPU kernel does, up to the
+order of the float32 sums: the operands dequantized (``fp32(a * scale_a)``)
+and multiplied in float32 (fpemu adds the K products in index order; torch
+2.13's CPU BLAS adds them in blocks, so about a third of the float32 outputs
+differ in the last bit, each within the float32 error bound of the sum),
+the bias added, one rounding to the output dtype. The CPU kernel does not
+split K: ``splitk`` must stay ``"auto"`` or 1 there.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import accumulate as _acc
+from ... import cublaslt
 from ...quantize import quantize
 from .._core import (
     Tensor, _result, _store, as_dtype, bfloat16, float16, float32, float8_e4m3fn, float8_e5m2,
@@ -114,10 +128,27 @@ def _to_output(y, out_dtype, scale_result):
     return out
 
 
+def _split_of(splitk, cpu, M, N, K, a_dt, b_dt, out_dtype, fast):
+    """The :class:`fpemu.accumulate.SplitK` of this call (module docstring)."""
+    if isinstance(splitk, str) and splitk == "auto":
+        if cpu:
+            return _acc.SplitK(1)
+        return cublaslt.splitk_decision(M, N, K, str(a_dt), str(b_dt), str(out_dtype),
+                                        fast=bool(fast)).splitk
+    split = _acc.SplitK.of(splitk, "_scaled_mm")
+    if cpu and split.splits > 1:
+        raise ValueError(f"_scaled_mm(): splitk={splitk!r} under the CPU profile: torch's CPU "
+                         "kernel does not split K; pass splitk='auto' or 1, or use the CUDA "
+                         "profile")
+    return split
+
+
 def _scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None,  # noqa: A002
-               out_dtype=None, use_fast_accum=False):
+               out_dtype=None, use_fast_accum=False, *, splitk="auto"):
     """``torch._scaled_mm``: the scaled fp8 GEMM (module docstring). Not
-    differentiable, as in torch."""
+    differentiable, as in torch. ``splitk`` (fpemu's): ``"auto"``, cuBLASLt's
+    split on an H100 PCIe (:func:`fpemu.cublaslt.splitk_decision`), or an
+    explicit number of K splits."""
     a, b = input, mat2
     for name, t in (("self", a), ("mat2", b)):
         if not isinstance(t, Tensor):
@@ -139,6 +170,7 @@ def _scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None,  # n
     cpu = get_profile().cpu
     if not cpu:
         _check_cuda(a, b, bias, out_dtype, M, K, N)
+    split = _split_of(splitk, cpu, M, N, K, a.dtype, b.dtype, out_dtype, use_fast_accum)
     A = a._data.astype(np.float32)
     B = b._data.astype(np.float32)
     with np.errstate(all="ignore"):
@@ -153,10 +185,10 @@ def _scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None,  # n
         else:
             fmts = (a.dtype, b.dtype)
             if use_fast_accum:
-                acc = _acc._matmul_values(A, B, fmts, "fp32", "fp32", "h100-fp8")
+                acc = _acc.matmul(A, B, fmts, "fp32", "fp32", model="h100-fp8", splitk=split)
             else:
-                acc = _acc._matmul_values(A, B, fmts, "fp32", "fp32", "blocked", 128,
-                                          "h100-fp8")
+                acc = _acc.matmul(A, B, fmts, "fp32", "fp32", model="blocked", block=128,
+                                  inner="h100-fp8", splitk=split)
             alpha = (sa.astype(np.float64) * sb.astype(np.float64)).astype(np.float32)
             # fma(acc, alpha, +0): the exact product rounded once (+0 for an exact zero)
             y = (acc.astype(np.float64) * alpha.astype(np.float64) + 0.0).astype(np.float32)

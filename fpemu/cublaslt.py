@@ -1,0 +1,173 @@
+"""Which split of K cuBLASLt picks for an fp8 GEMM: recorded facts.
+
+cuBLASLt's heuristic (``cublasLtMatmulAlgoGetHeuristic``) may run a GEMM as
+a split-K kernel: K cut into parts, each accumulated separately, the partial
+sums added at the end (:class:`fpemu.accumulate.SplitK`). The choice depends
+on the GPU, its SM count, the cuBLASLt version, the workspace the caller
+allows, the operand and output dtypes and fast or slow accumulation; it is
+not a function of the shape alone, and no rule written from the shape
+reproduces it. So fpemu reads it from a recorded table: the heuristic's
+answers on an **NVIDIA H100 PCIe** (114 SMs, driver 570.148.08, cuBLASLt
+12.8.3.14, torch 2.7.1's ``_scaled_mm`` descriptor) for 28,018 shapes under
+each of the 28 fp8 settings, recorded by mmaemu 0.1.0's authors (the
+``heur_h100pcie_lt12.8.3.14`` table of the ``mmaemu`` package; fpemu ships the
+decisions as data, ``scripts/export_cublaslt_splitk.py``).
+
+The decision for a GEMM comes, in order, from
+
+1. the workspace: without one (``workspace=0``) cuBLASLt never splits;
+2. the table, when it holds the shape (``source="table"``);
+3. its sweep's envelope: above a bound ``B(setting, K)`` on ``M * N`` no
+   split was ever seen for 1,024 <= K <= 4,194,304 (``source="envelope"``;
+   held out and validated at 1 MiB, not at 32 MiB);
+4. otherwise nothing is known: ``S = 1`` with ``source="unrecorded"``, and
+   the note says so (a GPU run of ``make gpu-check`` records the truth).
+
+Examples
+--------
+>>> from fpemu import cublaslt
+>>> d = cublaslt.splitk_decision(64, 128, 8192, "e4m3fn", "e4m3fn", "bfloat16", fast=True)
+>>> d.splits, d.source
+(3, 'table')
+>>> cublaslt.splitk_decision(5000, 5000, 4000, "e4m3fn", "e4m3fn", "bfloat16").source
+'envelope'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from importlib import resources
+
+import numpy as np
+
+from .accumulate import SplitK
+from .errors import FpemuTypeError, FpemuValueError
+
+__all__ = ["SplitDecision", "splitk_decision", "TABLE", "WORKSPACES"]
+
+#: Where the decisions were recorded (the table's own metadata).
+TABLE = "H100 PCIe (114 SMs), driver 570.148.08, cuBLASLt 12.8.3.14, torch 2.7.1+cu128"
+
+#: The workspaces recorded: torch's default (1 MiB in torch 2.7) and
+#: TransformerEngine's (32 MiB); 0 never splits.
+WORKSPACES = (0, 1 << 20, 32 << 20)
+
+_FMTS = {"e4m3fn": 0, "float8_e4m3fn": 0, "e4m3": 0, "e5m2": 1, "float8_e5m2": 1}
+_OUTS = {"float32": 0, "fp32": 0, "bfloat16": 1, "bf16": 1, "float16": 2, "fp16": 2,
+         "half": 2, "float8_e4m3fn": 3, "e4m3fn": 3, "float8_e5m2": 4, "e5m2": 4}
+_OUT_NAMES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+_FMT_NAMES = ("float8_e4m3fn", "float8_e5m2")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitDecision:
+    """cuBLASLt's split of one GEMM: ``splits`` parts, where the answer came
+    from (``"workspace0"``, ``"table"``, ``"envelope"``, ``"unrecorded"``)
+    and a note saying why."""
+
+    splits: int
+    source: str
+    note: str
+
+    @property
+    def splitk(self) -> SplitK:
+        """The :class:`fpemu.accumulate.SplitK` to pass as ``splitk=``."""
+        return SplitK(self.splits)
+
+
+@functools.lru_cache(maxsize=1)
+def _table():
+    with resources.files("fpemu").joinpath("data/cublaslt_splitk_h100pcie.npz").open("rb") as f:
+        z = np.load(f)
+        t = {k: z[k] for k in z.files}
+    t["about"] = json.loads(str(t["about"]))
+    s = t["settings"].astype(np.int64)
+    t["setting_codes"] = ((s[:, 0] * 2 + s[:, 1]) * 5 + s[:, 2]) * 2 + s[:, 3]
+    sh = t["shapes"].astype(np.int64)
+    t["shape_keys"] = (sh[:, 0] << 42) | (sh[:, 1] << 21) | sh[:, 2]
+    return t
+
+
+def _dtype_name(x, what, names):
+    s = str(getattr(x, "name", x)).split(".")[-1].lower()
+    if s not in names:
+        raise FpemuValueError(f"splitk_decision(): {what} must be one of "
+                              f"{', '.join(sorted(set(names)))}; got {x!r}")
+    return names[s]
+
+
+def _dim(v, what):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+        raise FpemuTypeError(f"splitk_decision(): {what} must be an int >= 0, got {v!r}")
+    return int(v)
+
+
+def splitk_decision(M, N, K, a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn",
+                    out_dtype=None, *, fast=False, workspace=1 << 20) -> SplitDecision:
+    """The split-K cuBLASLt 12.8.3.14 picks on an H100 PCIe for
+    ``torch._scaled_mm(a, b)`` with ``a`` (M, K) and ``b`` (K, N) (module text).
+
+    Parameters
+    ----------
+    M, N, K : int
+        The GEMM's shape.
+    a_dtype, b_dtype : str
+        ``float8_e4m3fn`` / ``e4m3fn`` or ``float8_e5m2`` / ``e5m2`` (or torch
+        dtypes).
+    out_dtype : str, optional
+        float32, bfloat16, float16 or an fp8 dtype; None: ``a_dtype``, as torch.
+    fast : bool
+        ``use_fast_accum``.
+    workspace : int
+        cuBLASLt's workspace in bytes: 0, 1 MiB (torch's default at the
+        recording) or 32 MiB (TransformerEngine's).
+
+    Examples
+    --------
+    >>> from fpemu import cublaslt
+    >>> cublaslt.splitk_decision(16, 64, 8192, out_dtype="float32").splits
+    3
+    >>> cublaslt.splitk_decision(16, 64, 8192, out_dtype="float32", workspace=0).source
+    'workspace0'
+    """
+    M, N, K = _dim(M, "M"), _dim(N, "N"), _dim(K, "K")
+    fa = _dtype_name(a_dtype, "a_dtype", _FMTS)
+    fb = _dtype_name(b_dtype, "b_dtype", _FMTS)
+    out = fa + 3 if out_dtype is None else _dtype_name(out_dtype, "out_dtype", _OUTS)
+    if workspace not in WORKSPACES:
+        raise FpemuValueError(f"splitk_decision(): workspace must be one of {WORKSPACES} bytes "
+                              f"(the ones recorded), got {workspace!r}")
+    t = _table()
+    if workspace == 0:
+        return SplitDecision(1, "workspace0", t["about"]["workspace0"])
+    if min(M, N, K) == 0:
+        return SplitDecision(1, "table", "an empty GEMM accumulates nothing")
+    setting = ((fa * 2 + fb) * 5 + out) * 2 + int(bool(fast))
+    name = (f"{_FMT_NAMES[fa]} x {_FMT_NAMES[fb]} -> {_OUT_NAMES[out]}, "
+            f"{'fast' if fast else 'slow'} accumulation, workspace {workspace} B")
+    col = np.searchsorted(t["setting_codes"], setting)
+    if col >= len(t["setting_codes"]) or t["setting_codes"][col] != setting:
+        return SplitDecision(1, "unrecorded",
+                             f"cuBLASLt returned no algorithm for {name} on the {TABLE} "
+                             "(CUBLAS_STATUS_NOT_SUPPORTED); nothing is known of its split")
+    if max(M, N, K) < 1 << 21:
+        key = (M << 42) | (N << 21) | K
+        row = np.searchsorted(t["shape_keys"], key)
+        if row < len(t["shape_keys"]) and t["shape_keys"][row] == key:
+            S = int(t[f"splits_{workspace}"][row, col])
+            return SplitDecision(S, "table", f"recorded on the {TABLE}: numSplitsK {S} for "
+                                             f"{M}x{N}x{K}, {name}")
+    env = t["about"]["envelope"]
+    if env["K_min"] <= K <= env["K_max"]:
+        i = int(np.searchsorted(t["envelope_k"], K, side="left"))
+        B = int(t[f"bounds_{workspace}"][col, i])
+        if B >= 0 and M * N > B:
+            status = env["validation"][str(workspace)]
+            return SplitDecision(1, "envelope", f"M*N = {M * N} is above the bound {B} at grid K = "
+                                                f"{int(t['envelope_k'][i])} of {name}, where the "
+                                                f"sweep saw no split ({status} on held-out shapes)")
+    return SplitDecision(1, "unrecorded", f"{M}x{N}x{K} ({name}) is neither in the table of the "
+                                          f"{TABLE} nor above its no-split bound: unsplit assumed, "
+                                          "the GPU may split it")
