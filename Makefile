@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-dev
 DOCSTAMP := $(VENV)/.installed-docs
 export MPLBACKEND := Agg
 
-.PHONY: demo test lint docs lab bench clean venv record parity
+.PHONY: demo test lint docs lab bench clean venv record parity gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_emulate.py
 	$(BIN)/python bench/bench_block.py
 	$(BIN)/python bench/block_memory.py
+
+# Everything fpemu wants from a GPU, in priority order inside a time budget
+# (bench/gpu_check.py); HOST=1: the dry run on the CPU, CPU torch standing in.
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py $(if $(HOST),--host --small)
 
 record: $(STAMP)
 	$(BIN)/fpemu record --device cpu

@@ -1,0 +1,759 @@
+"""Everything fpemu wants from a GPU, in one prepared run: ``make gpu-check``.
+
+A GPU is lent now and then, for minutes. This script spends them in
+priority order, inside a time budget, and writes one results folder with a
+markdown summary to commit::
+
+    python bench/gpu_check.py [--out DIR] [--budget-seconds 480]
+    python bench/gpu_check.py --host --small     # the dry run `make test` runs
+
+Steps, in order (``--steps`` picks some):
+
+1. ``env``: torch, CUDA, driver, GPU, SM count, numpy and fpemu versions;
+2. ``traces``: the fidelity trace folder for this device and torch version
+   (``fpemu record --device cuda`` into ``tests/reference``) when it is
+   missing or lacks scenarios, packed as ``traces.tar.gz``; then its replay
+   (``fpemu parity``), counted;
+3. ``gemm``: GEMM probes. bf16 and fp16 ``torch.matmul``, float32 with TF32,
+   ``torch._scaled_mm`` (fast and slow accumulation, tensor-wise and row-wise
+   scales, a bias, every output dtype), K from 16 to 8192 and the GEMM
+   shapes of the end-to-end scenarios and of mmaemu's split-K table. The
+   inputs come from a seed (numpy's generator, the cast done by torch on the
+   CPU), so only their sha256 and the output bits are stored; then fpemu's
+   candidate models are fitted to them (``fit_gemm``: tensor-core block
+   width and alignment bits, split-K count, for TF32 the input rounding) and
+   each case says which reproduce it bit for bit;
+4. ``attention``: ``scaled_dot_product_attention`` with the flash and
+   memory-efficient backends, bf16 and fp16, causal or not, forward and
+   backward, small shapes; output and gradient bits, compared with fpemu's
+   model (``docs/pytorch-numerics.md`` §11): how many equal, the largest
+   distance in ulps;
+5. ``triton``: fpemu's Triton kernels' bit-exactness and speed, when
+   fpemu has them;
+6. ``casts``, ``cuda_checks``, ``torch_checks``: ``bench/cuda_casts.py``,
+   ``bench/cuda_checks.py`` and ``bench/torch_cuda_checks.py`` when their
+   committed data do not cover this GPU and torch version.
+
+Resumable: ``state.json`` in the results folder records each step done;
+a rerun skips them (``--redo STEP`` runs one again). A step that does not fit
+in what is left of the budget is skipped and said so; the GEMM probes stop
+case by case at the deadline and go on from there next time.
+
+``--host`` runs everything on the CPU with CPU torch standing in (no GPU
+minute spent on a script that breaks); ``--small`` uses small sizes. On the
+device machine, pack the folder for the way back:
+``python bench/gpu_check.py --out R && tar czf $OUT/gpu_check.tgz R``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+STEPS = ("env", "traces", "gemm", "attention", "triton", "casts", "cuda_checks", "torch_checks")
+# rough cost of each step on an H100 (seconds): a step starts only if it fits
+COST = {"env": 1, "traces": 150, "gemm": 60, "attention": 20, "triton": 10, "casts": 120,
+        "cuda_checks": 30, "torch_checks": 120}
+HOST_COST = {"env": 1, "traces": 20, "gemm": 20, "attention": 10, "triton": 1, "casts": 30,
+             "cuda_checks": 60, "torch_checks": 1}
+KS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+KS_SMALL = (16, 128, 1024)
+# (M, K, N) of the end-to-end scenarios' GEMMs: the MLP's forward / dgrad /
+# wgrad (batch 64, 32 -> 64 -> 10) and the transformer's (16 x 8 tokens, d 32)
+E2E_SHAPES = ((64, 32, 64), (64, 64, 10), (64, 64, 32), (10, 64, 64), (128, 32, 32),
+              (128, 32, 64), (128, 64, 32), (32, 128, 32), (64, 128, 32), (8, 32, 8))
+# (M, N, K) that cuBLASLt splits on an H100 PCIe (mmaemu's table): 3, 3, 4 ways
+SPLIT_SHAPES = ((16, 64, 8192), (64, 128, 8192), (16, 64, 12288))
+
+
+def slug(text):
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+class Run:
+    """The results folder, its state and the budget."""
+
+    def __init__(self, args, torch):
+        self.args, self.torch = args, torch
+        self.device = "cpu" if args.host else "cuda"
+        name = (torch.cuda.get_device_name(0) if self.device == "cuda"
+                else f"cpu {platform.machine()}")
+        self.tag = f"{slug(name)}-torch{torch.__version__.split('+')[0]}"
+        if args.fit:                        # a recorded folder, fitted here
+            self.tag = os.path.basename(os.path.normpath(args.fit))
+        # a GPU's results are committed; a host dry run's are not (out/ is ignored)
+        self.out = args.fit or args.out or os.path.join(
+            ROOT, "out" if args.host else "bench", "gpu_check", self.tag)
+        os.makedirs(self.out, exist_ok=True)
+        self.state_path = os.path.join(self.out, "state.json")
+        self.state = {}
+        if os.path.exists(self.state_path):
+            with open(self.state_path) as fh:
+                self.state = json.load(fh)
+        self.deadline = time.monotonic() + args.budget_seconds
+        self.lines = []
+
+    def release(self):
+        """The torch version of the recording (env.json), for fpemu's profile."""
+        path = self.path("env.json")
+        version = json.load(open(path))["torch"] if os.path.exists(path) else \
+            self.torch.__version__
+        return version.split("+")[0]
+
+    def left(self):
+        return self.deadline - time.monotonic()
+
+    def log(self, text):
+        print(text, flush=True)
+
+    def save(self):
+        with open(self.state_path, "w") as fh:
+            json.dump(self.state, fh, indent=1, sort_keys=True)
+
+    def path(self, name):
+        return os.path.join(self.out, name)
+
+
+# ------------------------------------------------------------------ env
+def step_env(run):
+    torch = run.torch
+    env = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "numpy": np.__version__,
+           "python": platform.python_version(), "device": run.device, "host": run.args.host}
+    try:
+        import fpemu
+        env["fpemu"] = fpemu.__version__
+    except Exception as err:                                  # noqa: BLE001
+        env["fpemu"] = f"not importable ({err})"
+    if run.device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        env.update(gpu=p.name, capability=list(torch.cuda.get_device_capability(0)),
+                   sm_count=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1))
+        try:
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=60).stdout.strip()
+        except Exception as err:                              # noqa: BLE001
+            env["driver"] = f"unknown ({err})"
+        env["cublaslt_workspace_env"] = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "(unset)")
+    else:
+        env.update(gpu=f"none: CPU torch stands in ({platform.processor() or platform.machine()})",
+                   cpu_capability=torch.backends.cpu.get_cpu_capability())
+    with open(run.path("env.json"), "w") as fh:
+        json.dump(env, fh, indent=1, sort_keys=True)
+    return {"status": "done", "lines": [f"{k}: {v}" for k, v in sorted(env.items())]}
+
+
+# --------------------------------------------------------------- traces
+def step_traces(run):
+    from fpemu.reference import parity, record
+    from fpemu.reference.scenarios import SCENARIOS
+    root = run.args.traces_root
+    folder = os.path.join(root, record.trace_dir_name(run.torch, run.device))
+    have = set()
+    if os.path.exists(os.path.join(folder, record.META)):
+        have = set(parity.load_meta(folder)["scenarios"])
+    wanted = list(SCENARIOS) if not run.args.small else [n for n in SCENARIOS
+                                                         if n.startswith("casts-")]
+    missing = [n for n in wanted if n not in have]
+    lines = [f"trace folder {os.path.relpath(folder, ROOT)}: {len(have)} scenarios recorded, "
+             f"{len(missing)} of the {len(wanted)} wanted missing"]
+    if missing:
+        t0 = time.monotonic()
+        record.record(run.device, root, missing, log=lambda s: None)
+        lines.append(f"recorded {len(missing)} scenarios in {time.monotonic() - t0:.0f} s")
+        with tarfile.open(run.path("traces.tar.gz"), "w:gz") as tar:
+            tar.add(folder, arcname=os.path.basename(folder))
+        lines.append("packed as traces.tar.gz (unpack into tests/reference)")
+    t0 = time.monotonic()
+    results = parity.parity(folder, wanted, log=lambda s: None)
+    statuses = [c.status for r in results for c in r.comparisons]
+    counts = {s: statuses.count(s) for s in sorted(set(statuses))}
+    failed = [r.name for r in results if not r.ok]
+    lines.append(f"replayed {len(results)} scenarios in {time.monotonic() - t0:.0f} s: "
+                 + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    if failed:
+        lines.append("failed: " + ", ".join(failed))
+    return {"status": "done", "lines": lines, "counts": counts, "failed": failed}
+
+
+# ----------------------------------------------------------------- gemm
+def gemm_cases(small, device):
+    """Every probe as a dict: kind (matmul / scaled_mm), dtypes, shape,
+    options, seed."""
+    ks = KS_SMALL if small else KS
+    cases = []
+    for dt in ("bfloat16", "float16", "tf32"):
+        for K in ks:
+            cases.append(dict(kind="matmul", dtype=dt, M=16, K=K, N=16))
+        for M, K, N in (E2E_SHAPES[:3] if small else E2E_SHAPES):
+            cases.append(dict(kind="matmul", dtype=dt, M=M, K=K, N=N))
+    outs = ("float32", "bfloat16", "float16", "float8_e4m3fn")
+    for fast in (True, False):
+        for K in ks:
+            for out in (outs[:2] if small else outs):
+                cases.append(dict(kind="scaled_mm", dtype="float8_e4m3fn", M=16, K=K, N=16,
+                                  out=out, fast=fast, scales="tensor", bias=False))
+        cases.append(dict(kind="scaled_mm", dtype="float8_e4m3fn", M=16, K=ks[-1], N=32,
+                          out="bfloat16", fast=fast, scales="row", bias=False))
+        cases.append(dict(kind="scaled_mm", dtype="float8_e4m3fn", M=16, K=ks[-1], N=32,
+                          out="bfloat16", fast=fast, scales="tensor", bias=True))
+        if not small:
+            for M, N, K in SPLIT_SHAPES:
+                cases.append(dict(kind="scaled_mm", dtype="float8_e4m3fn", M=M, K=K, N=N,
+                                  out="bfloat16", fast=fast, scales="tensor", bias=False))
+    for i, c in enumerate(cases):
+        c["seed"] = 1000 + i
+        c["id"] = (f"{c['kind']}-{c['dtype']}-{c['M']}x{c['K']}x{c['N']}"
+                   + (f"-{c['out']}-{'fast' if c['fast'] else 'slow'}-{c['scales']}"
+                      f"{'-bias' if c['bias'] else ''}" if c["kind"] == "scaled_mm" else ""))
+    return cases
+
+
+def gemm_inputs(torch, case):
+    """The probe's operands, made on the CPU from its seed: float32 values
+    cast by torch (``a`` (M, K), ``b`` (K, N); ``b`` column-major for
+    _scaled_mm), and for _scaled_mm the scales and bias."""
+    rng = np.random.default_rng(case["seed"])
+    M, K, N = case["M"], case["K"], case["N"]
+    # values over a few binades, with zeros: cancellation and alignment both matter
+    a = rng.standard_normal((M, K)) * 2.0 ** rng.integers(-3, 4, (M, K))
+    b = rng.standard_normal((K, N)) * 2.0 ** rng.integers(-3, 4, (K, N))
+    a[rng.random((M, K)) < 0.02] = 0.0
+    A = torch.from_numpy(a.astype(np.float32))
+    B = torch.from_numpy(b.astype(np.float32))
+    ins = {}
+    if case["kind"] == "matmul":
+        if case["dtype"] != "tf32":
+            A, B = A.to(getattr(torch, case["dtype"])), B.to(getattr(torch, case["dtype"]))
+        ins.update(a=A, b=B)
+    else:
+        dt = getattr(torch, case["dtype"])
+        ins["a"] = (A * 4).to(dt)
+        ins["b"] = (B.t().contiguous() * 4).to(dt).t()                 # column-major
+        if case["scales"] == "tensor":
+            ins["scale_a"] = torch.tensor(np.float32(0.375))
+            ins["scale_b"] = torch.tensor(np.float32(1.25))
+        else:
+            ins["scale_a"] = torch.from_numpy(rng.uniform(0.25, 2, (M, 1)).astype(np.float32))
+            ins["scale_b"] = torch.from_numpy(rng.uniform(0.25, 2, (1, N)).astype(np.float32))
+        if case["bias"]:
+            ins["bias"] = torch.from_numpy(rng.standard_normal(N).astype(np.float32)).to(
+                getattr(torch, case["out"]))
+    return ins
+
+
+def _digest(ins):
+    h = hashlib.sha256()
+    for k in sorted(ins):
+        t = ins[k].contiguous()
+        h.update(k.encode())
+        h.update(t.view(-1).view(__import__("torch").uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _bits32(torch, t):
+    """The float32 bit patterns of a result (exact: every output dtype
+    widens exactly to float32)."""
+    return t.detach().cpu().float().numpy().view(np.uint32).copy()
+
+
+def run_gemm(torch, case, device):
+    ins = gemm_inputs(torch, case)
+    dev = {k: v.to(device) for k, v in ins.items()}
+    out_used = case.get("out")
+    if case["kind"] == "matmul":
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = case["dtype"] == "tf32"
+        try:
+            y = None
+            if case["dtype"] != "tf32":
+                # the float32 accumulator itself where torch can write it (mm's
+                # out_dtype): a 16-bit output hides most of the K order
+                try:
+                    y = torch.mm(dev["a"], dev["b"], out_dtype=torch.float32)
+                    out_used = "float32"
+                except Exception:                             # noqa: BLE001
+                    y = None
+            if y is None:
+                y = torch.matmul(dev["a"], dev["b"])
+                out_used = "float32" if case["dtype"] == "tf32" else case["dtype"]
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+    else:
+        kw = {"bias": dev["bias"]} if "bias" in dev else {}
+        if case["out"].startswith("float8"):
+            kw["scale_result"] = torch.tensor(np.float32(0.5), device=device)
+        y = torch._scaled_mm(dev["a"], dev["b"], dev["scale_a"], dev["scale_b"],
+                             out_dtype=getattr(torch, case["out"]),
+                             use_fast_accum=case["fast"], **kw)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return _digest(ins), _bits32(torch, y), out_used
+
+
+def step_gemm(run):
+    torch = run.torch
+    path = run.path("gemm.npz")
+    done = dict(np.load(path)) if os.path.exists(path) else {}
+    meta_path = run.path("gemm.json")
+    meta = json.load(open(meta_path)) if os.path.exists(meta_path) else {"cases": {}}
+    meta.setdefault("small", run.args.small)
+    cases = gemm_cases(meta["small"], run.device)
+    ran = 0
+    for case in cases:
+        if case["id"] in done or run.args.fit:
+            continue
+        if run.left() < 2:
+            break
+        try:
+            digest, bits, out_used = run_gemm(torch, case, run.device)
+        except Exception as err:                              # noqa: BLE001
+            meta["cases"][case["id"]] = dict(case, error=f"{type(err).__name__}: {err}")
+            continue
+        done[case["id"]] = bits
+        meta["cases"][case["id"]] = dict(case, sha256=digest, out=out_used)
+        ran += 1
+    np.savez_compressed(path, **done)
+    complete = all(c["id"] in done or "error" in meta["cases"].get(c["id"], {}) for c in cases)
+    with open(meta_path, "w") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+    if run.args.no_fit or (not run.args.host and run.left() < 60):
+        return {"status": "done" if complete else "partial",
+                "lines": [f"{ran} probes run now, {len(done)} of {len(cases)} recorded; not "
+                          f"fitted here: `python bench/gpu_check.py --fit {run.out}` on the host"]}
+    fits = fit_gemm(torch, cases, done, meta, meta.get("device", run.device) == "cpu",
+                    run.release())
+    meta["fits"] = fits
+    meta["device"] = meta.get("device", run.device)
+    with open(meta_path, "w") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+    lines = [f"{ran} probes run now, {len(done)} of {len(cases)} recorded"
+             + ("" if complete else " (budget: the rest next run)")]
+    errors = [k for k, v in meta["cases"].items() if "error" in v]
+    if errors:
+        lines.append(f"{len(errors)} probes raised: " + "; ".join(
+            f"{k}: {meta['cases'][k]['error'][:120]}" for k in errors[:4]))
+    lines += summarize_fits(fits)
+    return {"status": "done" if complete else "partial", "lines": lines}
+
+
+def _tc(name, terms, frac):
+    from fpemu.accumulate import TensorCore
+    return TensorCore(name, terms, frac)
+
+
+def gemm_candidates(case):
+    """(name, function of (A, B) float64 arrays -> float32 outputs) for a
+    recorded probe (``case["out"]``: the output dtype torch wrote)."""
+    from fpemu import accumulate, quantize
+    out = []
+    if case["kind"] == "matmul":
+        fmt = {"bfloat16": "bf16", "float16": "fp16", "tf32": "tf32"}[case["dtype"]]
+        out_fmt = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[case["out"]]
+        models = [("sequential", "sequential"), ("exact", "exact"), ("pairwise", "pairwise")]
+        for terms in (4, 8, 16, 32):
+            for frac in (23, 24, 25, 26):
+                models.append((f"tc{terms}f{frac}", _tc(f"tc{terms}f{frac}", terms, frac)))
+        roundings = ("rne", "rtz", "rna") if fmt == "tf32" else ("rne",)
+        for rnd in roundings:
+            for mname, model in models:
+                for S in (1, 2, 3, 4):
+                    if S > 1 and (case["K"] <= 128 * (S - 1) or not mname.startswith("tc")):
+                        continue
+
+                    def f(A, B, model=model, S=S, rnd=rnd):
+                        if fmt == "tf32":
+                            A = quantize(A, "tf32", rounding=rnd).astype(np.float64)
+                            B = quantize(B, "tf32", rounding=rnd).astype(np.float64)
+                        return accumulate.matmul(A, B, fmt, "fp32", out_fmt, model=model,
+                                                 splitk=S)
+                    name = (f"{mname}" + (f" splitk={S}" if S > 1 else "")
+                            + (f" tf32-{rnd}" if fmt == "tf32" else ""))
+                    out.append((name, f))
+        if fmt == "tf32":              # TF32 not used: float32 products, float32 sums
+            out.append(("float32 sequential (no tf32)",
+                        lambda A, B: accumulate.matmul(A, B, "fp32", model="sequential")))
+    else:
+        for split in ("auto", 1, 2, 3, 4):
+            out.append((f"fpemu _scaled_mm splitk={split}", ("scaled_mm", split)))
+    return out
+
+
+def _scaled_mm_fpemu(torch, case, ins, split, cpu, release):
+    import fpemu.autograd as ft
+    conv = {k: ft.nn.from_torch(v.contiguous() if k != "b" else v.t().contiguous())
+            for k, v in ins.items()}
+    conv["b"] = conv["b"].t()
+    kw = {"bias": conv["bias"]} if "bias" in conv else {}
+    if case["out"].startswith("float8"):
+        kw["scale_result"] = ft.tensor(np.float32(0.5))
+    with ft.use_profile(ft.Profile("cpu" if cpu else "cuda", release)):
+        y = ft._scaled_mm(conv["a"], conv["b"], conv["scale_a"], conv["scale_b"],
+                          out_dtype=getattr(ft, case["out"]), use_fast_accum=case["fast"],
+                          splitk=split if not cpu else 1, **kw)
+    return y.float().numpy()
+
+
+def fit_gemm(torch, cases, done, meta, cpu, release=None):
+    """Per recorded probe: the candidates that reproduce every output bit,
+    else the closest one and how many outputs it misses (``release``: the
+    torch version of the recording, for fpemu's profile)."""
+    release = release or torch.__version__.split("+")[0]
+    fits = {}
+    for case in cases:
+        bits = done.get(case["id"])
+        if bits is None:
+            continue
+        ins = gemm_inputs(torch, case)
+        if meta["cases"][case["id"]].get("sha256") != _digest(ins):
+            fits[case["id"]] = {"error": "inputs regenerated here differ from the recorded ones"}
+            continue
+        exact, best = [], None
+        A = ins["a"].float().numpy().astype(np.float64)
+        B = ins["b"].float().numpy().astype(np.float64)
+        for name, f in gemm_candidates(meta["cases"][case["id"]]):
+            try:
+                if isinstance(f, tuple):
+                    if cpu and f[1] not in ("auto", 1):
+                        continue
+                    y = _scaled_mm_fpemu(torch, case, ins, f[1], cpu, release)
+                else:
+                    y = f(A, B)
+            except Exception as err:                          # noqa: BLE001
+                fits.setdefault(case["id"], {}).setdefault("candidate_errors", []).append(
+                    f"{name}: {type(err).__name__}: {err}"[:200])
+                continue
+            ours = np.asarray(y, np.float32).view(np.uint32)
+            both_nan = np.isnan(ours.view(np.float32)) & np.isnan(bits.view(np.float32))
+            miss = int(((ours != bits) & ~both_nan).sum())
+            if miss == 0:
+                exact.append(name)
+            if best is None or miss < best[1]:
+                best = (name, miss)
+        entry = fits.setdefault(case["id"], {})
+        entry.update(outputs=int(bits.size), exact=exact,
+                     closest=None if best is None else {"model": best[0], "differ": best[1]})
+    return fits
+
+
+def summarize_fits(fits):
+    lines = []
+    n_exact = sum(bool(v.get("exact")) for v in fits.values())
+    lines.append(f"{n_exact} of {len(fits)} probes reproduced bit for bit by some fpemu model")
+    for cid, v in sorted(fits.items()):
+        if "error" in v:
+            lines.append(f"- {cid}: {v['error']}")
+        elif v["exact"]:
+            lines.append(f"- {cid}: exact with {', '.join(v['exact'][:4])}"
+                         + (f" (+{len(v['exact']) - 4})" if len(v["exact"]) > 4 else ""))
+        elif v.get("closest"):
+            c = v["closest"]
+            lines.append(f"- {cid}: none exact; closest {c['model']} ({c['differ']} of "
+                         f"{v['outputs']} outputs differ)")
+    return lines
+
+
+# ------------------------------------------------------------ attention
+def attention_cases(small):
+    cases = []
+    for dt in ("bfloat16", "float16"):
+        for backend in ("flash", "efficient"):
+            for L in ((16, 96) if small else (16, 128, 200)):
+                for causal in (False, True):
+                    cases.append(dict(dtype=dt, backend=backend, B=1, H=2, L=L, E=64,
+                                      causal=causal))
+    for i, c in enumerate(cases):
+        c["seed"] = 5000 + i
+        c["id"] = (f"{c['backend']}-{c['dtype']}-L{c['L']}-E{c['E']}"
+                   f"{'-causal' if c['causal'] else ''}")
+    return cases
+
+
+def _attention_inputs(torch, case):
+    rng = np.random.default_rng(case["seed"])
+    shape = (case["B"], case["H"], case["L"], case["E"])
+    dt = getattr(torch, case["dtype"])
+    return {k: torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(dt)
+            for k in ("q", "k", "v", "dout")}
+
+
+def run_attention(torch, case, device):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    ins = _attention_inputs(torch, case)
+    q, k, v = (ins[n].to(device).requires_grad_() for n in ("q", "k", "v"))
+    backend = {"flash": SDPBackend.FLASH_ATTENTION,
+               "efficient": SDPBackend.EFFICIENT_ATTENTION}[case["backend"]]
+    with sdpa_kernel([backend]):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
+        o.backward(ins["dout"].to(device))
+    return {"out": _bits32(torch, o), "dq": _bits32(torch, q.grad), "dk": _bits32(torch, k.grad),
+            "dv": _bits32(torch, v.grad)}
+
+
+def fpemu_attention(torch, case, cpu, release):
+    import fpemu.autograd as ft
+    ins = _attention_inputs(torch, case)
+    q, k, v = (ft.nn.from_torch(ins[n]).requires_grad_() for n in ("q", "k", "v"))
+    with ft.use_profile(ft.Profile("cpu" if cpu else "cuda", release)):
+        o = ft.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
+        o.backward(ft.nn.from_torch(ins["dout"]))
+    return {"out": o.detach().float().numpy(), "dq": q.grad.float().numpy(),
+            "dk": k.grad.float().numpy(), "dv": v.grad.float().numpy()}
+
+
+def _ulps(a_bits, b_bits, dtype):
+    """Distance in units of the output dtype's last place (both widened to
+    float32 bit patterns of values of that dtype)."""
+    shift = 16 if dtype == "bfloat16" else 0
+    a = a_bits.view(np.float32)
+    b = b_bits.view(np.float32)
+    if dtype == "float16":
+        a, b = a.astype(np.float16).view(np.uint16), b.astype(np.float16).view(np.uint16)
+        ia, ib = a.astype(np.int64), b.astype(np.int64)
+        sign = 0x8000
+    else:
+        ia = (a_bits >> shift).astype(np.int64)
+        ib = (b_bits >> shift).astype(np.int64)
+        sign = 0x8000 if shift else 0x80000000
+    ia = np.where(ia & sign, -(ia & (sign - 1)), ia)
+    ib = np.where(ib & sign, -(ib & (sign - 1)), ib)
+    return np.abs(ia - ib)
+
+
+def step_attention(run):
+    torch = run.torch
+    path = run.path("attention.npz")
+    done = dict(np.load(path)) if os.path.exists(path) else {}
+    meta_path = run.path("attention.json")
+    meta = json.load(open(meta_path)) if os.path.exists(meta_path) else {"cases": {}}
+    meta.setdefault("small", run.args.small)
+    meta.setdefault("device", run.device)
+    cases = attention_cases(meta["small"])
+    for case in cases:
+        entry = meta["cases"].get(case["id"])
+        if run.args.fit or (entry is not None and ("error" in entry
+                                                   or f"{case['id']}.out" in done)):
+            continue
+        if run.left() < 2:
+            break
+        try:
+            res = run_attention(torch, case, run.device)
+        except Exception as err:                              # noqa: BLE001
+            meta["cases"][case["id"]] = dict(case, error=f"{type(err).__name__}: {err}"[:300])
+            continue
+        meta["cases"][case["id"]] = dict(case)
+        done.update({f"{case['id']}.{k}": v for k, v in res.items()})
+    np.savez_compressed(path, **done)
+    with open(meta_path, "w") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+    lines, compared = [], 0
+    for case in cases:
+        entry = meta["cases"].get(case["id"])
+        if entry is None:
+            continue
+        if "error" in entry:
+            lines.append(f"- {case['id']}: not run ({entry['error'][:100]})")
+            continue
+        if run.args.no_fit or (not run.args.host and run.left() < 30):
+            continue
+        ours = fpemu_attention(torch, case, meta["device"] == "cpu", run.release())
+        cmp = {}
+        for k in ("out", "dq", "dk", "dv"):
+            rec = done[f"{case['id']}.{k}"]
+            mine = np.asarray(ours[k], np.float32).reshape(rec.shape).view(np.uint32)
+            d = _ulps(rec, mine, case["dtype"])
+            r, m = rec.view(np.float32).astype(np.float64), mine.view(np.float32).astype(np.float64)
+            scale = np.abs(r).max() or 1.0
+            cmp[k] = {"equal": int((d == 0).sum()), "n": int(d.size), "max_ulps": int(d.max()),
+                      "normwise": float(np.abs(r - m).max() / scale)}
+        entry["fpemu"] = cmp
+        compared += 1
+        lines.append(f"- {case['id']}: " + ", ".join(
+            f"{k} {v['equal']}/{v['n']} equal (max {v['max_ulps']} ulps, {v['normwise']:.1e} "
+            "of max|x|)" for k, v in cmp.items()))
+    with open(meta_path, "w") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+    complete = all(c["id"] in meta["cases"] and ("error" in meta["cases"][c["id"]]
+                                                 or f"{c['id']}.out" in done) for c in cases)
+    head = f"{compared} of {len(cases)} attention probes recorded and compared with fpemu's §11 model"
+    return {"status": "done" if complete else "partial", "lines": [head] + lines}
+
+
+# --------------------------------------------------------------- triton
+def step_triton(run):
+    import importlib.util
+    if importlib.util.find_spec("fpemu.torch._triton") is None:
+        return {"status": "done", "lines": ["fpemu has no Triton kernels yet (the device-speed "
+                                            "issue): nothing to check"]}
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "triton_check.py"), "--out", run.out]
+    return _subprocess_step(run, cmd, "triton")
+
+
+# ------------------------------------------------------ existing scripts
+def _have_data(pattern):
+    data = os.path.join(ROOT, "tests", "data")
+    return sorted(f for f in os.listdir(data) if re.fullmatch(pattern, f))
+
+
+def _subprocess_step(run, cmd, name):
+    t0 = time.monotonic()
+    timeout = max(5, int(run.left()))
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"status": "partial", "lines": [f"{' '.join(cmd[1:])}: stopped at the budget "
+                                               f"after {timeout} s"]}
+    with open(run.path(f"{name}.log"), "w") as fh:
+        fh.write(p.stdout + p.stderr)
+    status = "done" if p.returncode == 0 else "failed"
+    tail = (p.stdout + p.stderr).strip().splitlines()[-3:]
+    return {"status": status, "lines": [f"`{' '.join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[1:])}`"
+                                        f" exit {p.returncode} in {time.monotonic() - t0:.0f} s"]
+            + [f"    {t}" for t in tail]}
+
+
+def step_casts(run):
+    torch = run.torch
+    cuda = (torch.version.cuda or "none")
+    if not run.args.host:
+        gpu = slug(torch.cuda.get_device_name(0)).split("-")[1]
+        if _have_data(rf"cuda_casts_{gpu}.*_cuda{re.escape(cuda)}\.json"):
+            return {"status": "done", "lines": [f"committed data cover {gpu} with CUDA {cuda}: "
+                                                "not run"]}
+        cmd = [sys.executable, os.path.join(ROOT, "bench", "cuda_casts.py"),
+               "--out", os.path.join(run.out, "casts"), "--sweep-seconds", "60"]
+    else:
+        cmd = [sys.executable, os.path.join(ROOT, "bench", "cuda_casts.py"), "--host",
+               "--out", os.path.join(run.out, "casts"), "--sweep-seconds", "0",
+               "--only", "torch bfloat16", "--device-sweep-stop", str(1 << 16)]
+    return _subprocess_step(run, cmd, "casts")
+
+
+def step_cuda_checks(run):
+    torch = run.torch
+    release = torch.__version__.split("+")[0]
+    target = os.path.join(run.out, "cuda_checks.md")
+    if not run.args.host:
+        doc = open(os.path.join(ROOT, "docs", "pytorch-numerics.md")).read()
+        if f"torch {release}" in doc and torch.cuda.get_device_name(0).split()[-1] in doc:
+            return {"status": "done", "lines": [f"docs/pytorch-numerics.md §13 covers torch "
+                                                f"{release} on this GPU: not run"]}
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "cuda_checks.py"), "--out", target,
+           "--device", run.device]
+    return _subprocess_step(run, cmd, "cuda_checks")
+
+
+def step_torch_checks(run):
+    if run.args.host:
+        return {"status": "done", "lines": ["bench/torch_cuda_checks.py needs a CUDA device "
+                                            "(its CPU half runs in tests/test_torch_quantize.py)"]}
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "torch_cuda_checks.py"),
+           "--out", os.path.join(run.out, "torch_checks"), "--exhaustive-seconds", "60"]
+    return _subprocess_step(run, cmd, "torch_checks")
+
+
+STEP_FUNCS = {"env": step_env, "traces": step_traces, "gemm": step_gemm,
+              "attention": step_attention, "triton": step_triton, "casts": step_casts,
+              "cuda_checks": step_cuda_checks, "torch_checks": step_torch_checks}
+
+
+# ---------------------------------------------------------------- main
+def write_summary(run):
+    env = {}
+    if os.path.exists(run.path("env.json")):
+        env = json.load(open(run.path("env.json")))
+    lines = [f"# gpu-check: {run.tag}", "",
+             f"{env.get('gpu', '?')}; torch {env.get('torch', '?')}, CUDA {env.get('cuda', '?')}, "
+             f"driver {env.get('driver', '-')}; {env.get('date', '')}"
+             + (" (host dry run: CPU torch stands in)" if env.get("host") else ""), ""]
+    for name in STEPS:
+        st = run.state.get(name)
+        if st is None:
+            lines += [f"## {name}: not run", ""]
+            continue
+        lines += [f"## {name}: {st['status']} ({st.get('seconds', 0):.0f} s)", ""]
+        lines += st.get("lines", []) + [""]
+    with open(run.path("summary.md"), "w") as fh:
+        fh.write("\n".join(lines))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="results folder (default bench/gpu_check/<device>-torch<v>; "
+                    "with --host out/gpu_check/...)")
+    ap.add_argument("--budget-seconds", type=float, default=480.0)
+    ap.add_argument("--host", action="store_true", help="run on the CPU, CPU torch standing in")
+    ap.add_argument("--small", action="store_true", help="small sizes (the dry run)")
+    ap.add_argument("--steps", default=",".join(STEPS), help="comma-separated, in order")
+    ap.add_argument("--redo", default="", help="steps to run again though done")
+    ap.add_argument("--traces-root", default=os.path.join(ROOT, "tests", "reference"))
+    ap.add_argument("--no-fit", action="store_true",
+                    help="record only; fit fpemu's models later with --fit")
+    ap.add_argument("--fit", metavar="DIR",
+                    help="on the host: fit fpemu's GEMM and attention models to the probes "
+                         "recorded in DIR (no recording)")
+    args = ap.parse_args(argv)
+    if args.fit:
+        args.host, args.redo, args.steps = True, "gemm,attention", "gemm,attention"
+    steps = [s for s in args.steps.split(",") if s]
+    unknown = [s for s in steps + [s for s in args.redo.split(",") if s] if s not in STEPS]
+    if unknown:
+        ap.error(f"unknown step(s) {', '.join(unknown)}; the steps are {', '.join(STEPS)}")
+    import torch
+    if not args.host and not torch.cuda.is_available():
+        sys.exit(f"gpu_check: torch {torch.__version__} sees no CUDA device; run on a GPU "
+                 "machine, or pass --host for the dry run on the CPU")
+    run = Run(args, torch)
+    cost = HOST_COST if args.host else COST
+    run.log(f"gpu-check {run.tag}: results in {run.out}, budget {args.budget_seconds:.0f} s")
+    for name in STEPS:
+        if name not in steps:
+            continue
+        prev = run.state.get(name)
+        if prev and prev["status"] == "done" and name not in args.redo.split(","):
+            run.log(f"{name}: done in an earlier run (--redo {name} runs it again)")
+            continue
+        if run.left() < cost[name] * (0.2 if args.small else 1):
+            run.state[name] = {"status": "skipped", "seconds": 0,
+                               "lines": [f"not started: {run.left():.0f} s of the budget left, "
+                                         f"the step takes about {cost[name]} s"]}
+            run.log(f"{name}: skipped (budget)")
+            run.save()
+            continue
+        t0 = time.monotonic()
+        try:
+            res = STEP_FUNCS[name](run)
+        except Exception as err:                              # noqa: BLE001
+            res = {"status": "failed", "lines": [f"{type(err).__name__}: {err}"]
+                   + traceback.format_exc().strip().splitlines()[-6:]}
+        res["seconds"] = time.monotonic() - t0
+        run.state[name] = res
+        run.save()
+        write_summary(run)
+        run.log(f"{name}: {res['status']} in {res['seconds']:.1f} s")
+        for line in res.get("lines", [])[:12]:
+            run.log(f"    {line}")
+    write_summary(run)
+    failed = [n for n in steps if run.state.get(n, {}).get("status") == "failed"]
+    run.log(f"summary: {run.path('summary.md')}" + (f"; failed: {', '.join(failed)}"
+                                                    if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

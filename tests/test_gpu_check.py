@@ -1,0 +1,157 @@
+"""``make gpu-check``'s script (bench/gpu_check.py) runs before a GPU minute
+is spent: its dry run on the CPU (CPU torch standing in, small sizes), its
+resumption, its budget, and the fitting of fpemu's GEMM models to recorded
+output bits, on bits whose model is known."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "bench", "gpu_check.py")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import gpu_check  # noqa: E402
+
+import torch  # noqa: E402  (installed by `make`, the dev extras)
+
+
+def _run(out, *extra, timeout=600):
+    return subprocess.run([sys.executable, SCRIPT, "--host", "--small", "--out", str(out),
+                           *extra], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_check")
+    p = _run(out, "--steps", "env,traces,gemm,attention,triton,cuda_checks,torch_checks")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return out, p
+
+
+def test_the_dry_run_runs_every_step_and_writes_the_summary(dry_run):
+    out, p = dry_run
+    state = json.loads((out / "state.json").read_text())
+    steps = ["env", "traces", "gemm", "attention", "triton", "cuda_checks", "torch_checks"]
+    assert {k: v["status"] for k, v in state.items()} == {s: "done" for s in steps}
+    summary = (out / "summary.md").read_text()
+    for s in steps:
+        assert f"## {s}: done" in summary
+    assert "## casts: not run" in summary
+    assert "host dry run" in summary
+    env = json.loads((out / "env.json").read_text())
+    assert env["torch"] == torch.__version__ and env["host"] is True
+    # traces: the CPU folder's casts scenarios replayed, none failed
+    assert state["traces"]["failed"] == [] and state["traces"]["counts"]["bit-exact"] > 0
+
+
+def test_the_gemm_probes_are_recorded_and_fitted(dry_run):
+    out, _ = dry_run
+    meta = json.loads((out / "gemm.json").read_text())
+    bits = np.load(out / "gemm.npz")
+    cases = gpu_check.gemm_cases(small=True, device="cpu")
+    assert {c["id"] for c in cases} == set(meta["cases"]) == set(bits.files)
+    kinds = {(c["kind"], c["dtype"]) for c in cases}
+    assert kinds == {("matmul", "bfloat16"), ("matmul", "float16"), ("matmul", "tf32"),
+                     ("scaled_mm", "float8_e4m3fn")}
+    for c in cases:
+        m = meta["cases"][c["id"]]
+        assert "error" not in m, m
+        assert bits[c["id"]].size == c["M"] * c["N"]
+        fit = meta["fits"][c["id"]]
+        assert "error" not in fit and fit["closest"] is not None, fit   # inputs regenerated
+    # the output dtype torch wrote is recorded: float32 for TF32, and for 16-bit
+    # inputs float32 where mm's out_dtype runs (CUDA), else the input dtype
+    for c in cases:
+        want = {"tf32": {"float32"}, "bfloat16": {"float32", "bfloat16"},
+                "float16": {"float32", "float16"}}.get(c["dtype"], {c.get("out")})
+        assert meta["cases"][c["id"]]["out"] in want
+
+
+def test_the_fit_names_the_model_that_made_the_bits():
+    """Bits planted from a known model (the H100 tensor core, K split in two;
+    TF32 read by truncation) are attributed to that model and not to others."""
+    from fpemu import accumulate, quantize
+    case = dict(kind="matmul", dtype="bfloat16", M=16, K=1024, N=16, seed=7, id="planted")
+    ins = gpu_check.gemm_inputs(torch, case)
+    A = ins["a"].float().numpy().astype(np.float64)
+    B = ins["b"].float().numpy().astype(np.float64)
+    tc = accumulate.TensorCore("h100-like", 16, 25)
+    y = accumulate.matmul(A, B, "bf16", "fp32", model=tc, splitk=2)
+    meta = {"cases": {"planted": dict(case, sha256=gpu_check._digest(ins), out="float32")}}
+    fits = gpu_check.fit_gemm(torch, [case], {"planted": y.view(np.uint32)}, meta, cpu=False)
+    assert "tc16f25 splitk=2" in fits["planted"]["exact"]
+    assert "tc16f25" not in fits["planted"]["exact"]          # the unsplit chain differs
+    assert "sequential" not in fits["planted"]["exact"]
+
+    case = dict(kind="matmul", dtype="tf32", M=16, K=512, N=16, seed=8, id="tf32")
+    ins = gpu_check.gemm_inputs(torch, case)
+    A = quantize(ins["a"].numpy(), "tf32", rounding="rtz").astype(np.float64)
+    B = quantize(ins["b"].numpy(), "tf32", rounding="rtz").astype(np.float64)
+    y = accumulate.matmul(A, B, "tf32", "fp32", model=accumulate.TensorCore("x", 8, 24))
+    meta = {"cases": {"tf32": dict(case, sha256=gpu_check._digest(ins), out="float32")}}
+    fits = gpu_check.fit_gemm(torch, [case], {"tf32": y.view(np.uint32)}, meta, cpu=False)
+    assert "tc8f24 tf32-rtz" in fits["tf32"]["exact"]
+    assert not [m for m in fits["tf32"]["exact"] if m.endswith("tf32-rne")]
+    # regenerated inputs that differ from the recorded digest are refused
+    meta["cases"]["tf32"]["sha256"] = "0" * 64
+    fits = gpu_check.fit_gemm(torch, [case], {"tf32": y.view(np.uint32)}, meta, cpu=False)
+    assert "differ from the recorded" in fits["tf32"]["error"]
+
+
+def test_a_rerun_resumes_and_the_budget_is_kept(dry_run, tmp_path):
+    out, _ = dry_run
+    p = _run(out, "--steps", "env,gemm")
+    assert p.returncode == 0
+    assert "env: done in an earlier run" in p.stdout and "gemm: done in an earlier run" in p.stdout
+    p = _run(out, "--steps", "env", "--redo", "env")
+    assert "env: done in" in p.stdout and "earlier run" not in p.stdout
+    # no budget: every step is skipped and says why
+    p = _run(tmp_path, "--budget-seconds", "0", "--steps", "traces,gemm")
+    assert p.returncode == 0, p.stderr
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert {v["status"] for v in state.values()} == {"skipped"}
+    assert "of the budget left" in (tmp_path / "summary.md").read_text()
+    p = _run(tmp_path, "--steps", "gemm,warp")
+    assert p.returncode == 2 and "unknown step(s) warp" in p.stderr
+
+
+def test_the_attention_probes_compare_with_fpemu(dry_run):
+    out, _ = dry_run
+    meta = json.loads((out / "attention.json").read_text())
+    flash = [v for v in meta["cases"].values() if v["backend"] == "flash"]
+    assert flash and all("fpemu" in v for v in flash)       # CPU torch has a flash kernel
+    for v in flash:
+        for k in ("out", "dq", "dk", "dv"):
+            r = v["fpemu"][k]
+            assert r["n"] == v["B"] * v["H"] * v["L"] * v["E"] and 0 <= r["equal"] <= r["n"]
+    # CPU torch has no memory-efficient kernel: recorded as not run, with the reason
+    eff = [v for v in meta["cases"].values() if v["backend"] == "efficient"]
+    assert eff and all("No viable backend" in v["error"] for v in eff)
+
+
+def test_fit_refits_a_recorded_folder_without_recording(dry_run, tmp_path):
+    import shutil
+    out, _ = dry_run
+    folder = tmp_path / "recorded"
+    shutil.copytree(out, folder)
+    meta = json.loads((folder / "gemm.json").read_text())
+    meta.pop("fits")
+    (folder / "gemm.json").write_text(json.dumps(meta))
+    before = dict(np.load(folder / "gemm.npz"))
+    p = subprocess.run([sys.executable, SCRIPT, "--fit", str(folder)], capture_output=True,
+                       text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    meta = json.loads((folder / "gemm.json").read_text())
+    assert set(meta["fits"]) == set(meta["cases"])
+    after = dict(np.load(folder / "gemm.npz"))          # nothing recorded again
+    assert after.keys() == before.keys()
+    assert all(np.array_equal(after[k], before[k]) for k in before)
+    summary = (folder / "summary.md").read_text()
+    assert "## gemm: done" in summary and "host dry run" in summary.splitlines()[2]
