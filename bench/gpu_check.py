@@ -39,10 +39,21 @@ a rerun skips them (``--redo STEP`` runs one again). A step that does not fit
 in what is left of the budget is skipped and said so; the GEMM probes stop
 case by case at the deadline and go on from there next time.
 
+The fit needs no GPU (and fpemu's Numba kernels compile from cold on a
+fresh machine), so on a GPU the probes are only recorded; ``--fit DIR`` then
+fits them on the host and completes the summary (``--fit-on-device`` fits
+there too).
+
 ``--host`` runs everything on the CPU with CPU torch standing in (no GPU
 minute spent on a script that breaks); ``--small`` uses small sizes. On the
-device machine, pack the folder for the way back:
-``python bench/gpu_check.py --out R && tar czf $OUT/gpu_check.tgz R``.
+device machine (whose python3 has torch, numpy and numba), pack the folder
+for the way back::
+
+    PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out R; tar czf $OUT/gpu_check.tgz R
+
+then, here: ``tar xzf gpu_check.tgz`` into ``bench/gpu_check/``, unpack
+``traces.tar.gz`` into ``tests/reference`` if it came, and
+``python bench/gpu_check.py --fit bench/gpu_check/<gpu>-torch<version>``.
 """
 
 from __future__ import annotations
@@ -332,7 +343,7 @@ def step_gemm(run):
     complete = all(c["id"] in done or "error" in meta["cases"].get(c["id"], {}) for c in cases)
     with open(meta_path, "w") as fh:
         json.dump(meta, fh, indent=1, sort_keys=True)
-    if run.args.no_fit or (not run.args.host and run.left() < 60):
+    if not (run.args.host or run.args.fit_on_device):
         return {"status": "done" if complete else "partial",
                 "lines": [f"{ran} probes run now, {len(done)} of {len(cases)} recorded; not "
                           f"fitted here: `python bench/gpu_check.py --fit {run.out}` on the host"]}
@@ -569,7 +580,7 @@ def step_attention(run):
         if "error" in entry:
             lines.append(f"- {case['id']}: not run ({entry['error'][:100]})")
             continue
-        if run.args.no_fit or (not run.args.host and run.left() < 30):
+        if not (run.args.host or run.args.fit_on_device):
             continue
         ours = fpemu_attention(torch, case, meta["device"] == "cpu", run.release())
         cmp = {}
@@ -590,7 +601,8 @@ def step_attention(run):
         json.dump(meta, fh, indent=1, sort_keys=True)
     complete = all(c["id"] in meta["cases"] and ("error" in meta["cases"][c["id"]]
                                                  or f"{c['id']}.out" in done) for c in cases)
-    head = f"{compared} of {len(cases)} attention probes recorded and compared with fpemu's §11 model"
+    head = (f"{compared} of {len(cases)} attention probes recorded and compared with fpemu's "
+            "§11 model")
     return {"status": "done" if complete else "partial", "lines": [head] + lines}
 
 
@@ -622,8 +634,9 @@ def _subprocess_step(run, cmd, name):
         fh.write(p.stdout + p.stderr)
     status = "done" if p.returncode == 0 else "failed"
     tail = (p.stdout + p.stderr).strip().splitlines()[-3:]
-    return {"status": status, "lines": [f"`{' '.join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[1:])}`"
-                                        f" exit {p.returncode} in {time.monotonic() - t0:.0f} s"]
+    shown = " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[1:])
+    return {"status": status,
+            "lines": [f"`{shown}` exit {p.returncode} in {time.monotonic() - t0:.0f} s"]
             + [f"    {t}" for t in tail]}
 
 
@@ -650,7 +663,8 @@ def step_cuda_checks(run):
     target = os.path.join(run.out, "cuda_checks.md")
     if not run.args.host:
         doc = open(os.path.join(ROOT, "docs", "pytorch-numerics.md")).read()
-        if f"torch {release}" in doc and torch.cuda.get_device_name(0).split()[-1] in doc:
+        gpu = torch.cuda.get_device_name(0).replace("NVIDIA ", "")
+        if f"torch {release}" in doc and gpu in doc:
             return {"status": "done", "lines": [f"docs/pytorch-numerics.md §13 covers torch "
                                                 f"{release} on this GPU: not run"]}
     cmd = [sys.executable, os.path.join(ROOT, "bench", "cuda_checks.py"), "--out", target,
@@ -702,8 +716,9 @@ def main(argv=None):
     ap.add_argument("--steps", default=",".join(STEPS), help="comma-separated, in order")
     ap.add_argument("--redo", default="", help="steps to run again though done")
     ap.add_argument("--traces-root", default=os.path.join(ROOT, "tests", "reference"))
-    ap.add_argument("--no-fit", action="store_true",
-                    help="record only; fit fpemu's models later with --fit")
+    ap.add_argument("--fit-on-device", action="store_true",
+                    help="fit fpemu's models on the GPU machine too (default: record there, "
+                         "fit on the host with --fit: the fit needs no GPU)")
     ap.add_argument("--fit", metavar="DIR",
                     help="on the host: fit fpemu's GEMM and attention models to the probes "
                          "recorded in DIR (no recording)")

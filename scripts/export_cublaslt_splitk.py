@@ -39,16 +39,18 @@ def main():
     cols = {k: z[k] for k in z.files}
     ws_codes = list(meta["codes"]["ws"])
     split_scheme = set(meta["codes"]["custom -> scheme"].values())
-    assert split_scheme == {"contiguous"} and meta["codes"]["custom -> scheme, unlisted"] == "contiguous"
+    assert split_scheme == {"contiguous"}
+    assert meta["codes"]["custom -> scheme, unlisted"] == "contiguous"
 
-    setting = ((cols["fa"].astype(np.int64) * 2 + cols["fb"]) * 5 + cols["out"]) * 2 + cols["fast"]
+    fa = cols["fa"].astype(np.int64)
+    setting = ((fa * 2 + cols["fb"]) * 5 + cols["out"]) * 2 + cols["fast"]
     shape = ((cols["M"].astype(np.int64) << 42) | (cols["N"].astype(np.int64) << 21)
              | cols["K"].astype(np.int64))
     first = cols["ws"] == ws_codes.index(WORKSPACES[0])
     settings = np.unique(setting[first])
     shapes = np.unique(shape[first])
-    out = {"settings": np.stack([settings // 20, settings // 10 % 2, settings // 2 % 5, settings % 2],
-                                axis=1).astype(np.uint8),
+    out = {"settings": np.stack([settings // 20, settings // 10 % 2, settings // 2 % 5,
+                                 settings % 2], axis=1).astype(np.uint8),
            "shapes": np.stack([shapes >> 42, (shapes >> 21) & ((1 << 21) - 1),
                                shapes & ((1 << 21) - 1)], axis=1).astype(np.int32)}
     env = meta["envelope"]
@@ -56,7 +58,8 @@ def main():
     for ws in WORKSPACES:
         m = cols["ws"] == ws_codes.index(ws)
         S = np.zeros((len(shapes), len(settings)), np.uint8)
-        S[np.searchsorted(shapes, shape[m]), np.searchsorted(settings, setting[m])] = cols["splitK"][m]
+        rows, where = np.searchsorted(shapes, shape[m]), np.searchsorted(settings, setting[m])
+        S[rows, where] = cols["splitK"][m]
         assert (S > 0).all(), f"workspace {ws}: the table is not every shape under every setting"
         out[f"splits_{ws}"] = S
         B = np.full((len(settings), len(env["K_grid"])), -1, np.int64)
