@@ -25,9 +25,11 @@ Steps, in order (``--steps`` picks some):
    each case says which reproduce it bit for bit;
 4. ``attention``: ``scaled_dot_product_attention`` with the flash and
    memory-efficient backends, bf16 and fp16, causal or not, forward and
-   backward, small shapes; output and gradient bits, compared with fpemu's
-   model (``docs/pytorch-numerics.md`` §11): how many equal, the largest
-   distance in ulps;
+   backward, small shapes (one with V the identity, whose output is P);
+   output and gradient bits, compared with fpemu's model
+   (``docs/pytorch-numerics.md`` §11): how many equal, the largest distance;
+   the forward also against candidate online-softmax models (key-block size,
+   P rounded or not: ``online_attention``);
 5. ``triton``: fpemu's Triton kernels' bit-exactness and speed, when
    fpemu has them;
 6. ``casts``, ``cuda_checks``, ``torch_checks``: ``bench/cuda_casts.py``,
@@ -488,10 +490,16 @@ def attention_cases(small):
                 for causal in (False, True):
                     cases.append(dict(dtype=dt, backend=backend, B=1, H=2, L=L, E=64,
                                       causal=causal))
+        # V = the identity: the output is the normalised P itself, which says
+        # whether P is rounded to the dtype before P @ V
+        for backend in ("flash", "efficient"):
+            cases.append(dict(dtype=dt, backend=backend, B=1, H=2, L=64, E=64, causal=False,
+                              v_identity=True))
     for i, c in enumerate(cases):
         c["seed"] = 5000 + i
         c["id"] = (f"{c['backend']}-{c['dtype']}-L{c['L']}-E{c['E']}"
-                   f"{'-causal' if c['causal'] else ''}")
+                   f"{'-causal' if c['causal'] else ''}"
+                   f"{'-videntity' if c.get('v_identity') else ''}")
     return cases
 
 
@@ -499,8 +507,12 @@ def _attention_inputs(torch, case):
     rng = np.random.default_rng(case["seed"])
     shape = (case["B"], case["H"], case["L"], case["E"])
     dt = getattr(torch, case["dtype"])
-    return {k: torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(dt)
-            for k in ("q", "k", "v", "dout")}
+    ins = {k: torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(dt)
+           for k in ("q", "k", "v", "dout")}
+    if case.get("v_identity"):
+        ins["q"] = ins["q"] * 2                      # peaked rows: P spans many binades
+        ins["v"] = torch.eye(case["L"], case["E"]).expand(shape).to(dt).contiguous()
+    return ins
 
 
 def run_attention(torch, case, device):
@@ -525,6 +537,61 @@ def fpemu_attention(torch, case, cpu, release):
         o.backward(ft.nn.from_torch(ins["dout"]))
     return {"out": o.detach().float().numpy(), "dq": q.grad.float().numpy(),
             "dk": k.grad.float().numpy(), "dv": v.grad.float().numpy()}
+
+
+def _round_to(x, dtype):
+    """float32 values rounded to the dtype (nearest even), back in float32."""
+    from fpemu import quantize
+    return quantize(np.asarray(x, np.float32), {"bfloat16": "bf16", "float16": "fp16"}[dtype])
+
+
+def online_attention(Q, K, V, sc, dtype, block=None, round_p=True, causal=False):
+    """A candidate model of a fused attention forward (numpy, per (batch,
+    head)): scores rounded once to float32, the softmax online over key
+    blocks of ``block`` (None: one block, the global row maximum), the
+    running sum and the accumulator rescaled by exp(m_old - m_new) in
+    float32, each block's P (with the running maximum) rounded to the dtype
+    before P @ V when ``round_p``, and the result divided by the row sum and
+    rounded once. Exponentials: float64's, rounded to float32."""
+    Q, K, V = (np.asarray(t, np.float64) for t in (Q, K, V))
+    *lead, L, E = Q.shape
+    S = K.shape[-2]
+    block = block or S
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        Z = ((Q @ np.swapaxes(K, -1, -2)).astype(f32) * f32(sc)).astype(f32)
+        if causal:
+            Z = np.where(np.tril(np.ones((L, S), bool)), Z, f32(-np.inf))
+        m = np.full(tuple(lead) + (L, 1), -np.inf, f32)
+        lsum = np.zeros(tuple(lead) + (L, 1), f32)
+        acc = np.zeros(tuple(lead) + (L, V.shape[-1]), f32)
+        for j0 in range(0, S, block):
+            Zb = Z[..., j0:j0 + block]
+            m_new = np.maximum(m, Zb.max(axis=-1, keepdims=True))
+            safe = np.where(np.isfinite(m_new), m_new, f32(0))
+            alpha = np.exp((m - safe).astype(np.float64)).astype(f32)
+            P = np.exp((Zb - safe).astype(f32).astype(np.float64)).astype(f32)
+            lsum = (lsum * alpha + P.sum(axis=-1, keepdims=True, dtype=np.float64)).astype(f32)
+            Pv = _round_to(P, dtype) if round_p else P
+            pv = (Pv.astype(np.float64) @ V[..., j0:j0 + block, :]).astype(f32)
+            acc = (acc * alpha + pv).astype(f32)
+            m = m_new
+        return _round_to((acc / lsum).astype(f32), dtype)
+
+
+def attention_candidates(torch, case):
+    """{name: float32 output} of the candidate forward models for a probe."""
+    ins = _attention_inputs(torch, case)
+    Q, K, V = (ins[n].float().numpy() for n in ("q", "k", "v"))
+    sc = 1.0 / np.sqrt(case["E"])
+    out = {}
+    for block in (None, 32, 64, 128):
+        if block is None or block < case["L"]:
+            out[f"online block={block or 'all'} P rounded"] = online_attention(
+                Q, K, V, sc, case["dtype"], block, True, case["causal"])
+    # P kept in fp32: the block size no longer shows in a 16-bit output
+    out["P in fp32"] = online_attention(Q, K, V, sc, case["dtype"], None, False, case["causal"])
+    return out
 
 
 def _ulps(a_bits, b_bits, dtype):
@@ -593,10 +660,20 @@ def step_attention(run):
             cmp[k] = {"equal": int((d == 0).sum()), "n": int(d.size), "max_ulps": int(d.max()),
                       "normwise": float(np.abs(r - m).max() / scale)}
         entry["fpemu"] = cmp
-        compared += 1
         lines.append(f"- {case['id']}: " + ", ".join(
             f"{k} {v['equal']}/{v['n']} equal (max {v['max_ulps']} ulps, {v['normwise']:.1e} "
             "of max|x|)" for k, v in cmp.items()))
+        rec = done[f"{case['id']}.out"]
+        fits = {}
+        for name, y in attention_candidates(torch, case).items():
+            d = _ulps(rec, np.asarray(y, np.float32).reshape(rec.shape).view(np.uint32),
+                      case["dtype"])
+            fits[name] = int((d == 0).sum())
+        entry["forward_models"] = fits
+        best = max(fits.items(), key=lambda kv: kv[1])
+        lines.append(f"    forward models: best {best[0]} ({best[1]}/{rec.size} equal); "
+                     + ", ".join(f"{k}: {v}" for k, v in fits.items() if k != best[0]))
+        compared += 1
     with open(meta_path, "w") as fh:
         json.dump(meta, fh, indent=1, sort_keys=True)
     complete = all(c["id"] in meta["cases"] and ("error" in meta["cases"][c["id"]]

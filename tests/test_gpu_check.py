@@ -131,6 +131,8 @@ def test_the_attention_probes_compare_with_fpemu(dry_run):
         for k in ("out", "dq", "dk", "dv"):
             r = v["fpemu"][k]
             assert r["n"] == v["B"] * v["H"] * v["L"] * v["E"] and 0 <= r["equal"] <= r["n"]
+    assert all(v["forward_models"] for v in flash)
+    assert any(v.get("v_identity") for v in flash)
     # CPU torch has no memory-efficient kernel: recorded as not run, with the reason
     eff = [v for v in meta["cases"].values() if v["backend"] == "efficient"]
     assert eff and all("No viable backend" in v["error"] for v in eff)
@@ -155,3 +157,21 @@ def test_fit_refits_a_recorded_folder_without_recording(dry_run, tmp_path):
     assert all(np.array_equal(after[k], before[k]) for k in before)
     summary = (folder / "summary.md").read_text()
     assert "## gemm: done" in summary and "host dry run" in summary.splitlines()[2]
+
+
+def test_the_attention_fit_names_the_block_and_the_rounding_of_p():
+    """Outputs planted from one online-softmax model (key blocks of 32, each
+    block's P rounded with the running maximum) are reproduced by that
+    candidate alone."""
+    case = dict(dtype="bfloat16", backend="flash", B=1, H=2, L=96, E=64, causal=False,
+                seed=3, id="planted")
+    cands = gpu_check.attention_candidates(torch, case)
+    planted = cands["online block=32 P rounded"]
+    equal = {k: int((np.asarray(v, np.float32) == planted).sum()) for k, v in cands.items()}
+    assert equal["online block=32 P rounded"] == planted.size
+    assert all(n < planted.size for k, n in equal.items() if k != "online block=32 P rounded")
+    # with V the identity the output is P / l: rounding P first is visible
+    case = dict(case, L=64, v_identity=True, id="identity")
+    cands = gpu_check.attention_candidates(torch, case)
+    a, b = cands["online block=all P rounded"], cands["P in fp32"]
+    assert (a != b).sum() > 100
