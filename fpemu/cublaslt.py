@@ -23,8 +23,8 @@ The decision for a GEMM comes, in order, from
 4. otherwise nothing is known: ``S = 1`` with ``source="unrecorded"``, and
    the note says so (a GPU run of ``make gpu-check`` records the truth).
 
-Examples
---------
+For example, 64x128x8192 splits three ways, 5000x5000x4000 is above the bound:
+
 >>> from fpemu import cublaslt
 >>> d = cublaslt.splitk_decision(64, 128, 8192, "e4m3fn", "e4m3fn", "bfloat16", fast=True)
 >>> d.splits, d.source
