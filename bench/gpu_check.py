@@ -140,6 +140,18 @@ class Run:
     def path(self, name):
         return os.path.join(self.out, name)
 
+    def probes(self, name):
+        """(npz path, its arrays recorded so far, json path, its metadata) of
+        a probe step: what an earlier run recorded is kept and resumed."""
+        path, meta_path = self.path(f"{name}.npz"), self.path(f"{name}.json")
+        done = dict(np.load(path)) if os.path.exists(path) else {}
+        meta = {"cases": {}}
+        if os.path.exists(meta_path):
+            with open(meta_path) as fh:
+                meta = json.load(fh)
+        meta.setdefault("small", self.args.small)
+        return path, done, meta_path, meta
+
 
 # ------------------------------------------------------------------ env
 def step_env(run):
@@ -321,11 +333,7 @@ def run_gemm(torch, case, device):
 
 def step_gemm(run):
     torch = run.torch
-    path = run.path("gemm.npz")
-    done = dict(np.load(path)) if os.path.exists(path) else {}
-    meta_path = run.path("gemm.json")
-    meta = json.load(open(meta_path)) if os.path.exists(meta_path) else {"cases": {}}
-    meta.setdefault("small", run.args.small)
+    path, done, meta_path, meta = run.probes("gemm")
     cases = gemm_cases(meta["small"], run.device)
     ran = 0
     for case in cases:
@@ -615,11 +623,7 @@ def _ulps(a_bits, b_bits, dtype):
 
 def step_attention(run):
     torch = run.torch
-    path = run.path("attention.npz")
-    done = dict(np.load(path)) if os.path.exists(path) else {}
-    meta_path = run.path("attention.json")
-    meta = json.load(open(meta_path)) if os.path.exists(meta_path) else {"cases": {}}
-    meta.setdefault("small", run.args.small)
+    path, done, meta_path, meta = run.probes("attention")
     meta.setdefault("device", run.device)
     cases = attention_cases(meta["small"])
     for case in cases:
