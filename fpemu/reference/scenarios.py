@@ -455,9 +455,10 @@ def _replay_tiers(cfg, profile):
                  "momentum buffer as float32; fpemu computes what the scalar tail does")
             return {"*": Tier("none", 0, r)}
         if impl != "fused" and opt != "sgd" and fp32_state:
-            r = ("CPU torch's float32 sqrt is MKL VML, not correctly rounded "
-                 "(docs/pytorch-numerics.md §7.1; replaying with torch's own sqrt makes p "
-                 "bit-exact); fpemu computes the IEEE sqrt. One sqrt ulp moves an update by "
+            r = ("CPU torch's float32 sqrt is MKL VML, not correctly rounded, and MKL's "
+                 "code for it depends on the CPU (docs/pytorch-numerics.md §7.1; every "
+                 "recorded p is fpemu's step with the sqrt at most an ulp off); fpemu "
+                 "computes the IEEE sqrt. One sqrt ulp moves an update by "
                  "≤ lr·2^-23 and p does not feed back into m, v, so after 200 steps "
                  "|Δp| ≤ 200·lr·2^-22 ≈ 5e-8, plus one rounding of |p| ≤ 1 (≤ 1.2e-7)")
             return {"p": Tier("abs", 2.5e-7, r), "model": Tier("ulps", 1, r)}
