@@ -308,6 +308,10 @@ def _plan(in_fmt, acc_fmt="fp32", out_fmt=None, model="sequential", block=128,
         raise FpemuValueError(f"{fname}(): a split K adds its partial sums in fp32, as cuBLASLt "
                               f"does; got acc_fmt={acc_fmt.name!r}: pass acc_fmt='fp32' or "
                               "splitk=1")
+    if splitk.splits > 1 and cast.rounding is Rounding.SR:
+        raise FpemuValueError(f"{fname}(): stochastic rounding with a split K is not modelled "
+                              "(each part would draw the same random bits at the same index); "
+                              "pass splitk=1 or another rounding")
     return _Plan(fmt_a, fmt_b, cast, out_fmt, kind, block, tc, key, splitk)
 
 
@@ -506,15 +510,11 @@ def _no_c_when_split(plan, c, fname):
             "c to the result (or splitk=1 to start the one chain from c)")
 
 
-def _matmul_values(A, B, in_fmt, acc_fmt, out_fmt, model, block=128, inner="sequential"):
-    """matmul for callers whose operands are known to be in_fmt values
-    (float32 or float64 2-D arrays): rne, subnormals kept, no checks."""
-    return _matmul_planned(_plan(in_fmt, acc_fmt, out_fmt, model, block, inner), A, B)
-
-
 def _matmul_planned(plan, A, B):
-    """:func:`_matmul_values` under a :class:`_Plan` parsed once by a caller
-    that runs many GEMMs of one configuration (batch elements, K blocks)."""
+    """matmul for callers whose operands are known to be in_fmt values
+    (float32 or float64 2-D arrays), under a :class:`_Plan` parsed once by a
+    caller that runs many GEMMs of one configuration (batch elements, K
+    blocks): no checks."""
     C = _identity("rne", A.shape[1])
     C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
     return _run(plan, np.ascontiguousarray(A, np.float64), np.ascontiguousarray(B.T, np.float64),

@@ -236,6 +236,8 @@ def test_splitk_refuses_bad_input():
             accumulate.matmul(a, b, "fp32", splitk=bad)
     with pytest.raises(FpemuValueError, match="adds its partial sums in fp32"):
         accumulate.matmul(a, b, "fp16", "fp16", splitk=2)
+    with pytest.raises(FpemuValueError, match="stochastic rounding with a split K"):
+        accumulate.matmul(a, b, "fp32", rounding="sr", seed=1, splitk=2)
     with pytest.raises(FpemuValueError, match="pass c=None and add c to the result"):
         accumulate.matmul(a, b, "fp32", c=1.0, splitk=2)
     with pytest.raises(FpemuValueError, match="tile must be an int >= 1"):
