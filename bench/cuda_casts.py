@@ -75,6 +75,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import fpemu  # noqa: E402
 from fpemu.testing import compare, exhaustive  # noqa: E402
 from fpemu.testing.strategies import edge_inputs  # noqa: E402
+from gpu_check import nvidia_driver  # noqa: E402  (bench/, beside this script)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUNDINGS = ("rne", "rna", "rtz", "rup", "rdn", "rto")
@@ -411,12 +412,7 @@ def main(argv=None):
     if not args.host:
         meta["device_name"] = torch.cuda.get_device_name()
         meta["capability"] = list(torch.cuda.get_device_capability())
-        try:
-            meta["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=60).stdout.strip()
-        except Exception as err:                               # noqa: BLE001
-            meta["driver"] = f"unknown ({err})"
+        meta["driver"] = nvidia_driver()
     try:
         meta["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True,
                                       timeout=60).stdout.strip().splitlines()[-1]

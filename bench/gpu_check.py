@@ -154,6 +154,16 @@ class Run:
 
 
 # ------------------------------------------------------------------ env
+def nvidia_driver():
+    """The NVIDIA driver's version as nvidia-smi reports it (or why not)."""
+    try:
+        return subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=60).stdout.strip()
+    except Exception as err:                                  # noqa: BLE001
+        return f"unknown ({err})"
+
+
 def step_env(run):
     torch = run.torch
     env = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
@@ -168,12 +178,7 @@ def step_env(run):
         p = torch.cuda.get_device_properties(0)
         env.update(gpu=p.name, capability=list(torch.cuda.get_device_capability(0)),
                    sm_count=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1))
-        try:
-            env["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=60).stdout.strip()
-        except Exception as err:                              # noqa: BLE001
-            env["driver"] = f"unknown ({err})"
+        env["driver"] = nvidia_driver()
         env["cublaslt_workspace_env"] = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "(unset)")
     else:
         env.update(gpu=f"none: CPU torch stands in ({platform.processor() or platform.machine()})",
