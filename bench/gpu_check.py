@@ -118,7 +118,6 @@ class Run:
             with open(self.state_path) as fh:
                 self.state = json.load(fh)
         self.deadline = time.monotonic() + args.budget_seconds
-        self.lines = []
 
     def release(self):
         """The torch version of the recording (env.json), for fpemu's profile."""
@@ -288,11 +287,12 @@ def gemm_inputs(torch, case):
 
 
 def _digest(ins):
+    """sha256 of the probe's operands, name and raw bytes, in name order."""
+    import torch
     h = hashlib.sha256()
     for k in sorted(ins):
-        t = ins[k].contiguous()
         h.update(k.encode())
-        h.update(t.view(-1).view(__import__("torch").uint8).numpy().tobytes())
+        h.update(ins[k].contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -378,15 +378,11 @@ def step_gemm(run):
     return {"status": "done" if complete else "partial", "lines": lines}
 
 
-def _tc(name, terms, frac):
-    from fpemu.accumulate import TensorCore
-    return TensorCore(name, terms, frac)
-
-
 def gemm_candidates(case):
     """(name, function of (A, B) float64 arrays -> float32 outputs) for a
     recorded probe (``case["out"]``: the output dtype torch wrote)."""
     from fpemu import accumulate, quantize
+    from fpemu.accumulate import TensorCore
     out = []
     if case["kind"] == "matmul":
         fmt = {"bfloat16": "bf16", "float16": "fp16", "tf32": "tf32"}[case["dtype"]]
@@ -394,7 +390,8 @@ def gemm_candidates(case):
         models = [("sequential", "sequential"), ("exact", "exact"), ("pairwise", "pairwise")]
         for terms in (4, 8, 16, 32):
             for frac in (23, 24, 25, 26):
-                models.append((f"tc{terms}f{frac}", _tc(f"tc{terms}f{frac}", terms, frac)))
+                name = f"tc{terms}f{frac}"
+                models.append((name, TensorCore(name, terms, frac)))
         roundings = ("rne", "rtz", "rna") if fmt == "tf32" else ("rne",)
         for rnd in roundings:
             for mname, model in models:
