@@ -1,0 +1,133 @@
+"""fpemu against the GEMM and attention bits an NVIDIA H200 wrote.
+
+``make gpu-check`` (bench/gpu_check.py) ran on an H200 with torch
+2.11.0+cu130 (CUDA 13.0, driver 580.159.04) and recorded the output bits of
+150 GEMM probes (bf16 / fp16 ``torch.mm`` into float32, TF32 matmul,
+``torch._scaled_mm`` in every output dtype, fast and slow accumulation,
+tensor-wise and row-wise scales, a bias) and 28 fused-attention probes, in
+``bench/gpu_check/nvidia-h200-torch2.11.0``. The inputs are made from each
+probe's seed on the CPU (their sha256 is recorded and checked here); the
+oracle is what the GPU wrote, not fpemu. CI has no GPU: these tests hold
+fpemu to those bits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import gpu_check  # noqa: E402
+
+import fpemu.autograd as ft  # noqa: E402
+import fpemu.cublaslt  # noqa: E402
+from fpemu import accumulate  # noqa: E402
+
+torch = pytest.importorskip("torch")
+
+RUN = os.path.join(ROOT, "bench", "gpu_check", "nvidia-h200-torch2.11.0")
+with open(os.path.join(RUN, "gemm.json")) as fh:
+    GEMM = json.load(fh)
+GEMM_BITS = np.load(os.path.join(RUN, "gemm.npz"))
+with open(os.path.join(RUN, "attention.json")) as fh:
+    ATTN = json.load(fh)
+ATTN_BITS = np.load(os.path.join(RUN, "attention.npz"))
+
+
+def _probes(kind, dtype=None):
+    return sorted(cid for cid, c in GEMM["cases"].items()
+                  if c["kind"] == kind and (dtype is None or c["dtype"] == dtype))
+
+
+def _inputs(cid):
+    case = GEMM["cases"][cid]
+    ins = gpu_check.gemm_inputs(torch, case)
+    assert gpu_check._digest(ins) == case["sha256"], f"{cid}: the inputs are not the recorded ones"
+    return case, ins
+
+
+def test_the_recording_is_whole():
+    assert GEMM["device"] == "cuda" and len(GEMM["cases"]) == len(GEMM_BITS.files) == 150
+    assert not [c for c in GEMM["cases"].values() if "error" in c]
+    assert len(ATTN["cases"]) == 28 and not [c for c in ATTN["cases"].values() if "error" in c]
+    with open(os.path.join(RUN, "env.json")) as fh:
+        env = json.load(fh)
+    assert env["gpu"] == "NVIDIA H200" and env["torch"] == "2.11.0+cu130"
+
+
+#: fast-accumulation probes the H200 split three ways where fpemu's recorded
+#: table (cuBLASLt on an H100 PCIe) has no entry, so ``splitk="auto"`` says 1
+#: (``source="unrecorded"``): 16x16x8192 and 16x32x8192 with tensor-wise scales
+H200_SPLITS = {(16, 8192, 16): 3, (16, 8192, 32): 3}
+
+
+@pytest.mark.parametrize("cid", _probes("scaled_mm"))
+def test_scaled_mm_under_the_cuda_profile_is_the_h200_bit_for_bit(cid):
+    """fast and slow accumulation, K 16 to 12288 (the split-K shapes too),
+    float32 / bf16 / fp16 / e4m3fn outputs, row-wise scales, a bias: every
+    output bit, with the split the table predicts (16x64x8192 and
+    64x128x8192: 3, 16x64x12288: 4) or, for two shapes it lacks, the split
+    the H200 made. The e4m3fn probes pass ``scale_result=0.5``, which the
+    GPU ignores."""
+    case, ins = _inputs(cid)
+    split = "auto"
+    if case["fast"] and case["scales"] == "tensor":
+        split = H200_SPLITS.get((case["M"], case["K"], case["N"]), "auto")
+    if split != "auto":
+        d = fpemu.cublaslt.splitk_decision(case["M"], case["N"], case["K"], case["dtype"],
+                                           case["dtype"], case["out"], fast=True)
+        assert (d.splits, d.source) == (1, "unrecorded")
+    ours = gpu_check._scaled_mm_fpemu(torch, case, ins, split, False, "2.11.0")
+    rec = GEMM_BITS[cid]
+    np.testing.assert_array_equal(np.asarray(ours, np.float32).view(np.uint32), rec)
+
+
+def test_scale_result_is_ignored_on_the_gpu():
+    """The e4m3fn probes are the unscaled product, saturated: with
+    ``scale_result=0.5`` applied, most of them would differ."""
+    cid = "scaled_mm-float8_e4m3fn-16x16x16-float8_e4m3fn-slow-tensor"
+    case, ins = _inputs(cid)
+    y32 = gpu_check._scaled_mm_fpemu(torch, dict(case, out="float32"), ins, 1, False, "2.11.0")
+    fmt = ft.float8_e4m3fn
+    ignored = np.asarray(ft.tensor(np.clip(y32, -448, 448)).to(fmt).float().numpy())
+    halved = np.asarray(ft.tensor(np.clip(y32 * 0.5, -448, 448)).to(fmt).float().numpy())
+    rec = GEMM_BITS[cid].view(np.float32)
+    np.testing.assert_array_equal(ignored.view(np.uint32), rec.view(np.uint32))
+    assert (halved != rec).mean() > 0.9
+
+
+@pytest.mark.parametrize("cid", [c for c in _probes("matmul") if "tf32" not in c])
+def test_bf16_fp16_products_are_the_h100_tensor_core_model(cid):
+    """``torch.mm(a, b, out_dtype=float32)`` in bf16 and fp16: accumulate's
+    ``"h100"`` model (16 products a step, aligned to 25 fraction bits) gives
+    every bit for K up to 2048; at K = 4096 cuBLAS split K three ways (the
+    same 128-wide k-tiles as cuBLASLt's fp8 split), at K = 8192 six ways."""
+    case, ins = _inputs(cid)
+    fmt = {"bfloat16": "bf16", "float16": "fp16"}[case["dtype"]]
+    A = ins["a"].float().numpy().astype(np.float64)
+    B = ins["b"].float().numpy().astype(np.float64)
+    split = {4096: 3, 8192: 6}.get(case["K"], 1)
+    ours = accumulate.matmul(A, B, fmt, "fp32", "fp32", model="h100", splitk=split)
+    np.testing.assert_array_equal(np.asarray(ours, np.float32).view(np.uint32), GEMM_BITS[cid])
+    if split > 1:                       # and the split is seen: one chain differs
+        one = accumulate.matmul(A, B, fmt, "fp32", "fp32", model="h100")
+        assert (np.asarray(one, np.float32).view(np.uint32) != GEMM_BITS[cid]).any()
+
+
+def test_the_flash_forward_and_gradients_are_the_h200_on_the_smallest_probe():
+    """scaled_dot_product_attention (fpemu's model, docs/pytorch-numerics.md
+    §11) against the flash backend, bf16, 16 queries and keys, 64 wide:
+    the output and all three gradients bit for bit."""
+    cid = "flash-bfloat16-L16-E64"
+    case = ATTN["cases"][cid]
+    ours = gpu_check.fpemu_attention(torch, case, False, "2.11.0")
+    for k in ("out", "dq", "dk", "dv"):
+        rec = ATTN_BITS[f"{cid}.{k}"]
+        mine = np.asarray(ours[k], np.float32).reshape(rec.shape)
+        np.testing.assert_array_equal(mine.view(np.uint32), rec, err_msg=k)
