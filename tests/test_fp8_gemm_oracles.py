@@ -102,13 +102,15 @@ def test_scaled_mm_bit_for_bit(out, fast):
         sa, sb = (np.float32(rng.uniform(0.01, 4)) for _ in range(2))
         kw = {}
         if out.startswith("float8"):
-            kw["scale_result"] = (torch.tensor(np.float32(0.7)), ft.tensor(np.float32(0.7)))
+            # torch's CUDA _scaled_mm leaves scale_result out of the epilogue (an
+            # H200 with torch 2.11: tests/test_gpu_probes.py); mmaemu, a model of
+            # cuBLASLt itself, would apply it as the D scale, so it is not given one
+            kw["scale_result"] = ft.tensor(np.float32(0.7))
         ref = _mmaemu(mmaemu.scaled_mm, ta, tb.t(), torch.tensor(sa), torch.tensor(sb),
-                      out_dtype=getattr(torch, out), use_fast_accum=fast,
-                      **{k: v[0] for k, v in kw.items()})
+                      out_dtype=getattr(torch, out), use_fast_accum=fast)
         ours = ft._scaled_mm(ft.nn.from_torch(ta), ft.nn.from_torch(tb).t(), ft.tensor(sa),
                              ft.tensor(sb), out_dtype=getattr(ft, out), use_fast_accum=fast,
-                             **{k: v[1] for k, v in kw.items()})
+                             **kw)
         assert str(ours.dtype) == str(ref.dtype)
         x, y = ref.float().numpy(), ours.float().numpy()
         both_nan = np.isnan(x) & np.isnan(y)
@@ -176,3 +178,32 @@ def test_scaled_mm_under_the_cpu_profile_is_torch_cpus():
     assert np.all(np.abs(ours.numpy() - exact) <= bound)
     # A scale applied inverted or twice falls far outside the bound.
     assert not np.allclose(ours.numpy() * 0.37, exact, rtol=1e-3)
+
+
+@pytest.mark.parametrize("out", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("scale_result", [0.1, 0.5, 3.0, 2.0**-8])
+def test_scaled_mm_fp8_output_under_the_cpu_profile_is_torch_cpus(out, scale_result):
+    """torch's CPU kernel (``_scaled_mm_out_cpu``'s reference path) multiplies
+    an fp8 output by fp32(1 / scale_result) and casts it with ``.to()``
+    (e5m2 overflows to inf; e4m3fn saturates from torch 2.12 on). The oracle
+    is that path written with torch's own ops, not ``torch._scaled_mm``
+    itself: on a CPU with AVX-512 FP16, torch 2.13 takes oneDNN's fp8 GEMM
+    instead, whose e4m3fn overflow is NaN (docs/pytorch-numerics.md).
+    Integer operands: every float32 sum is exact, so the order of the sums
+    cannot hide a difference."""
+    rng = np.random.default_rng(11)
+    a = torch.from_numpy(rng.integers(-16, 17, (16, 32)).astype(np.float32))
+    b = torch.from_numpy(rng.integers(-16, 17, (16, 32)).astype(np.float32))
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    sr = torch.tensor(np.float32(scale_result))
+    y32 = a8.float() @ b8.float().t()                   # exact: small integers
+    ref = (y32 * (1 / sr)).to(getattr(torch, out))
+    with ft.use_profile(ft.Profile("cpu", "2.13.0")):
+        ours = ft._scaled_mm(ft.nn.from_torch(a8), ft.nn.from_torch(b8).t(), ft.tensor(1.0),
+                             ft.tensor(1.0), out_dtype=getattr(ft, out),
+                             scale_result=ft.nn.from_torch(sr))
+    x, y = ref.float().numpy(), ours.float().numpy()
+    both_nan = np.isnan(x) & np.isnan(y)
+    np.testing.assert_array_equal(np.where(both_nan, 0, _bits(y)), np.where(both_nan, 0, _bits(x)))
+    if scale_result == 2.0**-8:          # the overflow is there to see
+        assert (np.isinf(x) if out == "float8_e5m2" else np.abs(x) == 448).any()

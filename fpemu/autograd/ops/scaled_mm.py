@@ -14,8 +14,12 @@ cuBLASLt, with the checks of torch's CUDA kernel:
 * the epilogue as mmaemu measured it: ``alpha = fp32(scale_a * scale_b)``,
   ``y = fp32(acc * alpha + 0)`` (an exact zero product gives +0, an
   underflowing one keeps its sign), then the output dtype: float32 as is,
-  bfloat16 / float16 rounded from y, fp8 ``y * scale_result`` saturated and
-  rounded; NaN is the canonical NaN of the output dtype;
+  bfloat16 / float16 rounded from y, fp8 y saturated and rounded; NaN is the
+  canonical NaN of the output dtype. ``scale_result`` has no effect: on an
+  H200 with torch 2.11.0+cu130, e4m3fn outputs with ``scale_result=0.5`` are
+  y itself, saturated and rounded, on all 20 probes of ``make gpu-check``
+  (``bench/gpu_check/nvidia-h200-torch2.11.0``), although cuBLASLt's
+  documented formula multiplies by a D scale;
 * split-K (``splitk=``, an fpemu extension of torch's signature): ``"auto"``
   (the default) runs the split cuBLASLt picks for the shape, dtypes and
   accumulation on an H100 PCIe with torch's 1 MiB workspace, as recorded in
@@ -35,7 +39,12 @@ order of the float32 sums: the operands dequantized (``fp32(a * scale_a)``)
 and multiplied in float32 (fpemu adds the K products in index order; torch
 2.13's CPU BLAS adds them in blocks, so about a third of the float32 outputs
 differ in the last bit, each within the float32 error bound of the sum),
-the bias added, one rounding to the output dtype. The CPU kernel does not
+the bias added, for an fp8 output multiplied by ``fp32(1 / scale_result)``,
+then torch's plain cast to the output dtype (``.to()``: e5m2 overflows to inf,
+e4m3fn follows the profile's cast, saturating from torch 2.12 on). That is
+torch's portable CPU path; where torch uses oneDNN's fp8 GEMM instead (seen
+on an AVX-512 FP16 Xeon) its e4m3fn overflow is NaN
+(``docs/pytorch-numerics.md`` §12). The CPU kernel does not
 split K: ``splitk`` must stay ``"auto"`` or 1 there.
 """
 
@@ -111,15 +120,20 @@ def _check_cuda(a, b, bias, out_dtype, M, K, N):
                            "supported by cuBLASLt")
 
 
-def _to_output(y, out_dtype, scale_result):
-    """fp32 y in the output dtype, as the epilogue writes it."""
+def _to_output(y, out_dtype, scale_result, cpu):
+    """fp32 y in the output dtype, as the epilogue writes it (module
+    docstring: the CPU kernel divides an fp8 output by ``scale_result`` and
+    casts; the GPU ignores it and saturates)."""
     if out_dtype is float32:
         out = y
-    elif out_dtype in _FP8:
+    elif out_dtype in _FP8 and cpu:
         if scale_result is not None:
+            # torch's CPU kernel: out * (1 / scale_result), the reciprocal in float32
             with np.errstate(all="ignore"):
-                y = (y.astype(np.float64) * np.float64(scale_result._data.reshape(()))
-                     ).astype(np.float32)
+                inv = np.float32(1) / np.float32(scale_result._data.reshape(()))
+                y = (y * inv).astype(np.float32)
+        out = _store(y, out_dtype)                      # the plain cast: e5m2 overflows to inf
+    elif out_dtype in _FP8:
         fmt_max = np.float32(out_dtype.max)
         y = np.where(np.isnan(y), y, np.clip(y, -fmt_max, fmt_max))     # saturation, NaN passes
         out = quantize(y, out_dtype).astype(np.float32)
@@ -194,7 +208,7 @@ def _scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None,  # n
             y = (acc.astype(np.float64) * alpha.astype(np.float64) + 0.0).astype(np.float32)
             if bias is not None:
                 y = (y + bias._data.astype(np.float32)).astype(np.float32)
-    out = _to_output(np.asarray(y, np.float32), out_dtype, scale_result)
+    out = _to_output(np.asarray(y, np.float32), out_dtype, scale_result, cpu)
     if not cpu:                     # the GPU writes its canonical NaN
         out = np.where(np.isnan(out), _acc._CANONICAL_NAN32, out)
 
