@@ -34,7 +34,7 @@ from numba import prange
 from ._jit import f32_from_ubits, f32_ubits, jit, pjit, lshr32
 from ._kernels import LANES, _rne_ieee_one
 
-SUM, MAX, MIN, NUMBER_MAX, NUMBER_MIN = range(5)
+SUM, MAX, MIN, NUMBER_MAX, NUMBER_MIN, PROD = range(6)
 #: how a value becomes a value of the wire format: unchanged but for a NaN's
 #: payload (fp32), rounded by the IEEE-style fast path (fp16), or by bf16's
 #: integer rounding
@@ -123,6 +123,9 @@ def _hop(w, o, n, op, kind, half, keep, one, sh, normal_bits, overflow_bits, mag
         b = o[j]
         if op == SUM:
             o[j] = _wire(np.float32(a + b), kind, half, keep, one, sh, normal_bits, overflow_bits,
+                         magic, ovf_mag, ovf_sign)
+        elif op == PROD:
+            o[j] = _wire(np.float32(a * b), kind, half, keep, one, sh, normal_bits, overflow_bits,
                          magic, ovf_mag, ovf_sign)
         elif op == MAX:
             o[j] = b if a < b else a

@@ -30,8 +30,8 @@ Algorithms (``algorithm=``):
 ``"exact"``
     The exact result rounded once to ``fmt``: ``sum``, ``avg`` (the exact sum
     divided by the world size), ``premul_sum`` (the exact sum times
-    ``factor``), ``max`` and ``min`` (IEEE maximum / minimum: a NaN on any rank
-    gives NaN; +0 is above -0).
+    ``factor``), ``product``, ``max`` and ``min`` (IEEE maximum / minimum: a
+    NaN on any rank gives NaN; +0 is above -0).
 ``"gloo"``
     What ``torch.distributed`` with the gloo backend computes on CPU tensors
     (torch 2.13, gloo's ``allreduce.cc`` at commit 70dc360, read 2026-11-26),
@@ -57,9 +57,12 @@ Algorithms (``algorithm=``):
     c`` (mod ``P``) of its chunk ``c``, one rounding per hop. ``max`` and
     ``min`` are ``std::max(own, received)`` / ``std::min``, which keep
     ``own`` when either is NaN: a NaN that arrives from a neighbour is
-    dropped (gloo's behaviour, reproduced, not endorsed). Gloo has no
-    ``avg`` or ``premul_sum`` (torch raises "Cannot use ReduceOp.AVG with
-    Gloo"): DDP divides each gradient by the world size before a ``sum``.
+    dropped (gloo's behaviour, reproduced, not endorsed). ``product``
+    multiplies along the same ring, ``own * received`` in float32 rounded
+    to the wire dtype at each hop. ``avg`` (torch 2.13's ProcessGroupGloo)
+    is the ring's sum divided by the world size in the wire dtype (float32
+    division, rounded once). Gloo has no ``premul_sum`` (torch raises
+    "Cannot use ReduceOp.PREMUL_SUM with Gloo").
     Wire formats: fp32, bf16 and fp16 (the float dtypes gloo reduces here).
     ``reduce_scatter_tensor`` on gloo returns the slices of this all-reduce
     (observed with torch 2.13), and :func:`reduce_scatter` does the same.
@@ -136,10 +139,11 @@ from .errors import (FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError
                      FpemuValueError)
 
 ALGORITHMS = ("exact", "gloo", "ring", "tree", "nvls")
-OPS = ("sum", "avg", "max", "min", "premul_sum")
+OPS = ("sum", "avg", "max", "min", "premul_sum", "product")
 #: the ops each algorithm has
-ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "max", "min"), "ring": OPS, "tree": OPS,
-                 "nvls": ("sum",)}
+ALGORITHM_OPS = {"exact": OPS, "gloo": ("sum", "avg", "product", "max", "min"),
+                 "ring": ("sum", "avg", "max", "min", "premul_sum"),
+                 "tree": ("sum", "avg", "max", "min", "premul_sum"), "nvls": ("sum",)}
 #: wire formats of NCCL's ring and tree, with their element sizes in bytes
 NCCL_FORMATS = {"fp32": 4, "bf16": 2, "fp16": 2, "e4m3fn": 1, "e5m2": 1}
 #: NCCL's FP8 types: their arithmetic runs in fp16 and converts back saturating
@@ -176,7 +180,10 @@ def _ranks(xs, fmt, fname, cast=True):
         a, shape = real_array(x, fname)
         arrays.append(a)
         shapes.append(shape)
-        dtypes.append(np.asarray(x).dtype if not hasattr(x, "detach") else a.dtype)
+        # the dtype each rank holds, before any conversion: a torch bf16 tensor
+        # and a float32 one differ though both reach numpy as float32
+        dtypes.append(str(x.dtype).replace("torch.", "") if hasattr(x, "detach")
+                      else str(np.asarray(x).dtype))
     for r in range(1, len(arrays)):
         if shapes[r] != shapes[0] or dtypes[r] != dtypes[0]:
             raise FpemuValueError(
@@ -211,11 +218,15 @@ def _algorithm(algorithm, op, fmt, fname):
             f"{fname}(): the NVLS model covers op='sum' only (NCCL runs NVLS for sum, min and "
             "max, and never for avg or premul_sum: ncclNvlsSupported in src/include/device.h; "
             "the switch's min / max are not modelled); use algorithm='ring' or 'tree'")
+    if op not in ALGORITHM_OPS[algorithm] and algorithm == "gloo":
+        raise FpemuValueError(
+            f"{fname}(): gloo has no op {op!r} (torch raises 'Cannot use "
+            f"ReduceOp.{op.upper()} with Gloo'); multiply the arrays by the factor and pass "
+            "op='sum', or use algorithm='exact'")
     if op not in ALGORITHM_OPS[algorithm]:
         raise FpemuValueError(
-            f"{fname}(): gloo has no op {op!r} (torch raises 'Cannot use ReduceOp.{op.upper()} "
-            "with Gloo'); DDP on gloo divides each gradient by the world size and then sums: "
-            "pass the divided arrays with op='sum', or algorithm='exact'")
+            f"{fname}(): the NCCL {algorithm} model has no op {op!r} (ncclProd's order is not "
+            "modelled); use algorithm='gloo' or 'exact'")
     if algorithm == "gloo" and fmt.name not in GLOO_FORMATS:
         raise FpemuValueError(f"{fname}(): gloo reduces {', '.join(GLOO_FORMATS)} tensors, "
                               f"not {fmt.name}; pick one of those, or algorithm='exact'")
@@ -236,7 +247,7 @@ def _factor(op, factor, world, fname):
                 or not isinstance(factor, numbers.Real) or not math.isfinite(factor)):
             raise FpemuValueError(f"{fname}(): op='premul_sum' multiplies every rank's array by "
                                   f"factor=, a finite real number; got {factor!r}")
-        return Fraction(factor)
+        return Fraction(float(factor))          # numpy scalars too
     if factor is not None:
         raise FpemuValueError(f"{fname}(): factor= belongs to op='premul_sum'; got op={op!r} "
                               f"with factor={factor!r}")
@@ -253,11 +264,22 @@ def _segment_bytes(max_segment_bytes, fname):
     return int(max_segment_bytes)
 
 
+def _count(value, what, fname, least):
+    """An int argument of the layout helpers, at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise FpemuValueError(f"{fname}(): {what} must be an int >= {least}, got {value!r}")
+    return int(value)
+
+
 # ----------------------------------------------------------------- gloo ring
 def gloo_ring_chunks(n, world, element_bytes, max_segment_bytes=GLOO_MAX_SEGMENT_BYTES):
     """The element boundaries of gloo's ring chunks: ``bounds[c]:bounds[c + 1]``
     is the part of an ``n``-element buffer that rank ``c`` finishes (see the
     module note)."""
+    fname = "gloo_ring_chunks"
+    n, world = _count(n, "n", fname, 0), _count(world, "world (the number of ranks)", fname, 1)
+    element_bytes = _count(element_bytes, "element_bytes", fname, 1)
+    max_segment_bytes = _count(max_segment_bytes, "max_segment_bytes", fname, 1)
     total = n * element_bytes
     seg_max = element_bytes * max(1, max_segment_bytes // element_bytes)
     segments = max(-(-total // seg_max), 2 * world)
@@ -274,7 +296,8 @@ def _fold(V, fmt, op, lo, hi, start, step, order):
     (fp32, bf16 or fp16)."""
     from .quantize import Cast
     out = np.empty(V.shape[1], np.float32)
-    code = {"sum": _coll_kernels.SUM, "max": _coll_kernels.MAX, "min": _coll_kernels.MIN,
+    code = {"sum": _coll_kernels.SUM, "prod": _coll_kernels.PROD, "max": _coll_kernels.MAX,
+            "min": _coll_kernels.MIN,
             "number_max": _coll_kernels.NUMBER_MAX,
             "number_min": _coll_kernels.NUMBER_MIN}[op]
     kind = {"fp32": _coll_kernels.AS_IS, "bf16": _coll_kernels.RNE_BF16}.get(
@@ -290,7 +313,16 @@ def _fold(V, fmt, op, lo, hi, start, step, order):
 def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
     P, n = V.shape
     bounds = gloo_ring_chunks(n, P, GLOO_FORMATS[fmt.name], max_segment_bytes)
-    return _fold(V, fmt, op, bounds[:-1], bounds[1:], np.arange(P) - 1 + P, -1, np.arange(P))
+    ring_op = {"avg": "sum", "product": "prod"}.get(op, op)
+    out = _fold(V, fmt, ring_op, bounds[:-1], bounds[1:], np.arange(P) - 1 + P, -1,
+                np.arange(P))
+    if op == "avg":
+        # ProcessGroupGloo's AVG: the ring's sum, then divided by the world size
+        # in the tensor's dtype (float32 division, rounded once to bf16 / fp16)
+        from .quantize import quantize
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = quantize(out / np.float32(P), fmt)
+    return out
 
 
 # ----------------------------------------------------------------- NCCL ring
@@ -329,6 +361,9 @@ def nccl_ring_chunks(n, world, element_bytes, parts=None):
     part, loops of ``world * chunk_count`` elements are cut into ``world``
     chunks; a last, shorter loop uses chunks of ``ceil(rest / world)``
     elements rounded up to 16 bytes."""
+    fname = "nccl_ring_chunks"
+    n, world = _count(n, "n", fname, 0), _count(world, "world (the number of ranks)", fname, 1)
+    element_bytes = _count(element_bytes, "element_bytes", fname, 1)
     grain = max(1, 16 // element_bytes)
     k = np.empty(n, np.int64)
     start = 0
@@ -459,6 +494,11 @@ def nccl_tree(world, gpus_per_node, which=0):
     of the nodes, hung on each node's first rank, whose tree children follow
     its chain child (``connectTrees``, src/graph/connect.cc, the ``TREE``
     pattern)."""
+    world = _count(world, "world (the number of ranks)", "nccl_tree", 1)
+    gpus_per_node = _count(gpus_per_node, "gpus_per_node", "nccl_tree", 1)
+    if which not in (0, 1):
+        raise FpemuValueError(f"nccl_tree(): which must be 0 or 1 (NCCL's two trees), got "
+                              f"{which!r}")
     if world % gpus_per_node:
         raise FpemuValueError(f"nccl_tree(): the world ({world} ranks) must be a whole number of "
                               f"nodes of gpus_per_node={gpus_per_node}")
@@ -513,8 +553,34 @@ def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node):
 
 
 # --------------------------------------------------------------------- exact
+def _exact_product(V, fmt):
+    """The exact product of the ranks' values, rounded once to ``fmt``
+    (IEEE's signs: inf * 0 is NaN, a zero's sign the XOR of the signs)."""
+    from .quantize import quantize
+    out = np.empty(V.shape[1], np.float32)
+    finite = np.isfinite(V).all(axis=0)
+    S = V[:, ~finite].astype(np.float64)
+    # a column with an inf or a NaN: only the finite factors' signs and zeros matter
+    S = np.where(np.isfinite(S) & (S != 0), np.sign(S), S)
+    with np.errstate(invalid="ignore"):
+        out[~finite] = S.prod(axis=0).astype(np.float32)
+    W = V[:, finite]
+    odd = np.empty(W.shape[1], np.float64)
+    for j in range(W.shape[1]):
+        q = Fraction(1)
+        for v in W[:, j]:
+            q *= Fraction(float(v))
+        odd[j] = to_float64_odd(q)
+    zero = odd == 0
+    odd[zero] = np.where(np.signbit(W[:, zero]).sum(axis=0) % 2 == 1, -0.0, 0.0)
+    out[finite] = quantize(odd, fmt)
+    return out
+
+
 def _exact_all_reduce(V, fmt, op, scale):
     from .quantize import quantize
+    if op == "product":
+        return _exact_product(V, fmt)
     if op in ("max", "min"):
         with np.errstate(invalid="ignore"):
             r = (np.max if op == "max" else np.min)(V, axis=0)
@@ -614,8 +680,9 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
     fmt : str or Format
         The dtype on the wire: fp32, bf16 or fp16 for gloo; any format of at
         most float32's range and precision for ``"exact"``.
-    op : {"sum", "avg", "max", "min", "premul_sum"}
-    algorithm : {"gloo", "exact"}
+    op : {"sum", "avg", "max", "min", "premul_sum", "product"}
+        ``product``: gloo and exact only (NCCL's is not modelled).
+    algorithm : {"gloo", "exact", "ring", "tree", "nvls"}
     factor : float
         ``premul_sum`` only: every rank's array is multiplied by it.
     max_segment_bytes : int
@@ -730,8 +797,9 @@ def _unflatten(flat, indices, shapes, out):
 
 
 # ---------------------------------------------------------------------- DDP
-#: DDP's bucket sizes: the first bucket after the rebuild, then every other
-#: (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES and bucket_cap_mb=25)
+#: DDP's bucket sizes when bucket_cap_mb is not passed: the first bucket after
+#: the rebuild, then every other (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+#: and 25 MiB)
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 DDP_BUCKET_BYTES = 25 << 20
 #: DDP's communication hooks of torch.distributed.algorithms.ddp_comm_hooks
@@ -940,7 +1008,7 @@ def ddp_buckets(sizes, element_bytes, iteration, ready_order=None,
 
 
 def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, ready_order=None,
-                   bucket_cap_mb=25, state=None, **params):
+                   bucket_cap_mb=None, state=None, **params):
     """The gradients every rank holds after DDP's backward: ``grads[r][i]`` is
     rank ``r``'s local gradient of parameter ``i`` (registration order), of
     the parameters' dtype ``fmt`` (fp32, bf16 or fp16).
@@ -954,8 +1022,10 @@ def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, read
     (float32 gradients) ``state`` is a :class:`PowerSGDState` that carries
     each rank's error and the Q matrices from one call (one backward) to the
     next. Buckets: :func:`ddp_buckets` (``iteration=0`` is the first
-    all-reducing backward). ``params`` go to the all-reduce (``algorithm`` and
-    its parameters, see :func:`all_reduce`).
+    all-reducing backward). ``bucket_cap_mb`` as DDP takes it: ``None`` (not
+    passed) gives buckets of 25 MiB after a first one of 1 MiB; a number,
+    even 25, makes every bucket that size, the first too. ``params`` go to
+    the all-reduce (``algorithm`` and its parameters, see :func:`all_reduce`).
 
     Returns the reduced gradients, one float32 array per parameter.
     """
@@ -971,11 +1041,14 @@ def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, read
     world, ranks, shapes = _rank_grads(grads, fname)
     if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral) or iteration < 0:
         raise FpemuValueError(f"{fname}(): iteration must be an int >= 0, got {iteration!r}")
-    if not isinstance(bucket_cap_mb, numbers.Real) or not bucket_cap_mb > 0:
-        raise FpemuValueError(f"{fname}(): bucket_cap_mb must be a number > 0, got "
-                              f"{bucket_cap_mb!r}")
-    cap = int(bucket_cap_mb * (1 << 20))
-    first = DDP_FIRST_BUCKET_BYTES if bucket_cap_mb == 25 else cap
+    if bucket_cap_mb is None:           # DDP's default: 25 MiB after a first bucket of 1 MiB
+        cap, first = DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES
+    elif (isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, numbers.Real)
+          or not 0 < bucket_cap_mb < math.inf):
+        raise FpemuValueError(f"{fname}(): bucket_cap_mb must be a number > 0 (or None, DDP's "
+                              f"default), got {bucket_cap_mb!r}")
+    else:                               # passed, even as 25: the first bucket too
+        cap = first = int(bucket_cap_mb * (1 << 20))
     elem = fmt.bits // 8
     buckets = ddp_buckets([int(np.prod(s)) for s in shapes], elem, iteration, ready_order,
                           cap, first)
@@ -1019,6 +1092,15 @@ def fsdp_divide_factors(world, reduce_fmt, gradient_divide_factor=None):
     with ``avg`` (or ``premul_sum`` by 1 / factor); fp16, which could
     overflow, sums with the factor split into a power of two before the sum
     and the rest after it."""
+    fname = "fsdp_divide_factors"
+    world = _count(world, "world (the number of ranks)", fname, 1)
+    reduce_fmt = _reduce_format(reduce_fmt, fname).name
+    if gradient_divide_factor is not None and (
+            isinstance(gradient_divide_factor, bool)
+            or not isinstance(gradient_divide_factor, numbers.Real)
+            or not 0 < gradient_divide_factor < math.inf):
+        raise FpemuValueError(f"{fname}(): gradient_divide_factor must be a finite number > 0 "
+                              f"(or None: the world size), got {gradient_divide_factor!r}")
     if reduce_fmt in ("fp32", "bf16"):
         if gradient_divide_factor is None:
             return None, None, "avg"
@@ -1045,8 +1127,9 @@ def fsdp_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32",
     chunk ``r`` of each gradient's first dimension (chunks of ceil(dim0 /
     world) rows, zero-padded). It divides as :func:`fsdp_divide_factors`
     says, reduce-scatters (on gloo the all-reduce of the whole buffer, sliced;
-    gloo has no ``avg``, so torch sums and divides in ``reduce_dtype``: a
-    float32 division rounded to it), divides by the post factor and casts the
+    FSDP2 does not ask gloo for ``avg``: torch sums and divides in
+    ``reduce_dtype``, a float32 division rounded to it, the same bits as
+    gloo's own ``avg``), divides by the post factor and casts the
     shard to the parameters' dtype. Returns one float32 array per parameter.
     """
     from .quantize import quantize
@@ -1121,8 +1204,11 @@ def fp8_all_reduce(xs, fmt="e4m3fn", algorithm="ring", *, op="sum", scaling="sha
     if scaling not in ("shared", "none"):
         raise FpemuValueError(f"{fname}(): scaling must be 'shared' (one scale from the global "
                               f"amax) or 'none', got {scaling!r}")
-    if isinstance(margin, bool) or not isinstance(margin, numbers.Integral) or margin < 0:
-        raise FpemuValueError(f"{fname}(): margin must be an int >= 0, got {margin!r}")
+    if (isinstance(margin, bool) or not isinstance(margin, numbers.Integral) or margin < 0
+            or margin > 127):
+        raise FpemuValueError(f"{fname}(): margin must be an int from 0 to 127 (the scale is "
+                              f"fp8_max / amax / 2**margin, and 2**128 is no float32), got "
+                              f"{margin!r}")
     _, X, shape = _ranks(xs, "fp32", fname)
     if algorithm == "gloo":
         raise FpemuValueError(f"{fname}(): gloo has no FP8 types; use algorithm='ring', "

@@ -989,7 +989,10 @@ def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="nccl"),
      "unknown algorithm 'nccl'; the algorithms are 'exact', 'gloo'"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", op="mean"), "unknown op 'mean'"),
-    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", op="avg"), "Cannot use ReduceOp.AVG"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", op="premul_sum", factor=0.5),
+     "Cannot use ReduceOp.PREMUL_SUM"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", "product", "ring"),
+     "NCCL ring model has no op 'product'"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "e4m3fn"), "gloo reduces fp32, bf16, fp16"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", "premul_sum", "exact"), "factor="),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", factor=2.0), "premul_sum"),
@@ -1027,3 +1030,101 @@ def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
 def test_bad_input_is_refused_with_the_fix(call, match):
     with pytest.raises((fpemu.errors.FpemuValueError, fpemu.errors.FpemuTypeError), match=match):
         call()
+
+
+# ------------------------------------------------ gloo's avg and product, the issue's corners
+@needs_torch
+@pytest.mark.parametrize("dtype,fmt,world", [("bfloat16", "bf16", 3), ("float16", "fp16", 2),
+                                             ("float32", "fp32", 4)])
+def test_live_gloo_avg_and_product_match_bit_for_bit(dtype, fmt, world):
+    """torch 2.13's gloo has AVG (the ring's sum divided by the world size in
+    the dtype) and PRODUCT (the same ring, multiplying): real processes."""
+    from fpemu.reference import _gloo
+    x = _values(world, 40_000, fmt, seed=9)
+    x[:, :8] = [[1, 2, 7, 0.0, -0.0, 3, 1e-3, 65504.0]] * world       # zeros, an fp16 overflow
+    got = _gloo.run({"x": x}, dtype, ["all_reduce.avg", "all_reduce.product"], world,
+                    timeout=90)
+    for op in ("avg", "product"):
+        model = collectives.all_reduce(list(x), fmt, op)[0]
+        for r in range(world):
+            rec = got[f"all_reduce.{op}.x"][r]
+            both_nan = np.isnan(rec) & np.isnan(model)
+            np.testing.assert_array_equal(np.where(both_nan, 0, _bits(rec)),
+                                          np.where(both_nan, 0, _bits(model)), err_msg=op)
+    avg = collectives.all_reduce([np.array([1.0, 2, 7]), np.array([2.0, 4, 14])], "bf16", "avg")
+    assert avg[0].tolist() == [1.5, 3.0, 10.5]
+
+
+def test_exact_product_is_the_product_rounded_once():
+    rng = np.random.default_rng(3)
+    x = _values(3, 300, "bf16", seed=4)        # bf16 values: the wire cast keeps them
+    x[:, :6] = [[np.inf, 0.0, -0.0, np.nan, 3.0, -2.0],
+                [0.0, -5.0, -1.0, 1.0, -np.inf, 2.0**-130],
+                [2.0, 1.0, 1.0, 1.0, 2.0, 2.0**-130]]
+    got = collectives.all_reduce(list(x), "bf16", "product", "exact")[0]
+    for j in list(range(6)) + list(rng.integers(6, 300, 40)):
+        vals = [float(v) for v in x[:, j]]
+        if all(math.isfinite(v) for v in vals):
+            q = Fraction(1)
+            for v in vals:
+                q *= Fraction(v)
+            want = round_to_ieee(q, 8, 7) if q else math.copysign(
+                0.0, -1.0 if sum(math.copysign(1, v) < 0 for v in vals) % 2 else 1.0)
+            assert _bits(np.float32(got[j])) == _bits(np.float32(want)), (j, vals)
+        else:
+            with np.errstate(invalid="ignore"):
+                want = np.prod(np.float64(vals))
+            assert (np.isnan(got[j]) and np.isnan(want)) or got[j] == want, (j, vals)
+    assert np.isnan(got[0]) and got[1] == 0 and np.signbit(got[1])        # inf * 0; 0 * -5 * 1
+    assert got[5] == 0 and np.signbit(got[5])          # -2 * 2**-260: -0 after rounding
+
+
+def test_ddp_bucket_cap_mb_passed_as_25_is_not_the_default():
+    """torch's DDP gives a first bucket of 1 MiB only when bucket_cap_mb is
+    not passed; an explicit 25 makes the first bucket 25 MiB too, as 25.000001
+    does. A 1.5 MB model (fp32): the default splits it, 25 does not."""
+    sizes = [131072, 131072, 131072]                       # 3 x 512 KiB
+    rng = np.random.default_rng(1)
+    grads = [[rng.standard_normal(n).astype(np.float32) for n in sizes] for _ in range(3)]
+    default = collectives.ddp_all_reduce(grads, "fp32", iteration=1)
+    explicit = collectives.ddp_all_reduce(grads, "fp32", iteration=1, bucket_cap_mb=25)
+    nudged = collectives.ddp_all_reduce(grads, "fp32", iteration=1, bucket_cap_mb=25.000001)
+    for a, b in zip(explicit, nudged):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    assert any((_bits(a) != _bits(b)).any() for a, b in zip(default, explicit))
+    assert len(collectives.ddp_buckets(sizes, 4, 1)) == 2
+    assert len(collectives.ddp_buckets(sizes, 4, 1, None, 25 << 20, 25 << 20)) == 1
+
+
+@needs_torch
+def test_mixed_torch_dtypes_across_ranks_are_refused():
+    xs = [torch.tensor([1.0, 2.0]).bfloat16(), torch.tensor([1.0, 2.0])]
+    with pytest.raises(fpemu.errors.FpemuValueError, match="rank 0 has .* bfloat16, rank 1 "
+                                                           ".* float32"):
+        collectives.all_reduce(xs, "bf16")
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: collectives.gloo_ring_chunks(10, 0, 2), r"world \(the number of ranks\) must be an "
+     "int >= 1, got 0"),
+    (lambda: collectives.nccl_ring_chunks(10, 0, 2), r"world .* >= 1, got 0"),
+    (lambda: collectives.nccl_tree(8, 0), "gpus_per_node must be an int >= 1, got 0"),
+    (lambda: collectives.nccl_tree(0, 8), r"world .* >= 1, got 0"),
+    (lambda: collectives.fsdp_divide_factors(0, "fp32"), r"world .* >= 1, got 0"),
+    (lambda: collectives.fsdp_divide_factors(2, "e4m3fn"), "reduce_dtype must be fp32, bf16"),
+    (lambda: collectives.fp8_all_reduce([np.ones(3)] * 2, margin=2000),
+     "margin must be an int from 0 to 127"),
+    (lambda: collectives.fp8_all_reduce([np.ones(3)] * 2, margin=128), "2\\*\\*128"),
+])
+def test_layout_helpers_and_fp8_margin_refuse_what_cannot_work(call, match):
+    with pytest.raises(fpemu.errors.FpemuValueError, match=match):
+        call()
+
+
+def test_premul_sum_takes_numpy_scalars():
+    xs = [np.array([1.0, 2.0, 3.0])] * 2
+    a = collectives.all_reduce(xs, "bf16", "premul_sum", "exact", factor=np.float32(0.5))
+    b = collectives.all_reduce(xs, "bf16", "premul_sum", "exact", factor=0.5)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[0].tolist() == [1.0, 2.0, 3.0]
+    assert collectives.fp8_all_reduce([np.ones(3)] * 2, margin=127)[1] > 0

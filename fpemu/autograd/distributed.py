@@ -119,7 +119,7 @@ class EmulatedDDP:
     defaults).
     """
 
-    def __init__(self, module, world_size, *, algorithm="gloo", hook=None, bucket_cap_mb=25,
+    def __init__(self, module, world_size, *, algorithm="gloo", hook=None, bucket_cap_mb=None,
                  ready_order=None, state=None, **collective_params):
         from ..collectives import DDP_HOOKS, PowerSGDState
         from ..errors import FpemuValueError

@@ -24,6 +24,8 @@ COLLECTIVES = {
     "all_reduce.sum": ("all_reduce", "SUM"),
     "all_reduce.max": ("all_reduce", "MAX"),
     "all_reduce.min": ("all_reduce", "MIN"),
+    "all_reduce.avg": ("all_reduce", "AVG"),
+    "all_reduce.product": ("all_reduce", "PRODUCT"),
     "reduce_scatter.sum": ("reduce_scatter", "SUM"),
     "all_gather": ("all_gather", None),
 }
