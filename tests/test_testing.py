@@ -369,6 +369,11 @@ def test_assertion_bad_input_names_the_fix():
         assert_quantized_equal(x, np.ones(3, np.int32), "bf16")
     with pytest.raises(FpemuValueError):
         assert_quantized_equal(x, x, "bf16", rounding="nearest")
+    # complex input: the imaginary part would be dropped, and the check pass
+    with pytest.raises(FpemuTypeError, match="must be real, got dtype complex64"):
+        assert_quantized_equal(np.complex64([1 + 5j]), np.complex64([1 + 7j]), "bf16")
+    with pytest.raises(FpemuTypeError, match="actual must be real"):
+        assert_quantized_equal(np.complex64([1 + 5j]), np.float32([1]), "bf16")
 
 
 # ------------------------------------------------------------------ sweeps

@@ -59,6 +59,10 @@ def _to_numpy(a, what):
     except Exception as err:                               # pragma: no cover - exotic objects
         raise FpemuTypeError(f"fpemu.testing: {what} must be an array or a tensor, got "
                              f"{type(a).__name__}") from err
+    if arr.dtype.kind == "c":
+        raise FpemuTypeError(f"fpemu.testing: {what} must be real, got dtype {arr.dtype} "
+                             "(a cast of a complex number has no rounding of its own to "
+                             "check); pass the real and imaginary parts as two real arrays")
     if arr.dtype.kind == "V" or (arr.dtype.kind == "f" and arr.dtype.itemsize == 2
                                  and arr.dtype != np.float16) or arr.dtype.kind not in "fiub":
         try:                                               # ml_dtypes' bfloat16, float8_*
