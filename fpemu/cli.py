@@ -682,6 +682,16 @@ def _cmd_emulate(args) -> int:
         raise CliError(f"--recipe expects one of {', '.join(RECIPES)}, got {args.recipe!r}")
     emu, err, code = run_script(args.script, args.args, args.recipe,
                                 accumulation=args.accumulation, reraise=False)
+    if emu is None and err is not None:     # the script failed first: its error, as python's
+        _print_script_traceback(err, args.script)
+        print(f"fpemu emulate: the script raised {type(err).__name__}: {err} before it created "
+              "an optimizer (nothing was emulated)", file=sys.stderr)
+        return 1
+    if emu is None and code not in (None, 0):
+        print(f"fpemu emulate: the script exited "
+              + (f"with status {code}" if isinstance(code, int) else f": {code}")
+              + " before it created an optimizer (nothing was emulated)", file=sys.stderr)
+        return code if isinstance(code, int) else 1
     if emu is None:
         raise CliError(f"{args.script} created no optimizer: there was no model to emulate "
                        "(fpemu emulate finds the module that owns the first optimizer's "

@@ -548,3 +548,31 @@ def test_cli_reports_scripts_that_fail_exit_or_have_no_model(tmp_path, capsys):
     assert "created no optimizer" in capsys.readouterr().err
     assert cli.main(["emulate", "--recipe", "fp4", str(tmp_path / "exits.py")]) == 2
     assert "--recipe expects one of delayed, current" in capsys.readouterr().err
+
+
+def test_cli_shows_a_script_that_fails_before_its_optimizer(tmp_path, capsys):
+    """As ``python X.py`` would: the script's own error and status, not "created
+    no optimizer"; a bad --accumulation is refused before the script runs."""
+    from fpemu import cli
+    cases = {"raises.py": "import torch\nraise ValueError('bad config')\n",
+             "syntax.py": "def f(:\n",
+             "imports.py": "import no_such_module_here\n",
+             "exits.py": "import sys\nsys.exit(3)\n"}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+    assert cli.main(["emulate", str(tmp_path / "raises.py")]) == 1
+    err = capsys.readouterr().err
+    assert "ValueError: bad config" in err and "before it created an optimizer" in err
+    assert "created no optimizer" not in err
+    assert cli.main(["emulate", str(tmp_path / "syntax.py")]) == 1
+    assert "SyntaxError" in capsys.readouterr().err
+    assert cli.main(["emulate", str(tmp_path / "imports.py")]) == 1
+    assert "no_such_module_here" in capsys.readouterr().err
+    assert cli.main(["emulate", str(tmp_path / "exits.py")]) == 3
+    assert "exited with status 3 before it created an optimizer" in capsys.readouterr().err
+    script = tmp_path / "train.py"
+    script.write_text(EMULATED_SCRIPT)
+    assert cli.main(["emulate", "--accumulation", "bogus", str(script), "0.1"]) == 2
+    out, err = capsys.readouterr()
+    assert "names a model of fpemu.accumulate" in err and "'bogus'" in err
+    assert "loss" not in out                       # refused before the script ran

@@ -231,6 +231,21 @@ def _block_scaled(q):
     return q.cache["scaled32"]
 
 
+def _check_accumulation(recipe, accumulation):
+    """``accumulation=`` of :func:`emulate`: None or a model of
+    :mod:`fpemu.accumulate`, for a scaled recipe."""
+    if accumulation is None:
+        return
+    from .. import accumulate
+    known = accumulate.MODELS + tuple(accumulate.BLOCK_SCALED_CORES)
+    if not isinstance(accumulation, str) or accumulation not in known:
+        raise FpemuValueError(f"emulate(accumulation=...) names a model of fpemu.accumulate "
+                              f"({', '.join(known)}), got {accumulation!r}")
+    if isinstance(recipe, GemmRounding):
+        raise FpemuValueError("emulate(accumulation=...) runs a scaled recipe's GEMMs on the "
+                              "host; GemmRounding has none: drop it")
+
+
 def gemm(recipe, qa, qb, split=False, accumulation=None):
     """``a @ b.T`` (float32) of two quantized operands, on their device:
     block-scaled operands (E8M0, E4M3 scales) multiplied as their exact
@@ -457,16 +472,7 @@ class Emulation(_WeakPickle):
                                  f"{type(model).__name__}")
         self._model = weakref.ref(model)     # no cycle through the model: see _Layer
         self.recipe = recipe_of(recipe)
-        if accumulation is not None:
-            from .. import accumulate
-            known = accumulate.MODELS + tuple(accumulate.BLOCK_SCALED_CORES)
-            if accumulation not in known:
-                raise FpemuValueError(f"emulate(accumulation=...) names a model of "
-                                      f"fpemu.accumulate ({', '.join(known)}), "
-                                      f"got {accumulation!r}")
-            if isinstance(self.recipe, GemmRounding):
-                raise FpemuValueError("emulate(accumulation=...) runs a scaled recipe's "
-                                      "GEMMs on the host; GemmRounding has none: drop it")
+        _check_accumulation(self.recipe, accumulation)
         self.accumulation = accumulation
         self.keep_operands = keep_operands
         self._layers = {}
@@ -592,6 +598,7 @@ def run_script(path, argv=(), recipe="nvfp4", *, accumulation=None, reraise=True
     from ._monitor import _check_script, run_hooked
     _check_script(path, "emulate")
     recipe = recipe_of(recipe)
+    _check_accumulation(recipe, accumulation)        # before the script runs, not in its hook
     found = []
     try:
         error, exit_code = run_hooked(
