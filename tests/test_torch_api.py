@@ -360,8 +360,11 @@ def test_lstm_under_autocast_runs_in_bf16_with_fp32_gate_math():
 def test_a_missing_name_says_what_fpemu_emulates():
     assert hasattr(ft.nn.functional, "scaled_dot_product_attention")   # nanoGPT's probe
     assert not hasattr(ft, "fft")
+    import fpemu.autograd.distributed as fdist
     for get in (lambda: ft.fft, lambda: ft.nn.Bilinear, lambda: ft.nn.functional.ctc_loss,
-                lambda: ft.optim.SparseAdam, lambda: ft.ones(2).stft):
+                lambda: ft.optim.SparseAdam, lambda: ft.ones(2).stft,
+                lambda: ft.autograd.forward_ad, lambda: ft.cuda.Stream, lambda: ft.amp.foo,
+                lambda: ft.onnx.dynamo_export, lambda: fdist.no_such_collective):
         with pytest.raises(AttributeError, match="fpemu.autograd emulates .*API coverage"):
             get()
 

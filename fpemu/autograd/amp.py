@@ -276,3 +276,8 @@ class GradScaler:
             self._scale = _f(state_dict["scale"])
         if self._growth_tracker is not None:
             self._growth_tracker = np.int32(state_dict["_growth_tracker"])
+
+
+from ._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("fpemu.autograd.amp (torch.amp)")

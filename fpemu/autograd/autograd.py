@@ -29,3 +29,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             from .ops.creation import zeros_like
             got[i] = zeros_like(inputs[i])
     return tuple(got)
+
+
+from ._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("fpemu.autograd.autograd (torch.autograd)")

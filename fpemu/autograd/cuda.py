@@ -83,3 +83,8 @@ class amp:
                    growth_interval=2000, enabled=True):
         return _amp.GradScaler("cuda", init_scale, growth_factor, backoff_factor,
                                growth_interval, enabled)
+
+
+from ._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("fpemu.autograd.cuda (torch.cuda)")

@@ -341,3 +341,8 @@ class EmulatedZeRO:
         if self.scaler is not None:
             self.scaler.update_scale(False)
         return True
+
+
+from ._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("fpemu.autograd.distributed (torch.distributed)")

@@ -18,3 +18,8 @@ def export(model, args=(), f=None, *extra, **kwargs):
 def is_in_onnx_export():
     """False: fpemu never runs inside an ONNX export."""
     return False
+
+
+from ._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("fpemu.autograd.onnx (torch.onnx)")
