@@ -688,7 +688,7 @@ def _cmd_emulate(args) -> int:
               "an optimizer (nothing was emulated)", file=sys.stderr)
         return 1
     if emu is None and code not in (None, 0):
-        print(f"fpemu emulate: the script exited "
+        print("fpemu emulate: the script exited "
               + (f"with status {code}" if isinstance(code, int) else f": {code}")
               + " before it created an optimizer (nothing was emulated)", file=sys.stderr)
         return code if isinstance(code, int) else 1
