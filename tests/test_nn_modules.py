@@ -376,3 +376,34 @@ def test_rnnbase_with_a_mode_is_that_layer():
                                       b(fta.tensor(x))[0].detach().numpy())
     with pytest.raises(ValueError, match="Unrecognized RNN mode: XX"):
         fta.nn.RNNBase("XX", 3, 4)
+
+
+def test_feature_dropout_takes_every_rank_torch_takes():
+    """torch 2.13 warns and goes on where dropout2d / dropout3d get other
+    ranks (pytorch/examples' mnist_rnn feeds Dropout2d a 2D tensor): dropout2d
+    reads (N, C, ...) (2D: one draw per element; 3D: (N, C, L), channels of
+    L), dropout3d reads a non-5D input as one sample (whole slices of its
+    first dim). The mask shapes are torch's; the draws are fpemu's."""
+    ft.manual_seed(1)
+    with pytest.warns(UserWarning, match="Received a 2-D input to dropout2d"):
+        y = FN.Dropout2d(0.5)(ft.ones(64, 32)).numpy()
+    assert set(np.unique(y)) == {0.0, 2.0}
+    rows = (y == 0).all(1) | (y == 2).all(1)
+    assert not rows.all()                      # not whole rows: elements, as torch's
+    with pytest.warns(UserWarning, match="assuming that channel-wise 1D dropout"):
+        y = FN.Dropout2d(0.5)(ft.ones(8, 16, 5)).numpy()
+    assert ((y == 0).all(-1) | (y == 2).all(-1)).all() and 0 < (y == 0).mean() < 1
+    with pytest.warns(UserWarning, match="Received a 3-D input to dropout3d"):
+        y = FN.Dropout3d(0.5)(ft.ones(40, 4, 2)).numpy()
+    per_slice = y.reshape(40, -1)
+    assert ((per_slice == 0).all(1) | (per_slice == 2).all(1)).all()
+    assert 0 < (per_slice == 0).all(1).mean() < 1
+    with pytest.raises(RuntimeError, match="dropout1d: Expected 2D or 3D input, but received "
+                                           "a 4D input"):
+        FN.Dropout1d(0.5)(ft.ones(2, 3, 4, 5))
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"), \
+            pytest.warns(UserWarning, match="Received a 1-D input to dropout2d"):
+        FN.Dropout2d(0.5)(ft.ones(5))
+    # the torch module itself, on the same shapes, warns alike
+    with pytest.warns(UserWarning, match="Received a 2-D input to dropout2d"):
+        torch.nn.Dropout2d(0.5)(torch.ones(64, 32))

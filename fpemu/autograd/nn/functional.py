@@ -980,23 +980,63 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
     return _result(res, dt, (x,), backward, op="native_dropout")
 
 
+def _feature_rank_rule(x, batched_ndim, name):
+    """How many leading dims the channel mask spans (torch 2.13's
+    ``dropout1d`` / ``dropout2d`` / ``dropout3d`` in ``torch/nn/functional.py``):
+    dropout1d takes 2D or 3D input (an error otherwise); dropout2d and
+    dropout3d warn on other ranks and go on; dropout2d always reads
+    (N, C, ...) (a 3D input is (N, C, L), with a second warning; a 2D input
+    gets one draw per element), dropout3d reads an input that is not 5D as
+    one sample, one draw per entry of its first dim."""
+    import warnings
+    nd = x.ndim
+    if name == "dropout1d":
+        if nd not in (2, 3):
+            raise RuntimeError(
+                f"dropout1d: Expected 2D or 3D input, but received a {nd}D input. Note that "
+                "dropout1d exists to provide channel-wise dropout on inputs with 1 spatial "
+                "dimension, a channel dimension, and an optional batch dimension (i.e. 2D or "
+                "3D inputs).")
+        return 2 if nd == 3 else 1
+    spatial = {"dropout2d": 2, "dropout3d": 3}[name]
+    if nd not in (batched_ndim - 1, batched_ndim):
+        warnings.warn(
+            f"{name}: Received a {nd}-D input to {name}, which is deprecated and will result "
+            "in an error in a future release. To retain the behavior and silence this "
+            f"warning, please use dropout instead. Note that {name} exists to provide "
+            f"channel-wise dropout on inputs with {spatial} spatial dimensions, a channel "
+            "dimension, and an optional batch dimension (i.e. "
+            f"{batched_ndim - 1}D or {batched_ndim}D inputs).", UserWarning, stacklevel=4)
+    if name == "dropout2d":
+        if nd == 3:
+            warnings.warn(
+                "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
+                "dropout behavior is desired - input is interpreted as shape (N, C, L), where "
+                "C is the channel dim. This behavior will change in a future release to "
+                "interpret the input as one without a batch dimension, i.e. shape (C, H, W). "
+                "To maintain the 1D channel-wise dropout behavior, please switch to using "
+                "dropout1d instead.", UserWarning, stacklevel=4)
+        if nd < 2:
+            raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+        return 2
+    return 2 if nd == batched_ndim else 1
+
+
 def _feature_dropout(input, p, training, inplace, batched_ndim, name):  # noqa: A002
     """Zero whole channels: one draw per (sample, channel), the kept
     channels scaled by the float32 1/(1-p); ``batched_ndim`` is the input
-    rank with a batch dim (3 for dropout1d, 4 for 2d, 5 for 3d)."""
+    rank with a batch dim (3 for dropout1d, 4 for 2d, 5 for 3d); other
+    ranks as torch takes them (:func:`_feature_rank_rule`)."""
     if not 0.0 <= p <= 1.0:
         raise FpemuValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     x = input
-    if x.ndim not in (batched_ndim - 1, batched_ndim):
-        raise RuntimeError(f"{name}: Expected {batched_ndim - 1}D or {batched_ndim}D input, "
-                           f"but received a {x.ndim}D input")
+    lead = _feature_rank_rule(x, batched_ndim, name)
     if not training or p == 0.0:
         return x
     if inplace:
         from ..ops.inplace import apply_inplace
         return apply_inplace(x, lambda v: _feature_dropout(v, p, True, False, batched_ndim,
                                                            name))
-    lead = 2 if x.ndim == batched_ndim else 1
     mask_shape = tuple(x.shape[:lead]) + (1,) * (x.ndim - lead)
     dt = x.dtype
     om = np.float64 if dt is float64 else np.float32
