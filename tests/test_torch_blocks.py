@@ -231,3 +231,19 @@ def test_every_preset_on_drawn_adversarial_blocks():
             assert_blocks_equal(q.codes, q.scales, x, preset)
 
     check()
+
+
+@pytest.mark.parametrize("rule", ["nvfp4", "nvfp4-div6", "nvfp4-torchao", "4over6"])
+def test_an_all_nan_tensor_has_one_nan_tensor_scale_on_both_sides(rule):
+    """torch's max of an all-NaN tensor writes 0xffffffff; the tensor amax and
+    scale are fpemu's one NaN, 0x7fc00000, as on the host."""
+    x = np.full((2, 32), np.nan, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        host = block.quantize_blocks(x, "nvfp4", scale_rule=rule)
+        dev = fpemu.torch.quantize_blocks(torch.from_numpy(x), "nvfp4", scale_rule=rule)
+
+    def bits(v):
+        return int(np.float32(v.item() if hasattr(v, "item") else v).view(np.uint32))
+    for name in ("tensor_scale", "tensor_amax"):
+        assert bits(getattr(dev, name)) == bits(getattr(host, name)) == 0x7FC00000, name

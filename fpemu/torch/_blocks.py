@@ -492,8 +492,11 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
             return t.unsqueeze(-1)
     tensor_amax = amax_given
     if tensor_amax is None and rule in _b.TENSOR_SCALE_RULES:
-        # the largest block amax (zero padding changes no maximum; NaN propagates)
+        # the largest block amax (zero padding changes no maximum; NaN propagates,
+        # as fpemu.block's canonical 0x7fc00000 whatever the device's max wrote)
         tensor_amax = np.float32(amax_b.max().item()) if X.numel() else np.float32(0)
+        if np.isnan(tensor_amax):
+            tensor_amax = np.float32(np.nan)
     draws = _srn_draws(n_sr, seed, Bk) if n_sr is not None else None
     job = _Job(Bk=Bk, amax_b=amax_b, elem=elem, scale_fmt=scale_fmt, rule=rule,
                rounding=rounding, seed=seed, tensor_amax=tensor_amax, inf_block=inf_block,
