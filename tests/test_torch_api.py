@@ -596,3 +596,33 @@ def test_orthogonal_init_follows_torch(shape):
     m = b.numpy().reshape(shape[0], -1).astype(np.float64) / 2.0
     gram = m @ m.T if m.shape[0] <= m.shape[1] else m.T @ m
     np.testing.assert_allclose(gram, np.eye(len(gram)), atol=1e-6)
+
+
+def test_fpemu_profile_picks_the_profile_without_editing_the_program():
+    """A program meant for the CPU device runs under the CPU profile with
+    FPEMU_PROFILE=cpu: no TF32 convolutions, and cuda.is_available() is False
+    so it takes its CPU branches."""
+    import os
+    import subprocess
+    import sys
+    prog = ("import fpemu.autograd as torch\n"
+            "p = torch.get_profile()\n"
+            "print(p.device, p.torch_version, p.e4m3_overflow, torch.cuda.is_available())\n")
+
+    def run(value):
+        env = dict(os.environ)
+        env.pop("FPEMU_PROFILE", None)
+        if value is not None:
+            env["FPEMU_PROFILE"] = value
+        return subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
+                              env=env, timeout=120)
+    assert run(None).stdout.split() == ["cuda", "2.13.0", "saturate", "True"]
+    assert run("cpu").stdout.split() == ["cpu", "2.13.0", "saturate", "False"]
+    assert run("CUDA-2.11").stdout.split() == ["cuda", "2.11.0", "nan", "True"]
+    assert run("cpu-torch2.12.0").stdout.split() == ["cpu", "2.12.0", "saturate", "False"]
+    bad = run("gpu")
+    assert bad.returncode != 0
+    assert "FPEMU_PROFILE must be 'cpu' or 'cuda'" in bad.stderr and "'gpu'" in bad.stderr
+    with ft.use_profile(ft.Profile("cpu", "2.13.0")):
+        assert not ft.cuda.is_available()
+    assert ft.cuda.is_available()

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 
 from ._state import State
@@ -123,7 +124,30 @@ class Profile:
 
 
 CUDA = Profile("cuda", "2.13.0")
-State.profiles[:] = [CUDA]
+
+
+def profile_from_env(value):
+    """The profile ``FPEMU_PROFILE`` names: ``cpu`` or ``cuda``, optionally
+    with a torch version (``cpu-2.13.0``, ``cuda-torch2.11.0``: a profile's
+    ``name``); empty gives the default, CUDA with torch 2.13.0."""
+    text = (value or "").strip().lower()
+    if not text:
+        return CUDA
+    m = re.fullmatch(r"(cpu|cuda)(?:-(?:torch)?(\d+\.\d+(?:\.\d+)?))?", text)
+    if not m:
+        raise ValueError(
+            f"FPEMU_PROFILE must be 'cpu' or 'cuda', optionally with a torch version "
+            f"('cpu-2.13.0', 'cuda-2.11.0'), got {value!r}; unset it for the default "
+            "(cuda-2.13.0)")
+    version = m.group(2) or CUDA.torch_version
+    if version.count(".") == 1:
+        version += ".0"
+    return Profile(m.group(1), version)
+
+
+# the default profile: CUDA with torch 2.13, or what FPEMU_PROFILE names (read at
+# import, so a program runs under a CPU profile without being edited)
+State.profiles[:] = [profile_from_env(os.environ.get("FPEMU_PROFILE"))]
 _current = State.profiles
 
 

@@ -9,7 +9,10 @@ from ._core import manual_seed as _manual_seed
 
 
 def is_available():
-    return True
+    """True under the CUDA profile (the default), so programs take their GPU
+    branches; False under a CPU profile (``FPEMU_PROFILE=cpu``)."""
+    from ._profile import get_profile
+    return not get_profile().cpu
 
 
 def is_bf16_supported(including_emulation=True):
