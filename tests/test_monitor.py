@@ -468,3 +468,43 @@ def test_cli_names_a_missing_script(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "cannot read the script" in proc.stderr and \
         "no such file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_report_of_a_deep_model_with_long_layer_names_draws_every_figure(tmp_path):
+    """A Llama's 160 layers named like "model.layers.22.self_attn.q_proj", one
+    recorded step: matplotlib collapsed the heatmap's axes ("constrained_layout
+    not applied"), a warning, which this suite turns into an error."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = torch.nn.ModuleDict({n: torch.nn.Linear(8, 8) for n in
+                                                  ("q_proj", "k_proj", "v_proj", "o_proj")})
+            self.mlp = torch.nn.ModuleDict({n: torch.nn.Linear(8, 8) for n in
+                                            ("gate_proj", "up_proj", "down_proj")})
+
+        def forward(self, x):
+            for m in list(self.self_attn.values()) + list(self.mlp.values()):
+                x = m(x)
+            return x
+
+    class Llamaish(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = torch.nn.Module()
+            self.model.layers = torch.nn.ModuleList(Block() for _ in range(23))
+
+        def forward(self, x):
+            for b in self.model.layers:
+                x = b(x)
+            return x
+
+    torch.manual_seed(0)
+    model = Llamaish()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with ft.monitor(model, opt, formats=("bf16",)) as mon:
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    assert len({r.module for r in mon.records if r.kind == "activation"}) == 161
+    mon.report(tmp_path / "rep")
+    assert (tmp_path / "rep" / "heatmap.png").stat().st_size > 10_000

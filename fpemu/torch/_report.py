@@ -158,7 +158,10 @@ def write_report(mon, out_dir, kind="activation_grad", scaling=None, dpi=110):
                  "to zero, orange is subnormal, blue normal, red overflow.")
     if modules and steps:
         n = len(mon.formats)
-        fig, axes = fp.new_axes(n, 1, figsize=(min(4 + 0.3 * len(steps), 15),
+        # wide enough for the layer names beside the cells (a Llama layer's
+        # "model.layers.22.self_attn.q_proj" with one step collapsed the axes)
+        label = max(len(str(m)) for m in modules)
+        fig, axes = fp.new_axes(n, 1, figsize=(min(3.5 + 0.08 * label + 0.3 * len(steps), 20),
                                                n * (1.0 + 0.32 * len(modules))))
         axes = np.atleast_1d(axes)
         for ax, fname in zip(axes, mon.formats):
