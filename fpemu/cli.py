@@ -713,6 +713,8 @@ def _cmd_emulate(args) -> int:
 
 def _cmd_record(args) -> int:
     from .reference.record import record
+    from .tensorfiles import check_output_dir
+    check_output_dir(args.out, "trace folder")
     try:
         folder = record(args.device, args.out, args.only)
     except RuntimeError as err:
@@ -722,7 +724,7 @@ def _cmd_record(args) -> int:
 
 
 def _cmd_parity(args) -> int:
-    from .reference.parity import parity, trace_dirs
+    from .reference.parity import TraceFolderError, parity, trace_dirs
     dirs = args.dirs or trace_dirs()
     if not dirs:
         raise CliError("no trace folders given and none under tests/reference; record some "
@@ -731,7 +733,7 @@ def _cmd_parity(args) -> int:
     for d in dirs:
         try:
             results = parity(d, args.only)
-        except FileNotFoundError as err:
+        except (FileNotFoundError, TraceFolderError) as err:
             raise CliError(str(err)) from None
         failed += sum(not r.ok for r in results)
         print()

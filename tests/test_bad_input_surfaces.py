@@ -789,3 +789,33 @@ def test_cli_monitor_checks_its_output_before_running(tmp_path):
 def test_no_case_above_wrote_to_the_working_directory():
     assert not os.path.exists("h.png") and not any(
         n.startswith("fpemu-") for n in os.listdir("."))
+
+
+def test_cli_record_and_parity_name_the_bad_folder_or_file(capsys, tmp_path):
+    """One-line errors, no traceback: an output that is a file or cannot be
+    made, and a trace folder whose meta.json or recorded .npz is damaged."""
+    import json
+    import shutil
+    src = os.path.join(os.path.dirname(__file__), "reference", "cpu-x86-64-torch2.13.0")
+    (tmp_path / "file").write_text("x")
+    for out, match in ((tmp_path / "file", "is a file, not a folder"),
+                       ("/proc/nope", "cannot create the trace folder /proc/nope")):
+        status, _, err = _cli(["record", "--out", str(out), "--only", "casts-f32"], capsys)
+        assert status == 2 and match in err
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    shutil.copy(os.path.join(src, "meta.json"), folder / "meta.json")
+    with open(os.path.join(src, "casts-f32.npz"), "rb") as fh:
+        data = fh.read()
+    (folder / "casts-f32.npz").write_bytes(data[: len(data) // 2])           # truncated
+    status, _, err = _cli(["parity", str(folder), "--only", "casts-f32"], capsys)
+    assert status == 2 and "casts-f32.npz is damaged" in err and "fpemu record --only" in err
+    (folder / "casts-f32.npz").unlink()
+    status, _, err = _cli(["parity", str(folder), "--only", "casts-f32"], capsys)
+    assert status == 2 and "casts-f32.npz is missing" in err
+    (folder / "meta.json").write_text("{not json")
+    status, _, err = _cli(["parity", str(folder)], capsys)
+    assert status == 2 and "meta.json is not the JSON" in err
+    (folder / "meta.json").write_text(json.dumps({"device": "cpu"}))
+    status, _, err = _cli(["parity", str(folder)], capsys)
+    assert status == 2 and "lacks scenarios, torch_release" in err

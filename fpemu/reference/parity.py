@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import json
 import os
+import zipfile
 
 import numpy as np
 
@@ -40,8 +41,37 @@ def load_meta(folder):
     if not os.path.exists(path):
         raise FileNotFoundError(f"{folder} has no {META}: not a trace folder written by "
                                 f"`fpemu record`")
-    with open(path) as fh:
-        return json.load(fh)
+    try:
+        with open(path) as fh:
+            meta = json.load(fh)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise TraceFolderError(f"{path} is not the JSON `fpemu record` writes ({err}); record "
+                               "the folder again") from None
+    missing = [k for k in ("scenarios", "device", "torch_release") if k not in
+               (meta if isinstance(meta, dict) else {})]
+    if missing:
+        raise TraceFolderError(f"{path} lacks {', '.join(missing)}: not the metadata `fpemu "
+                               "record` writes; record the folder again")
+    return meta
+
+
+class TraceFolderError(ValueError):
+    """A trace folder that is damaged: its metadata or a recorded file."""
+
+
+def _load_arrays(folder, name):
+    """A scenario's recorded arrays, or TraceFolderError naming the file."""
+    path = os.path.join(folder, f"{name}.npz")
+    try:
+        # the file opened here, so that it is closed when np.load fails on it
+        with open(path, "rb") as fh, np.load(fh) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise TraceFolderError(f"{path} is missing: meta.json lists the scenario {name!r}; "
+                               "record it again (`fpemu record --only ...`)") from None
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as err:
+        raise TraceFolderError(f"{path} is damaged ({type(err).__name__}: {err}); record it "
+                               f"again (`fpemu record --only {name}`)") from None
 
 
 def profile_of(meta):
@@ -61,9 +91,9 @@ def replay(folder, name, meta=None):
         return ScenarioResult(name, [Comparison("(scenario)", "-", Tier(), FAILED, 0, 0, 0, 0,
                                                 "recorded, but fpemu has no such scenario")])
     sc = SCENARIOS[name]
-    with np.load(os.path.join(folder, f"{name}.npz")) as data:
-        inputs = {k[3:]: data[k] for k in data.files if k.startswith("in.")}
-        recorded = {k[4:]: data[k] for k in data.files if k.startswith("out.")}
+    data = _load_arrays(folder, name)
+    inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
+    recorded = {k[4:]: v for k, v in data.items() if k.startswith("out.")}
     profile = profile_of(meta)
     env = Env(autograd, meta["device"], "fpemu")
     config = info["config"] if info else sc.config
