@@ -125,8 +125,10 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -796,6 +798,25 @@ def _unflatten(flat, indices, shapes, out):
         at += k
 
 
+def _in_the_name_of(fname):
+    """A decorator: an error of the all-reduce / reduce-scatter a wrapper
+    calls (an unknown algorithm, a bad collective parameter) names the
+    function the user called, not the inner one."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (FpemuValueError, FpemuTypeError) as err:
+                text = str(err)
+                for inner in ("all_reduce(): ", "reduce_scatter(): "):
+                    if text.startswith(inner):
+                        raise type(err)(f"{fname}(): {text[len(inner):]}") from None
+                raise
+        return call
+    return wrap
+
+
 # ---------------------------------------------------------------------- DDP
 #: DDP's bucket sizes when bucket_cap_mb is not passed: the first bucket after
 #: the rebuild, then every other (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
@@ -1007,6 +1028,7 @@ def ddp_buckets(sizes, element_bytes, iteration, ready_order=None,
     return buckets
 
 
+@_in_the_name_of("ddp_all_reduce")
 def ddp_all_reduce(grads, fmt, algorithm="gloo", *, iteration=1, hook=None, ready_order=None,
                    bucket_cap_mb=None, state=None, **params):
     """The gradients every rank holds after DDP's backward: ``grads[r][i]`` is
@@ -1114,6 +1136,7 @@ def fsdp_divide_factors(world, reduce_fmt, gradient_divide_factor=None):
     return pre, factor / pre, "sum"
 
 
+@_in_the_name_of("fsdp_reduce_scatter")
 def fsdp_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32",
                         gradient_divide_factor=None, **params):
     """The gradients FSDP2 (``fully_shard`` with a ``MixedPrecisionPolicy``)
@@ -1177,6 +1200,7 @@ def fsdp_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32",
 
 
 # ---------------------------------------------------------------------- FP8
+@_in_the_name_of("fp8_all_reduce")
 def fp8_all_reduce(xs, fmt="e4m3fn", algorithm="ring", *, op="sum", scaling="shared", margin=0,
                    power_of_two=False, predivide=True, **params):
     """An all-reduce with FP8 on the wire, as FP8 gradient communication does
@@ -1231,6 +1255,7 @@ def fp8_all_reduce(xs, fmt="e4m3fn", algorithm="ring", *, op="sum", scaling="sha
     return _shared(res, len(q)), float(scale)
 
 
+@_in_the_name_of("fsdp1_reduce_scatter")
 def fsdp1_reduce_scatter(grads, reduce_fmt, algorithm="gloo", *, orig_fmt="fp32", units=None,
                          **params):
     """The gradients FSDP1 (``FullyShardedDataParallel`` with
@@ -1366,11 +1391,21 @@ class DeepSpeedLossScaler:
 def _zero_config(config, fname):
     import json
     if isinstance(config, str):
-        text = config
+        text, where = config, "the configuration text"
         if not text.lstrip().startswith("{"):
+            if not os.path.isfile(config):
+                raise FpemuValueError(f"{fname}(): config is a DeepSpeed configuration: a dict, "
+                                      f"JSON text or the path of a JSON file; {config!r} is "
+                                      "none of these (no such file)")
             with open(config) as fh:
                 text = fh.read()
-        config = json.loads(text)
+            where = config
+        try:
+            config = json.loads(text)
+        except ValueError as err:
+            raise FpemuValueError(f"{fname}(): {where} is not valid JSON ({err}); pass a "
+                                  "DeepSpeed configuration as a dict, JSON text or a JSON "
+                                  "file") from None
     if not isinstance(config, dict):
         raise FpemuTypeError(f"{fname}(): config must be a DeepSpeed configuration (a dict, a "
                              f"JSON string or a path), got {type(config).__name__}")
@@ -1447,6 +1482,7 @@ def _zero3_reduce(ranks, shapes, world, model, wire, zero, ready_order, algorith
     return out
 
 
+@_in_the_name_of("zero_reduce")
 def zero_reduce(grads, config, algorithm="gloo", *, ready_order=None, **params):
     """The gradients every rank holds after DeepSpeed ZeRO's reduction, from
     each rank's local gradients (``grads[rank][parameter]``, registration

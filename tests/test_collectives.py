@@ -1128,3 +1128,21 @@ def test_premul_sum_takes_numpy_scalars():
     np.testing.assert_array_equal(a[0], b[0])
     assert a[0].tolist() == [1.0, 2.0, 3.0]
     assert collectives.fp8_all_reduce([np.ones(3)] * 2, margin=127)[1] > 0
+
+
+@pytest.mark.parametrize("fn", ["ddp_all_reduce", "fsdp_reduce_scatter", "fsdp1_reduce_scatter",
+                                "fp8_all_reduce"])
+def test_a_wrappers_errors_name_the_wrapper(fn):
+    xs = [[np.ones(4)], [np.ones(4)]] if fn != "fp8_all_reduce" else [np.ones(4)] * 2
+    fmt = "bf16" if fn != "fp8_all_reduce" else "e4m3fn"
+    with pytest.raises(fpemu.errors.FpemuValueError, match=rf"^{fn}\(\): unknown algorithm "):
+        getattr(collectives, fn)(xs, fmt, algorithm="nccl")
+
+
+def test_zero_reduce_refuses_bad_json_and_missing_files():
+    grads = [[np.ones(4)], [np.ones(4)]]
+    with pytest.raises(fpemu.errors.FpemuValueError, match=r"zero_reduce\(\): the configuration "
+                                                           "text is not valid JSON"):
+        collectives.zero_reduce(grads, "{bad json")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="'no/such.json' is none of these"):
+        collectives.zero_reduce(grads, "no/such.json")

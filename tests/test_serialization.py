@@ -234,3 +234,29 @@ def test_damaged_tensor_bytes_are_refused():
         _core._rebuild_tensor(b"\0" * 8, "<f4", (3,), "fp32", False)
     with pytest.raises(ValueError, match="bool, integer and float values only"):
         _core._rebuild_tensor(b"\0" * 8, "|O", (1,), "fp32", False)
+
+
+def test_a_truncated_or_empty_checkpoint_says_so_not_weights_only(tmp_path):
+    import pickle
+    p = tmp_path / "m.pt"
+    ft.save({"w": ft.ones(3)}, str(p))
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises((pickle.UnpicklingError, RuntimeError), match="truncated") as e:
+        ft.load(str(p))
+    assert "weights_only=False" not in str(e.value)
+    p.write_bytes(b"")
+    with pytest.raises(EOFError, match="truncated or empty"):
+        ft.load(str(p))
+    p.write_bytes(b"PK\x03\x04" + data[4:40])               # a zip cut before its directory
+    with pytest.raises(RuntimeError, match="failed finding central directory"):
+        ft.load(str(p))
+
+
+def test_allowlisting_a_name_as_text_is_refused_with_the_fix():
+    from fpemu.errors import FpemuTypeError
+    for call in (lambda: ft.serialization.add_safe_globals("os.system"),
+                 lambda: ft.serialization.safe_globals("collections.OrderedDict")):
+        with pytest.raises(FpemuTypeError, match="expects a list of classes or functions .* "
+                                                 "got str 'o|got str 'c"):
+            call()

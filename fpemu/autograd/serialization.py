@@ -88,10 +88,21 @@ def add_safe_globals(safe_globals):
     """Allow these classes and functions (or ``(object, "module.name")``
     pairs) in every later weights-only load."""
     global _user_globals
+    entries = _entries(safe_globals, "add_safe_globals")
+    _user_globals = _user_globals | set(entries)
+
+
+def _entries(safe_globals, fname):
+    """The allowlist entries, checked now, not at load time."""
+    if isinstance(safe_globals, (str, bytes)) or not hasattr(safe_globals, "__iter__"):
+        raise FpemuTypeError(
+            f"{fname}: expects a list of classes or functions (or (object, 'module.name') "
+            f"pairs), got {type(safe_globals).__name__} {safe_globals!r}; pass a list, e.g. "
+            f"[MyModule] (a name as text is not an object: import it first)")
     entries = list(safe_globals)
     for g in entries:
-        _key(g)                                  # checked now, not at load time
-    _user_globals = _user_globals | set(entries)
+        _key(g)
+    return entries
 
 
 def get_safe_globals():
@@ -109,7 +120,7 @@ class safe_globals:
     """``with safe_globals([Net, ...]):`` allows them for loads inside the block."""
 
     def __init__(self, safe_globals):
-        self.safe_globals = list(safe_globals)
+        self.safe_globals = _entries(safe_globals, "safe_globals")
 
     def __enter__(self):
         add_safe_globals(self.safe_globals)
@@ -277,6 +288,10 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
     data = _read(f)
     if zipfile.is_zipfile(io.BytesIO(data)):
         return _load_torch(data, weights_only)
+    if data[:4] == b"PK\x03\x04":            # a zip archive without its directory: cut short
+        raise RuntimeError("PytorchStreamReader failed reading zip archive: failed finding "
+                           "central directory (the checkpoint is truncated or damaged; save it "
+                           "again, weights_only has nothing to do with it)")
     if not weights_only:
         module = pickle if pickle_module is None else pickle_module
         return module.loads(data, **pickle_load_args)
@@ -284,7 +299,13 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
     allowed.update(_user_allowed())
     try:
         return _WeightsUnpickler(io.BytesIO(data), allowed, encoding="utf-8").load()
+    except EOFError as err:
+        raise EOFError(f"load: the checkpoint ends too soon ({err or 'Ran out of input'}): "
+                       "it is truncated or empty; save it again") from None
     except pickle.UnpicklingError as err:
+        if "truncated" in str(err):
+            raise pickle.UnpicklingError(f"load: {err}: the checkpoint is truncated; save it "
+                                         "again") from None
         raise pickle.UnpicklingError(_weights_only_message(err)) from None
 
 
