@@ -66,6 +66,21 @@ def _worker(rank, world, init_file, dtype_name, arrays, which, out_dir, timeout,
         dist.destroy_process_group()
 
 
+def _join(ctx, world, what):
+    """``ctx.join`` for a second; a rank that died or raised ends the run at
+    once (torch stops the others), with the rank named."""
+    import torch.multiprocessing as mp
+    try:
+        return ctx.join(timeout=1)
+    except mp.ProcessExitedException as err:
+        raise RuntimeError(f"rank {err.error_index} of the {world} {what} processes exited "
+                           f"with code {err.exit_code} before it finished (the others were "
+                           "stopped)") from err
+    except mp.ProcessRaisedException as err:
+        raise RuntimeError(f"rank {err.error_index} of the {world} {what} processes raised:"
+                           f"\n{err}") from err
+
+
 def _spawn(worker, world, make_args, timeout, what):
     """Start ``world`` processes of ``worker(rank, *make_args(tmp))`` (spawned,
     each writing ``rank<r>.npz`` into the temporary folder ``tmp``), wait for
@@ -78,7 +93,7 @@ def _spawn(worker, world, make_args, timeout, what):
         ctx = mp.start_processes(worker, args=make_args(tmp), nprocs=world, join=False,
                                  start_method="spawn")
         deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
-        while not ctx.join(timeout=1):
+        while not _join(ctx, world, what):
             if datetime.datetime.now() > deadline:
                 for p in ctx.processes:
                     if p.is_alive():
