@@ -3,6 +3,7 @@ pooling, losses, embedding padding, the attention backends, data loading,
 save / load (including a real torch checkpoint) and the names programs use."""
 
 import io
+import math
 
 import ml_dtypes
 import numpy as np
@@ -626,3 +627,41 @@ def test_fpemu_profile_picks_the_profile_without_editing_the_program():
     with ft.use_profile(ft.Profile("cpu", "2.13.0")):
         assert not ft.cuda.is_available()
     assert ft.cuda.is_available()
+
+
+def test_the_names_real_programs_reach_for():
+    """torch.diag / diagonal / trace (values and gradients as torch's), the
+    constants, torch.version, device predicates, cuda.Event timing and the
+    memory queries: each as torch answers for one CUDA device."""
+    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    for k in (0, 2, -1, 9):
+        np.testing.assert_array_equal(ft.diag(ft.tensor(x), k).numpy(),
+                                      torch.diag(torch.from_numpy(x), k).numpy())
+    v = x[0]
+    tv, fv = torch.from_numpy(v).requires_grad_(), ft.tensor(v, requires_grad=True)
+    g = np.arange(49, dtype=np.float32).reshape(7, 7)
+    torch.diag(tv, 2).backward(torch.from_numpy(g))
+    ft.diag(fv, 2).backward(ft.tensor(g))
+    np.testing.assert_array_equal(fv.grad.numpy(), tv.grad.numpy())
+    y = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(ft.tensor(y).diagonal(-1, 2, 0).numpy(),
+                                  torch.from_numpy(y).diagonal(-1, 2, 0).numpy())
+    assert ft.trace(ft.tensor(np.eye(3, dtype=np.float32) * 2)).item() == 6.0
+    with pytest.raises(RuntimeError, match="Supports 1D or 2D tensors. Got 3D"):
+        ft.diag(ft.tensor(y))
+    assert (ft.inf, ft.pi, ft.e, ft.newaxis) == (math.inf, math.pi, math.e, None)
+    assert math.isnan(ft.nan) and ft.ones(3)[ft.newaxis].shape == (1, 3)
+    assert ft.version.cuda == "13.0" and ft.version.__version__ == ft.__version__
+    with ft.use_profile(ft.Profile("cpu", "2.13.0")):
+        assert ft.version.cuda is None
+    t = ft.ones(2)
+    assert not (t.is_xpu or t.is_mps or t.is_meta or t.is_quantized) and t.is_cuda
+    start, end = ft.cuda.Event(enable_timing=True), ft.cuda.Event(enable_timing=True)
+    start.record()
+    ft.ones(100, 100).sum()
+    end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0
+    with pytest.raises(RuntimeError, match="enable_timing=True"):
+        ft.cuda.Event().elapsed_time(end)
+    assert ft.cuda.memory_reserved() == ft.cuda.max_memory_reserved() == 0

@@ -19,9 +19,12 @@ tensor([2., 4., 6.])
 1.0
 """
 
+import math as _math
+
 from . import _methods  # noqa: F401  (binds the Tensor methods)
 from . import amp, backends, cuda, fp8, nn, onnx, optim, utils  # noqa: F401
 from . import autograd  # noqa: F401
+from . import version  # noqa: F401
 from ._autocast import (  # noqa: F401
     Policy, TORCH_CPU, TORCH_CUDA, autocast, get_autocast_dtype, is_autocast_enabled,
 )
@@ -56,6 +59,11 @@ bool = bool_  # noqa: A001 - torch's alias
 strided = "torch.strided"
 default_generator = _State.generator
 __version__ = "2.13.0+fpemu"
+inf = _math.inf
+nan = _math.nan
+pi = _math.pi
+e = _math.e
+newaxis = None
 
 
 def compile(model=None, *args, **kwargs):  # noqa: A001 - torch's name

@@ -696,6 +696,10 @@ class Tensor:
     def is_cpu(self):
         return not self.is_cuda
 
+    # devices fpemu never emulates, and tensors it has no kind of
+    is_xpu = is_mps = is_meta = is_quantized = is_mkldnn = is_nested = property(
+        lambda self: False)
+
     @property
     def layout(self):
         return "torch.strided"

@@ -236,6 +236,7 @@ _METHODS = dict(
     repeat_interleave=O.repeat_interleave,
     split=O.split, chunk=O.chunk, unbind=O.unbind, narrow=O.narrow, select=O.select,
     tensor_split=O.tensor_split, flip=O.flip, roll=O.roll, tril=O.tril, triu=O.triu,
+    diag=O.diag, diagonal=O.diagonal, trace=O.trace,
     gather=O.gather, index_select=O.index_select, masked_select=O.masked_select,
     nonzero=O.nonzero,
     contiguous=O.contiguous, masked_fill=O.masked_fill, clone=O.clone,

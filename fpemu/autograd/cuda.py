@@ -73,6 +73,47 @@ def reset_peak_memory_stats(device=None):
     return None
 
 
+def memory_reserved(device=None):
+    """0: fpemu's tensors live in host memory (NumPy arrays), none on a device."""
+    return 0
+
+
+def max_memory_reserved(device=None):
+    return 0
+
+
+class Event:
+    """``torch.cuda.Event``: marks a point in the program; with
+    ``enable_timing=True``, :meth:`elapsed_time` gives the milliseconds of
+    host wall time between two recorded events (fpemu computes on the host,
+    synchronously, so that is the time the work between them took here, not
+    a GPU's)."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.enable_timing = bool(enable_timing)
+        self._t = None
+
+    def record(self, stream=None):
+        import time
+        self._t = time.perf_counter()
+
+    def synchronize(self):
+        return None
+
+    def wait(self, stream=None):
+        return None
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end_event):
+        if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self._t is None or end_event._t is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event._t - self._t) * 1000.0
+
+
 class amp:
     """``torch.cuda.amp`` (deprecated in torch, still in tutorials)."""
 

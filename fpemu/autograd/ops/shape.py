@@ -401,6 +401,64 @@ def _triangle(x, k, npop, name):
     return _result(res, x.dtype, (x,), lambda g: (npop(g, k),), op=name)
 
 
+def _diag_index(rows, cols, k):
+    """(row, col) indices of the ``k``-th diagonal of a rows x cols matrix."""
+    n = max(0, min(rows + min(k, 0), cols - max(k, 0)))
+    i = np.arange(n)
+    return i - min(k, 0), i + max(k, 0)
+
+
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """``torch.diagonal``: the ``offset``-th diagonal of the (dim1, dim2)
+    planes, as the last dim (a copy here; torch returns a view)."""
+    return _diagonal(x, offset, dim1, dim2)
+
+
+def _diagonal(x, offset, dim1, dim2):
+    if x.ndim < 2:
+        raise RuntimeError(f"diagonal dimensions requires ndim larger than 1, got {x.ndim}")
+    d1, d2 = wrap_dim(dim1, x.ndim), wrap_dim(dim2, x.ndim)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    moved = np.moveaxis(x._data, (d1, d2), (-2, -1))
+    r, c = _diag_index(moved.shape[-2], moved.shape[-1], int(offset))
+    res = np.ascontiguousarray(moved[..., r, c])
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
+
+    def backward(g):
+        G = np.zeros(moved.shape, g.dtype)
+        G[..., r, c] = g
+        return (np.ascontiguousarray(np.moveaxis(G, (-2, -1), (d1, d2))),)
+    return _result(res, x.dtype, (x,), backward, op="diagonal")
+
+
+def diag(x, diagonal=0):  # noqa: F811 - torch's argument name shadows the function
+    """``torch.diag``: a 1-D input becomes the ``diagonal``-th diagonal of a
+    square matrix (zeros elsewhere); a 2-D input gives its diagonal."""
+    k = int(diagonal)
+    if x.ndim == 2:
+        return _diagonal(x, k, 0, 1)
+    if x.ndim != 1:
+        raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {x.ndim}D")
+    n = x.shape[0] + abs(k)
+    r, c = _diag_index(n, n, k)
+    res = np.zeros((n, n), x._data.dtype)
+    res[r, c] = x._data
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
+    return _result(res, x.dtype, (x,), lambda g: (np.ascontiguousarray(g[r, c]),), op="diag")
+
+
+def trace(x):
+    """``torch.trace``: the sum of a matrix's main diagonal (``diagonal().sum()``,
+    as torch computes it)."""
+    if x.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {x.ndim}")
+    from .reduce import sum as _sum
+    return _sum(_diagonal(x, 0, 0, 1))
+
+
 def gather(x, dim, index):
     d = wrap_dim(dim, x.ndim)
     idx = index._data.astype(np.int64)
