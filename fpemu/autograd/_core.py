@@ -478,7 +478,8 @@ class Node:
         self.retained = None
 
     def name(self):
-        return f"{self.op}Backward0"
+        # a custom autograd.Function's node is named as torch names it ("MyReLUBackward")
+        return self.op if self.op.endswith("Backward") else f"{self.op}Backward0"
 
     @property
     def next_functions(self):

@@ -1,6 +1,9 @@
-"""``torch.autograd``: ``backward``, ``grad`` and the grad-mode switches."""
+"""``torch.autograd``: ``backward``, ``grad``, the grad-mode switches and
+custom functions (:class:`Function`, in ``autograd.function`` as in torch)."""
 
-from ._core import Tensor, enable_grad, no_grad, run_backward, set_grad_enabled  # noqa: F401
+from .._core import Tensor, enable_grad, no_grad, run_backward, set_grad_enabled  # noqa: F401
+from . import function  # noqa: F401
+from .function import Function, FunctionCtx, once_differentiable  # noqa: F401
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -26,11 +29,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                "used in the graph. Set allow_unused=True if this is the "
                                "desired behavior.")
         if g is None and materialize_grads:
-            from .ops.creation import zeros_like
+            from ..ops.creation import zeros_like
             got[i] = zeros_like(inputs[i])
     return tuple(got)
 
 
-from ._missing import module_getattr as _module_getattr  # noqa: E402
+from .._missing import module_getattr as _module_getattr  # noqa: E402
 
 __getattr__ = _module_getattr("fpemu.autograd.autograd (torch.autograd)")
