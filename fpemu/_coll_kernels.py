@@ -39,6 +39,11 @@ SUM, MAX, MIN, NUMBER_MAX, NUMBER_MIN, PROD = range(6)
 #: payload (fp32), rounded by the IEEE-style fast path (fp16), or by bf16's
 #: integer rounding
 AS_IS, RNE_IEEE, RNE_BF16 = range(3)
+#: fp32 as gloo computes it on an x86 CPU: a NaN keeps its bits, and an add or a
+#: product that gives NaN gives what SSE's addss / mulss give: the first NaN
+#: operand (own, then received), quieted; inf - inf and inf * 0 the default NaN
+#: 0xffc00000 (measured against real gloo processes, tests/test_collectives.py)
+AS_IS_X86 = 3
 
 
 @jit
@@ -108,9 +113,22 @@ def _wire(v, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_m
     if kind == RNE_IEEE:
         return _rne_ieee_one(v, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
                              ovf_sign)
+    if kind == AS_IS_X86:
+        return v
     # fp32: the value itself, a NaN as the canonical 0x7fc00000 (as fpemu.quantize
     # gives it; the processor's inf - inf is 0xffc00000)
     return f32_from_ubits(np.uint32(0x7FC00000)) if v != v else v
+
+
+@jit
+def _x86_nan(a, b):
+    """The NaN SSE's addss / mulss return for ``a op b``: a's if a is NaN,
+    else b's, quieted; else (inf - inf, inf * 0) the default NaN."""
+    if a != a:
+        return f32_from_ubits(np.uint32(f32_ubits(a) | np.uint32(0x00400000)))
+    if b != b:
+        return f32_from_ubits(np.uint32(f32_ubits(b) | np.uint32(0x00400000)))
+    return f32_from_ubits(np.uint32(0xFFC00000))
 
 
 @jit
@@ -121,7 +139,10 @@ def _hop(w, o, n, op, kind, half, keep, one, sh, normal_bits, overflow_bits, mag
         a = _wire(w[j], kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
                   ovf_sign)
         b = o[j]
-        if op == SUM:
+        if kind == AS_IS_X86 and (op == SUM or op == PROD):
+            s = np.float32(a + b) if op == SUM else np.float32(a * b)
+            o[j] = _x86_nan(a, b) if s != s else s
+        elif op == SUM:
             o[j] = _wire(np.float32(a + b), kind, half, keep, one, sh, normal_bits, overflow_bits,
                          magic, ovf_mag, ovf_sign)
         elif op == PROD:

@@ -62,7 +62,11 @@ Algorithms (``algorithm=``):
     to the wire dtype at each hop. ``avg`` (torch 2.13's ProcessGroupGloo)
     is the ring's sum divided by the world size in the wire dtype (float32
     division, rounded once). Gloo has no ``premul_sum`` (torch raises
-    "Cannot use ReduceOp.PREMUL_SUM with Gloo").
+    "Cannot use ReduceOp.PREMUL_SUM with Gloo"). NaN bits (see
+    docs/collectives.md): copies keep a NaN of the wire format; an fp32 sum
+    or product gives x86's NaN (the own value's NaN, then the received one's,
+    quieted; inf - inf the default 0xffc00000); a bf16 sum 0x7fc0; an fp16
+    sum fpemu's 0x7e00 (gloo's F16C path keeps sign and payload).
     Wire formats: fp32, bf16 and fp16 (the float dtypes gloo reduces here).
     ``reduce_scatter_tensor`` on gloo returns the slices of this all-reduce
     (observed with torch 2.13), and :func:`reduce_scatter` does the same.
@@ -193,9 +197,24 @@ def _ranks(xs, fmt, fname, cast=True):
                 f"torch.distributed requires); rank 0 has {shapes[0]} {dtypes[0]}, rank {r} "
                 f"has {shapes[r]} {dtypes[r]}")
     V = np.empty((len(arrays), arrays[0].size), np.float32)
+    low = _NAN_LOW_BITS.get(fmt.name)
     for r, a in enumerate(arrays):
         quantize(a, fmt, out=V[r])
+        if low is not None and a.dtype == np.float32:
+            # a NaN that is already one of the wire format's (its payload fits)
+            # keeps its bits: a collective copies it, as torch.distributed does
+            bits = a.reshape(-1).view(np.uint32)
+            nan = ((bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)) & \
+                ((bits & np.uint32(low)) == 0)
+            if nan.any():
+                V[r].view(np.uint32)[nan] = bits[nan]
     return fmt, V, shapes[0]
+
+
+#: the float32 bits below a wire format's payload: a float32 NaN whose bits
+#: there are zero is a NaN of that format, widened exactly (bf16: the top 16
+#: bits; fp16 as torch widens it: payload << 13)
+_NAN_LOW_BITS = {"fp32": 0, "bf16": 0xFFFF, "fp16": 0x1FFF}
 
 
 def _shared(out, world, shape=None):
@@ -292,18 +311,18 @@ def gloo_ring_chunks(n, world, element_bytes, max_segment_bytes=GLOO_MAX_SEGMENT
     return np.minimum(np.arange(world + 1, dtype=np.int64) * per_rank * seg_elems, n)
 
 
-def _fold(V, fmt, op, lo, hi, start, step, order):
+def _fold(V, fmt, op, lo, hi, start, step, order, x86=False):
     """Runs ``lo[j]:hi[j]`` of the ranks' arrays folded along a ring (see
     :func:`fpemu._coll_kernels.ring_fold`), each hop rounded to ``fmt``
-    (fp32, bf16 or fp16)."""
+    (fp32, bf16 or fp16); ``x86``: fp32 NaNs as gloo's CPU gives them."""
     from .quantize import Cast
     out = np.empty(V.shape[1], np.float32)
     code = {"sum": _coll_kernels.SUM, "prod": _coll_kernels.PROD, "max": _coll_kernels.MAX,
             "min": _coll_kernels.MIN,
             "number_max": _coll_kernels.NUMBER_MAX,
             "number_min": _coll_kernels.NUMBER_MIN}[op]
-    kind = {"fp32": _coll_kernels.AS_IS, "bf16": _coll_kernels.RNE_BF16}.get(
-        fmt.name, _coll_kernels.RNE_IEEE)
+    kind = {"fp32": _coll_kernels.AS_IS_X86 if x86 else _coll_kernels.AS_IS,
+            "bf16": _coll_kernels.RNE_BF16}.get(fmt.name, _coll_kernels.RNE_IEEE)
     args = Cast.of(fmt).fast if kind == _coll_kernels.RNE_IEEE else (
         1, np.uint32(0), np.uint32(0), np.float32(0), np.uint32(0), np.uint32(0))
     as64 = [np.ascontiguousarray(a, np.int64) for a in (lo, hi, start, order)]
@@ -317,13 +336,16 @@ def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
     bounds = gloo_ring_chunks(n, P, GLOO_FORMATS[fmt.name], max_segment_bytes)
     ring_op = {"avg": "sum", "product": "prod"}.get(op, op)
     out = _fold(V, fmt, ring_op, bounds[:-1], bounds[1:], np.arange(P) - 1 + P, -1,
-                np.arange(P))
+                np.arange(P), x86=True)
     if op == "avg":
         # ProcessGroupGloo's AVG: the ring's sum, then divided by the world size
-        # in the tensor's dtype (float32 division, rounded once to bf16 / fp16)
+        # in the tensor's dtype (float32 division, rounded once to bf16 / fp16;
+        # in fp32 the division is the rounding, and a NaN keeps its bits)
         from .quantize import quantize
         with np.errstate(invalid="ignore", over="ignore"):
-            out = quantize(out / np.float32(P), fmt)
+            out = out / np.float32(P)
+            if fmt.name != "fp32":
+                out = quantize(out, fmt)
     return out
 
 
