@@ -22,9 +22,9 @@ from .reduce import (  # noqa: F401
     mean, min, norm, prod, sort, std, sum, topk, var,
 )
 from .shape import (  # noqa: F401
-    broadcast_to, cat, chunk, concat, concatenate, contiguous, diag, diagonal, expand,
-    expand_as, flatten, flip, gather, getitem, index_put, index_select, masked_select,
-    meshgrid, movedim, narrow, nonzero, permute, repeat, repeat_interleave, reshape, roll,
-    select, split, squeeze, stack, swapaxes, swapdims, t, tensor_split, trace, transpose, tril,
-    triu, unbind, unflatten, unsqueeze, view, view_as,
+    broadcast_tensors, broadcast_to, cat, chunk, concat, concatenate, contiguous, diag, diagonal,
+    expand, expand_as, flatten, flip, gather, getitem, index_put, index_select, masked_select,
+    meshgrid, movedim, narrow, nonzero, permute, repeat, repeat_interleave, reshape, roll, select,
+    split, squeeze, stack, swapaxes, swapdims, t, tensor_split, trace, transpose, tril, triu,
+    unbind, unflatten, unsqueeze, view, view_as,
 )

@@ -234,6 +234,18 @@ def broadcast_to(x, shape):
     return expand(x, tuple(shape))
 
 
+def broadcast_tensors(*tensors):
+    """``torch.broadcast_tensors``: each tensor expanded to the common shape."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    try:
+        shape = np.broadcast_shapes(*(tuple(t.shape) for t in tensors))
+    except ValueError:
+        raise RuntimeError("The size of tensors must match for broadcasting: got shapes "
+                           + ", ".join(str(list(t.shape)) for t in tensors)) from None
+    return tuple(expand(t, shape) for t in tensors)
+
+
 def repeat(x, *sizes):
     sizes = shape_arg(sizes, "repeat()")
     if len(sizes) < x.ndim:

@@ -1,0 +1,125 @@
+"""``fpemu.autograd.distributions`` against ``torch.distributions``: the
+element-wise formulas (``log_prob`` of every distribution, the normal and
+uniform entropies) bit for bit; the ones that sum over categories within the
+float32 rounding of the sum (torch's CPU sum and fpemu's add in other
+orders); the gradients through them; the shapes of the samples; torch's
+validation errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpemu.autograd as ft
+
+import torch  # installed by `make` (the dev extras): the reference behaviour
+
+RNG = np.random.default_rng(0)
+P = RNG.random((3, 5)).astype(np.float32)
+L = RNG.standard_normal((3, 5)).astype(np.float32)
+
+
+def _same(a, b, rtol=0.0):
+    a, b = a.detach().numpy(), b.detach().numpy()
+    assert a.shape == b.shape
+    if rtol:
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=0)
+    else:
+        np.testing.assert_array_equal(b, a)
+
+
+@pytest.mark.parametrize("kw", ["probs", "logits"])
+def test_categorical(kw):
+    arr = P if kw == "probs" else L
+    tp, fp = torch.from_numpy(arr).requires_grad_(), ft.tensor(arr, requires_grad=True)
+    td = torch.distributions.Categorical(**{kw: tp})
+    fd = ft.distributions.Categorical(**{kw: fp})
+    v = np.array([0, 4, 2])
+    tl, fl = td.log_prob(torch.from_numpy(v)), fd.log_prob(ft.tensor(v))
+    _same(tl, fl, rtol=0 if kw == "probs" else 2.4e-7)    # logits: the logsumexp's sum
+    _same(td.entropy(), fd.entropy(), rtol=4.8e-7)
+    (tl.sum() + td.entropy().sum()).backward()
+    (fl.sum() + fd.entropy().sum()).backward()
+    _same(tp.grad, fp.grad, rtol=1e-6)
+    _same(td.probs, fd.probs, rtol=2.4e-7)
+    assert fd.mode.tolist() == td.mode.tolist()
+    s = fd.sample((4,))
+    assert tuple(s.shape) == tuple(td.sample((4,)).shape) == (4, 3)
+    assert s.dtype == ft.int64 and bool(((s >= 0) & (s < 5)).all())
+    assert tuple(fd.batch_shape) == (3,) and tuple(fd.event_shape) == ()
+
+
+def test_normal_and_uniform():
+    loc = RNG.standard_normal(4).astype(np.float32)
+    sc = (RNG.random(4) + 0.1).astype(np.float32)
+    x = RNG.standard_normal(4).astype(np.float32)
+    tl, ts = torch.from_numpy(loc).requires_grad_(), torch.from_numpy(sc).requires_grad_()
+    fl, fs = ft.tensor(loc, requires_grad=True), ft.tensor(sc, requires_grad=True)
+    td, fd = torch.distributions.Normal(tl, ts), ft.distributions.Normal(fl, fs)
+    _same(td.log_prob(torch.from_numpy(x)), fd.log_prob(ft.tensor(x)))
+    _same(td.entropy(), fd.entropy())
+    td.log_prob(torch.from_numpy(x)).sum().backward()
+    fd.log_prob(ft.tensor(x)).sum().backward()
+    _same(tl.grad, fl.grad)
+    _same(ts.grad, fs.grad)
+    r = fd.rsample((2,))
+    assert tuple(r.shape) == (2, 4) and r.requires_grad
+    assert not fd.sample((2,)).requires_grad
+    _same(td.variance, fd.variance)
+    lo, hi = [0.0, -1.0], [2.0, 3.0]
+    tu = torch.distributions.Uniform(torch.tensor(lo), torch.tensor(hi))
+    fu = ft.distributions.Uniform(ft.tensor(lo), ft.tensor(hi))
+    _same(tu.log_prob(torch.tensor([1.0, 2.5])), fu.log_prob(ft.tensor([1.0, 2.5])))
+    _same(tu.entropy(), fu.entropy())
+    u = fu.sample((1000,)).numpy()
+    assert u.shape == (1000, 2) and (u >= np.array(lo)).all() and (u < np.array(hi)).all()
+
+
+@pytest.mark.parametrize("kw", ["probs", "logits"])
+def test_bernoulli(kw):
+    arr = RNG.random(6).astype(np.float32) if kw == "probs" else \
+        RNG.standard_normal(6).astype(np.float32)
+    x = (RNG.random(6) > 0.5).astype(np.float32)
+    td = torch.distributions.Bernoulli(**{kw: torch.from_numpy(arr)})
+    fd = ft.distributions.Bernoulli(**{kw: ft.tensor(arr)})
+    # binary_cross_entropy_with_logits: torch CPU's kernel (its SIMD exp / log1p,
+    # which differ between CPUs) against fpemu's CUDA formula: a few ulps apart
+    _same(td.log_prob(torch.from_numpy(x)), fd.log_prob(ft.tensor(x)), rtol=1e-6)
+    _same(td.entropy(), fd.entropy(), rtol=1e-6)
+    s = fd.sample((5,)).numpy()
+    assert s.shape == (5, 6) and set(np.unique(s)) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("lib", [torch, ft], ids=["torch", "fpemu"])
+def test_validation_errors_are_torchs(lib):
+    D = lib.distributions
+    with pytest.raises(ValueError, match=r"Expected parameter scale \(Tensor of shape \(1,\)\) "
+                                         "of distribution Normal.* GreaterThan"):
+        D.Normal(lib.tensor([0.0]), lib.tensor([-1.0]))
+    with pytest.raises(ValueError, match="Either `probs` or `logits` must be specified"):
+        D.Categorical()
+    with pytest.raises(ValueError, match=r"to be within the support \(IntegerInterval"):
+        D.Categorical(probs=lib.tensor([0.5, 0.5])).log_prob(lib.tensor(3))
+    with pytest.raises(ValueError, match=r"within the support \(Boolean\(\)\)"):
+        D.Bernoulli(probs=lib.tensor([0.5])).log_prob(lib.tensor([0.5]))
+    D.Normal(lib.tensor([0.0]), lib.tensor([-1.0]), validate_args=False)   # not checked
+
+
+def test_reinforce_as_pytorch_examples_writes_it():
+    """The policy-gradient step of pytorch/examples' reinforce.py: sample an
+    action, keep its log-probability, and step on -log_prob * return."""
+    ft.manual_seed(0)
+    policy = ft.nn.Sequential(ft.nn.Linear(4, 16), ft.nn.ReLU(), ft.nn.Linear(16, 2))
+    opt = ft.optim.Adam(policy.parameters(), lr=1e-2)
+    log_probs = []
+    for _ in range(5):
+        probs = ft.nn.functional.softmax(policy(ft.randn(1, 4)), dim=1)
+        m = ft.distributions.Categorical(probs)
+        action = m.sample()
+        log_probs.append(m.log_prob(action))
+    loss = ft.cat([-lp * 1.0 for lp in log_probs]).sum()
+    opt.zero_grad()
+    loss.backward()
+    assert all(p.grad is not None and np.isfinite(p.grad.numpy()).all()
+               for p in policy.parameters())
+    opt.step()
