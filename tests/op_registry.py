@@ -203,6 +203,8 @@ OPS = [
     Op(S + "diagonal", samples=fixed(
         (f32(4, 5),), ((f32(2, 3, 4),), {"offset": -1, "dim1": 2, "dim2": 0}))),
     Op(S + "trace", samples=fixed((f32(4, 5),), (f32(5, 3),))),
+    Op(S + "broadcast_tensors", call=lambda lib, a, b: lib.broadcast_tensors(a, b)[1] * 2,
+       samples=fixed((f32(3, 1), f32(4)), (f32(2, 1, 3), f32(5, 1)))),
     Op(S + "triu", samples=fixed((f32(4, 4),), ((f32(4, 4),), {"diagonal": 1}))),
     Op(S + "gather", call=lambda lib, x, i: lib.gather(x, 1, i),
        samples=fixed((f32(3, 4), ints(3, 2, hi=4)))),
