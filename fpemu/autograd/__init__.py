@@ -24,7 +24,9 @@ import math as _math
 from . import _methods  # noqa: F401  (binds the Tensor methods)
 from . import amp, backends, cuda, fp8, nn, onnx, optim, utils  # noqa: F401
 from . import autograd  # noqa: F401
-from . import distributions, version  # noqa: F401
+from . import distributions, sparse, version  # noqa: F401
+from .sparse import sparse_coo, sparse_coo_tensor  # noqa: F401
+from .sparse import mm as spmm  # noqa: F401
 from ._finfo import finfo  # noqa: F401
 from ._autocast import (  # noqa: F401
     Policy, TORCH_CPU, TORCH_CUDA, autocast, get_autocast_dtype, is_autocast_enabled,

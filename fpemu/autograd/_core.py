@@ -701,13 +701,8 @@ class Tensor:
     is_xpu = is_mps = is_meta = is_quantized = is_mkldnn = is_nested = property(
         lambda self: False)
 
-    @property
-    def layout(self):
-        return "torch.strided"
-
-    @property
-    def is_sparse(self):
-        return False
+    # layout and is_sparse: fpemu/autograd/sparse.py (a sparse COO tensor is
+    # emulated as a dense one, marked)
 
     @property
     def data(self):
