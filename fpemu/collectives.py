@@ -89,8 +89,10 @@ Algorithms (``algorithm=``):
     the scalar is ``T(float(1 / world))`` (``src/enqueue.cc``), so bf16's
     1/3 is 0.333984375. Which channels and chunk sizes NCCL picks comes
     from its tuning on the machine: pass them as ``parts=[(count,
-    chunk_count), ...]`` (``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`` prints
-    ``count{Lo,Mid,Hi}`` and ``chunkBytes{Lo,Mid,Hi}``), and the ring's rank
+    chunk_count), ...]`` (NCCL's ``count{Lo,Mid,Hi}`` and
+    ``chunkBytes{Lo,Mid,Hi}``: a TRACE line, printed with
+    ``NCCL_DEBUG=TRACE`` only by an NCCL built with ``TRACE=1``; a release
+    NCCL does not print them, see docs/collectives.md), and the ring's rank
     order as ``ring=``; the default is one channel and one loop.
 
 ``"tree"``
@@ -357,7 +359,7 @@ def _ring_parts(n, parts, fname):
         items = [(p[0], p[1]) for p in parts]
     except (TypeError, IndexError):
         raise FpemuValueError(f"{fname}(): parts must be a list of (count, chunk_count) pairs, "
-                              f"as NCCL_DEBUG=INFO prints count{{Lo,Mid,Hi}} and "
+                              f"as NCCL's count{{Lo,Mid,Hi}} and "
                               f"chunkBytes{{Lo,Mid,Hi}}; got {parts!r}") from None
     out = []
     for count, chunk in items:
