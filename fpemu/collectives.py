@@ -512,19 +512,36 @@ def _dtree(nranks, rank, which):
     return tuple(-1 if v == -1 else nranks - 1 - v for v in (u, d0, d1))
 
 
-def nccl_tree(world, gpus_per_node, which=0):
+#: NCCL's tree patterns (``NCCL_TOPO_PATTERN_*``, src/include/graph.h): on which
+#: of a node's first two GPUs (in tree order) the links to the child nodes of
+#: the double binary tree attach; the link to the parent node is on the first
+TREE_PATTERNS = {"tree": (0, 0), "balanced_tree": (1, 0), "split_tree": (1, 1)}
+
+
+def nccl_tree(world, gpus_per_node, which=0, pattern="tree"):
     """The children of every rank (lists, in NCCL's ``tree.down`` order) in
     tree ``which`` of NCCL's all-reduce tree for ``world`` ranks on nodes of
     ``gpus_per_node``: within a node a chain in local-rank order (each rank's
     first child is the next local rank), across nodes the double binary tree
-    of the nodes, hung on each node's first rank, whose tree children follow
-    its chain child (``connectTrees``, src/graph/connect.cc, the ``TREE``
-    pattern)."""
+    of the nodes, whose links to a node's two child nodes follow the chain
+    child on the GPU the ``pattern`` says (``ncclTopoPreset`` and
+    ``connectTrees``, src/graph/connect.cc): ``"tree"`` both on the node's
+    first GPU, ``"balanced_tree"`` the first child node on the second GPU and
+    the second on the first, ``"split_tree"`` both on the second GPU. The
+    link up to the parent node is always on the first GPU."""
     world = _count(world, "world (the number of ranks)", "nccl_tree", 1)
     gpus_per_node = _count(gpus_per_node, "gpus_per_node", "nccl_tree", 1)
     if which not in (0, 1):
         raise FpemuValueError(f"nccl_tree(): which must be 0 or 1 (NCCL's two trees), got "
                               f"{which!r}")
+    if not isinstance(pattern, str) or pattern.lower() not in TREE_PATTERNS:
+        raise FpemuValueError(f"nccl_tree(): pattern must be one of "
+                              f"{', '.join(map(repr, TREE_PATTERNS))}, got {pattern!r}")
+    at0, at1 = TREE_PATTERNS[pattern.lower()]
+    if max(at0, at1) >= gpus_per_node:
+        raise FpemuValueError(f"nccl_tree(): the {pattern!r} pattern puts child links on a "
+                              f"node's second GPU; with gpus_per_node={gpus_per_node} use "
+                              "'tree'")
     if world % gpus_per_node:
         raise FpemuValueError(f"nccl_tree(): the world ({world} ranks) must be a whole number of "
                               f"nodes of gpus_per_node={gpus_per_node}")
@@ -535,9 +552,9 @@ def nccl_tree(world, gpus_per_node, which=0):
             down[r].append(r + 1)
     for node in range(nodes):
         _, d0, d1 = _dtree(nodes, node, which)
-        for d in (d0, d1):
+        for d, at in ((d0, at0), (d1, at1)):       # connectTrees: child 0, then child 1
             if d != -1:
-                down[node * gpus_per_node].append(d * gpus_per_node)
+                down[node * gpus_per_node + at].append(d * gpus_per_node)
     return down
 
 
@@ -546,7 +563,7 @@ def _tree_root(down):
     return [r for r in range(len(down)) if r not in children][0]
 
 
-def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node):
+def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node, pattern="tree"):
     """runTreeUpDown (src/device/all_reduce.h): up the tree every rank reduces
     its own value with what each child sent, in ``tree.down`` order, each
     step rounded; the root's result is broadcast down (copies)."""
@@ -558,7 +575,7 @@ def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node):
     out = np.empty(n, np.float32)
     start = 0
     for (count, _), t in zip(parts, which):
-        down = nccl_tree(P, gpus_per_node, t)
+        down = nccl_tree(P, gpus_per_node, t, pattern)
         sl = slice(start, start + count)
 
         def up(r):
@@ -649,7 +666,7 @@ def _reduce(xs, fmt, op, algorithm, factor, params, fname):
     fmt, V, shape = _ranks(xs, fmt, fname, cast=algorithm != "gloo")
     scale = _factor(op, factor, V.shape[0], fname)
     owners = {"max_segment_bytes": ("gloo",), "parts": ("ring", "tree"), "ring": ("ring",),
-              "trees": ("tree",), "gpus_per_node": ("tree",)}
+              "trees": ("tree",), "gpus_per_node": ("tree",), "tree_pattern": ("tree",)}
     for name, value in params.items():
         if value is not None and algorithm not in owners[name]:
             raise FpemuValueError(f"{fname}(): {name}= is a parameter of algorithm="
@@ -687,14 +704,15 @@ def _reduce(xs, fmt, op, algorithm, factor, params, fname):
                 V.shape[0] % gpn:
             raise FpemuValueError(f"{fname}(): gpus_per_node must divide the world size "
                                   f"{V.shape[0]}, got {gpn!r}")
-        out = _nccl_tree_all_reduce(V, fmt, op, scale, params["parts"], trees, int(gpn))
+        out = _nccl_tree_all_reduce(V, fmt, op, scale, params["parts"], trees, int(gpn),
+                                    params["tree_pattern"] or "tree")
     else:
         out = _exact_all_reduce(V, fmt, op, scale)
     return out.reshape(shape), V.shape[0]
 
 
 def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
-               parts=None, ring=None, trees=None, gpus_per_node=None):
+               parts=None, ring=None, trees=None, gpus_per_node=None, tree_pattern=None):
     """Every rank's result of an all-reduce of ``xs`` (one array per rank)
     with the wire format ``fmt`` (see the module note for the algorithms).
 
@@ -725,6 +743,13 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
     gpus_per_node : int
         ``"tree"`` only: ranks per node (default 8 where the world is a
         multiple of 8, else one node).
+    tree_pattern : {"tree", "balanced_tree", "split_tree"}
+        ``"tree"`` only: where a node's links to its child nodes attach
+        (:func:`nccl_tree`; default ``"tree"``). NCCL's topology search tries
+        BALANCED_TREE first, then SPLIT_TREE, then TREE, and keeps the first
+        that meets its bandwidth target; ``NCCL_DEBUG=INFO
+        NCCL_DEBUG_SUBSYS=GRAPH`` prints the pattern it kept and each
+        rank's ``Tree c : up -> rank -> down`` line.
 
     Returns
     -------
@@ -734,12 +759,13 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
     """
     out, world = _reduce(xs, fmt, op, algorithm, factor,
                          dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring,
-                              trees=trees, gpus_per_node=gpus_per_node), "all_reduce")
+                              trees=trees, gpus_per_node=gpus_per_node,
+                              tree_pattern=tree_pattern), "all_reduce")
     return _shared(out, world)
 
 
 def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
-                   parts=None, ring=None, trees=None, gpus_per_node=None):
+                   parts=None, ring=None, trees=None, gpus_per_node=None, tree_pattern=None):
     """Rank ``r``'s share of the reduction of ``xs``: slice ``r`` of ``world``
     equal slices along the first axis (``reduce_scatter_tensor``). The
     ranks' first axis must be a multiple of the world size."""
@@ -752,7 +778,8 @@ def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segm
             "flatten them and pad to a multiple")
     out, world = _reduce(xs, fmt, op, algorithm, factor,
                          dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring,
-                              trees=trees, gpus_per_node=gpus_per_node), "reduce_scatter")
+                              trees=trees, gpus_per_node=gpus_per_node,
+                              tree_pattern=tree_pattern), "reduce_scatter")
     k = out.shape[0] // world
     out.setflags(write=False)
     return [out[r * k:(r + 1) * k] for r in range(world)]

@@ -355,6 +355,31 @@ def test_nccl_trees_are_the_pictures_in_trees_cc():
     assert collectives.nccl_tree(8, 4, 1) == [[1], [2], [3], [], [5, 0], [6], [7], []]
 
 
+@pytest.mark.parametrize("world,gpn", [(8, 4), (12, 4), (16, 2), (40, 8)])
+def test_nccl_tree_patterns_move_the_child_links_as_connect_cc_says(world, gpn):
+    """ncclTopoPreset: the parent link on a node's first GPU; child 0's link on
+    the second GPU unless the pattern is TREE, child 1's on the second GPU only
+    for SPLIT_TREE. connectTrees adds child 0, then child 1, after the chain."""
+    for which in (0, 1):
+        base = collectives.nccl_tree(world, gpn, which, "tree")
+        for pattern, (at0, at1) in (("balanced_tree", (1, 0)), ("split_tree", (1, 1))):
+            want = [[c for c in d if c == r + 1 and (r + 1) % gpn] for r, d in enumerate(base)]
+            for node in range(world // gpn):
+                first = node * gpn
+                # which child node is child 0 and which child 1 (a root has only
+                # child 1): ncclGetDtree, whose trees the picture test checks
+                _, d0, d1 = collectives._dtree(world // gpn, node, which)
+                for d, at in ((d0, at0), (d1, at1)):
+                    if d != -1:
+                        assert d * gpn in base[first]
+                        want[first + at].append(d * gpn)
+            assert collectives.nccl_tree(world, gpn, which, pattern) == want, (pattern, which)
+    with pytest.raises(fpemu.errors.FpemuValueError, match="use 'tree'"):
+        collectives.nccl_tree(4, 1, 0, "balanced_tree")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="pattern must be one of"):
+        collectives.nccl_tree(8, 4, 0, "ring")
+
+
 def _simulate_nccl_tree(xs, fmt, op, down, factor=None):
     """Up the tree with messages: a rank sends once every child it waits for
     has sent; it reduces its own (pre-multiplied) value with the children's
@@ -388,18 +413,33 @@ def _simulate_nccl_tree(xs, fmt, op, down, factor=None):
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32", "e4m3fn", "e5m2"])
-@pytest.mark.parametrize("world,gpn,which", [(2, 2, 0), (5, 1, 1), (6, 3, 0), (6, 3, 1),
-                                             (8, 2, 1), (12, 4, 0)])
-def test_nccl_tree_model_matches_a_message_passing_simulation(fmt, world, gpn, which):
+@pytest.mark.parametrize("world,gpn,which,pattern", [
+    (2, 2, 0, "tree"), (5, 1, 1, "tree"), (6, 3, 0, "tree"), (6, 3, 1, "tree"),
+    (8, 2, 1, "tree"), (12, 4, 0, "tree"), (12, 4, 0, "balanced_tree"),
+    (12, 4, 1, "split_tree"), (8, 2, 1, "balanced_tree")])
+def test_nccl_tree_model_matches_a_message_passing_simulation(fmt, world, gpn, which, pattern):
     x = _values(world, 23, fmt, seed=world * 31 + gpn, specials=True)
-    down = collectives.nccl_tree(world, gpn, which)
+    down = collectives.nccl_tree(world, gpn, which, pattern)
     for op, factor in (("sum", None), ("avg", None), ("premul_sum", -1.7), ("max", None),
                        ("min", None)):
         want = _simulate_nccl_tree(list(x), fmt, op, down, factor)
         got = collectives.all_reduce(list(x), fmt, op, "tree", gpus_per_node=gpn,
-                                     parts=[(23, 23)], trees=[which], factor=factor)
+                                     parts=[(23, 23)], trees=[which], factor=factor,
+                                     tree_pattern=pattern)
         for r in range(world):
             np.testing.assert_array_equal(_bits(got[r]), _bits(want), err_msg=f"{op} rank {r}")
+
+
+def test_the_tree_pattern_changes_the_multi_node_order():
+    x = _values(12, 64, "bf16", seed=21)
+    got = {p: collectives.all_reduce(list(x), "bf16", "sum", "tree", gpus_per_node=4,
+                                     parts=[(64, 64)], trees=[0], tree_pattern=p)[0]
+           for p in ("tree", "balanced_tree", "split_tree")}
+    assert not np.array_equal(_bits(got["tree"]), _bits(got["balanced_tree"]))
+    assert not np.array_equal(_bits(got["balanced_tree"]), _bits(got["split_tree"]))
+    with pytest.raises(fpemu.errors.FpemuValueError, match="tree_pattern= is a parameter of "
+                                                           "algorithm='tree'"):
+        collectives.all_reduce(list(x), "bf16", tree_pattern="split_tree")
 
 
 def test_nccl_tree_parts_run_their_own_tree():
