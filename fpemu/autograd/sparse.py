@@ -11,7 +11,7 @@ products under fpemu's accumulation rules (``docs/autograd.md``): a product
 with zeros adds nothing, and the default ``"sequential"`` model adds a row's
 products in column order, as torch's CPU sparse kernel walks a coalesced
 row, but rounds each product before the add where that kernel fuses them
-(an FMA per nonzero): the two differ by an ulp now and then
+(an FMA per nonzero): the two differ by an ulp or two now and then
 (``tests/test_sparse.py``). Every op returns a dense tensor; a gradient to
 a sparse tensor's values is the dense gradient at its indices.
 """
