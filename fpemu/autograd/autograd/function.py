@@ -185,10 +185,8 @@ def _connect(cls, ctx, args, outs, many):
                                 f"{type(r).__name__} at index {i}; return a Tensor or None")
             data = r._data
             if tuple(r.shape) != tuple(a.shape):
-                try:
-                    np.broadcast_shapes(tuple(a.shape), tuple(r.shape))
-                    ok = len(r.shape) >= len(a.shape) and \
-                        np.broadcast_shapes(tuple(a.shape), tuple(r.shape)) == tuple(r.shape)
+                try:        # a gradient that a's shape broadcasts to is summed back to it
+                    ok = np.broadcast_shapes(tuple(a.shape), tuple(r.shape)) == tuple(r.shape)
                 except ValueError:
                     ok = False
                 if not ok:

@@ -371,9 +371,5 @@ class Bernoulli(Distribution):
         from ..nn.functional import binary_cross_entropy_with_logits
         return binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none")
 
-    def _param_repr(self, k):
-        v = self.__dict__[k]
-        return v if v.numel() == 1 else _core.Size(v.shape)
-
 
 __all__ = ["Bernoulli", "Categorical", "Distribution", "Normal", "Uniform"]
