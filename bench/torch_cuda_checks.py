@@ -178,6 +178,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("torch_cuda_checks: this PyTorch sees no CUDA device")
+    os.makedirs(args.out, exist_ok=True)
     lines = []
 
     def log(s):
