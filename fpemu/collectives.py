@@ -91,9 +91,10 @@ Algorithms (``algorithm=``):
     from its tuning on the machine: pass them as ``parts=[(count,
     chunk_count), ...]`` (NCCL's ``count{Lo,Mid,Hi}`` and
     ``chunkBytes{Lo,Mid,Hi}``: a TRACE line, printed with
-    ``NCCL_DEBUG=TRACE`` only by an NCCL built with ``TRACE=1``; a release
-    NCCL does not print them, see docs/collectives.md), and the ring's rank
-    order as ``ring=``; the default is one channel and one loop.
+    ``NCCL_DEBUG=TRACE`` only by an NCCL built with ``TRACE=1``; from the
+    count, channels and protocol a release NCCL prints,
+    :func:`nccl_channel_parts` computes them as NCCL does), and the ring's
+    rank order as ``ring=``; the default is one channel and one loop.
 
 ``"tree"``
     NCCL's tree all-reduce (``runTreeUpDown``), modelled from the same
@@ -404,6 +405,173 @@ def nccl_ring_chunks(n, world, element_bytes, parts=None):
             k[start + full:start + count] = (o[full:] - full) // last
         start += count
     return k
+
+
+#: NCCL's protocols: (default buffer bytes per channel and peer, grain bytes).
+#: Simple: NCCL_BUFFSIZE 4 MiB, 512-byte grains; LL: 8 lines x 512 threads x
+#: 8 steps of 16-byte lines; LL128: 120 words x 640 threads x 8 steps of 8
+#: bytes, grains of 32 threads x 8 words x 15/16 data x 8 bytes (device.h)
+NCCL_PROTOCOLS = {"simple": (1 << 22, 512), "ll": (8 * 512 * 8 * 16, 16),
+                  "ll128": (120 * 640 * 8 * 8, 32 * 8 // 16 * 15 * 8)}
+NCCL_STEPS = 8
+#: the releases whose scheduler ``nccl_channel_parts`` follows, and the
+#: minimal traffic per channel (``MinTrafficPerChannel``) of each
+_NCCL_MIN_TRAFFIC = (((2, 26), 16 << 10), ((2, 29), 32 << 10))
+
+
+class NcclSchedule(tuple):
+    """What NCCL's enqueue gives one all-reduce: ``channels`` (the channel
+    of each part, ``channel{Lo..Hi}``), ``parts`` (``(count, chunk_count)``
+    per channel, for ``all_reduce(parts=...)``) and ``chunk_bytes``
+    (``chunkBytes{Lo,Mid,Hi}`` per part)."""
+
+    __slots__ = ()
+
+    def __new__(cls, channels, parts, chunk_bytes):
+        return super().__new__(cls, (list(channels), list(parts), list(chunk_bytes)))
+
+    channels = property(lambda self: self[0])
+    parts = property(lambda self: self[1])
+    chunk_bytes = property(lambda self: self[2])
+
+    def trees(self, search_channels):
+        """Which tree each part runs (for ``all_reduce(trees=...)``): NCCL's
+        channels ``0 .. S-1`` run tree 0 and ``S .. 2S-1`` its mirror, then
+        repeat, where ``S`` is the number of channels the topology search
+        found (``NCCL_DEBUG=INFO`` prints a ``Tree c : ...`` line for each of
+        the ``2S``)."""
+        s = _count(search_channels, "search_channels", "NcclSchedule.trees", 1)
+        return [int(c % (2 * s) >= s) for c in self.channels]
+
+    def __repr__(self):
+        return (f"NcclSchedule(channels={self.channels!r}, parts={self.parts!r}, "
+                f"chunk_bytes={self.chunk_bytes!r})")
+
+
+def _nccl_version(version, fname):
+    if isinstance(version, str):
+        try:
+            version = tuple(int(v) for v in version.split("."))
+        except ValueError:
+            version = None
+    if (not isinstance(version, tuple) or len(version) < 2
+            or not all(isinstance(v, numbers.Integral) for v in version)):
+        raise FpemuValueError(f"{fname}(): version must be NCCL's release as '2.28' or a tuple "
+                              "such as torch.cuda.nccl.version()'s (2, 28, 9); got "
+                              f"{version!r}")
+    major_minor = tuple(int(v) for v in version[:2])
+    if major_minor < _NCCL_MIN_TRAFFIC[0][0]:
+        raise FpemuValueError(
+            f"{fname}(): NCCL {'.'.join(map(str, version))} schedules channels differently "
+            "(before 2.26 the LL protocol's traffic was not weighted and before 2.23 the cells "
+            "were 16 bytes); the model follows NCCL 2.26 to 2.30: pass parts= by hand for an "
+            "older release")
+    return [t for v, t in _NCCL_MIN_TRAFFIC if major_minor >= v][-1]
+
+
+def _nccl_chunk_bytes(nbytes, protocol, algorithm, buffsize, nodes, per_node):
+    """``calcCollChunking`` for one part of a ring or tree all-reduce on one
+    channel (no tuner plugin)."""
+    grain = NCCL_PROTOCOLS[protocol][1]
+    step = buffsize // NCCL_STEPS
+    chunk = step * (NCCL_STEPS // 2 if protocol == "simple" and algorithm == "ring" else 1)
+    if protocol == "ll":
+        chunk //= 2
+    elif protocol == "ll128":
+        chunk = chunk // 16 * 15
+        if algorithm == "tree":
+            f32 = np.float32
+            ppn = f32(nodes * per_node) / f32(nodes)
+            steps = f32(1 + (nodes.bit_length() - 1) + 0.1 * float(ppn))
+            while f32(nbytes // chunk) < steps * f32(64) / ppn and chunk > 131072:
+                chunk //= 2
+            while f32(nbytes // chunk) < steps * f32(16) / ppn and chunk > 32768:
+                chunk //= 2
+    return chunk // grain * grain
+
+
+def nccl_channel_parts(count, element_bytes, channels, protocol="simple", algorithm="ring", *,
+                       comm_channels=None, version=(2, 30), buffsize=None, world=None,
+                       gpus_per_node=None):
+    """How NCCL spreads one all-reduce of ``count`` elements over its
+    channels, as ``scheduleCollTasksToPlan`` and ``calcCollChunking`` in
+    ``src/enqueue.cc`` (NCCL 2.26 to 2.30) compute it when the call is alone
+    in its plan (one ``all_reduce``, not a group of them) and no tuner
+    plugin changes the chunk size: the result's ``parts`` go to
+    ``all_reduce(..., parts=)``.
+
+    ``channels``: the channels NCCL's tuning gave the call (``nMaxChannels``;
+    a release NCCL prints ``AllReduce: B Bytes -> Algo RING proto SIMPLE
+    channel{Lo..Hi}={0..C-1}`` on rank 0 with ``NCCL_DEBUG=INFO
+    NCCL_DEBUG_SUBSYS=TUNING``: for messages of a few MiB or more ``C`` is
+    the value; for smaller ones fewer channels than tuned can be used, and
+    the returned ``channels`` should equal the printed range).
+    ``protocol``: ``"simple"``, ``"ll"`` or ``"ll128"`` (printed on the same
+    line). ``comm_channels``: the communicator's channel count (default
+    ``channels``). ``version``: NCCL's release, e.g.
+    ``torch.cuda.nccl.version()``; 2.29 raised the minimal traffic per
+    channel from 16 KiB to 32 KiB. ``buffsize``: the protocol's buffer
+    (``NCCL_BUFFSIZE``, ``NCCL_LL_BUFFSIZE``, ``NCCL_LL128_BUFFSIZE``; default
+    NCCL's). ``world`` and ``gpus_per_node``: needed for the tree with LL128
+    only, whose chunk shrinks with the node count.
+
+    The split: the traffic (2 x the bytes for an all-reduce, 8 x with LL, at
+    least the minimal traffic) is shared out in cells of the minimal traffic;
+    each channel takes the cells its share rounds up to, the last channel
+    the rest, and the last part gives back the padding of the last cell.
+    """
+    fname = "nccl_channel_parts"
+    count = _count(count, "count", fname, 0)
+    element_bytes = _count(element_bytes, "element_bytes", fname, 1)
+    channels = _count(channels, "channels", fname, 1)
+    comm = channels if comm_channels is None else _count(comm_channels, "comm_channels", fname, 1)
+    if protocol not in NCCL_PROTOCOLS:
+        raise FpemuValueError(f"{fname}(): protocol must be one of {', '.join(NCCL_PROTOCOLS)} "
+                              f"(NCCL_PROTO's names, lower case), got {protocol!r}")
+    if algorithm not in ("ring", "tree"):
+        raise FpemuValueError(f"{fname}(): algorithm must be 'ring' or 'tree' (NVLS and "
+                              "CollNet share their work out differently), got {algorithm!r}")
+    min_traffic = _nccl_version(version, fname)
+    buff = NCCL_PROTOCOLS[protocol][0] if buffsize is None else \
+        _count(buffsize, "buffsize", fname, NCCL_STEPS)
+    nodes = per_node = None
+    if algorithm == "tree" and protocol == "ll128":
+        if world is None:
+            raise FpemuValueError(f"{fname}(): the tree with LL128 sizes its chunks by the node "
+                                  "count: pass world= (the ranks) and gpus_per_node=")
+        world = _count(world, "world", fname, 1)
+        per_node = _count(8 if gpus_per_node is None else gpus_per_node, "gpus_per_node",
+                          fname, 1)
+        if world % per_node:
+            raise FpemuValueError(f"{fname}(): world={world} is not a whole number of nodes of "
+                                  f"gpus_per_node={per_node}")
+        nodes = world // per_node
+    if count == 0:
+        return NcclSchedule([], [], [])
+    nc = min(channels, comm)
+    per_byte = 2 * (4 if protocol == "ll" else 1)
+    traffic_per_channel = -(-(max(min_traffic, count * element_bytes * per_byte) // nc) // 16) * 16
+    cell = -(-(-(-min_traffic // per_byte)) // 16) * 16
+    per_cell = cell // element_bytes
+    cells = -(-(count * element_bytes) // cell)
+    cell_traffic = cell * per_byte
+    per_channel = min(cells, -(-traffic_per_channel // cell_traffic))
+    lo = cells if comm == 1 else min(cells, -(-traffic_per_channel // cell_traffic))
+    mid, hi = divmod(cells - lo, per_channel)
+    if comm < (lo != 0) + mid + (hi != 0):         # more than the channels there are
+        mid = comm - 2
+        per_channel = (cells - lo) // (mid + 1)
+        hi = per_channel + (cells - lo) % (mid + 1)
+    if hi == 0 and mid:
+        hi, mid = per_channel, mid - 1
+    # (lo is at least one cell here: NCCL's "least channel skipped" branch
+    # only meets a call that shares its plan with earlier ones)
+    counts = [lo * per_cell] + [per_channel * per_cell] * mid + ([hi * per_cell] if hi else [])
+    counts[-1] -= cells * per_cell - count          # the last cell's padding
+    chunks = [_nccl_chunk_bytes(c * element_bytes, protocol, algorithm, buff, nodes, per_node)
+              for c in counts]
+    return NcclSchedule(range(len(counts)),
+                        [(c, b // element_bytes) for c, b in zip(counts, chunks)], chunks)
 
 
 def _nccl_ring_all_reduce(V, fmt, op, scale, parts, ring):

@@ -1274,3 +1274,87 @@ def test_copies_keep_a_nans_bits_when_it_is_one_of_the_wire_formats():
     f32 = np.array([0x7FA00001, 0xFFC00123], np.uint32).view(np.float32)
     got = collectives.all_gather([f32, f32], "fp32")[0].view(np.uint32)
     assert got.tolist() == [0x7FA00001, 0xFFC00123] * 2
+
+
+# NCCL's channel split (scheduleCollTasksToPlan and calcCollChunking in
+# src/enqueue.cc, NCCL 2.26-2.30), worked by hand from the source: each case
+# below gives the arithmetic, so the expected values do not come from fpemu.
+@pytest.mark.parametrize("args, kw, channels, parts, chunk_bytes", [
+    # 2^20 fp32, 8 channels, Simple, 2.30: traffic 8 MiB -> 1 MiB per channel;
+    # cells of 16 KiB (32 KiB of traffic / 2), 256 of them, 32 per channel:
+    # lo 32, mid 7 -> 6 once hi takes a full 32; chunk 4 MiB / 8 steps x 4 = 2 MiB
+    ((2**20, 4, 8), {}, list(range(8)), [(131072, 524288)] * 8, [2 << 20] * 8),
+    # 1000 fp16 on LL: traffic max(32 KiB, 1000 x 2 x 2 x 4) -> 8 KiB per channel;
+    # cells of 4096 bytes (32 KiB / 8), one cell, whose padding comes back;
+    # chunk 512 KiB / 8 / 2 = 32 KiB
+    ((1000, 2, 4, "ll"), {}, [0], [(1000, 16384)], [32768]),
+    # 3,000,000 bf16 on 2.28 (16 KiB minimum), 16 of 32 channels: 750,000 bytes of
+    # traffic per channel, cells of 8192 bytes (733 of them), 46 per channel:
+    # lo 46, 14 mid, hi 43 cells less the 2368 elements of padding
+    ((3000000, 2, 16), {"comm_channels": 32, "version": "2.28"}, list(range(16)),
+     [(188416, 1048576)] * 15 + [(173760, 1048576)], [2 << 20] * 16),
+    # 11,550,721 fp16 on 10 channels: 1411 cells of 16 KiB, 141 per channel, so
+    # lo + 9 mid + a hi of 1 = 11 channels > 10: NCCL's overflow branch gives
+    # 8 mid of 141 and a hi of 141 + 1270 % 9 = 142 cells, less 8191 padding
+    ((11550721, 2, 10), {}, list(range(10)), [(1155072, 1048576)] * 9 + [(1155073, 1048576)],
+     [2 << 20] * 10),
+    # a communicator of one channel takes everything on it
+    ((5000000, 4, 1), {}, [0], [(5000000, 524288)], [2 << 20]),
+    # LL128 tree over 8 nodes of 8: 4.8 steps; from 576,000 bytes (614,400 / 16 x 15)
+    # the chunk halves to 72,000 (< 4.8 x 64 / 8 chunks), then to 36,000 (< 9.6),
+    # and for the 347,520-byte last part once more to 18,000; grains of 1920 bytes
+    ((3000000, 2, 16, "ll128", "tree"), {"world": 64, "gpus_per_node": 8}, list(range(16)),
+     [(188416, 17280)] * 15 + [(173760, 8640)], [34560] * 15 + [17280]),
+    # NCCL_BUFFSIZE=1 MiB: Simple ring chunks of 1 MiB / 8 x 4 = 512 KiB
+    ((2**20, 4, 8), {"buffsize": 1 << 20}, list(range(8)), [(131072, 131072)] * 8,
+     [512 << 10] * 8),
+    ((0, 4, 8), {}, [], [], []),
+])
+def test_nccl_channel_parts_follow_enqueue_cc(args, kw, channels, parts, chunk_bytes):
+    s = collectives.nccl_channel_parts(*args, **kw)
+    assert (s.channels, s.parts, s.chunk_bytes) == (channels, parts, chunk_bytes)
+
+
+def test_nccl_channel_parts_cover_the_buffer_and_feed_the_models():
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        n, es = int(rng.integers(1, 1 << 26)), int(rng.choice([1, 2, 4]))
+        ch, proto = int(rng.integers(1, 33)), str(rng.choice(["simple", "ll", "ll128"]))
+        s = collectives.nccl_channel_parts(n, es, ch, proto)
+        counts = [c for c, _ in s.parts]
+        assert sum(counts) == n and 1 <= len(counts) <= ch
+        cell = {"simple": 16384, "ll": 4096, "ll128": 16384}[proto] // es
+        # every part but the last whole cells; the middle ones alike
+        assert all(c % cell == 0 for c in counts[:-1]) and len(set(counts[1:-1])) <= 1
+        grain = collectives.NCCL_PROTOCOLS[proto][1]
+        assert all(b % grain == 0 and b > 0 for b in s.chunk_bytes)
+    # the schedule goes straight into the models
+    x = np.random.default_rng(6).standard_normal((4, 70000)).astype(np.float32)
+    s = collectives.nccl_channel_parts(70000, 2, 4)
+    # 140,000 bytes: 70,000 of traffic per channel, 9 cells of 16 KiB, 3 per
+    # channel (70,000 / 32,768 rounded up): three channels of the four tuned
+    assert s.channels == [0, 1, 2] and [c for c, _ in s.parts] == [24576, 24576, 20848]
+    ring = collectives.all_reduce(list(x), "bf16", algorithm="ring", parts=s.parts)[0]
+    one = collectives.all_reduce(list(x), "bf16", algorithm="ring")[0]
+    assert not np.array_equal(ring.view(np.uint32), one.view(np.uint32))
+    tree = collectives.all_reduce(list(x), "bf16", algorithm="tree", parts=s.parts,
+                                  trees=s.trees(search_channels=1), gpus_per_node=2)[0]
+    assert tree.shape == (70000,)
+    assert s.trees(1) == [0, 1, 0] and s.trees(2) == [0, 0, 1]
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: collectives.nccl_channel_parts(10, 2, 4, "LL"), "protocol must be one of simple"),
+    (lambda: collectives.nccl_channel_parts(10, 2, 4, algorithm="nvls"),
+     "algorithm must be 'ring' or 'tree'"),
+    (lambda: collectives.nccl_channel_parts(10, 2, 4, version="2.21"),
+     "follows NCCL 2.26 to 2.30: pass parts= by hand"),
+    (lambda: collectives.nccl_channel_parts(10, 2, 4, version="two"), "version must be"),
+    (lambda: collectives.nccl_channel_parts(10, 2, 0), r"channels must be an int >= 1, got 0"),
+    (lambda: collectives.nccl_channel_parts(10, 2, 4, "ll128", "tree"), "pass world="),
+    (lambda: collectives.nccl_channel_parts(10, 2, 4, "ll128", "tree", world=12),
+     "not a whole number of nodes"),
+])
+def test_nccl_channel_parts_refuse_bad_input(call, match):
+    with pytest.raises(fpemu.errors.FpemuValueError, match=match):
+        call()
