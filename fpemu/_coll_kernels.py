@@ -44,6 +44,14 @@ AS_IS, RNE_IEEE, RNE_BF16 = range(3)
 #: operand (own, then received), quieted; inf - inf and inf * 0 the default NaN
 #: 0xffc00000 (measured against real gloo processes, tests/test_collectives.py)
 AS_IS_X86 = 3
+#: fp16 as gloo computes it on an x86 CPU (c10::Half's arithmetic: float32, then
+#: c10's conversion): values rounded as RNE_IEEE; an add or a product that gives
+#: NaN takes its sign from SSE's NaN (own, then received, else the default
+#: NaN's, negative) and its payload from c10, which writes every NaN as 0x7e00
+#: with the sign: float32 sign | 0x7fc00000. A NaN the rank holds enters as it
+#: is when it is one of fp16's (its low 13 bits zero), so max / min pass its
+#: bits on; another float32 NaN is cast as fpemu.quantize casts it
+RNE_IEEE_X86 = 4
 
 
 @jit
@@ -115,6 +123,14 @@ def _wire(v, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_m
                              ovf_sign)
     if kind == AS_IS_X86:
         return v
+    if kind == RNE_IEEE_X86:
+        if v != v:
+            u = f32_ubits(v)
+            if u & np.uint32(0x1FFF) == np.uint32(0):        # one of fp16's NaNs
+                return v
+            return f32_from_ubits(np.uint32(0x7FC00000))      # as fpemu.quantize casts it
+        return _rne_ieee_one(v, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
+                             ovf_sign)
     # fp32: the value itself, a NaN as the canonical 0x7fc00000 (as fpemu.quantize
     # gives it; the processor's inf - inf is 0xffc00000)
     return f32_from_ubits(np.uint32(0x7FC00000)) if v != v else v
@@ -132,6 +148,14 @@ def _x86_nan(a, b):
 
 
 @jit
+def _c10_half_nan(v):
+    """c10's float32 -> fp16 conversion of a NaN: 0x7e00 with its sign (as
+    float32, sign | 0x7fc00000)."""
+    return f32_from_ubits(np.uint32((f32_ubits(v) & np.uint32(0x80000000))
+                                    | np.uint32(0x7FC00000)))
+
+
+@jit
 def _hop(w, o, n, op, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
          ovf_sign):
     """One hop on ``n`` elements: ``o[j] = reduce(wire(w[j]), o[j])``."""
@@ -142,6 +166,11 @@ def _hop(w, o, n, op, kind, half, keep, one, sh, normal_bits, overflow_bits, mag
         if kind == AS_IS_X86 and (op == SUM or op == PROD):
             s = np.float32(a + b) if op == SUM else np.float32(a * b)
             o[j] = _x86_nan(a, b) if s != s else s
+        elif kind == RNE_IEEE_X86 and (op == SUM or op == PROD):
+            s = np.float32(a + b) if op == SUM else np.float32(a * b)
+            o[j] = _c10_half_nan(_x86_nan(a, b)) if s != s else _wire(
+                s, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
+                ovf_sign)
         elif op == SUM:
             o[j] = _wire(np.float32(a + b), kind, half, keep, one, sh, normal_bits, overflow_bits,
                          magic, ovf_mag, ovf_sign)

@@ -66,7 +66,7 @@ Algorithms (``algorithm=``):
     docs/collectives.md): copies keep a NaN of the wire format; an fp32 sum
     or product gives x86's NaN (the own value's NaN, then the received one's,
     quieted; inf - inf the default 0xffc00000); a bf16 sum 0x7fc0; an fp16
-    sum fpemu's 0x7e00 (gloo's F16C path keeps sign and payload).
+    sum, product or average c10's 0x7e00 with the sign of x86's NaN.
     Wire formats: fp32, bf16 and fp16 (the float dtypes gloo reduces here).
     ``reduce_scatter_tensor`` on gloo returns the slices of this all-reduce
     (observed with torch 2.13), and :func:`reduce_scatter` does the same.
@@ -317,7 +317,7 @@ def gloo_ring_chunks(n, world, element_bytes, max_segment_bytes=GLOO_MAX_SEGMENT
 def _fold(V, fmt, op, lo, hi, start, step, order, x86=False):
     """Runs ``lo[j]:hi[j]`` of the ranks' arrays folded along a ring (see
     :func:`fpemu._coll_kernels.ring_fold`), each hop rounded to ``fmt``
-    (fp32, bf16 or fp16); ``x86``: fp32 NaNs as gloo's CPU gives them."""
+    (fp32, bf16 or fp16); ``x86``: fp32 and fp16 NaNs as gloo on an x86 CPU gives them."""
     from .quantize import Cast
     out = np.empty(V.shape[1], np.float32)
     code = {"sum": _coll_kernels.SUM, "prod": _coll_kernels.PROD, "max": _coll_kernels.MAX,
@@ -325,8 +325,10 @@ def _fold(V, fmt, op, lo, hi, start, step, order, x86=False):
             "number_max": _coll_kernels.NUMBER_MAX,
             "number_min": _coll_kernels.NUMBER_MIN}[op]
     kind = {"fp32": _coll_kernels.AS_IS_X86 if x86 else _coll_kernels.AS_IS,
+            "fp16": _coll_kernels.RNE_IEEE_X86 if x86 else _coll_kernels.RNE_IEEE,
             "bf16": _coll_kernels.RNE_BF16}.get(fmt.name, _coll_kernels.RNE_IEEE)
-    args = Cast.of(fmt).fast if kind == _coll_kernels.RNE_IEEE else (
+    args = Cast.of(fmt).fast if kind in (_coll_kernels.RNE_IEEE,
+                                         _coll_kernels.RNE_IEEE_X86) else (
         1, np.uint32(0), np.uint32(0), np.float32(0), np.uint32(0), np.uint32(0))
     as64 = [np.ascontiguousarray(a, np.int64) for a in (lo, hi, start, order)]
     run_kernel(_coll_kernels.ring_fold(code, kind), V, out, as64[0], as64[1], as64[2],
@@ -348,7 +350,12 @@ def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
         with np.errstate(invalid="ignore", over="ignore"):
             out = out / np.float32(P)
             if fmt.name != "fp32":
+                nan = np.isnan(out)
+                sign = out.view(np.uint32) & np.uint32(0x80000000)
                 out = quantize(out, fmt)
+                if fmt.name == "fp16" and nan.any():
+                    # c10's conversion keeps the sign of divss's NaN
+                    out.view(np.uint32)[nan] = sign[nan] | np.uint32(0x7FC00000)
     return out
 
 

@@ -1242,22 +1242,47 @@ def _nan_inputs(world, fmt, n=48):
     return x
 
 
+def _fp16_codes(x):
+    """float32 values (NaNs with fp16 payloads) as fp16 codes, by integer
+    operations on the NaNs (no CPU's conversion of a NaN involved)."""
+    b = x.view(np.uint32)
+    h = x.astype(np.float16).view(np.uint16).copy()
+    nan = np.isnan(x)
+    h[nan] = (((b >> 16) & 0x8000) | 0x7C00 | ((b >> 13) & 0x3FF))[nan].astype(np.uint16)
+    return h.view(np.float16)
+
+
 @needs_torch
 @pytest.mark.parametrize("dtype,fmt,world", [("float32", "fp32", 2), ("float32", "fp32", 3),
-                                             ("bfloat16", "bf16", 3)])
+                                             ("bfloat16", "bf16", 3), ("float16", "fp16", 2),
+                                             ("float16", "fp16", 3)])
 def test_live_gloo_nan_bits_in_sums_and_copies(dtype, fmt, world):
     """Copies keep a NaN's bits; an fp32 sum gives the NaN SSE's addss gives
     (the own value's NaN before the received one's, quieted; inf - inf the
-    default 0xffc00000); a bf16 sum c10's one NaN 0x7fc0. (The bf16 copies
-    are not compared: the harness makes its bf16 tensors with torch's
-    float32 -> bf16 cast, which writes a NaN as 0xffff on this CPU.)"""
+    default 0xffc00000); a bf16 sum c10's one NaN 0x7fc0; an fp16 sum c10's
+    0x7e00 with the sign of SSE's NaN. (The bf16 copies are not compared:
+    the harness makes its bf16 tensors with torch's float32 -> bf16 cast,
+    which writes a NaN as 0xffff on this CPU; fp16 tensors are made from
+    their codes.)"""
     from fpemu.reference import _gloo
     x = _nan_inputs(world, fmt)
-    which = ["all_reduce.sum", "all_gather"] if fmt == "fp32" else ["all_reduce.sum"]
-    got = _gloo.run({"x": x}, dtype, which, world, timeout=90)
+    which = ["all_reduce.sum", "all_gather"] if fmt != "bf16" else ["all_reduce.sum"]
+    if fmt == "fp16":
+        which.append("all_reduce.avg")
+        codes = _fp16_codes(x)
+        h = codes.view(np.uint16).astype(np.uint32)
+        x = codes.astype(np.float32)            # the numbers; the NaNs by their bits:
+        nan = (h & 0x7C00) == 0x7C00
+        x.view(np.uint32)[nan] = (((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13))[nan]
+        assert np.array_equal(_fp16_codes(x).view(np.uint16), codes.view(np.uint16))
+    got = _gloo.run({"x": codes if fmt == "fp16" else x}, dtype, which, world, timeout=90)
     model = {"all_reduce.sum": collectives.all_reduce(list(x), fmt)[0]}
-    if fmt == "fp32":
+    if fmt != "bf16":
         model["all_gather"] = collectives.all_gather(list(x), fmt)[0]
+    if fmt == "fp16":
+        model["all_reduce.avg"] = collectives.all_reduce(list(x), fmt, "avg")[0]
+        signs = got["all_reduce.sum.x"][0].view(np.uint32)[np.isnan(got["all_reduce.sum.x"][0])]
+        assert len(set((signs >> 31).tolist())) == 2          # NaNs of both signs came out
     for name, ours in model.items():
         rec = got[f"{name}.x"][0]
         assert np.isnan(rec).sum() > 5, name
@@ -1358,3 +1383,27 @@ def test_nccl_channel_parts_cover_the_buffer_and_feed_the_models():
 def test_nccl_channel_parts_refuse_bad_input(call, match):
     with pytest.raises(fpemu.errors.FpemuValueError, match=match):
         call()
+
+
+def test_gloo_fp16_nan_is_c10s_with_the_sign_of_x86s():
+    """Without processes: inf - inf gives 0xfe00 (the default NaN's sign); the
+    own value's NaN wins over the received one's; max passes a held NaN's bits
+    on; avg keeps the sign through the division."""
+    f = lambda *b: np.array(b, np.uint32).view(np.float32)          # noqa: E731
+    a = f(0x7F800000, 0xFFC02000, 0x7FC00000, 0x3F800000, 0xFFD00000)     # rank 0
+    b = f(0xFF800000, 0x7FC00000, 0xFFC00000, 0xFFC00000, 0x7FC00000)     # rank 1
+    # gloo's chunks of 5 fp16 on 2 ranks are [0, 4) and [4, 5): chunk 0 starts
+    # at rank 1 and ends at rank 0, whose value is the own operand; chunk 1 the
+    # other way round
+    assert collectives.gloo_ring_chunks(5, 2, 2).tolist() == [0, 4, 5]
+    want = [0xFFC00000,     # +inf (own) + -inf: the default NaN, negative
+            0xFFC00000,     # own -NaN (payload dropped) over the received +NaN
+            0x7FC00000,     # own +NaN over the received -NaN
+            0xFFC00000,     # 1 + received -NaN
+            0x7FC00000]     # chunk 1: own (rank 1) +NaN over rank 0's -NaN
+    got = collectives.all_reduce([a, b], "fp16")[0].view(np.uint32)
+    assert [hex(v) for v in got] == [hex(v) for v in want]
+    avg = collectives.all_reduce([a, b], "fp16", "avg")[0].view(np.uint32)
+    assert [hex(v) for v in avg] == [hex(v) for v in want]
+    mx = collectives.all_reduce([a, b], "fp16", "max")[0].view(np.uint32)
+    assert hex(mx[1]) == "0xffc02000"           # std::max keeps own's NaN, bits and all

@@ -46,7 +46,7 @@ def _worker(rank, world, init_file, dtype_name, arrays, which, out_dir, timeout,
                 kind, op = COLLECTIVES[name]
                 # a copy: a float32 tensor would share the input's memory, and the
                 # collective writes into it
-                t = torch.from_numpy(np.array(x[rank])).to(dtype).clone()
+                t = _tensor(torch, x[rank], dtype)
                 if kind == "all_reduce":
                     dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
                     got = t
@@ -60,10 +60,34 @@ def _worker(rank, world, init_file, dtype_name, arrays, which, out_dir, timeout,
                     got = torch.empty((t.shape[0] * world,) + tuple(t.shape[1:]), dtype=dtype)
                     ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
                     ag(got, t)
-                res[f"{name}.{key}"] = got.float().numpy().copy()
+                res[f"{name}.{key}"] = _float32(torch, got)
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
     finally:
         dist.destroy_process_group()
+
+
+def _tensor(torch, x, dtype):
+    """Rank ``x`` as a tensor of ``dtype``: float16 arrays bit for bit (their
+    codes, NaN payloads included), others through torch's cast."""
+    x = np.array(x)
+    if x.dtype == np.float16 and dtype == torch.float16:
+        return torch.from_numpy(x.view(np.int16)).view(torch.float16).clone()
+    return torch.from_numpy(x).to(dtype).clone()
+
+
+def _float32(torch, t):
+    """``t`` widened to float32 exactly, NaN bits included (torch's own
+    ``half -> float`` writes every NaN as 0x7fffffff on some CPUs): fp16 by
+    integer operations on its codes (payload << 13), the others by ``float()``."""
+    if t.dtype != torch.float16:
+        return t.float().numpy().copy()
+    h = t.view(torch.int16).numpy().view(np.uint16)
+    wide = h.view(np.float16).astype(np.float32)         # finite values: exact
+    h = h.astype(np.uint32)
+    special = (h & 0x7C00) == 0x7C00
+    wide.view(np.uint32)[special] = (((h & 0x8000) << 16) | 0x7F800000
+                                     | ((h & 0x3FF) << 13))[special]
+    return wide
 
 
 def _join(ctx, world, what):
