@@ -124,3 +124,81 @@ def array_to_float64_odd(a: np.ndarray) -> np.ndarray:
     if move.any():
         s = np.where(move, np.nextafter(s, np.where(up, np.inf, -np.inf)), s)
     return s
+
+
+# ------------------------------------------------------------- float64 fma
+_SPLIT = 134217729.0                      # 2**27 + 1: Veltkamp's splitter for binary64
+
+
+def _two_sum(x, y):
+    s = x + y
+    v = s - x
+    return s, (x - (s - v)) + (y - v)
+
+
+def _two_prod(a, b):
+    """p + e == a * b exactly (Dekker), where no part under- or overflows."""
+    p = a * b
+    t = _SPLIT * a
+    ah = t - (t - a)
+    al = a - ah
+    t = _SPLIT * b
+    bh = t - (t - b)
+    bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _add_odd(x, y):
+    """x + y rounded to odd: where the sum is inexact and its nearest float
+    has an even last bit, the neighbour towards the exact sum."""
+    s, err = _two_sum(x, y)
+    bump = (err != 0) & ((s.view(np.int64) & 1) == 0)
+    if bump.any():
+        s = np.where(bump, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return s
+
+
+def fma64(a, b, c):
+    """``a * b + c`` rounded once to binary64, elementwise (as an FMA unit,
+    and as torch's 64-bit CPU kernels compute ``add(..., alpha=)``): Boldo
+    and Melquiond's emulation, RN(th + RO(tl + ul)) with a*b = uh + ul and
+    uh + c = th + tl ("Emulation of FMA and correctly rounded sums: proved
+    algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008).
+    Where a part could leave the normal range (|a|, |b|, |a*b| or |c| beyond
+    2**990, a nonzero |a| or |b| or the product of two under 2**-960, or a
+    non-finite operand: Veltkamp's split and Dekker's product are exact only
+    inside it)
+    the element is computed exactly with fractions instead."""
+    a, b, c = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in (a, b, c)))
+    with np.errstate(all="ignore"):
+        uh, ul = _two_prod(a, b)
+        th, tl = _two_sum(c, uh)
+        out = th + _add_odd(tl, ul)
+        zeros = ((a == 0) | (b == 0)) & (c == 0)
+        if zeros.any():             # 0 * x + 0: the sum of two zeros, sign and all
+            out = np.where(zeros, a * b + c, out)
+        big, small = 2.0 ** 990, 2.0 ** -960
+        aa, ab = np.abs(a), np.abs(b)
+        hard = ~(np.isfinite(a) & np.isfinite(b) & np.isfinite(c)) | (np.abs(uh) > big) | (
+            np.abs(c) > big) | ((aa != 0) & (ab != 0) & (np.abs(uh) < small)) | (
+            np.maximum(aa, ab) > big) | ((aa != 0) & (aa < small)) | ((ab != 0) & (ab < small))
+    if hard.any():
+        out = np.array(out, np.float64)
+        for i in zip(*np.nonzero(hard)):
+            x, y, z = float(a[i]), float(b[i]), float(c[i])
+            if all(math.isfinite(v) for v in (x, y, z)):
+                exact = Fraction(x) * Fraction(y) + Fraction(z)
+                try:
+                    r = float(exact)              # correctly rounded (ties to even)
+                except OverflowError:
+                    r = math.inf if exact > 0 else -math.inf
+                if exact == 0:
+                    with np.errstate(all="ignore"):            # an exact 0: IEEE's sign
+                        r = float(np.float64(x) * np.float64(y) + np.float64(z))
+                out[i] = r
+            elif math.isfinite(x) and math.isfinite(y):
+                out[i] = z                    # a finite product leaves an inf or NaN c
+            else:
+                with np.errstate(all="ignore"):
+                    out[i] = np.float64(x) * np.float64(y) + np.float64(z)
+    return out

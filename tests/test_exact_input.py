@@ -6,6 +6,7 @@ exact Fraction and shares no code with fpemu."""
 from __future__ import annotations
 
 import decimal
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -158,3 +159,52 @@ def test_classify_of_a_scalar_is_a_0d_array_like_quantize():
         c = fpemu.classify(x, "fp16")
         assert isinstance(c, np.ndarray) and c.shape == () and c.dtype == np.dtype("<U9")
     assert fpemu.classify(np.array([[1.0], [1e-9]]), "fp16").tolist() == [["normal"], ["zero"]]
+
+
+def test_fma64_is_the_exact_result_rounded_once():
+    """fpemu._exact.fma64 against Fraction arithmetic (the oracle: exact
+    rationals, Python's correctly rounded ``float(Fraction)``) on random
+    operands over the whole exponent range, cancellations, halfway cases,
+    subnormal results, overflow and the special values."""
+    from fpemu._exact import fma64
+    rng = np.random.default_rng(64)
+    n = 20000
+    cases = []
+    e = rng.integers(-1070, 1020, (3, n))
+    a, b, c = (rng.random((3, n)) + 1) * np.ldexp(1.0, e) * rng.choice([-1, 1], (3, n))
+    cases.append((a, b, c))
+    a, b = rng.standard_normal((2, n))
+    cases.append((a, b, -(a * b) * (1 + rng.integers(-3, 4, n) * 2.0 ** -52)))   # cancellation
+    a = (rng.integers(1, 2 ** 26, n) * 2 + 1).astype(float)                    # halfway ties
+    cases.append((a, np.full(n, 2.0 ** 27 + 1), np.full(n, 2.0 ** 60)))
+    a = rng.standard_normal(n) * 2.0 ** -540                                    # subnormal a*b
+    cases.append((a, rng.standard_normal(n) * 2.0 ** -540, rng.standard_normal(n) * 2.0 ** -1070))
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1.7976931348623157e308,
+                        5e-324])
+    g = np.meshgrid(special, special, special, indexing="ij")
+    cases.append(tuple(v.reshape(-1) for v in g))
+    for a, b, c in cases:
+        got = fma64(a, b, c)
+        want = np.empty_like(got)
+        for i, (x, y, z) in enumerate(zip(a.tolist(), b.tolist(), c.tolist())):
+            if all(math.isfinite(v) for v in (x, y, z)):
+                q = Fraction(x) * Fraction(y) + Fraction(z)
+                try:
+                    if q != 0:
+                        want[i] = float(q)
+                    else:
+                        # an exact 0 (IEEE 754 6.3): -0 only when a*b and c are
+                        # both zeros of negative sign, else +0 to nearest
+                        ab_neg = math.copysign(1, x) * math.copysign(1, y) < 0
+                        both = (x == 0 or y == 0) and z == 0
+                        want[i] = -0.0 if both and ab_neg and math.copysign(1, z) < 0 else 0.0
+                except OverflowError:
+                    want[i] = math.inf if q > 0 else -math.inf
+            elif math.isfinite(x) and math.isfinite(y):
+                want[i] = z                   # the exact product is finite: c decides
+            else:                             # inf * 0 is NaN, inf * finite inf, then + c
+                with np.errstate(all="ignore"):
+                    want[i] = np.float64(x) * np.float64(y) + np.float64(z)
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got), nan)
+        assert np.array_equal(got[~nan].view(np.int64), want[~nan].view(np.int64))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..arith import fma_fp32
+from .._exact import fma64
 from ..arith import fma as _fma_exact
 from ..formats import Format
 from ._core import _store, float64, opmath
@@ -40,10 +41,11 @@ _f = np.float32
 
 
 def fma(a, b, c, dt=None):
-    """fma(a, b, c) in opmath: exact, then one rounding to float32 (float64
-    operands: numpy's own arithmetic, as the 64-bit kernels)."""
+    """fma(a, b, c) in opmath: exact, then one rounding to float32; for
+    float64, one rounding to float64 (torch's 64-bit CPU kernels fuse it too:
+    ``Vectorized<double>::fmadd``)."""
     if dt is not None and opmath(dt) is np.float64:
-        return a * b + c
+        return fma64(a, b, c)
     ops = [np.asarray(v) for v in (a, b, c)]
     if all(v.dtype == np.float32 for v in ops):
         # float32 operands are fp32 values: fpemu.arith's fp32 fast path,
@@ -121,18 +123,23 @@ def lerp_opmath(start, end, weight):
     weight); both branches are the fma nvcc contracts on CUDA and the
     explicit fmadd of the CPU kernels (torch 2.13 CPU agrees bit for bit)."""
     diff = end - start
+    om = np.float64 if np.asarray(diff).dtype == np.float64 else _f   # float64 tensors
+    dt = float64 if om is np.float64 else None
     if np.ndim(weight) == 0:
-        w = _f(weight)
+        w = om(weight)
         if abs(w) < 0.5:
-            return fma(w, diff, start)
-        return fma(-diff, _f(1) - w, end)
-    w = np.asarray(weight, np.float32)
+            return fma(w, diff, start, dt)
+        return fma(-diff, om(1) - w, end, dt)
+    w = np.asarray(weight, om)
     small = np.abs(w) < 0.5
-    return np.where(small, fma(w, diff, start), fma(-diff, _f(1) - w, end))
+    return np.where(small, fma(w, diff, start, dt), fma(-diff, om(1) - w, end, dt))
 
 
 def lerp(start, end, weight, D):
-    """``lerp(start, end, w)`` (:func:`lerp_opmath`) rounded once to ``D``."""
+    """``lerp(start, end, w)`` (:func:`lerp_opmath`) rounded once to ``D``
+    (float64 tensors in float64 throughout)."""
+    if D is float64:
+        start, end = np.asarray(start, np.float64), np.asarray(end, np.float64)
     return _store(lerp_opmath(start, end, weight), D)
 
 

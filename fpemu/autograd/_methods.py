@@ -277,13 +277,8 @@ def _lerp(self, end, weight):
     om = opmath(dt)
     A, B = self._data.astype(om), end._data.astype(om)
     Wv = weight._data.astype(om) if isinstance(weight, Tensor) else om(weight)
-    if om is np.float64:
-        with np.errstate(all="ignore"):
-            res = np.where(np.abs(Wv) < 0.5, A + Wv * (B - A), B - (B - A) * (om(1) - Wv))
-        res = _store(res, dt)
-    else:
-        with np.errstate(all="ignore"):
-            res = _aten.lerp(A, B, Wv, dt)
+    with np.errstate(all="ignore"):
+        res = _aten.lerp(A, B, Wv, dt)          # both branches fused, float64 too
 
     def backward(g):
         G = g.astype(om)
