@@ -495,3 +495,23 @@ def test_embedding_gradient_adds_rows_in_index_order_as_ufunc_at():
     w = ft.tensor(np.zeros((3, 1), np.float32), requires_grad=True)
     F.embedding(ft.tensor([[2, 2, 2]]), w).backward(ft.tensor([[[1e20], [-1e20], [1.0]]]))
     assert w.grad.numpy().reshape(-1).tolist() == [0.0, 0.0, 1.0]
+
+
+def test_out_arguments_of_selections_and_reductions_write_the_result():
+    """``out=`` on gather, index_select, masked_select, amax, amin and arange:
+    the result written into it and returned; another dtype is torch's
+    RuntimeError; another shape is refused (torch would resize it)."""
+    x = ft.tensor([[1.0, 2.0], [3.0, 4.0]])
+    idx = ft.tensor([[1, 0], [0, 0]])
+    out = ft.empty(2, 2)
+    assert ft.gather(x, 1, idx, out=out) is out and out.tolist() == [[2.0, 1.0], [3.0, 3.0]]
+    out = ft.empty(2)
+    assert ft.amax(x, 0, out=out) is out and out.tolist() == [3.0, 4.0]
+    assert ft.amin(x, 1, out=out) is out and out.tolist() == [1.0, 3.0]
+    assert ft.masked_select(x, x > 2.5, out=out).tolist() == [3.0, 4.0]
+    assert ft.index_select(x, 0, ft.tensor([1]), out=ft.empty(1, 2)).tolist() == [[3.0, 4.0]]
+    assert ft.arange(3, out=ft.empty(3, dtype=ft.int64)).tolist() == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype"):
+        ft.gather(x, 1, idx, out=ft.empty(2, 2, dtype=ft.float64))
+    with pytest.raises(RuntimeError, match="fpemu does not: pass an out of the result's shape"):
+        ft.amax(x, 0, out=ft.empty(3))

@@ -14,7 +14,7 @@ import enum
 
 import numpy as np
 
-from ...errors import FpemuValueError
+from ...errors import FpemuRuntimeError, FpemuValueError
 from ...formats import Format
 from .. import _special
 from .._autocast import cast_inputs
@@ -40,11 +40,14 @@ def leaky_relu(x, negative_slope=0.01, inplace=False):
     def op(v):
         dt = v.dtype
         X = v._data
-        s = _store(np.float32(negative_slope), dt) if is_float(dt) else negative_slope
-        res = _store(np.where(X > 0, X, X * np.float32(s)), dt)
+        # the slope as the kernel holds it: a double for float64 tensors, else
+        # float32 (rounded to a 16-bit dtype first)
+        om = np.float64 if dt is float64 else np.float32
+        s = om(_store(om(negative_slope), dt)) if is_float(dt) else negative_slope
+        res = _store(np.where(X > 0, X, X * s), dt)
 
         def backward(g):
-            return (_store(np.where(X > 0, g, g * np.float32(s)), dt),)
+            return (_store(np.where(X > 0, g, g * s), dt),)
         return _result(res, dt, (v,), backward, saved=(v,), op="leaky_relu")
     if inplace:
         from ..ops.inplace import apply_inplace
@@ -147,8 +150,12 @@ def softsign(input):  # noqa: A002
 
 def hardsigmoid(input, inplace=False):  # noqa: A002
     """relu6(x + 3) / 6."""
+    # the backward multiplies by ATen's one_sixth, 1.0f / 6.0f (float32's, for
+    # float64 tensors too)
     return _activation("hardsigmoid", input, lambda v: np.clip(v + 3.0, 0.0, 6.0) / 6.0,
-                       lambda g, v, y: np.where((v > -3) & (v < 3), g / 6.0, 0.0), inplace)
+                       lambda g, v, y: np.where((v > -3) & (v < 3),
+                                                g * float(np.float32(1) / np.float32(6)), 0.0),
+                       inplace)
 
 
 def hardswish(input, inplace=False):  # noqa: A002
@@ -170,8 +177,15 @@ def prelu(input, weight):  # noqa: A002
     from ..ops.elementwise import mul, where
     if not isinstance(weight, Tensor):
         raise TypeError(f"prelu(): weight must be a Tensor, got {type(weight).__name__}")
+    if weight.ndim > 1:
+        raise FpemuRuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: "
+                                f"ndim = {weight.ndim}")
     n = weight.numel()
-    if n != 1:
+    if n != 1 and input.ndim == 0:
+        raise FpemuRuntimeError("Not allow zero-dim input tensor.")
+    if n == 1:
+        weight = weight.reshape(())           # one slope: the input's shape, 0-d too
+    else:
         channels = input.shape[1] if input.ndim > 1 else input.shape[0]
         if n != channels:
             raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
@@ -218,7 +232,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     ``y * (g - sum(g * y))``."""
     x, dt, d, X = _softmax_input("softmax", input, dim, dtype)
     with np.errstate(all="ignore"):
-        e = np.exp(X - X.max(axis=d, keepdims=True))
+        e = np.exp(X - X.max(axis=d, keepdims=True, initial=-np.inf))
         if get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
             e32 = e.astype(np.float32)
             if d == x.ndim - 1:
@@ -261,7 +275,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     order. The backward reads the stored output: ``g - exp(y) * sum(g)``."""
     x, dt, d, X = _softmax_input("log_softmax", input, dim, dtype)
     with np.errstate(all="ignore"):
-        shifted = X - X.max(axis=d, keepdims=True)
+        shifted = X - X.max(axis=d, keepdims=True, initial=-np.inf)
         total = np.exp(shifted).sum(axis=d, keepdims=True)
         if _cpu_reduced_lastdim(dt, d, x.ndim):
             log_sum = _store(np.log(_store(total, dt).astype(np.float64)), dt)
@@ -336,8 +350,16 @@ def _cpu_reduced_lastdim(dt, d, ndim):
 
 
 # --------------------------------------------------------------------- norms
-def _norm_axes(x, normalized_shape):
+def _norm_axes(x, normalized_shape, weight=None):
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not ns:
+        raise FpemuRuntimeError(f"Expected normalized_shape to be at least 1-dimensional, i.e., "
+                                f"containing at least one element, but got normalized_shape = "
+                                f"{list(ns)}")
+    if weight is not None and tuple(weight.shape) != ns:
+        raise FpemuRuntimeError(f"Expected weight to be of same shape as normalized_shape, but "
+                                f"got weight of shape {list(weight.shape)} and normalized_shape "
+                                f"= {list(ns)}")
     if tuple(x.shape[x.ndim - len(ns):]) != ns:
         raise RuntimeError(f"Given normalized_shape={list(ns)}, expected input with shape "
                            f"[*, {', '.join(map(str, ns))}], but got input of size"
@@ -377,7 +399,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
     """x / sqrt(mean(x^2) + eps) * weight, in float64; eps None is the
     machine epsilon of x's dtype (torch's default). Autocast: fp32."""
     x, weight = cast_inputs("rms_norm", input, weight)
-    axes, ns = _norm_axes(x, normalized_shape)
+    axes, ns = _norm_axes(x, normalized_shape, weight)
     dt = float_dt(x)
     if eps is None:
         eps = float(np.finfo(np.float64).eps) if dt is float64 else dt.eps
@@ -418,6 +440,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     keeps the input's dtype.
     """
     x = input
+    if x.numel() == 0 and x.ndim < 2:
+        from ..ops.elementwise import clone
+        return clone(x)             # torch passes an empty 1-D input through
     shape = _channel_shape(x, "batch_norm")
     C = x.shape[1]
     axes = (0,) + tuple(range(2, x.ndim))
@@ -504,7 +529,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A0
                            f"num_groups, but got input of shape {list(x.shape)} and "
                            f"num_groups={num_groups}")
     dt = float_dt(x)
-    X = f64(x).reshape(N, num_groups, -1)
+    per = int(np.prod(x.shape[1:])) // num_groups        # (not -1: N may be 0)
+    X = f64(x).reshape(N, num_groups, per)
     mu = X.mean(axis=2, keepdims=True)
     xc = X - mu
     rstd = 1.0 / np.sqrt((xc * xc).mean(axis=2, keepdims=True) + eps)
@@ -519,8 +545,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A0
         G = g.astype(np.float64)
         gw = _store((G * xhat).sum(axis=spatial), weight.dtype) if weight is not None else None
         gb = _store(G.sum(axis=spatial), bias.dtype) if bias is not None else None
-        gh = (G * Wv).reshape(N, num_groups, -1)
-        xh = xhat.reshape(N, num_groups, -1)
+        gh = (G * Wv).reshape(N, num_groups, per)
+        xh = xhat.reshape(N, num_groups, per)
         gx = rstd * (gh - gh.mean(axis=2, keepdims=True)
                      - xh * (gh * xh).mean(axis=2, keepdims=True))
         return _store(gx.reshape(x.shape), dt), gw, gb
@@ -763,6 +789,13 @@ def _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim):
 
 def _pointwise_loss(name, input, target, reduction, fwd, bwd):  # noqa: A002
     input, target = cast_inputs(name, input, target)
+    if isinstance(target, Tensor):
+        try:
+            np.broadcast_shapes(tuple(input.shape), tuple(target.shape))
+        except ValueError:
+            raise FpemuRuntimeError(f"{name}(): The size of tensor a ({list(input.shape)}) must "
+                                    f"match the size of tensor b ({list(target.shape)}) at "
+                                    f"non-singleton dimensions") from None
     dt = float_dt(input, target)
     X = f64(input)
     T = f64(target) if isinstance(target, Tensor) else np.float64(target)
@@ -812,6 +845,8 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None,  # noqa: A002
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
+    if delta <= 0:
+        raise FpemuRuntimeError("huber_loss does not support non-positive values for delta.")
     return _pointwise_loss(
         "huber_loss", input, target, _reduction(reduction),
         lambda d: np.where(np.abs(d) < delta, 0.5 * d * d, delta * (np.abs(d) - 0.5 * delta)),
@@ -1471,7 +1506,10 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
 
 # ------------------------------------------------------------- convolution
 def _pair(v, n=2):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+    """A size for each of ``n`` dims: one number (or a 1-tuple) for all."""
+    if isinstance(v, (tuple, list)):
+        return tuple(v) * n if len(v) == 1 else tuple(v)
+    return (v,) * n
 
 
 def _im2col(X, kh, kw, sh, sw, dh, dw):
@@ -1492,6 +1530,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     Autocast: lower. Under the CUDA profile ``torch.backends.cudnn.allow_tf32``
     (on by default, as in torch) reads float32 operands as tf32."""
     x, w, b = cast_inputs("conv2d", input, weight, bias)
+    _conv_args(x, w, b, stride, padding, dilation, groups, 2)
     batched = x.ndim == 4
     if not batched:
         from ..ops.shape import unsqueeze
@@ -1509,18 +1548,23 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     dh, dw = _pair(dilation)
     if isinstance(padding, str):
         if padding == "valid":
-            ph = pw = 0
+            pads = (0, 0, 0, 0)
         elif padding == "same":
-            ph, pw = dh * (kh - 1) // 2, dw * (kw - 1) // 2
+            # torch: d (k - 1) in all, the extra one of an even total at the end
+            th, tw = dh * (kh - 1), dw * (kw - 1)
+            pads = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
         else:
             raise FpemuValueError(f"Invalid padding string '{padding}'")
     else:
         ph, pw = _pair(padding)
+        pads = (ph, ph, pw, pw)
+    ph, pw = pads[0], pads[2]
+    om = np.float64 if dt is float64 else np.float32      # float64 stays float64
     tf32 = _linalg._tf32_inputs(dt, conv=True)
-    Xp = np.pad(x._data.astype(np.float32), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    Xp = np.pad(x._data.astype(om), ((0, 0), (0, 0), pads[:2], pads[2:]))
     cols, Ho, Wo = _im2col(Xp, kh, kw, sh, sw, dh, dw)
     Og = O // groups
-    Wm = w._data.astype(np.float32).reshape(O, Cg * kh * kw)
+    Wm = w._data.astype(om).reshape(O, Cg * kh * kw)
     outs, colsg = [], []
     for gi in range(groups):
         cg = cols.reshape(N, Ho, Wo, groups, Cg * kh * kw)[..., gi, :].reshape(-1, Cg * kh * kw)
@@ -1529,13 +1573,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         outs.append(acc)
     acc = np.concatenate(outs, axis=1)
     if b is not None:
-        acc = acc + b._data.astype(np.float32)
+        acc = acc + b._data.astype(om)
     res = _store(acc.reshape(N, Ho, Wo, O).transpose(0, 3, 1, 2), dt)
     res = np.ascontiguousarray(res)
     xn, wn = x.requires_grad, w.requires_grad
 
     def backward(g):
-        G = np.ascontiguousarray(g.astype(np.float32).transpose(0, 2, 3, 1)).reshape(-1, O)
+        G = np.ascontiguousarray(g.astype(om).transpose(0, 2, 3, 1)).reshape(-1, O)
         gx = gw = gb = None
         if wn:
             parts = [_linalg.mm_acc(np.ascontiguousarray(G[:, gi * Og:(gi + 1) * Og].T),
@@ -1561,6 +1605,38 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         from ..ops.shape import squeeze
         out = squeeze(out, 0)
     return out
+
+
+def _conv_args(x, w, b, stride, padding, dilation, groups, nd):
+    """torch's checks of a convolution's arguments (ConvUtils.h), before any
+    arithmetic: dtypes alike, positive stride, dilation and groups, no
+    negative padding, a weight of the input's rank with at least ``groups``
+    filters."""
+    for t in (w, b):
+        if t is not None and t.dtype is not x.dtype:
+            raise FpemuRuntimeError(f"Input type ({x.dtype}) and weight or bias type "
+                                    f"({t.dtype}) should be the same")
+    if not is_float(x.dtype):
+        raise FpemuRuntimeError(f"convolution of {x.dtype} tensors is not supported: pass "
+                                f"float tensors")
+    for name, v, least in (("stride", stride, 1), ("dilation", dilation, 1)):
+        if any(int(e) < least for e in np.atleast_1d(v)):
+            raise FpemuRuntimeError("non-positive stride is not supported" if name == "stride"
+                                    else "dilation should be greater than zero")
+    if not isinstance(padding, str) and any(int(e) < 0 for e in np.atleast_1d(padding)):
+        raise FpemuRuntimeError("negative padding is not supported")
+    if groups <= 0:
+        raise FpemuRuntimeError("non-positive groups is not supported")
+    if x.ndim not in (w.ndim - 1, w.ndim):
+        raise FpemuRuntimeError(f"Expected {w.ndim - 1}D (unbatched) or {w.ndim}D (batched) "
+                                f"input to conv{nd}d, but got input of size: {list(x.shape)}")
+    if w.ndim != nd + 2:
+        raise FpemuRuntimeError(f"Expected {nd + 2}-dimensional weight for conv{nd}d, got a "
+                                f"{w.ndim}-dimensional weight of size {list(w.shape)}")
+    if w.shape[0] < groups:
+        raise FpemuRuntimeError(f"Given groups={groups}, expected weight to be at least {groups} "
+                                f"at dimension 0, but got weight of size {list(w.shape)} "
+                                f"instead")
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
@@ -1623,8 +1699,9 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
     Cout = Og * groups
     Cg = C // groups
     tf32 = _linalg._tf32_inputs(dt, conv=True)
-    Xm = np.ascontiguousarray(x._data.astype(np.float32).transpose(0, 2, 3, 1)).reshape(-1, C)
-    Wm = w._data.astype(np.float32).reshape(C, Og * kh * kw)
+    om = np.float64 if dt is float64 else np.float32      # float64 stays float64
+    Xm = np.ascontiguousarray(x._data.astype(om).transpose(0, 2, 3, 1)).reshape(-1, C)
+    Wm = w._data.astype(om).reshape(C, Og * kh * kw)
     full = np.zeros((N, Cout, Hf, Wf), np.float64)
     for gi in range(groups):
         cols = _linalg.mm_acc(np.ascontiguousarray(Xm[:, gi * Cg:(gi + 1) * Cg]),
@@ -1641,8 +1718,8 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
     xn, wn = x.requires_grad, w.requires_grad
 
     def backward(g):
-        Gf = np.zeros((N, Cout, Hf, Wf), np.float32)
-        Gf[:, :, ph:ph + Ho, pw:pw + Wo] = g.astype(np.float32)
+        Gf = np.zeros((N, Cout, Hf, Wf), om)
+        Gf[:, :, ph:ph + Ho, pw:pw + Wo] = g.astype(om)
         patches, h2, w2 = _im2col(Gf, kh, kw, sh, sw, dh, dw)    # (N, H, W, Cout*kh*kw)
         patches = patches[:, :H, :W].reshape(N * H * W, groups, Og * kh * kw)
         gx = gw = gb = None
@@ -1704,12 +1781,29 @@ def pixel_unshuffle(input, downscale_factor):  # noqa: A002
 
 def _pool_windows(x, kernel_size, stride, padding, fill):
     kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride if stride is not None and stride != [] else kernel_size)
+    sh, sw = _pair(stride if stride is not None and len(np.atleast_1d(stride)) else
+                   kernel_size)                     # None, [] and (): the kernel size
     ph, pw = _pair(padding)
+    if min(kh, kw) <= 0:
+        raise FpemuRuntimeError(f"kernel_size must be greater than zero, but got {(kh, kw)}")
+    if min(sh, sw) <= 0:
+        raise FpemuRuntimeError(f"stride should be greater than zero, but got {(sh, sw)}")
+    if x.ndim not in (3, 4) or 0 in x.shape[-3:]:
+        raise FpemuRuntimeError(f"Expected 3D or 4D (batch mode) tensor with optional 0 dim "
+                                f"batch size for input, but got: {list(x.shape)}")
+    if ph < 0 or pw < 0:
+        raise FpemuRuntimeError(f"pad must be non-negative, got padding {(ph, pw)}")
+    if 2 * ph > kh or 2 * pw > kw:
+        raise FpemuRuntimeError(f"pad should be at most half of effective kernel size, but got "
+                                f"pad={(ph, pw)}, kernel_size={(kh, kw)}")
     X = x._data.astype(np.float64)
     Xp = np.pad(X, [(0, 0)] * (X.ndim - 2) + [(ph, ph), (pw, pw)], constant_values=fill)
     lead = Xp.shape[:-2]
     Xp4 = Xp.reshape((-1, 1) + Xp.shape[-2:])
+    Ho, Wo = (Xp.shape[-2] - kh) // sh + 1, (Xp.shape[-1] - kw) // sw + 1
+    if Ho < 1 or Wo < 1:
+        raise FpemuRuntimeError(f"Given input size: {list(x.shape)}. Calculated output size: "
+                                f"{[Ho, Wo]}. Output size is too small")
     cols, Ho, Wo = _im2col(Xp4, kh, kw, sh, sw, 1, 1)
     return cols.reshape(lead + (Ho, Wo, kh * kw)), (kh, kw, sh, sw, ph, pw, Ho, Wo), Xp.shape
 
@@ -1749,6 +1843,8 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # n
     x = input
     cols, (kh, kw, sh, sw, ph, pw, Ho, Wo), pshape = _pool_windows(x, kernel_size, stride,
                                                                    padding, 0.0)
+    if divisor_override is not None and divisor_override == 0:
+        raise FpemuRuntimeError("avg_pool2d(): divisor must be not zero")
     if divisor_override:
         div = float(divisor_override)
     elif count_include_pad or (ph == 0 and pw == 0):
@@ -1770,12 +1866,44 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # n
 
 
 def adaptive_avg_pool2d(input, output_size):  # noqa: A002
-    oh, ow = _pair(output_size)
+    """The mean over torch's adaptive windows: output row i averages input rows
+    floor(i H / oh) .. ceil((i + 1) H / oh) - 1, likewise the columns (None
+    keeps the input's size); in float64, rounded once."""
+    if input.ndim < 3:
+        raise FpemuValueError(f"Input dimension should be at least 3, got {input.ndim}")
+    if input.ndim > 4:
+        raise FpemuRuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
+                                f"{list(input.shape)}")
+    sizes = _pair(output_size)
+    if len(sizes) != 2:
+        raise FpemuRuntimeError(f"adaptive_avg_pool2d: output_size must be 2, got "
+                                f"{output_size!r}")
+    if any(v is not None and v < 0 for v in sizes):
+        raise FpemuRuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater "
+                                f"than or equal to 0 but received {list(sizes)}")
     H, W = input.shape[-2:]
-    if H % oh or W % ow:
-        raise FpemuValueError("adaptive_avg_pool2d: only output sizes that divide the input "
-                              "are emulated")
-    return avg_pool2d(input, (H // oh, W // ow))
+    oh, ow = (n if v is None else v for v, n in zip(sizes, (H, W)))
+    if oh == 0 or ow == 0:
+        from ..ops.creation import zeros
+        return zeros(tuple(input.shape[:-2]) + (oh, ow), dtype=input.dtype) * input.sum()
+    if H % oh == 0 and W % ow == 0:
+        return avg_pool2d(input, (H // oh, W // ow))
+    Ah, Aw = _adaptive_weights(H, oh), _adaptive_weights(W, ow)
+    dt = float_dt(input)
+    res = _store(Ah @ f64(input) @ Aw.T, dt)
+
+    def backward(g):
+        return (_store(Ah.T @ g.astype(np.float64) @ Aw, dt),)
+    return _result(res, dt, (input,), backward, op="adaptive_avg_pool2d")
+
+
+def _adaptive_weights(n, out):
+    """(out, n): row i is 1 / len over torch's window i of an adaptive pool."""
+    A = np.zeros((out, n))
+    for i in range(out):
+        lo, hi = (i * n) // out, -(-((i + 1) * n) // out)
+        A[i, lo:hi] = 1.0 / (hi - lo)
+    return A
 
 
 def _pool1d(fn, input, *args):  # noqa: A002
@@ -1803,7 +1931,14 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # n
 
 
 def adaptive_avg_pool1d(input, output_size):  # noqa: A002
-    return _pool1d(adaptive_avg_pool2d, input, (1, _pair(output_size, 1)[0]))
+    size = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
+    if len(size) != 1:
+        raise FpemuRuntimeError(f"adaptive_avg_pool1d(): 'output_size' should contain one int, "
+                                f"got {output_size!r}")
+    if size[0] is not None and size[0] < 0:
+        raise FpemuRuntimeError(f"adaptive_avg_pool1d(): elements of output_size must be "
+                                f"greater than or equal to 0 but received {list(size)}")
+    return _pool1d(adaptive_avg_pool2d, input, (1, size[0]))
 
 
 from .._missing import module_getattr as _module_getattr  # noqa: E402

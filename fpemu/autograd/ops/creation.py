@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import FpemuTypeError
+from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._core import (
     Tensor, _values_as, as_dtype, bool_, check_device, float32, float64, int64, is_float,
     result_type, tensor, uint8,
 )
 from .._state import State
 from ._common import shape_arg
+from .inplace import write_out
 
 
 def _dtype(dtype, default=float32):
@@ -188,17 +189,49 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if end is None:
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    if out is not None and dtype is None:
+        dtype = out.dtype
+    if dtype is not None and not is_float(as_dtype(dtype)):
+        if int(vals[2]) == 0:
+            raise FpemuValueError(f"arange(): step must be nonzero (step {vals[2]} is 0 in the "
+                                  f"integer dtype {as_dtype(dtype)})")
+    lo, hi, st = vals
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise FpemuRuntimeError(f"arange(): unsupported range: {lo} -> {hi}")
+    if st == 0:
+        raise FpemuRuntimeError("arange(): step must be nonzero")
+    if (st > 0 and hi < lo) or (st < 0 and hi > lo):
+        raise FpemuRuntimeError(f"arange(): upper bound and lower bound inconsistent with step "
+                                f"sign (start={lo}, end={hi}, step={st})")
     values = np.arange(*vals)
     if dtype is None:
         dtype = float32 if any(isinstance(v, float) for v in vals) else int64
-    return _make(values, as_dtype(dtype), requires_grad)
+    return write_out(out, _make(values, as_dtype(dtype), requires_grad), "arange")
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
-    return _make(np.linspace(start, end, int(steps)), _dtype(dtype), requires_grad)
+    """``steps`` values from ``start`` to ``end`` (numbers or 0-d tensors, as
+    torch's tensor overload takes them), in float64 rounded once."""
+    ends = []
+    for name, v in (("start", start), ("end", end)):
+        if isinstance(v, Tensor):
+            if v.ndim:
+                raise FpemuRuntimeError(f"linspace only supports 0-dimensional start and end "
+                                        f"tensors, but got {name} with {v.ndim} dimension(s).")
+            v = v.item()
+        ends.append(v)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+        raise FpemuTypeError(f"linspace(): argument 'steps' must be int, not "
+                             f"{type(steps).__name__}")
+    if steps < 0:
+        raise FpemuRuntimeError(f"linspace(): number of steps must be non-negative, got {steps}")
+    return _make(np.linspace(ends[0], ends[1], int(steps)), _dtype(dtype), requires_grad)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    for name, v in (("n", n), ("m", m)):
+        if v is not None and v < 0:
+            raise FpemuRuntimeError(f"{name} must be greater or equal to 0, got {v}")
     return _make(np.eye(n, m), _dtype(dtype), requires_grad)
 
 

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import FpemuValueError
+from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
-from .._core import Tensor, _result, _store, as_dtype, bool_, is_float, opmath, result_type
+from .._core import (Tensor, _result, _store, as_dtype, bool_, float64, is_float, opmath,
+                     result_type)
 from .. import _special
 from ._common import f64, float_dt, grad_part, int_binary, operand, t_or_number
 from .inplace import apply_inplace, copy_into
@@ -80,11 +81,17 @@ def sub(a, b, alpha=1, out=None):
 
 
 def rsub(a, b, alpha=1):
-    """``b - alpha * a`` (``number - tensor``)."""
-    return add(neg(a) if alpha == 1 else mul(a, -alpha), b)
+    """``b - alpha * a`` (``number - tensor``): torch's ``sub(b, a, alpha)``,
+    one rounding (the fma of ``-alpha * a + b`` where alpha != 1)."""
+    _tensor_args("rsub", a, b)
+    return sub(b, a, alpha=alpha)
 
 
 def neg(a):
+    if a.dtype is bool_:
+        raise FpemuRuntimeError("Negation, the `-` operator, on a bool tensor is not supported. "
+                                "If you are trying to invert a mask, use the `~` or "
+                                "`logical_not()` operator instead.")
     res = -a._data
 
     def backward(g):
@@ -163,7 +170,16 @@ def _div_rounded(a, b, mode):
     with np.errstate(all="ignore"):
         q = Af / Bf
         q = np.floor(q) if mode == "floor" else np.trunc(q)
-    return Tensor(_store(q, dt), dt)
+    return _result(_store(q, dt), dt, (a, b), _zero_grads(a, b), op="div")
+
+
+def _zero_grads(*xs):
+    """The backward of a step function (rounded quotients, sign): zeros for
+    each tensor input, as torch's derivatives give them (its result still
+    requires a gradient)."""
+    def backward(g):
+        return tuple(np.zeros(x.shape, g.dtype) if isinstance(x, Tensor) else None for x in xs)
+    return backward
 
 
 def floor_divide(a, b):
@@ -171,13 +187,24 @@ def floor_divide(a, b):
 
 
 def remainder(a, b):
+    _tensor_args("remainder", a, b, "one")
     dt = result_type(a, b)
     A = a._data if isinstance(a, Tensor) else a
     B = b._data if isinstance(b, Tensor) else b
     if not is_float(dt):
         return Tensor(np.asarray(np.mod(A, B)).astype(dt.np_dtype), dt)
+    Af, Bf = operand(a, dt), operand(b, dt)
     with np.errstate(all="ignore"):
-        return Tensor(_store(np.mod(operand(a, dt), operand(b, dt)), dt), dt)
+        res = _store(np.mod(Af, Bf), dt)
+
+    def backward(g):
+        # torch's derivative: grad for a, -grad * floor(a / b) for b
+        G = g.astype(opmath(dt))
+        with np.errstate(all="ignore"):
+            q = _store(np.floor(Af / Bf), dt).astype(G.dtype)
+            return (grad_part(_store(G, dt), a, dt) if isinstance(a, Tensor) else None,
+                    grad_part(_store(-G * q, dt), b, dt) if isinstance(b, Tensor) else None)
+    return _result(res, dt, (a, b), backward, op="remainder")
 
 
 def rdiv(a, s):
@@ -367,7 +394,10 @@ def abs(x):  # noqa: A001 - torch's name
 
 
 def sign(x):
-    return Tensor(np.sign(x._data).astype(x._data.dtype), x.dtype)
+    res = np.sign(x._data).astype(x._data.dtype)
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
+    return _result(res, x.dtype, (x,), _zero_grads(x), op="sign")
 
 
 def relu(x, inplace=False):
@@ -435,8 +465,8 @@ def gelu(x, approximate="none"):
             d_inner = _SQRT_2_PI * (1 + 3 * 0.044715 * v * v)
             return g * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * d_inner)
     else:
-        raise FpemuValueError(f"gelu(): approximate must be 'none' or 'tanh', got "
-                              f"{approximate!r}")
+        raise FpemuRuntimeError(f"gelu(): approximate must be 'none' or 'tanh', got "
+                                f"{approximate!r}")
     return _unary("gelu", x, fwd, bwd)
 
 
@@ -463,13 +493,26 @@ def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
     res = _store(res, dt)
 
     def backward(g):
+        # torch's clamp_backward and clamp_backward_min_max: x gets g where it
+        # is inside; a tensor min where x < min (and min < max), a tensor max
+        # where x > max (or max < min: it won)
+        zero = np.zeros((), g.dtype)
         keep = np.ones(X.shape, bool)
         if lo is not None:
-            keep &= X >= lo
+            keep = keep & (X >= lo)
         if hi is not None:
-            keep &= X <= hi
-        return (np.where(keep, g, np.zeros((), g.dtype)), None, None)
-    return _result(res, dt, (x, min, max), backward, saved=(x,), op="clamp")
+            keep = keep & (X <= hi)
+        gx = grad_part(np.where(keep, g, zero), x, dt)
+        gmin = gmax = None
+        if isinstance(min, Tensor):
+            below = (X < lo) & (lo < hi) if hi is not None else X < lo
+            gmin = grad_part(np.where(below, g, zero), min, dt)
+        if isinstance(max, Tensor):
+            above = (X > hi) | (hi < lo) if lo is not None else X > hi
+            gmax = grad_part(np.where(above, g, zero), max, dt)
+        return (gx, gmin, gmax)
+    return _result(res, dt, (x, min, max), backward, saved=_tensors((x, min, max)),
+                   op="clamp")
 
 
 clip = clamp
@@ -490,6 +533,7 @@ def minimum(a, b):
 
 
 def _minmax(a, b, npop, name):
+    _tensor_args(name, a, b, "both")
     dt = result_type(a, b)
     A, B = operand(a, dt), operand(b, dt)
     res = _store(npop(A, B), dt)
@@ -542,17 +586,28 @@ def masked_fill(x, mask, value):
     if isinstance(mask, Tensor) and mask.dtype is not bool_:
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with "
                            f"dtype {mask.dtype}")
-    if isinstance(value, Tensor):
+    if isinstance(value, complex) or (isinstance(value, Tensor) and "complex" in str(value.dtype)):
+        raise FpemuRuntimeError(f"masked_fill(): value cannot be converted to type "
+                                f"{x.dtype} without overflow: {value!r}")
+    vt = value if isinstance(value, Tensor) else None
+    if vt is not None:
         if value.ndim:
             raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but "
                                f"got tensor with {value.ndim} dimension(s).")
         value = value.item()
-    fill = _store(np.float32(value), x.dtype) if is_float(x.dtype) else value
+    if x.dtype is float64:
+        fill = np.float64(value)                        # a double stays a double
+    else:
+        fill = _store(np.float32(value), x.dtype) if is_float(x.dtype) else value
     res = np.where(m, fill, x._data).astype(x._data.dtype)
 
     def backward(g):
-        return (np.where(m, np.zeros((), g.dtype), g),)
-    return _result(res, x.dtype, (x,), backward, op="masked_fill")
+        zero = np.zeros((), g.dtype)
+        gv = None
+        if vt is not None and vt.requires_grad:          # the value: the filled places' sum
+            gv = _store(np.where(m, g, zero).astype(np.float64).sum(), vt.dtype)
+        return (grad_part(np.where(m, zero, g), x, x.dtype), gv)
+    return _result(res, x.dtype, (x, vt), backward, op="masked_fill")
 
 
 def clone(x, memory_format=None):
@@ -569,8 +624,23 @@ def _out(t, out):
 
 
 # ------------------------------------------------------------- comparisons
+def _tensor_args(name, a, b, need="first"):
+    """torch's argument parser: ``need`` "first" (the input must be a Tensor),
+    "both", or "one" (a Tensor and a number, either way round)."""
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    if ta and (tb or need != "both"):
+        return
+    if need == "one" and tb:
+        return
+    bad, pos, what = (a, 1, "input") if not ta else (b, 2, "other")
+    raise FpemuTypeError(f"{name}(): argument '{what}' (position {pos}) must be Tensor, not "
+                         f"{type(bad).__name__}" + ("; one of the two may be a number"
+                                                    if need == "one" else ""))
+
+
 def _compare(npop, name):
     def op(a, b):
+        _tensor_args(name, a, b)
         A = a._data if isinstance(a, Tensor) else a
         B = b._data if isinstance(b, Tensor) else b
         if not isinstance(B, (np.ndarray, bool, int, float, np.number)):
@@ -599,6 +669,11 @@ def equal(a, b):
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """``|a - b| <= atol + rtol * |b|`` elementwise (in the promoted dtype's
     opmath, as torch's), with infinities equal to themselves."""
+    _tensor_args("isclose", a, b, "both")
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if v < 0:
+            raise FpemuRuntimeError(f"isclose(): {name} must be greater than or equal to zero, "
+                                    f"but got {v}")
     dt = result_type(a, b)
     A = operand(a, dt) if isinstance(a, Tensor) else np.asarray(a)
     B = operand(b, dt) if isinstance(b, Tensor) else np.asarray(b)
@@ -628,10 +703,12 @@ def logical_not(x):
 
 
 def logical_and(a, b):
+    _tensor_args("logical_and", a, b, "both")
     return Tensor(np.logical_and(_arr(a), _arr(b)), bool_)
 
 
 def logical_or(a, b):
+    _tensor_args("logical_or", a, b, "both")
     return Tensor(np.logical_or(_arr(a), _arr(b)), bool_)
 
 
@@ -641,6 +718,7 @@ def _arr(x):
 
 def _bitwise(npop, name):
     def op(a, b):
+        _tensor_args(name, a, b, "one")
         dt = result_type(a, b)
         if is_float(dt):
             raise RuntimeError(f'"{name}_cpu" not implemented for \'{dt}\'')

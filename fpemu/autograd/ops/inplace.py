@@ -15,6 +15,7 @@ import weakref
 
 import numpy as np
 
+from ...errors import FpemuRuntimeError, FpemuTypeError
 from .._core import (
     Node, Tensor, _result, _store, bool_, is_float, np_dtype, result_type, to_dtype,
 )
@@ -159,6 +160,27 @@ def _inplace_on_view(x, base, op, args, kwargs):
     if x._retain:
         x.grad_fn.retained = weakref.ref(x)
     return x
+
+
+def write_out(out, t, fname):
+    """``t`` written into an ``out=`` tensor of a selection or reduction, as
+    torch's structured kernels take it: the same dtype (else torch's error),
+    the same shape (torch would resize ``out``; fpemu asks for the right
+    one); without ``out``, ``t`` itself."""
+    if out is None:
+        return t
+    if not isinstance(out, Tensor):
+        raise FpemuTypeError(f"{fname}(): argument 'out' must be Tensor, not "
+                             f"{type(out).__name__}")
+    if out.dtype is not t.dtype:
+        raise FpemuRuntimeError(f"{fname}(): Expected out tensor to have dtype {t.dtype}, but "
+                                f"got {out.dtype} instead (Expected the dtype for input and "
+                                f"out to match)")
+    if tuple(out.shape) != tuple(t.shape):
+        raise FpemuRuntimeError(f"{fname}(): out= has shape {list(out.shape)}, the result "
+                                f"{list(t.shape)}; torch would resize it, fpemu does not: pass "
+                                f"an out of the result's shape")
+    return copy_into(out, t)
 
 
 def copy_into(dst, src):

@@ -68,6 +68,8 @@ def mm_acc(A, B, dt, tf32=False):
     batch = (A.shape[:-2] if A.shape[:-2] == B.shape[:-2]
              else np.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+    if 0 in batch or 0 in (M, K, N):      # an empty sum is 0; no rows or columns: empty
+        return np.zeros(batch + (M, N), np.float32)
     if m.model == "sequential":
         A3 = (A if A.shape[:-2] == batch else np.broadcast_to(A, batch + (M, K))).reshape(
             -1, M, K)
@@ -142,8 +144,9 @@ def _matmul(a, b, op):
             ga = _sum_to(_store(mm_acc(g, np.swapaxes(B, -1, -2), dt, tf32), dt), a.shape, dt)
         if b_needs:
             if b.ndim == 2 and a.ndim > 2:
-                gb = _store(mm_acc(A.reshape(-1, A.shape[-1]).T, g.reshape(-1, g.shape[-1]),
-                                   dt, tf32), dt)
+                rows = int(np.prod(A.shape[:-1]))       # (not -1: the rows may be none)
+                gb = _store(mm_acc(A.reshape(rows, A.shape[-1]).T,
+                                   g.reshape(rows, g.shape[-1]), dt, tf32), dt)
             else:
                 gb = _sum_to(_store(mm_acc(np.swapaxes(A, -1, -2), g, dt, tf32), dt),
                              b.shape, dt)

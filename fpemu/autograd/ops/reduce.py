@@ -14,8 +14,10 @@ import numpy as np
 
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, bool_, int64, is_float, to_dtype
+from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from ._common import f64, wrap_dim
 from .elementwise import maximum, minimum, sqrt
+from .inplace import write_out
 
 _values_indices = collections.namedtuple("torch_return_types", ["values", "indices"])
 
@@ -87,7 +89,13 @@ def _scalar_name(dt):
 
 
 def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    """Variance in float64 (``correction`` 1 by default, as torch)."""
+    """Variance in float64 (``correction`` 1 by default, as torch);
+    ``var(x, False)`` is torch's older ``var(input, unbiased)``."""
+    if isinstance(dim, (bool, np.bool_)):
+        if unbiased is not None:
+            raise FpemuTypeError("var(): unbiased passed twice (positionally as the second "
+                                 "argument and by name)")
+        dim, unbiased = None, bool(dim)
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
     axes = _axes(dim, x.ndim)
@@ -111,19 +119,25 @@ def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return sqrt(var(x, dim, unbiased, keepdim, correction))
 
 
-def amax(x, dim=None, keepdim=False):
-    return _extreme(x, dim, keepdim, np.max, "amax")
+def amax(x, dim=None, keepdim=False, *, out=None):
+    return write_out(out, _extreme(x, dim, keepdim, np.max, "amax"), "amax")
 
 
-def amin(x, dim=None, keepdim=False):
-    return _extreme(x, dim, keepdim, np.min, "amin")
+def amin(x, dim=None, keepdim=False, *, out=None):
+    return write_out(out, _extreme(x, dim, keepdim, np.min, "amin"), "amin")
 
 
 def _extreme(x, dim, keepdim, npop, name):
     axes = _axes(() if dim is None else dim, x.ndim)
     if x._data.size == 0:
-        raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() "
-                         f"== 0. Specify the reduction dim with the 'dim' argument.")
+        if dim is None or dim == () or dim == []:
+            raise FpemuRuntimeError(f"{name}(): Expected reduction dim to be specified for "
+                                    f"input.numel() == 0. Specify the reduction dim with the "
+                                    f"'dim' argument.")
+        empty = [a for a in axes if x.shape[a] == 0]
+        if empty:
+            raise IndexError(f"{name}(): Expected reduction dim {empty[0]} to have non-zero "
+                             f"size.")
     res = np.asarray(npop(x._data, axis=axes, keepdims=keepdim))
     if not is_float(x.dtype):
         return Tensor(res, x.dtype)
@@ -163,9 +177,16 @@ def _select_extreme(x, dim, keepdim, arg, name):
     return _values_indices(values, Tensor(np.asarray(idx_out, np.int64), int64))
 
 
+def _input_tensor(x, name):
+    if not isinstance(x, Tensor):
+        raise FpemuTypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
+                             f"{type(x).__name__}")
+
+
 def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
     """``max(x)`` (all elements), ``max(x, dim)`` (values, indices) or
     ``max(a, b)`` (elementwise, as ``maximum``)."""
+    _input_tensor(x, "max")
     if isinstance(dim, Tensor):
         return maximum(x, dim)
     if dim is None:
@@ -174,6 +195,7 @@ def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
 
 
 def min(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
+    _input_tensor(x, "min")
     if isinstance(dim, Tensor):
         return minimum(x, dim)
     if dim is None:
@@ -199,23 +221,30 @@ def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's name
     """The k largest (or smallest) values along ``dim`` and their indices;
     ties keep the lower index first (a stable sort)."""
     d = wrap_dim(dim, x.ndim)
-    n = x.shape[d] if x.ndim else 1
+    # a 0-d tensor sorts as one element (torch takes dim 0 or -1 there)
+    data = x._data if x.ndim else x._data.reshape(1)
+    d = d if x.ndim else 0
+    n = data.shape[d]
     if not 0 <= k <= n:
         raise RuntimeError("selected index k out of range")
-    key = -x._data if largest else x._data
+    if not x.ndim:
+        k = 1                       # torch returns the element itself for k = 0 too
+    key = -data if largest else data
     if is_float(x.dtype):
-        key = np.where(np.isnan(x._data), -np.inf, key)       # NaN counts as largest
+        key = np.where(np.isnan(data), -np.inf, key)          # NaN counts as largest
     order = np.argsort(key, axis=d, kind="stable")
     idx = np.take(order, np.arange(k), axis=d)
-    vals = np.take_along_axis(x._data, idx, axis=d)
+    vals = np.take_along_axis(data, idx, axis=d)
+    shape = idx.shape if x.ndim else ()
 
     def backward(g):
-        G = np.zeros(x.shape, g.dtype)
-        np.put_along_axis(G, idx, g, axis=d)
-        return (G,)
-    values = _result(np.array(vals), x.dtype, (x,), backward, op="topk") if is_float(
-        x.dtype) else Tensor(np.array(vals), x.dtype)
-    return _values_indices(values, Tensor(idx.astype(np.int64), int64))
+        G = np.zeros(data.shape, g.dtype)
+        np.put_along_axis(G, idx, g.reshape(idx.shape), axis=d)
+        return (G.reshape(x.shape),)
+    out = np.array(vals.reshape(shape))
+    values = _result(out, x.dtype, (x,), backward, op="topk") if is_float(
+        x.dtype) else Tensor(out, x.dtype)
+    return _values_indices(values, Tensor(idx.reshape(shape).astype(np.int64), int64))
 
 
 def sort(x, dim=-1, descending=False, stable=False):
@@ -235,12 +264,13 @@ def cumsum(x, dim, dtype=None):
         (x,) = cast_inputs("cumsum", x)
     d = wrap_dim(dim, x.ndim)
     if not is_float(x.dtype):
-        return Tensor(np.cumsum(x._data, axis=d).astype(np.int64), int64)
-    res = _store(np.cumsum(f64(x), axis=d), x.dtype)
+        return Tensor(np.cumsum(x._data, axis=d).astype(np.int64).reshape(x.shape), int64)
+    res = _store(np.cumsum(f64(x), axis=d).reshape(x.shape), x.dtype)     # 0-d stays 0-d
 
     def backward(g):
-        G = g.astype(np.float64)
-        return (_store(np.flip(np.cumsum(np.flip(G, d), axis=d), d), x.dtype),)
+        G = g.astype(np.float64).reshape(res.shape if x.ndim else (1,))
+        return (_store(np.flip(np.cumsum(np.flip(G, d), axis=d), d).reshape(x.shape),
+                       x.dtype),)
     return _result(res, x.dtype, (x,), backward, op="cumsum")
 
 
@@ -256,9 +286,17 @@ def prod(x, dim=None, keepdim=False, dtype=None):
     res = _store(np.prod(X, axis=axes, keepdims=keepdim), x.dtype)
 
     def backward(g):
+        # the product of the other elements: P / X where no element of the
+        # group is zero; with one zero, the others' product at the zero and
+        # 0 elsewhere; with two or more, 0 (torch's prod_backward)
         G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
+        zero = X == 0
+        zeros = zero.sum(axis=axes, keepdims=True)
+        others = np.prod(np.where(zero, 1.0, X), axis=axes, keepdims=True)
         with np.errstate(all="ignore"):
-            return (_store(G * P / X, x.dtype),)
+            gx = np.where(zeros == 0, G * P / np.where(zero, 1.0, X),
+                          np.where((zeros == 1) & zero, G * others, 0.0))
+        return (_store(gx, x.dtype),)
     return _result(res, x.dtype, (x,), backward, saved=(x,), op="prod")
 
 
@@ -266,12 +304,18 @@ def norm(x, p="fro", dim=None, keepdim=False):
     """The p-norm (2 by default) in float64, rounded once."""
     if p == "fro":
         p = 2
+    if p == "nuc":
+        return _nuclear_norm(x, dim, keepdim)
+    if isinstance(p, str) or not isinstance(p, (int, float, np.number)):
+        raise FpemuValueError(f"norm(): p must be a number, 'fro' or 'nuc', got {p!r}")
     p = float(p)
     axes = _axes(dim, x.ndim)
     X = f64(x)
     with np.errstate(all="ignore"):
         if p == np.inf:
             n = np.max(np.abs(X), axis=axes, keepdims=True)
+        elif p == -np.inf:
+            n = np.min(np.abs(X), axis=axes, keepdims=True)
         elif p == 0:
             n = (X != 0).sum(axis=axes, keepdims=True).astype(np.float64)
         else:
@@ -281,7 +325,7 @@ def norm(x, p="fro", dim=None, keepdim=False):
     def backward(g):
         G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
         with np.errstate(all="ignore"):
-            if p == np.inf:
+            if p in (np.inf, -np.inf):
                 hit = np.abs(X) == n
                 gx = G * np.sign(X) * hit / hit.sum(axis=axes, keepdims=True)
             elif p == 0:
@@ -290,6 +334,33 @@ def norm(x, p="fro", dim=None, keepdim=False):
                 gx = G * np.sign(X) * np.abs(X) ** (p - 1) / n ** (p - 1)
                 gx = np.where(n == 0, 0.0, gx)
         return (_store(gx, x.dtype),)
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op="norm")
+
+
+def _nuclear_norm(x, dim, keepdim):
+    """The sum of the singular values over two dims (the last two of a 2-D
+    input by default), in float64 rounded once; its gradient U V^T."""
+    if dim is None:
+        if x.ndim != 2:
+            raise FpemuValueError(f"norm(): the nuclear norm needs a 2-D input or two dims, "
+                                  f"got a {x.ndim}-D input and dim=None")
+        dim = (0, 1)
+    if not isinstance(dim, (tuple, list)) or len(dim) != 2:
+        raise FpemuValueError(f"norm(): the nuclear norm takes two dims, got dim={dim!r}")
+    d0, d1 = (wrap_dim(d, x.ndim) for d in dim)
+    X = np.moveaxis(f64(x), (d0, d1), (-2, -1))
+    U, S, Vh = np.linalg.svd(X, full_matrices=False)
+    n = S.sum(axis=-1)
+    if keepdim:
+        n = np.expand_dims(n, tuple(sorted((d0, d1))))
+    res = _store(n, x.dtype)
+
+    def backward(g):
+        G = np.asarray(g, np.float64)
+        if keepdim:
+            G = np.squeeze(G, axis=tuple(sorted((d0, d1))))
+        gx = G[..., None, None] * (U @ Vh)
+        return (_store(np.moveaxis(gx, (-2, -1), (d0, d1)), x.dtype),)
     return _result(res, x.dtype, (x,), backward, saved=(x,), op="norm")
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import FpemuTypeError
+from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._core import (
     Tensor, _result, _store, _sum_to, as_dtype, bool_, int64, is_float, np_dtype, result_type,
     to_dtype,
 )
 from ._common import shape_arg, wrap_dim
-from .inplace import _needs_graph, apply_inplace, copy_into
+from .inplace import _needs_graph, apply_inplace, copy_into, write_out
 
 
 def _infer(shape, numel, what):
@@ -138,6 +138,17 @@ def permute(x, *dims):
 
 
 def movedim(x, source, destination):
+    src = list(source) if isinstance(source, (tuple, list)) else [source]
+    dst = list(destination) if isinstance(destination, (tuple, list)) else [destination]
+    if len(src) != len(dst):
+        raise FpemuRuntimeError(f"movedim: Invalid source or destination dims: source ({src} "
+                                f"dims) should contain the same number of dims as destination "
+                                f"({dst} dims)")
+    ws, wd = [wrap_dim(d, x.ndim) for d in src], [wrap_dim(d, x.ndim) for d in dst]
+    for name, given, wrapped in (("source", src, ws), ("destination", dst, wd)):
+        if len(set(wrapped)) != len(wrapped):
+            raise FpemuRuntimeError(f"movedim: repeated dim in `{name}` ({given})")
+    source, destination = ws, wd
     v = np.moveaxis(x._data, source, destination)
 
     def backward(g):
@@ -266,18 +277,38 @@ def repeat(x, *sizes):
     return _result(res, x.dtype, (x,), backward, op="repeat")
 
 
-def repeat_interleave(x, repeats, dim=None):
-    """Each element repeated ``repeats`` times along ``dim`` (flattened if None)."""
+def repeat_interleave(x, repeats, dim=None, *, output_size=None):
+    """Each element repeated ``repeats`` times along ``dim`` (flattened if
+    None); ``output_size``, torch's hint of the result's length, is checked."""
     if dim is None:
         x, dim = reshape(x, (-1,)), 0
     d = wrap_dim(dim, x.ndim)
     reps = repeats._data if isinstance(repeats, Tensor) else int(repeats)
     idx = np.repeat(np.arange(x.shape[d]), reps)
+    if output_size is not None and int(output_size) != idx.size:
+        raise FpemuRuntimeError(f"repeat_interleave(): output_size={output_size} is not the "
+                                f"result's length along dim {d}, {idx.size}")
     return index_select(x, d, Tensor(idx.astype(np.int64), int64))
 
 
 def narrow(x, dim, start, length):
+    if x.ndim == 0:
+        raise FpemuRuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, x.ndim)
+    if isinstance(start, Tensor):
+        if start.ndim or is_float(start.dtype) or start.dtype is bool_:
+            raise FpemuRuntimeError("start must be an 0-dim integral Tensor.")
+        start = int(start.item())
+    n = x.shape[d]
+    if not -n <= start <= n:
+        raise IndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got "
+                         f"{start})")
+    start = start % n if start < 0 else start
+    if length < 0:
+        raise FpemuRuntimeError("narrow(): length must be non-negative.")
+    if start + length > n:
+        raise FpemuRuntimeError(f"start ({start}) + length ({length}) exceeds dimension size "
+                                f"({n}).")
     idx = [slice(None)] * x.ndim
     idx[d] = slice(start, start + length)
     return getitem(x, tuple(idx))
@@ -322,15 +353,31 @@ def chunk(x, chunks, dim=0):
 
 
 def tensor_split(x, sections, dim=0):
+    """``sections`` pieces of near-equal size, or the pieces between the given
+    indices (a list or a 1-D int tensor; a 0-d tensor is a count), each
+    ``x[a:b]`` along ``dim`` as a slice (indices out of order give empty or
+    overlapping pieces, as torch's)."""
     d = wrap_dim(dim, x.ndim)
     n = x.shape[d]
-    if isinstance(sections, int):
-        q, r = divmod(n, sections)
-        sizes = [q + 1] * r + [q] * (sections - r)
-    else:
-        bounds = [0] + list(sections) + [n]
-        sizes = [max(b - a, 0) for a, b in zip(bounds[:-1], bounds[1:])]
-    return split(x, sizes, d)
+    if isinstance(sections, Tensor):
+        if is_float(sections.dtype) or sections.ndim > 1:
+            raise FpemuRuntimeError(f"tensor_split expected tensor_indices_or_sections to be a "
+                                    f"zero-dimensional or one-dimensional tensor of int64, but "
+                                    f"got a {sections.ndim}-D {sections.dtype} tensor")
+        sections = int(sections.item()) if sections.ndim == 0 else [
+            int(v) for v in sections._data]
+    if isinstance(sections, (int, np.integer)):
+        if sections <= 0:
+            raise FpemuRuntimeError(f"number of sections must be larger than 0, got {sections}")
+        q, r = divmod(n, int(sections))
+        return split(x, [q + 1] * r + [q] * (int(sections) - r), d)
+    bounds = [0] + [int(b) for b in sections] + [n]
+    pieces = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        idx = [slice(None)] * x.ndim
+        idx[d] = slice(a, b)
+        pieces.append(getitem(x, tuple(idx)))
+    return tuple(pieces)
 
 
 def unbind(x, dim=0):
@@ -340,15 +387,35 @@ def unbind(x, dim=0):
 
 def cat(tensors, dim=0, out=None):
     """Concatenate along ``dim`` (type promotion across the inputs)."""
+    if isinstance(tensors, Tensor):
+        raise FpemuTypeError("cat(): argument 'tensors' (position 1) must be tuple of Tensors, "
+                             "not Tensor")
     tensors = list(tensors)
     if not tensors:
-        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+        raise FpemuValueError("torch.cat(): expected a non-empty list of Tensors")
     for t_ in tensors:
         if not isinstance(t_, Tensor):
             raise FpemuTypeError(f"cat(): expected a sequence of Tensors, got "
                                  f"{type(t_).__name__}")
-    keep = [t_ for t_ in tensors if not (t_.ndim == 1 and t_.shape[0] == 0)] or tensors[:1]
+    if any(t_.ndim == 0 for t_ in tensors):
+        i = next(i for i, t_ in enumerate(tensors) if t_.ndim == 0)
+        raise FpemuRuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
+                                f"concatenated")
+    legacy = [t_.ndim == 1 and t_.shape[0] == 0 for t_ in tensors]   # torch skips these
+    if all(legacy):
+        legacy[0] = False                   # all empty: the first stands for them
+    keep = [t_ for t_, e in zip(tensors, legacy) if not e]
     d = wrap_dim(dim, keep[0].ndim)
+    for i, t_ in enumerate(keep):
+        if t_.ndim != keep[0].ndim:
+            raise FpemuRuntimeError(f"Tensors must have same number of dimensions: got "
+                                    f"{keep[0].ndim} and {t_.ndim}")
+        for k in range(t_.ndim):
+            if k != d and t_.shape[k] != keep[0].shape[k]:
+                raise FpemuRuntimeError(
+                    f"Sizes of tensors must match except in dimension {d}. Expected size "
+                    f"{keep[0].shape[k]} but got size {t_.shape[k]} for tensor number {i} in "
+                    f"the list.")
     dt = result_type(*keep)
     parts = [_store(t_._data, dt) if t_.dtype != dt else t_._data for t_ in keep]
     try:
@@ -359,8 +426,10 @@ def cat(tensors, dim=0, out=None):
     bounds = np.cumsum([t_.shape[d] for t_ in keep])[:-1]
 
     def backward(g):
-        return tuple(np.split(g, bounds, axis=d))
-    res_t = _result(res, dt, tuple(keep), backward, op="cat")
+        # the skipped empty tensors get empty gradients, as torch's cat gives them
+        pieces = iter(np.split(g, bounds, axis=d))
+        return tuple(np.zeros((0,), g.dtype) if e else next(pieces) for e in legacy)
+    res_t = _result(res, dt, tuple(tensors), backward, op="cat")
     if out is not None:
         return copy_into(out, res_t)
     return res_t
@@ -391,6 +460,21 @@ def flip(x, dims):
 
 
 def roll(x, shifts, dims=None):
+    sh = list(shifts) if isinstance(shifts, (tuple, list)) else [shifts]
+    if not sh:
+        raise FpemuRuntimeError("roll(): `shifts` required")
+    if dims is not None:
+        dl = list(dims) if isinstance(dims, (tuple, list)) else [dims]
+        if len(dl) != len(sh):
+            raise FpemuRuntimeError(f"roll(): shifts and dimensions must align. shifts: "
+                                    f"{len(sh)}, dims: {len(dl)}")
+        if x.ndim == 0:
+            raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+        dims = tuple(wrap_dim(d, x.ndim) for d in dl)
+        shifts = tuple(sh)
+    elif len(sh) != 1:
+        raise FpemuRuntimeError(f"roll(): shifts and dimensions must align. shifts: {len(sh)}, "
+                                f"dims: 0")
     res = np.roll(x._data, shifts, dims)
     neg = tuple(-s for s in shifts) if isinstance(shifts, (tuple, list)) else -shifts
     return _result(res, x.dtype, (x,), lambda g: (np.roll(g, neg, dims),), op="roll")
@@ -471,17 +555,40 @@ def trace(x):
     return _sum(_diagonal(x, 0, 0, 1))
 
 
-def gather(x, dim, index):
+def gather(x, dim, index, *, sparse_grad=False, out=None):
+    return write_out(out, _gather(x, dim, index), "gather")
+
+
+def _gather(x, dim, index):
     d = wrap_dim(dim, x.ndim)
+    # torch takes a 0-d input or index as one of one element
+    X = x._data.reshape(1) if x.ndim == 0 else x._data
     idx = index._data.astype(np.int64)
-    res = np.take_along_axis(x._data, idx, axis=d)
+    idx = idx.reshape(1) if idx.ndim == 0 else idx
+    if idx.size == 0:               # torch checks nothing more of an empty index
+        return _result(np.zeros(index.shape, x._data.dtype), x.dtype, (x, index),
+                       lambda g: (np.zeros(x.shape, g.dtype), None), op="gather") if is_float(
+            x.dtype) else Tensor(np.zeros(index.shape, x._data.dtype), x.dtype)
+    if idx.ndim != X.ndim:
+        raise FpemuRuntimeError(f"gather(): Index tensor must have the same number of "
+                                f"dimensions as input tensor ({index.ndim} and {x.ndim})")
+    for k in range(X.ndim):
+        if k != d and idx.shape[k] > X.shape[k]:
+            raise FpemuRuntimeError(f"gather(): Size does not match at dimension {k} expected "
+                                    f"index {list(index.shape)} to be no larger than self "
+                                    f"{list(x.shape)} apart from dimension {d}")
+    bad = (idx < -X.shape[d]) | (idx >= X.shape[d])
+    if bad.any():
+        raise FpemuRuntimeError(f"gather(): index {int(idx[bad].flat[0])} is out of bounds for "
+                                f"dimension {d} with size {X.shape[d]}")
+    res = np.take_along_axis(X, idx, axis=d).reshape(index.shape)
     if not is_float(x.dtype):
         return Tensor(res, x.dtype)
 
     def backward(g):
-        G = np.zeros(x.shape, np.float64)
-        _scatter_add(G, d, idx, g.astype(np.float64))
-        return (_store(G, x.dtype), None)
+        G = np.zeros(X.shape, np.float64)
+        _scatter_add(G, d, idx, g.astype(np.float64).reshape(idx.shape))
+        return (_store(G.reshape(x.shape), x.dtype), None)
     return _result(res, x.dtype, (x, index), backward, op="gather")
 
 
@@ -491,7 +598,13 @@ def _scatter_add(G, d, idx, src):
     np.add.at(G, tuple(grid), src)
 
 
-def index_select(x, dim, index):
+def index_select(x, dim, index, *, out=None):
+    return write_out(out, _index_select(x, dim, index), "index_select")
+
+
+def _index_select(x, dim, index):
+    if x.ndim == 0:                 # torch: a 0-d input gives a 0-d result
+        return reshape(_index_select(reshape(x, (1,)), 0, index), ())
     d = wrap_dim(dim, x.ndim)
     idx = [slice(None)] * x.ndim
     idx[d] = index
@@ -591,11 +704,20 @@ def index_put(x, idx, value, accumulate=False):
     return _result(res, x.dtype, (x, value), backward, op="index_put")
 
 
-def masked_select(x, mask):
-    return getitem(x, mask)
+def masked_select(x, mask, *, out=None):
+    """The elements of ``x`` where ``mask`` holds, as one 1-D tensor (the two
+    broadcast against each other first)."""
+    if tuple(x.shape) != tuple(mask.shape):
+        x, mask = broadcast_tensors(x, mask)
+    return write_out(out, getitem(reshape(x, (-1,)), reshape(mask, (-1,))), "masked_select")
 
 
 def nonzero(x, as_tuple=False):
+    if x.ndim == 0:                 # torch takes a 0-d tensor as one element
+        n = int(bool(x._data))
+        if as_tuple:
+            return (Tensor(np.zeros(n, np.int64), int64),)
+        return Tensor(np.zeros((n, 0), np.int64), int64)
     idx = np.nonzero(x._data)
     if as_tuple:
         return tuple(Tensor(i.astype(np.int64), int64) for i in idx)

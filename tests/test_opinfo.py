@@ -1,0 +1,459 @@
+"""fpemu.autograd against PyTorch's own op tests: every sample of every OpInfo
+in ``torch.testing._internal.common_methods_invocations.op_db`` whose op
+fpemu has, float32 and float64, forward and backward, under the CPU profile
+against torch CPU; and every ``error_input`` raising torch's exception class.
+
+The rules (those of tests/op_registry.py):
+
+* values: bit for bit for the ops both libraries round once from the exact
+  result or only move, select or draw (the registry's ``EXACT``); others to a
+  few ulps of the result's scale (torch's SIMD exp / log and blocked sums
+  against fpemu's correctly rounded or index-order ones); shapes, dtypes and
+  ``requires_grad`` always exactly;
+* random ops draw after the same seed on both sides: exact where fpemu
+  reproduces torch's stream (the registry's draws), else shape and dtype;
+* gradients: of the outputs against one fixed random cotangent, to ten times
+  the values' tolerance (they chain several roundings);
+* a warning fpemu gives where torch gives none is a failure (fpemu's
+  warnings of torch's deprecations come with torch's own);
+* a sample torch refuses is not run; one fpemu refuses with its own error
+  (an op or argument it does not emulate) is counted as not emulated, and the
+  table in docs/autograd.md (``python tests/test_opinfo.py --table``) lists
+  those and the ops fpemu lacks, with their sample counts.
+
+Every sample and error input of every op fpemu has passes; the ops it lacks
+are listed in the coverage table.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("expecttest")          # torch.testing._internal imports it
+
+import fpemu.autograd as ft                                      # noqa: E402
+from fpemu.errors import FpemuError                              # noqa: E402
+from op_registry import EXACT                                    # noqa: E402
+
+from torch.testing._internal.common_methods_invocations import op_db   # noqa: E402
+
+CPU = ft.Profile("cpu", "2.13.0", cpu_threads=torch.get_num_threads(),
+                 cpu_capability=torch.backends.cpu.get_cpu_capability())
+DTYPES = ("float32", "float64")
+#: relative tolerance of inexact values, per dtype (gradients: ten times)
+RTOL = {"float32": 3e-6, "float64": 1e-13}
+#: float64's absolute floor (float32 takes torch's own float32 noise instead:
+#: ``_gradient_noise``): a gradient that is the rounding noise of a cancellation
+ATOL64 = 1e-13
+
+#: draws fpemu reproduces from torch's seeded stream (else shape and dtype)
+DRAWS = {"rand", "randint", "randperm", "randn", "dropout", "dropout1d", "dropout2d",
+         "dropout3d", "nn.functional.dropout", "nn.functional.dropout2d",
+         "nn.functional.dropout3d"}
+RANDOM = DRAWS | {"rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
+                  "normal", "empty", "empty_like", "new_empty", "empty_strided",
+                  "nn.functional.feature_alpha_dropout", "nn.functional.alpha_dropout",
+                  "uniform", "exponential", "geometric", "log_normal", "cauchy"}
+
+#: OpInfos whose ``op`` reorders the arguments of the function: fpemu's call
+CALLS = {"where": lambda self, condition, other: ft.where(condition, self, other)}
+
+
+@contextlib.contextmanager
+def _torch_quiet():
+    """torch's own warnings (its samples' beta-feature notes, its deprecations)
+    are torch's business here; fpemu's calls stay under pytest's filter."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _key(op):
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def _lookup(name):
+    """fpemu.autograd's function of that dotted name, or None."""
+    obj = ft
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj if callable(obj) else None
+
+
+def _wrapped(op):
+    """The OpInfo calls its op through a lambda that reorders or fixes
+    arguments: fpemu's function cannot be called the same way."""
+    return op.name not in CALLS and getattr(op.op, "__name__", "") == "<lambda>"
+
+
+def _resolve(op):
+    if op.name in CALLS:
+        return CALLS[op.name]
+    return None if _wrapped(op) else _lookup(op.name)
+
+
+_DTYPES = {getattr(torch, n): getattr(ft, n) for n in
+           ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+            "uint8", "bool")}
+
+
+class _NotEmulated(Exception):
+    """A sample argument fpemu has no counterpart for (sparse CSR layouts,
+    complex dtypes)."""
+
+
+def _convert(x, leaves):
+    """A sample argument as fpemu's: tensors exactly (``nn.from_torch``, the
+    same ``requires_grad``), dtypes and sizes by name, containers recursively."""
+    if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided or x.is_complex():
+            raise _NotEmulated(f"{x.layout} {x.dtype} tensors")     # fpemu refuses them
+        f = ft.nn.from_torch(x.detach())
+        if x.requires_grad:
+            f.requires_grad_(True)
+        leaves.append((x, f))
+        return f
+    if isinstance(x, torch.dtype):
+        return _DTYPES[x]
+    if isinstance(x, torch.Size):
+        return tuple(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_convert(v, leaves) for v in x)
+    if isinstance(x, dict):
+        return {k: _convert(v, leaves) for k, v in x.items()}
+    return x
+
+
+def _flat(o):
+    if isinstance(o, (list, tuple)):
+        return [y for v in o for y in _flat(v)]
+    return [o]
+
+
+def _np(t):
+    if isinstance(t, torch.Tensor):
+        t = t.detach()
+        return t.float().numpy() if t.dtype in (torch.bfloat16, torch.float16) else t.numpy()
+    return np.asarray(t.detach().numpy())
+
+
+def _dtype_name(d):
+    return str(d).replace("torch.", "").replace("fpemu.", "")
+
+
+def _differ(got, want, exact, rtol, what, noise=None):
+    """Why fpemu's result is not torch's, or None. ``noise``: per result, how
+    far torch's own result is from the same computation in float64 (fpemu
+    may be four times as far: where a gradient is the rounding noise of a
+    cancellation, both libraries return noise)."""
+    gs, ws = _flat(got), _flat(want)
+    if len(gs) != len(ws):
+        return f"{what}: {len(gs)} results, torch {len(ws)}"
+    for i, (g, w) in enumerate(zip(gs, ws)):
+        if not isinstance(w, torch.Tensor):
+            gv = g.item() if hasattr(g, "item") else g
+            if gv != w and not (isinstance(w, float) and np.isnan(w) and np.isnan(gv)):
+                return f"{what}[{i}]: {gv!r}, torch {w!r}"
+            continue
+        if not hasattr(g, "shape") or not hasattr(g, "dtype"):
+            return f"{what}[{i}]: a {type(g).__name__}, torch a tensor"
+        if tuple(g.shape) != tuple(w.shape) or _dtype_name(g.dtype) != _dtype_name(w.dtype):
+            return (f"{what}[{i}]: {tuple(g.shape)} {_dtype_name(g.dtype)}, torch "
+                    f"{tuple(w.shape)} {_dtype_name(w.dtype)}")
+        if exact is None:
+            continue                                        # shape and dtype only
+        a, b = _np(g), _np(w)
+        if a.dtype.kind != "f":
+            if not np.array_equal(a, b):
+                return f"{what}[{i}]: {np.count_nonzero(a != b)} elements differ"
+            continue
+        nan = np.isnan(b)
+        if not np.array_equal(np.isnan(a), nan):
+            return f"{what}[{i}]: NaN at other places ({np.isnan(a).sum()} vs {nan.sum()})"
+        a, b = a[~nan], b[~nan]
+        if exact:
+            ua = a.view(np.uint64 if a.dtype == np.float64 else np.uint32)
+            ub = b.view(ua.dtype)
+            if not np.array_equal(ua, ub):
+                return f"{what}[{i}]: {np.count_nonzero(ua != ub)} of {ua.size} codes differ"
+            continue
+        inf = np.isinf(b)
+        if not np.array_equal(a[inf], b[inf]) or np.isinf(a[~inf]).any():
+            return f"{what}[{i}]: infinities differ"
+        a, b = a[~inf].astype(np.float64), b[~inf].astype(np.float64)
+        if a.size:
+            scale = max(float(np.max(np.abs(b))), np.finfo(np.float64).tiny)
+            err = float(np.max(np.abs(a - b)))
+            bound = rtol * scale + (4 * noise[i] if noise is not None else 0.0) + (
+                ATOL64 if w.dtype == torch.float64 else 0.0)
+            if err > bound:
+                return (f"{what}[{i}]: off by {err:.3g} where the results reach {scale:.3g} "
+                        f"(tolerance {bound:.3g})")
+    return None
+
+
+def _cotangents(outs, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(w.shape, generator=g, dtype=torch.float64).to(w.dtype) + 0.5
+            for w in outs]
+
+
+def _run_sample(op, fn, sample, dtype):
+    """None when fpemu agrees (or torch refuses the sample), "not emulated"
+    when fpemu refuses it with its own error, else what is wrong."""
+    name = op.name
+    short = name.rsplit(".", 1)[-1]
+    exact = None if name in RANDOM - DRAWS else (short in EXACT or name in DRAWS)
+    rtol = RTOL[dtype]
+    with ft.use_profile(CPU):
+        torch.manual_seed(0)
+        try:
+            with warnings.catch_warnings(record=True) as torch_warned:
+                warnings.simplefilter("always")
+                want = op(sample.input, *sample.args, **sample.kwargs)
+        except Exception:                                        # noqa: BLE001
+            return None
+        leaves = []
+        try:
+            args = _convert((sample.input,) + tuple(sample.args), leaves)
+            kwargs = _convert(dict(sample.kwargs), leaves)
+        except _NotEmulated:
+            return "not emulated"
+        ft.manual_seed(0)
+        try:
+            with warnings.catch_warnings(record=True) as fpemu_warned:
+                warnings.simplefilter("always")
+                got = fn(*args, **kwargs)
+        except FpemuError as err:
+            if isinstance(err, NotImplementedError) or "emulated" in str(err):
+                return "not emulated"
+            return f"refused: {type(err).__name__}: {str(err)[:160]}"
+        except Exception as err:                                 # noqa: BLE001
+            return f"crash: {type(err).__name__}: {str(err)[:160]}"
+        extra = ({type(w.message).__name__ for w in fpemu_warned}
+                 - {type(w.message).__name__ for w in torch_warned})
+        if extra:
+            return f"warning: fpemu warns ({', '.join(sorted(extra))}) where torch does not"
+        why = _differ(got, want, exact, rtol, "values")
+        if why:
+            return why
+        if not op.supports_autograd or name in RANDOM:
+            return None
+        touts = [w for w in _flat(want) if isinstance(w, torch.Tensor) and w.requires_grad]
+        fouts = [g for g in _flat(got) if getattr(g, "requires_grad", False)]
+        if len(touts) != len(fouts):
+            return f"requires_grad: {len(fouts)} outputs need a gradient, torch {len(touts)}"
+        tin = [t for t, _ in leaves if t.requires_grad]
+        if not touts or not tin:
+            return None
+        cots = _cotangents(touts, 1)
+        try:
+            with _torch_quiet():
+                tgrads = torch.autograd.grad(touts, tin, cots, allow_unused=True)
+        except Exception:                                        # noqa: BLE001
+            return None
+        fin = [f for t, f in leaves if t.requires_grad]
+        try:
+            ft.autograd.backward(fouts, [ft.nn.from_torch(c) for c in cots])
+        except Exception as err:                                 # noqa: BLE001
+            return f"backward crash: {type(err).__name__}: {str(err)[:160]}"
+        noise = _gradient_noise(op, sample, tgrads, cots) if dtype == "float32" else None
+        for i, (f, t) in enumerate(zip(fin, tgrads)):
+            if t is None:
+                continue
+            if f.grad is None:
+                return f"gradient {i}: None, torch a tensor"
+            why = _differ(f.grad, t, False, 10 * rtol, f"gradient {i}",
+                          None if noise is None else [noise[i]])
+            if why:
+                return why
+    return None
+
+
+def _double(x, leaves):
+    if isinstance(x, torch.Tensor):
+        d = x.detach().double() if x.dtype == torch.float32 else x.detach().clone()
+        if x.requires_grad:
+            d.requires_grad_(True)
+            leaves.append(d)
+        return d
+    if isinstance(x, (list, tuple)):
+        return type(x)(_double(v, leaves) for v in x)
+    if isinstance(x, dict):
+        return {k: _double(v, leaves) for k, v in x.items()}
+    return x
+
+
+def _gradient_noise(op, sample, tgrads, cots):
+    """Per input gradient, how far torch's float32 gradient is from torch's
+    float64 one on the same inputs and cotangent (0 where that fails)."""
+    leaves = []
+    args = _double((sample.input,) + tuple(sample.args), leaves)
+    kwargs = _double(dict(sample.kwargs), leaves)
+    try:
+        with _torch_quiet():
+            outs = [w for w in _flat(op(*args, **kwargs)) if isinstance(w, torch.Tensor)
+                    and w.requires_grad]
+            g64 = torch.autograd.grad(outs, leaves, [c.double() for c in cots],
+                                      allow_unused=True)
+    except Exception:                                            # noqa: BLE001
+        return [0.0] * len(tgrads)
+    return [0.0 if a is None or b is None or a.shape != b.shape else
+            float((a.double() - b).abs().max()) if a.numel() else 0.0
+            for a, b in zip(tgrads, g64)]
+
+
+def _ops():
+    for op in op_db:
+        if _resolve(op) is not None:
+            yield op
+
+
+def _case(op, dtype):
+    return pytest.param(op, dtype, id=f"{_key(op)}-{dtype}")
+
+
+@pytest.mark.parametrize("op, dtype", [_case(op, d) for op in _ops() for d in DTYPES])
+def test_opinfo_samples(op, dtype):
+    dt = getattr(torch, dtype)
+    if dt not in op.supported_dtypes("cpu"):
+        pytest.skip(f"torch's OpInfo has no {dtype} for {_key(op)}")
+    fn = _resolve(op)
+    wrong = collections.Counter()
+    first = {}
+    with _torch_quiet():
+        samples = list(op.sample_inputs("cpu", dt, requires_grad=op.supports_autograd))
+    for sample in samples:
+        why = _run_sample(op, fn, sample, dtype)
+        if why and why != "not emulated":
+            kind = why.split(":")[0]
+            wrong[kind] += 1
+            first.setdefault(kind, f"{why} (input {tuple(getattr(sample.input, 'shape', ()))}, "
+                                   f"{len(sample.args)} args, kwargs {sorted(sample.kwargs)})")
+    assert not wrong, "; ".join(f"{n} x {first[k]}" for k, n in wrong.items())
+
+
+@pytest.mark.parametrize("op, dtype", [_case(op, "float32") for op in _ops()
+                                       if op.error_inputs_func is not None])
+def test_opinfo_error_inputs(op, dtype):
+    """Each input torch refuses, fpemu refuses with an exception of the same
+    class (fpemu's errors derive from ValueError, TypeError, RuntimeError...)."""
+    fn = _resolve(op)
+    bad = []
+    with _torch_quiet():
+        error_inputs = list(op.error_inputs("cpu"))
+    for ei in error_inputs:
+        s = ei.sample_input
+        if _aliases(s):
+            continue            # out= shares memory with an input: the copies cannot
+        leaves = []
+        try:
+            args = _convert((s.input,) + tuple(s.args), leaves)
+            kwargs = _convert(dict(s.kwargs), leaves)
+        except _NotEmulated:
+            continue
+        except ValueError:
+            continue                 # past numpy's 64 dimensions: no fpemu tensor to make
+        with ft.use_profile(CPU):
+            try:
+                fn(*args, **kwargs)
+            except ei.error_type:
+                continue
+            except FpemuError as err:
+                if isinstance(err, NotImplementedError) or "emulated" in str(err):
+                    continue    # refused as not emulated (the samples test counts those)
+                bad.append(f"{type(err).__name__} where torch raises "
+                           f"{ei.error_type.__name__} ({str(err)[:80]})")
+                continue
+            except Exception as err:                             # noqa: BLE001
+                bad.append(f"{type(err).__name__} where torch raises "
+                           f"{ei.error_type.__name__} ({str(err)[:80]})")
+                continue
+        bad.append(f"accepted where torch raises {ei.error_type.__name__} "
+                   f"({ei.error_regex[:60]!r})")
+    assert not bad, f"{len(bad)}: " + "; ".join(bad[:3])
+
+
+def _aliases(sample):
+    """Whether a sample's ``out=`` shares memory with one of its inputs or
+    with itself (the error torch raises for that cannot be asked of converted
+    copies)."""
+    out = sample.kwargs.get("out")
+    if not isinstance(out, torch.Tensor):
+        return False
+    if 0 in out.stride() and out.numel() > 1:
+        return True             # an expanded out: its elements share memory
+    ins = [t for t in _flat([sample.input, list(sample.args)]) if isinstance(t, torch.Tensor)]
+    ptr = out.untyped_storage().data_ptr()
+    return any(t.untyped_storage().data_ptr() == ptr for t in ins)
+
+
+def coverage_table():
+    """The ops of op_db fpemu lacks, and those whose samples it refuses in
+    part, with sample counts (float32): markdown for docs/autograd.md."""
+    lacking, partly, wrapped = (collections.Counter() for _ in range(3))
+    total = collections.Counter()
+    for op in op_db:
+        if torch.float32 not in op.supported_dtypes("cpu"):
+            continue
+        with _torch_quiet():
+            samples = list(op.sample_inputs("cpu", torch.float32))
+        fn = _resolve(op)
+        if fn is None:
+            (wrapped if _lookup(op.name) else lacking)[_key(op)] += len(samples)
+            continue
+        for s in samples:
+            total[_key(op)] += 1
+            if _run_sample(op, fn, s, "float32") == "not emulated":
+                partly[_key(op)] += 1
+    lines = ["| op (OpInfo) | float32 samples | fpemu |", "|---|---|---|"]
+    for k, n in sorted(partly.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| `{k}` | {total[k]} | {n} refused as not emulated |")
+    for k, n in sorted(wrapped.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| `{k}` | {n} | in fpemu; the OpInfo calls it through a wrapper "
+                     f"(not run) |")
+    for k, n in sorted(lacking.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"| `{k}` | {n} | not in fpemu |")
+    return (f"{len(total)} OpInfo entries run, {sum(total.values())} float32 samples "
+            f"({sum(partly.values())} of them refused as not emulated); "
+            f"{len(wrapped)} entries fpemu has but cannot be called as the OpInfo calls "
+            f"them; {len(lacking)} entries fpemu lacks ({sum(lacking.values())} samples).\n\n"
+            + "\n".join(lines))
+
+
+def test_the_coverage_page_lists_the_ops_fpemu_lacks():
+    """docs/opinfo-coverage.md (written by ``python tests/test_opinfo.py
+    --table``) names every OpInfo entry fpemu lacks, and no other."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs",
+                           "opinfo-coverage.md")) as fh:
+        page = fh.read()
+    listed = set(re.findall(r"^\| `([^`]+)` \| \d+ \| not in fpemu \|$", page, re.M))
+    lacking = {_key(op) for op in op_db if torch.float32 in op.supported_dtypes("cpu")
+               and _resolve(op) is None and not _lookup(op.name)}
+    assert listed == lacking, (f"regenerate the page: listed but now in fpemu "
+                               f"{sorted(listed - lacking)[:5]}, missing "
+                               f"{sorted(lacking - listed)[:5]}")
+
+
+if __name__ == "__main__" and "--table" in sys.argv:
+    print(f"""# Coverage by PyTorch's op tests
+
+Which entries of PyTorch's op database (`op_db`, torch 2.13) `fpemu.autograd`
+runs in `tests/test_opinfo.py` (see [autograd.md](autograd.md)),
+which samples it refuses as not emulated, and which ops it does not have,
+with their float32 sample counts. Written by `python tests/test_opinfo.py
+--table > docs/opinfo-coverage.md`; the tests check that the list of ops
+fpemu lacks is current.
+
+{coverage_table()}""")
