@@ -357,4 +357,12 @@ def test_generator_matches_torch_cpu():
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-6)
         assert np.mean(b.numpy() == a.numpy()) > 0.6
         assert torch.randint(1000, (3,)).tolist() == ft.randint(1000, (3,)).tolist()
+        # float64 blocks of 16 (normal_fill<double>): 53-bit uniforms, Box-Muller
+        # in double; glibc's log / cos against numpy's: within 2 ulps (codes)
+        for n in (16, 37, 4000):
+            a = torch.randn(n, dtype=torch.float64).numpy()
+            b = ft.randn(n, dtype=ft.float64).numpy()
+            ulps = np.abs(a.view(np.int64) - b.view(np.int64))
+            assert ulps.max() <= 2 and np.mean(ulps == 0) > 0.99, (n, ulps.max())
+            assert torch.randint(1000, (3,)).tolist() == ft.randint(1000, (3,)).tolist()
     assert len(ft.randint(2, (10,))) == 10 and set(ft.randint(2, (100,)).tolist()) == {0, 1}

@@ -99,7 +99,8 @@ def _uniform_(self, a=0.0, b=1.0, generator=None):
 
 def _normal_(self, mean=0.0, std=1.0, generator=None):
     gen = State.generator if generator is None else generator
-    vals = gen.normal(self.numel(), mean, std, fill32=self.dtype is float32)
+    vals = gen.normal(self.numel(), mean, std, fill32=self.dtype is float32,
+                      fill64=self.dtype is float64)
     with _no_grad():
         return I.write(self, vals.reshape(self.shape))
 

@@ -14,11 +14,11 @@ distribution turns the 32-bit draws into numbers in a fixed way
   rounded to the dtype (bit for bit torch's for float32, float64 and float16;
   bfloat16 within one ulp, equal on 99.8 % of draws);
 * ``randperm(n)``: a Fisher-Yates pass, ``swap(r[i], r[i + draw % (n - i)])``;
-* ``randn`` / ``normal_`` with fewer than 16 elements (or not float32): Box-Muller
-  in double from two 53-bit uniforms, the second value kept for the next call;
-  with 16 or more float32 elements: 24-bit uniforms for every element, then
-  Box-Muller on blocks of 16 (the last block redrawn when the size is not a
-  multiple of 16).
+* ``randn`` / ``normal_`` with fewer than 16 elements (or not float32 /
+  float64): Box-Muller in double from two 53-bit uniforms, the second value
+  kept for the next call; with 16 or more float32 (float64) elements: 24-bit
+  (53-bit) uniforms for every element, then Box-Muller on blocks of 16 (the
+  last block redrawn when the size is not a multiple of 16).
 
 Integers, uniforms and permutations are bit for bit torch's; normals follow
 the same draws, so the stream stays aligned, but torch computes the
@@ -116,12 +116,15 @@ class Generator:
                 r[i], r[z] = r[z], r[i]
         return r
 
-    def normal(self, n, mean=0.0, std=1.0, fill32=False):
-        """``n`` normal values as float64. ``fill32``: the tensor is float32
-        (torch then fills blocks of 16 when there are 16 or more; every other
-        dtype takes the one-at-a-time double path)."""
+    def normal(self, n, mean=0.0, std=1.0, fill32=False, fill64=False):
+        """``n`` normal values as float64. ``fill32`` / ``fill64``: the tensor
+        is float32 / float64, and torch fills blocks of 16 when there are 16
+        or more (``normal_fill``: float32 from 24-bit uniforms, float64 from
+        53-bit ones); every other case takes the one-at-a-time double path."""
         if n >= 16 and fill32:
             return self._normal_fill(n, float(np.float32(mean)), float(np.float32(std)))
+        if n >= 16 and fill64:
+            return self._normal_fill64(n, float(mean), float(std))
         out = np.empty(n, np.float64)
         for i in range(n):
             if self._normal_cache is not None:
@@ -143,6 +146,15 @@ class Generator:
         if n % 16:
             data[n - 16:] = _box_muller16(self.uniform(16).astype(np.float32), mean, std)
         return data.astype(np.float64)
+
+    def _normal_fill64(self, n, mean, std):
+        data = self.uniform(n, double=True)
+        full = n // 16 * 16
+        if full:
+            data[:full] = _box_muller16_64(data[:full], mean, std)
+        if n % 16:
+            data[n - 16:] = _box_muller16_64(self.uniform(16, double=True), mean, std)
+        return data
 
     def bernoulli(self, shape, p):
         """Booleans with P(True) = p from 24-bit uniforms (not torch's numbers)."""
@@ -180,6 +192,18 @@ def _box_muller16(d, mean, std):
     out = np.empty_like(d)
     out[:, :8] = radius.astype(np.float64) * np.cos(theta) * std + mean
     out[:, 8:] = radius.astype(np.float64) * np.sin(theta) * std + mean
+    return out.reshape(-1)
+
+
+def _box_muller16_64(d, mean, std):
+    """``normal_fill_16<double>`` on blocks of 16 float64 uniforms: radius
+    sqrt(-2 log(1 - d[j])), angle 2 pi d[j + 8], all in double."""
+    d = d.reshape(-1, 16)
+    radius = np.sqrt(-2.0 * np.log(1.0 - d[:, :8]))
+    theta = 2.0 * math.pi * d[:, 8:]
+    out = np.empty_like(d)
+    out[:, :8] = radius * np.cos(theta) * std + mean
+    out[:, 8:] = radius * np.sin(theta) * std + mean
     return out.reshape(-1)
 
 

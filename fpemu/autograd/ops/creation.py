@@ -111,7 +111,7 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, ou
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None):
     """Standard normal values, drawn as torch's CPU generator draws them."""
     return _drawn(size, "randn()", dtype, generator, requires_grad,
-                  lambda g, n, dt: g.normal(n, fill32=dt is float32))
+                  lambda g, n, dt: g.normal(n, fill32=dt is float32, fill64=dt is float64))
 
 
 def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False,
@@ -158,8 +158,9 @@ def normal(mean=0.0, std=1.0, size=None, generator=None, dtype=None):
     shape = shape_arg((size,), "normal()")
     dtype = _dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64))
-    return _make(_gen(generator).normal(n, mean, std, fill32=dtype is float32).reshape(shape),
-                 dtype, False)
+    vals = _gen(generator).normal(n, mean, std, fill32=dtype is float32,
+                                  fill64=dtype is float64)
+    return _make(vals.reshape(shape), dtype, False)
 
 
 def multinomial(input, num_samples, replacement=False, generator=None):  # noqa: A002
