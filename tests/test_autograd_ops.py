@@ -515,3 +515,22 @@ def test_out_arguments_of_selections_and_reductions_write_the_result():
         ft.gather(x, 1, idx, out=ft.empty(2, 2, dtype=ft.float64))
     with pytest.raises(RuntimeError, match="fpemu does not: pass an out of the result's shape"):
         ft.amax(x, 0, out=ft.empty(3))
+
+
+def test_sdpa_float_mask_gets_its_gradient():
+    """A float attn_mask that requires grad: torch takes the math path and the
+    mask gets dS; so does fpemu (within a few float32 ulps of the scale:
+    exp and the blocked sums differ)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(3))
+    m = rng.standard_normal((4, 4)).astype(np.float32)
+    with ft.use_profile(ft.Profile("cpu", "2.13.0")):
+        tm, fm = torch.tensor(m, requires_grad=True), ft.tensor(m, requires_grad=True)
+        torch.nn.functional.scaled_dot_product_attention(
+            *(torch.tensor(a) for a in (q, k, v)), attn_mask=tm).sum().backward()
+        ft.nn.functional.scaled_dot_product_attention(
+            *(ft.tensor(a) for a in (q, k, v)), attn_mask=fm).sum().backward()
+    assert fm.grad is not None
+    scale = np.abs(tm.grad.numpy()).max()
+    assert np.abs(fm.grad.numpy() - tm.grad.numpy()).max() <= 4 * np.spacing(np.float32(scale))

@@ -1256,19 +1256,26 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     elif attn_mask is not None:
         m = attn_mask._data if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
         mask_add = np.where(m, 0.0, -np.inf) if m.dtype == bool else m.astype(np.float64)
-    backend = sdpa_backend(q, dropout_p)
+    # a float mask that needs a gradient: torch's fused kernels give it none, so
+    # torch takes the math path, whose graph reaches the mask
+    mask_t = attn_mask if (not is_causal and isinstance(attn_mask, Tensor)
+                           and is_float(attn_mask.dtype) and attn_mask.requires_grad) else None
+    backend = SDPBackend.MATH if mask_t is not None else sdpa_backend(q, dropout_p)
     if backend == SDPBackend.MATH:
-        return _sdpa_math(q, k, v, mask_add, dropout_p, sc)
+        return _sdpa_math(q, k, v, mask_add, dropout_p, sc, mask_t)
     return _sdpa_online(q, k, v, mask_add, dropout_p, sc)
 
 
-def _sdpa_math(q, k, v, mask_add, dropout_p, sc):
+def _sdpa_math(q, k, v, mask_add, dropout_p, sc, mask_t=None):
     from ..ops.elementwise import add, mul
     dt = q.dtype
     q32, k32, v32 = (to_dtype(t, float32) if t.dtype is not float64 else t for t in (q, k, v))
     s = float(np.sqrt(sc))
     scores = _linalg._matmul(mul(q32, s), mul(k32, s).transpose(-2, -1), "matmul")
-    if mask_add is not None:
+    if mask_t is not None:
+        scores = add(scores, mask_t if mask_t.dtype is scores.dtype else
+                     to_dtype(mask_t, scores.dtype))
+    elif mask_add is not None:
         scores = add(scores, Tensor(mask_add.astype(scores._data.dtype), scores.dtype))
     p = softmax(scores, dim=-1)
     if dropout_p:
