@@ -534,3 +534,21 @@ def test_sdpa_float_mask_gets_its_gradient():
     assert fm.grad is not None
     scale = np.abs(tm.grad.numpy()).max()
     assert np.abs(fm.grad.numpy() - tm.grad.numpy()).max() <= 4 * np.spacing(np.float32(scale))
+
+
+def test_draws_from_parameters_that_need_a_gradient_need_one_too():
+    """torch.normal with a tensor mean or std and torch.bernoulli of a tensor of
+    probabilities return results that require grad, whose backward gives the
+    parameters zeros (torch's derivatives): a program's .backward() runs."""
+    torch = pytest.importorskip("torch")
+    calls = [lambda lib, t: lib.normal(t, 1.0), lambda lib, t: lib.normal(0.0, t + 1),
+             lambda lib, t: lib.bernoulli(t)]
+    for call in calls:
+        got = []
+        for lib in (torch, ft):
+            t = lib.full((3,), 0.5, requires_grad=True)
+            y = call(lib, t)
+            got.append(y.requires_grad)
+            y.sum().backward()
+            assert t.grad is not None and t.grad.tolist() == [0.0, 0.0, 0.0]
+        assert got == [True, True]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._core import (
-    Tensor, _values_as, as_dtype, bool_, check_device, float32, float64, int64, is_float,
+    Tensor, _result, _values_as, as_dtype, bool_, check_device, float32, float64, int64, is_float,
     result_type, tensor, uint8,
 )
 from .._state import State
@@ -154,7 +154,7 @@ def normal(mean=0.0, std=1.0, size=None, generator=None, dtype=None):
         shape = np.broadcast_shapes(np.shape(m), np.shape(s))
         z = _gen(generator).normal(int(np.prod(shape, dtype=np.int64))).reshape(shape)
         dt = mean.dtype if isinstance(mean, Tensor) else std.dtype
-        return _make(z * s + m, dt, False)
+        return _drawn_from(_make(z * s + m, dt, False), (mean, std), "normal")
     shape = shape_arg((size,), "normal()")
     dtype = _dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64))
@@ -183,7 +183,20 @@ def bernoulli(input, p=None, generator=None):  # noqa: A002
     probs = input._data if p is None else np.full(input.shape, p)
     draw = _gen(generator).uniform(int(np.prod(input.shape, dtype=np.int64))).reshape(
         input.shape)
-    return Tensor(_values_as((draw < probs).astype(np.float64), input.dtype), input.dtype)
+    out = Tensor(_values_as((draw < probs).astype(np.float64), input.dtype), input.dtype)
+    return _drawn_from(out, (input,) if p is None else (), "bernoulli")
+
+
+def _drawn_from(out, params, op):
+    """A draw whose parameters need a gradient: torch's result needs one too,
+    and gives the parameters zeros (its derivatives of normal and bernoulli)."""
+    params = tuple(t for t in params if isinstance(t, Tensor))
+    if not any(t.requires_grad for t in params) or not is_float(out.dtype):
+        return out
+
+    def backward(g):
+        return tuple(np.zeros(t.shape, g.dtype) for t in params)
+    return _result(out._data, out.dtype, params, backward, op=op)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False, out=None):
