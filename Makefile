@@ -24,8 +24,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fpemu demo --out out
 
-# Two pytest workers (pytest-xdist): the suite takes about 12 minutes on two
-# cores, against 26 in one process. `make test PYTEST_WORKERS=0` runs it in one.
+# Two pytest workers (pytest-xdist): the suite takes about 17 minutes on two
+# cores (fresh clone, idle), against 26 in one process; PYTEST_WORKERS=0 runs one.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --nbmake notebooks tests fpemu
