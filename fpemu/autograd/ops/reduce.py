@@ -16,7 +16,7 @@ from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, bool_, int64, is_float, to_dtype
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from ._common import f64, wrap_dim
-from .elementwise import maximum, minimum, sqrt
+from .elementwise import _tensor_args, maximum, minimum, sqrt
 from .inplace import write_out
 
 _values_indices = collections.namedtuple("torch_return_types", ["values", "indices"])
@@ -177,16 +177,10 @@ def _select_extreme(x, dim, keepdim, arg, name):
     return _values_indices(values, Tensor(np.asarray(idx_out, np.int64), int64))
 
 
-def _input_tensor(x, name):
-    if not isinstance(x, Tensor):
-        raise FpemuTypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
-                             f"{type(x).__name__}")
-
-
 def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
     """``max(x)`` (all elements), ``max(x, dim)`` (values, indices) or
     ``max(a, b)`` (elementwise, as ``maximum``)."""
-    _input_tensor(x, "max")
+    _tensor_args("max", x, dim)
     if isinstance(dim, Tensor):
         return maximum(x, dim)
     if dim is None:
@@ -195,7 +189,7 @@ def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
 
 
 def min(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
-    _input_tensor(x, "min")
+    _tensor_args("min", x, dim)
     if isinstance(dim, Tensor):
         return minimum(x, dim)
     if dim is None:
