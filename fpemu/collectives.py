@@ -132,6 +132,7 @@ Examples
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import numbers
@@ -426,20 +427,13 @@ NCCL_STEPS = 8
 _NCCL_MIN_TRAFFIC = (((2, 26), 16 << 10), ((2, 29), 32 << 10))
 
 
-class NcclSchedule(tuple):
+class NcclSchedule(collections.namedtuple("NcclSchedule", "channels parts chunk_bytes")):
     """What NCCL's enqueue gives one all-reduce: ``channels`` (the channel
     of each part, ``channel{Lo..Hi}``), ``parts`` (``(count, chunk_count)``
     per channel, for ``all_reduce(parts=...)``) and ``chunk_bytes``
     (``chunkBytes{Lo,Mid,Hi}`` per part)."""
 
     __slots__ = ()
-
-    def __new__(cls, channels, parts, chunk_bytes):
-        return super().__new__(cls, (list(channels), list(parts), list(chunk_bytes)))
-
-    channels = property(lambda self: self[0])
-    parts = property(lambda self: self[1])
-    chunk_bytes = property(lambda self: self[2])
 
     def trees(self, search_channels):
         """Which tree each part runs (for ``all_reduce(trees=...)``): NCCL's
@@ -449,10 +443,6 @@ class NcclSchedule(tuple):
         the ``2S``)."""
         s = _count(search_channels, "search_channels", "NcclSchedule.trees", 1)
         return [int(c % (2 * s) >= s) for c in self.channels]
-
-    def __repr__(self):
-        return (f"NcclSchedule(channels={self.channels!r}, parts={self.parts!r}, "
-                f"chunk_bytes={self.chunk_bytes!r})")
 
 
 def _nccl_version(version, fname):
@@ -577,7 +567,7 @@ def nccl_channel_parts(count, element_bytes, channels, protocol="simple", algori
     counts[-1] -= cells * per_cell - count          # the last cell's padding
     chunks = [_nccl_chunk_bytes(c * element_bytes, protocol, algorithm, buff, nodes, per_node)
               for c in counts]
-    return NcclSchedule(range(len(counts)),
+    return NcclSchedule(list(range(len(counts))),
                         [(c, b // element_bytes) for c, b in zip(counts, chunks)], chunks)
 
 
