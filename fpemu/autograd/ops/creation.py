@@ -14,6 +14,7 @@ from .._core import (
 )
 from .._state import State
 from ._common import shape_arg
+from .elementwise import _zero_grads
 from .inplace import write_out
 
 
@@ -193,10 +194,7 @@ def _drawn_from(out, params, op):
     params = tuple(t for t in params if isinstance(t, Tensor))
     if not any(t.requires_grad for t in params) or not is_float(out.dtype):
         return out
-
-    def backward(g):
-        return tuple(np.zeros(t.shape, g.dtype) for t in params)
-    return _result(out._data, out.dtype, params, backward, op=op)
+    return _result(out._data, out.dtype, params, _zero_grads(*params), op=op)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False, out=None):
