@@ -112,6 +112,24 @@ OPS = [
     *[Op(E + n, samples=unary(positive=True), bf16=True) for n in
       ("log", "log1p", "sqrt", "rsqrt", "reciprocal")],
     Op(E + "sign", samples=unary(), grad=False),
+    *[Op(E + n, samples=fixed((f32(3, 4, lo=-4, hi=4),), (np.array(
+        [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, np.inf, -np.inf, np.nan], np.float32),),
+        (f32(),)), bf16=True) for n in ("floor", "ceil", "trunc", "fix", "frac")],
+    Op(E + "round", call=lambda lib, x, **k: lib.round(x, **k), samples=fixed(
+        (np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, np.inf, np.nan], np.float32),),
+        (f32(3, 4, lo=-4, hi=4),), ((f32(3, 4, lo=-40, hi=40),), {"decimals": 2}),
+        ((f32(3, 4, lo=-4000, hi=4000),), {"decimals": -2}))),
+    *[Op(E + n, samples=unary(), bf16=True) for n in ("erf", "erfc")],
+    Op(E + "nan_to_num", samples=fixed(
+        (np.array([1.5, np.nan, np.inf, -np.inf, -0.0], np.float32),),
+        ((np.array([1.5, np.nan, np.inf, -np.inf], np.float32),),
+         {"nan": 2.0, "posinf": 1e30, "neginf": -7.25})), bf16=True),
+    *[Op(E + n, samples=fixed((f32(3, 4), 0.25), (f32(3, 4), f32(3, 4)), (f32(3, 4), f32(1, 4))))
+      for n in ("clamp_min", "clamp_max")],
+    *[Op(E + n, samples=fixed((f32(3, 4), f32(3, 4), f32(3, 4, positive=True)),
+                              ((f32(3, 4), f32(3, 1), f32(1, 4, positive=True)), {"value": 0.3}),
+                              ((f32(4), f32(3, 4), f32(3, 4, positive=True)), {"value": -2})),
+         bf16=True) for n in ("addcmul", "addcdiv")],
     *[Op(E + n, samples=binary(), bf16=True) for n in ("add", "sub", "mul")],
     *[Op(E + n, samples=fixed((f32(3, 4), f32(3, 4)), (f32(3, 1), f32(1, 4)), (f32(3, 4), f32()),
                               (f32(0, 4), f32(1, 4))))
@@ -215,6 +233,20 @@ OPS = [
     Op(S + "index_put", call=lambda lib, x, v: lib.index_put(
         x.clone(), (lib.tensor([0, 2]),), v, accumulate=True),
        samples=fixed((f32(3, 4), f32(2, 4)))),
+    Op("ops.scatter.scatter", call=lambda lib, x, d, i, src: x.scatter(d, i, src),
+       samples=fixed((f32(3, 4), 1, np.array([[3, 0], [1, 2], [0, 1]]), f32(3, 2)),
+                     (f32(3, 4), 0, np.array([[2, 0, 1, 1]]), 2.5))),
+    Op("ops.scatter.scatter_add", call=lambda lib, x, i, src: lib.scatter_add(x, 1, i, src),
+       samples=fixed((f32(3, 4), np.array([[3, 3, 3], [1, 2, 1], [0, 0, 0]]), f32(3, 3)))),
+    Op("ops.scatter.index_add", call=lambda lib, x, i, src, **k: lib.index_add(x, 0, i, src, **k),
+       samples=fixed((f32(4, 3), np.array([3, 0, 3, 3, 1]), f32(5, 3)),
+                     ((f32(5), np.array([4, 4, 0]), f32(3)), {"alpha": 0.3}),
+                     ((f32(4, 3), np.array([2, 2]), f32(2, 3)), {"alpha": -1.5}))),
+    Op("ops.einsum.einsum", call=lambda lib, eq, *xs: lib.einsum(eq, *xs), samples=fixed(
+        ("ij,jk->ik", f32(3, 4), f32(4, 5)), ("bij,bjk", f32(2, 3, 4), f32(2, 4, 5)),
+        ("ii", f32(4, 4)), ("i,j->ij", f32(3), f32(4)), ("...ij,...j->...i", f32(2, 3, 4), f32(4)),
+        ("ij,jk,kl->il", f32(3, 4), f32(4, 5), f32(5, 2)), ("iij->j", f32(3, 3, 4)),
+        ("bhqd,bhkd->bhqk", f32(2, 2, 3, 4), f32(2, 2, 5, 4)))),
     Op(S + "masked_select", call=lambda lib, x, m: lib.masked_select(x, m),
        samples=fixed((f32(3, 4), bools(3, 4)))),
     Op(S + "nonzero", samples=fixed((np.array([[0, 1.5], [2.0, 0]], np.float32),)), grad=False),
@@ -239,6 +271,9 @@ OPS = [
     Op(RD + "argsort", call=lambda lib, x: lib.argsort(x, dim=1), samples=fixed((f32(3, 4),)),
        grad=False),
     Op(RD + "cumsum", call=lambda lib, x: lib.cumsum(x, 1), samples=fixed((f32(3, 4),))),
+    Op(RD + "cumprod", call=lambda lib, x, d=1: lib.cumprod(x, d), samples=fixed(
+        (f32(3, 4),), (np.array([[2.0, 0.0, 3.0, 0.5], [0.0, 1.5, 0.0, 2.0]], np.float32),),
+        (np.array([1.5, -2.0, 0.0, 4.0, 0.0], np.float32), 0))),
     Op(RD + "norm", samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1}),
                                   ((f32(3, 4),), {"p": 1, "dim": 0}))),
     *[Op(RD + n, samples=fixed((bools(3, 4),), ((bools(3, 4),), {"dim": 1})), grad=False)
@@ -415,6 +450,8 @@ EXACT = {
     "randint", "randperm", "relu6", "hardtanh", "leaky_relu", "relu_", "hardtanh_", "pad",
     "pixel_shuffle", "pixel_unshuffle", "embedding", "one_hot", "dropout", "dropout1d",
     "dropout2d", "dropout3d", "max_pool1d", "max_pool2d",
+    "floor", "ceil", "trunc", "fix", "round", "frac", "nan_to_num", "clamp_min", "clamp_max",
+    "addcmul", "addcdiv", "cumprod", "scatter", "scatter_add", "index_add",
 }
 for _op in OPS:
     _op.exact = _op.short in EXACT

@@ -145,21 +145,24 @@ def lerp(start, end, weight, D):
 
 def addcmul(S, T1, T2, value, D):
     """``self + value * t1 * t2``. CUDA: ``fma(v, r(t1*t2), self)``; CPU:
-    ``fma(r(v*t1), t2, self)``."""
-    v = _f(value)
-    if get_profile().cpu:
-        return _store(fma(v * T1, T2, S), D)
-    return _store(fma(v, T1 * T2, S), D)
+    ``fma(r(v*t1), t2, self)`` (float64 tensors: the same in float64)."""
+    om = opmath(D)
+    v = om(value)
+    with np.errstate(all="ignore"):
+        if get_profile().cpu:
+            return _store(fma(v * T1, T2, S, D), D)
+        return _store(fma(v, T1 * T2, S, D), D)
 
 
 def addcdiv(S, T1, T2, value, D):
     """``self + value * t1 / t2``. CUDA: ``fma(v, r(t1/t2), self)``; CPU:
-    ``r(self + r(r(v*t1)/t2))``."""
-    v = _f(value)
+    ``r(self + r(r(v*t1)/t2))`` (float64 tensors: the same in float64)."""
+    om = opmath(D)
+    v = om(value)
     with np.errstate(all="ignore"):
         if get_profile().cpu:
             return _store(S + (v * T1) / T2, D)
-        return _store(fma(v, T1 / T2, S), D)
+        return _store(fma(v, T1 / T2, S, D), D)
 
 
 def add_scalar(X, s, D):

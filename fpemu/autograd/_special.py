@@ -1,4 +1,4 @@
-"""Elementwise float64 functions numpy lacks, as Numba loops: erf, GELU and
+"""Elementwise float64 functions numpy lacks, as Numba loops: erf, erfc, GELU and
 its gradient (by table for 16-bit inputs), and the row sums of the embedding
 backward."""
 
@@ -21,6 +21,18 @@ def _erf_loop(x, out):
 def erf(x):
     """erf of a float64 array (libm's, via Numba), same shape."""
     return _flat_loop(_erf_loop, x)
+
+
+@pjit
+def _erfc_loop(x, out):
+    for i in prange(x.size):
+        out[i] = math.erfc(x[i])
+
+
+def erfc(x):
+    """erfc = 1 - erf of a float64 array (libm's, via Numba: accurate where
+    erf is near 1), same shape."""
+    return _flat_loop(_erfc_loop, x)
 
 
 _SQRT1_2 = 0.7071067811865476

@@ -23,6 +23,8 @@ op's output; the engine then casts each gradient to its input's dtype.
 
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
@@ -36,6 +38,7 @@ from ._common import f64, float_dt, grad_part, int_binary, operand, t_or_number
 from .inplace import apply_inplace, copy_into
 
 _SQRT_2_PI = 0.7978845608028654
+_TWO_OVER_SQRT_PI = 1.1283791670955126
 
 
 # ------------------------------------------------------------------ arithmetic
@@ -398,6 +401,203 @@ def sign(x):
     if not is_float(x.dtype):
         return Tensor(res, x.dtype)
     return _result(res, x.dtype, (x,), _zero_grads(x), op="sign")
+
+
+def erf(x):
+    """The error function, in float64 (libm's) rounded once (torch: Sleef's
+    erff on CPU, CUDA's erff; both within an ulp: tier 2)."""
+    return _unary("erf", x, _special.erf,
+                  lambda g, x, y: g * _TWO_OVER_SQRT_PI * np.exp(-x * x))
+
+
+def erfc(x):
+    """1 - erf(x), in float64 (libm's erfc: no cancellation) rounded once."""
+    return _unary("erfc", x, _special.erfc,
+                  lambda g, x, y: -g * _TWO_OVER_SQRT_PI * np.exp(-x * x))
+
+
+# ----------------------------------------------------- rounding to integers
+def _to_integer(name, npop):
+    """floor / ceil / trunc: exact; an integer tensor comes back as a copy (as
+    torch's); the gradient is zero (torch's, which still requires one)."""
+    def op(x, out=None):
+        _unary_tensor(name, x)
+        if not is_float(x.dtype):
+            if x.dtype is bool_:
+                raise FpemuRuntimeError(f'"{name}_vml_cpu" not implemented for \'Bool\'')
+            return _out(Tensor(x._data.copy(), x.dtype), out)
+        res = npop(x._data)
+        return _out(_result(res, x.dtype, (x,), _zero_grads(x), op=name), out)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"``{name}(x)``, exact (the float32 storage of a 16-bit tensor holds its "
+                  f"integers exactly); zero gradient.")
+    return op
+
+
+floor = _to_integer("floor", np.floor)
+ceil = _to_integer("ceil", np.ceil)
+trunc = _to_integer("trunc", np.trunc)
+fix = trunc
+
+
+def round(x, decimals=0, out=None):  # noqa: A001 - torch's name
+    """Round half to even (``nearbyint``). With ``decimals``, torch's kernel
+    in opmath: ``nearbyint(x * 10**d) / 10**d``, or for d < 0
+    ``nearbyint(x / 10**-d) * 10**-d`` (10**|d| taken in double, rounded to
+    opmath; each step rounds). Zero gradient."""
+    _unary_tensor("round", x)
+    if not is_float(x.dtype):
+        if decimals:
+            raise FpemuRuntimeError("round_cpu not implemented for integer tensors with "
+                                    f"decimals={decimals}: round a float tensor")
+        return _out(Tensor(x._data.copy(), x.dtype), out)
+    if not decimals:
+        res = np.rint(x._data)
+    else:
+        om = opmath(x.dtype)
+        ten = om(10.0 ** builtins.abs(decimals))
+        X = x._data.astype(om)
+        with np.errstate(all="ignore"):
+            res = _store(np.rint(X / ten) * ten if decimals < 0 else np.rint(X * ten) / ten,
+                         x.dtype)
+    return _out(_result(res, x.dtype, (x,), _zero_grads(x), op="round"), out)
+
+
+def frac(x, out=None):
+    """``x - trunc(x)``, exact (the fractional part); the gradient passes."""
+    _unary_tensor("frac", x)
+    if not is_float(x.dtype):
+        raise FpemuRuntimeError(f'"frac_cpu" not implemented for \'{_c10(x.dtype)}\': '
+                                f'frac takes a float tensor')
+    with np.errstate(all="ignore"):
+        res = x._data - np.trunc(x._data)
+
+    def backward(g):
+        return (g,)
+    return _out(_result(res, x.dtype, (x,), backward, op="frac"), out)
+
+
+def nan_to_num(x, nan=0.0, posinf=None, neginf=None, out=None):
+    """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf``
+    (by default 0 and the dtype's largest and lowest finite values), each
+    converted to the dtype; other elements unchanged. The gradient passes
+    where x is finite, and is 0 where it was replaced."""
+    _unary_tensor("nan_to_num", x)
+    if not is_float(x.dtype):
+        return _out(Tensor(x._data.copy(), x.dtype), out)
+    from .._finfo import finfo
+    fi = finfo(x.dtype)
+    vals = [nan, fi.max if posinf is None else posinf, fi.min if neginf is None else neginf]
+    if x.dtype is float64:
+        vals = [np.float64(v) for v in vals]
+    else:
+        with np.errstate(over="ignore"):
+            vals = [_store(np.float32(v), x.dtype) for v in vals]     # static_cast<scalar_t>
+    X = x._data
+    res = np.where(np.isnan(X), vals[0],
+                   np.where(X == np.inf, vals[1], np.where(X == -np.inf, vals[2], X)))
+    res = res.astype(X.dtype)
+    finite = np.isfinite(X)
+
+    def backward(g):
+        return (np.where(finite, g, np.zeros((), g.dtype)),)
+    return _out(_result(res, x.dtype, (x,), backward, op="nan_to_num"), out)
+
+
+def clamp_min(x, min, out=None):  # noqa: A002 - torch's name
+    """``clamp(x, min=min)``: a number or a tensor bound."""
+    _unary_tensor("clamp_min", x)
+    return _out(clamp(x, min=min), out)
+
+
+def clamp_max(x, max, out=None):  # noqa: A002 - torch's name
+    """``clamp(x, max=max)``: a number or a tensor bound."""
+    _unary_tensor("clamp_max", x)
+    return _out(clamp(x, max=max), out)
+
+
+def _unary_tensor(name, x):
+    if not isinstance(x, Tensor):
+        raise FpemuTypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not "
+                             f"{type(x).__name__}")
+
+
+def _c10(dt):
+    from ._common import scalar_type
+    return scalar_type(dt)
+
+
+# ------------------------------------------------------- addcmul / addcdiv
+def _addc(name, input, tensor1, tensor2):  # noqa: A002 - torch's name
+    for pos, (what, t) in enumerate((("input", input), ("tensor1", tensor1),
+                                     ("tensor2", tensor2)), 1):
+        if not isinstance(t, Tensor):
+            raise FpemuTypeError(f"{name}(): argument '{what}' (position {pos}) must be "
+                                 f"Tensor, not {type(t).__name__}")
+    (input, tensor1, tensor2) = cast_inputs(name, input, tensor1, tensor2)
+    return input, tensor1, tensor2, result_type(input, tensor1, tensor2)
+
+
+def addcmul(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002 - torch's name
+    """``input + value * tensor1 * tensor2`` with ATen's fma (``_aten.addcmul``:
+    the CPU and CUDA builds fuse different products). Autocast: promote."""
+    input, tensor1, tensor2, dt = _addc("addcmul", input, tensor1, tensor2)
+    if not is_float(dt):
+        if isinstance(value, float) and not float(value).is_integer():
+            raise FpemuRuntimeError("For integral input tensors, argument value must not be a "
+                                    "floating point number.")
+        res = (input._data + int(value) * tensor1._data * tensor2._data).astype(dt.np_dtype)
+        return _out(Tensor(res, dt), out)
+    S, T1, T2 = (operand(t, dt) for t in (input, tensor1, tensor2))
+    res = _aten.addcmul(S, T1, T2, value, dt)
+    om = opmath(dt)
+    v = om(value)
+
+    def backward(g):
+        # torch: grad * (tensor2 * value), grad * (tensor1 * value)
+        G = g.astype(om)
+        with np.errstate(all="ignore"):
+            g1 = grad_part(_store(G * _store(T2 * v, dt).astype(om), dt), tensor1, dt) \
+                if tensor1.requires_grad else None
+            g2 = grad_part(_store(G * _store(T1 * v, dt).astype(om), dt), tensor2, dt) \
+                if tensor2.requires_grad else None
+        return grad_part(g, input, dt), g1, g2
+    return _out(_result(res, dt, (input, tensor1, tensor2), backward,
+                        saved=_tensors((tensor1, tensor2)), op="addcmul"), out)
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002 - torch's name
+    """``input + value * tensor1 / tensor2`` as ATen computes it
+    (``_aten.addcdiv``). Autocast: promote. Integer tensors are refused, as
+    torch refuses them."""
+    input, tensor1, tensor2, dt = _addc("addcdiv", input, tensor1, tensor2)
+    if not is_float(tensor1.dtype) and not is_float(tensor2.dtype):
+        raise FpemuRuntimeError(
+            "Integer division with addcdiv is no longer supported, and in a future release "
+            "addcdiv will perform a true division of tensor1 and tensor2. The historic "
+            "addcdiv behavior can be implemented as (input + value * torch.trunc(tensor1 / "
+            "tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / "
+            "tensor2) for float inputs. The future addcdiv behavior is just the latter "
+            "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
+    S, T1, T2 = (operand(t, dt) for t in (input, tensor1, tensor2))
+    res = _aten.addcdiv(S, T1, T2, value, dt)
+    om = opmath(dt)
+    v = om(value)
+
+    def backward(g):
+        # torch: grad * (value / tensor2), -grad * (value * tensor1 / (tensor2 * tensor2))
+        G = g.astype(om)
+        with np.errstate(all="ignore"):
+            g1 = grad_part(_store(G * _store(v / T2, dt).astype(om), dt), tensor1, dt) \
+                if tensor1.requires_grad else None
+            g2 = None
+            if tensor2.requires_grad:
+                num = _store(v * T1, dt).astype(om)
+                den = _store(T2 * T2, dt).astype(om)
+                g2 = grad_part(_store(-G * _store(num / den, dt).astype(om), dt), tensor2, dt)
+        return grad_part(g, input, dt), g1, g2
+    return _out(_result(res, dt, (input, tensor1, tensor2), backward,
+                        saved=_tensors((tensor1, tensor2)), op="addcdiv"), out)
 
 
 def relu(x, inplace=False):

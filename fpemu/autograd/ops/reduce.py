@@ -268,6 +268,49 @@ def cumsum(x, dim, dtype=None):
     return _result(res, x.dtype, (x,), backward, op="cumsum")
 
 
+def cumprod(x, dim, *, dtype=None, out=None):
+    """Running product along ``dim`` in float64, each prefix rounded once
+    (torch's CPU kernel keeps the running product in double). The gradient
+    is torch's ``cumprod_backward``: exact where the input has zeros."""
+    if dtype is not None:
+        x = to_dtype(x, dtype)
+    else:
+        (x,) = cast_inputs("cumprod", x)
+    d = wrap_dim(dim, x.ndim)
+    if not is_float(x.dtype):
+        res = np.cumprod(x._data.astype(np.int64), axis=d) if x.ndim else x._data.astype(
+            np.int64)
+        t = Tensor(np.asarray(res).reshape(x.shape), int64)
+        return t if out is None else write_out(out, t, "cumprod")
+    X = f64(x).reshape(x.shape if x.ndim else (1,))
+    with np.errstate(all="ignore"):
+        P = np.cumprod(X, axis=d)
+    res = _store(P.reshape(x.shape), x.dtype)
+
+    def backward(g):
+        G = np.moveaxis(g.astype(np.float64).reshape(X.shape), d, -1)
+        Xm = np.moveaxis(X, d, -1)
+        Pm = np.moveaxis(P, d, -1)
+        with np.errstate(all="ignore"):
+            # no zero before position i: sum_{j >= i} g_j P_j / x_i (P_j is 0
+            # from the first zero on, so only the terms before it count)
+            tail = np.flip(np.cumsum(np.flip(G * Pm, -1), -1), -1)
+            zero = Xm == 0
+            before = np.cumsum(zero, -1) - zero          # zeros strictly before i
+            gx = np.where(before == 0, np.where(zero, 0.0, tail / np.where(zero, 1.0, Xm)),
+                          0.0)
+            # at the first zero z: sum_{j >= z} g_j prod_{k <= j, k != z} x_k
+            first = zero & (before == 0)
+            if first.any():
+                Q = np.cumprod(np.where(first, 1.0, Xm), -1)
+                after = np.cumsum(first, -1) > 0                # j >= z
+                at_z = np.sum(np.where(after, G * Q, 0.0), -1, keepdims=True)
+                gx = np.where(first, at_z, gx)
+        return (_store(np.moveaxis(gx, -1, d).reshape(x.shape), x.dtype),)
+    t = _result(res, x.dtype, (x,), backward, op="cumprod")
+    return t if out is None else write_out(out, t, "cumprod")
+
+
 def prod(x, dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         x = to_dtype(x, dtype)
