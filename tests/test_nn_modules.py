@@ -47,6 +47,10 @@ REPRS = [
     ("GRU", (3, 4), {}), ("Linear", (2, 3), dict(bias=False)), ("Identity", (), {}),
     ("Sequential", None, {}), ("ModuleList", None, {}), ("ParameterList", None, {}),
     ("TransformerEncoderLayer", (8, 2, 16), {}),
+    ("Conv3d", (2, 4, (3, 2, 3)), dict(stride=2, groups=2)),
+    ("AdaptiveAvgPool3d", ((1, 2, 3),), {}),
+    ("Upsample", (), dict(scale_factor=2, mode="bilinear")), ("Upsample", ((4, 5),), {}),
+    ("UpsamplingNearest2d", (), dict(scale_factor=3)), ("CosineSimilarity", (), dict(dim=-1)),
 ]
 
 
@@ -133,6 +137,9 @@ LAYERS = [  # (name, args, kwargs, input shape, train mode)
                                         bias=False), (2, 4, 3, 5), True),
     ("ConvTranspose2d", (2, 2, 3), dict(dilation=2, stride=3, padding=2), (1, 2, 4, 4), True),
     ("Conv1d", (3, 5, 3), dict(padding=1, stride=2), (2, 3, 9), True),
+    ("Conv3d", (2, 4, 3), dict(padding=1, stride=(1, 2, 1)), (2, 2, 4, 5, 4), True),
+    ("Upsample", (), dict(scale_factor=2, mode="bilinear"), (2, 3, 4, 5), True),
+    ("AdaptiveAvgPool3d", ((2, 3, 1),), {}, (2, 3, 5, 7, 4), True),
     ("LeakyReLU", (0.2,), {}, (4, 7), True), ("ELU", (0.7,), {}, (4, 7), True),
     ("SELU", (), {}, (4, 7), True), ("CELU", (1.3,), {}, (4, 7), True),
     ("Mish", (), {}, (4, 7), True), ("Hardtanh", (-0.5, 0.8), {}, (4, 7), True),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from ..ops.elementwise import (  # noqa: F401  (torch.nn.functional's names)
 )
 from ..ops.linalg import linear  # noqa: F401
 from ..ops.reduce import sum as _sum
+from ._resample import (  # noqa: F401  (torch.nn.functional's names)
+    adaptive_avg_pool3d, interpolate, upsample, upsample_bilinear, upsample_nearest,
+)
 
 
 def relu_(x):
@@ -559,6 +563,39 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002
     from ..ops.elementwise import clamp, div
     from ..ops.reduce import norm
     return div(input, clamp(norm(input, p, dim, keepdim=True), min=eps))
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """Cosine of the angle between x1 and x2 along ``dim``, as ATen computes
+    it: each input divided by its 2-norm (the norm clamped to ``eps`` outside
+    the graph), then the products summed, ``((x1 / |x1|) * (x2 / |x2|)).sum(dim)``
+    (checked bit for bit against torch 2.13's own function). Autocast: fp32."""
+    from ..ops.elementwise import div, mul
+    from ..ops.reduce import norm
+    from ..ops.shape import broadcast_tensors
+    from .._core import no_grad
+    for pos, t in ((1, x1), (2, x2)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"cosine_similarity(): argument 'x{pos}' (position {pos}) must be "
+                            f"Tensor, not {type(t).__name__}")
+    x1, x2 = cast_inputs("cosine_similarity", x1, x2)
+    if not is_float(x1.dtype) or not is_float(x2.dtype):
+        dt = float_dt(x1, x2)
+        x1, x2 = to_dtype(x1, dt), to_dtype(x2, dt)
+    try:
+        x1, x2 = broadcast_tensors(x1, x2)
+    except (RuntimeError, ValueError):
+        raise FpemuRuntimeError(f"The size of tensor a ({list(x1.shape)}) must match the size "
+                                f"of tensor b ({list(x2.shape)}): cosine_similarity needs "
+                                f"inputs that broadcast") from None
+    d = wrap_dim(dim, x1.ndim)
+    norms = []
+    for t in (x1, x2):
+        n = norm(t, 2, d, keepdim=True).clone()
+        with no_grad():
+            n.clamp_min_(eps)
+        norms.append(n)
+    return _sum(mul(div(x1, norms[0]), div(x2, norms[1])), d)
 
 
 # -------------------------------------------------------------------- losses
@@ -1519,16 +1556,20 @@ def _pair(v, n=2):
     return (v,) * n
 
 
-def _im2col(X, kh, kw, sh, sw, dh, dw):
-    """(N, C, H, W) -> (N, Ho, Wo, C*kh*kw) patches of an already padded input."""
-    N, C, H, W = X.shape
-    Ho = (H - dh * (kh - 1) - 1) // sh + 1
-    Wo = (W - dw * (kw - 1) - 1) // sw + 1
-    s = X.strides
+def _im2col(X, ks, ss, ds):
+    """(N, C, *spatial) -> (N, *out, C * prod(ks)) patches of an already
+    padded input, for kernel sizes ``ks``, strides ``ss``, dilations ``ds``."""
+    N, C = X.shape[:2]
+    sp = X.shape[2:]
+    nd = len(sp)
+    outs = tuple((n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(sp, ks, ss, ds))
+    st = X.strides
     view = np.lib.stride_tricks.as_strided(
-        X, (N, C, kh, kw, Ho, Wo), (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw),
-        writeable=False)
-    return view.transpose(0, 4, 5, 1, 2, 3).reshape(N, Ho, Wo, C * kh * kw), Ho, Wo
+        X, (N, C) + tuple(ks) + outs,
+        (st[0], st[1]) + tuple(st[2 + i] * ds[i] for i in range(nd)) +
+        tuple(st[2 + i] * ss[i] for i in range(nd)), writeable=False)
+    order = (0,) + tuple(range(2 + nd, 2 + 2 * nd)) + (1,) + tuple(range(2, 2 + nd))
+    return view.transpose(order).reshape((N,) + outs + (C * int(np.prod(ks)),)), outs
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
@@ -1537,13 +1578,26 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     Autocast: lower. Under the CUDA profile ``torch.backends.cudnn.allow_tf32``
     (on by default, as in torch) reads float32 operands as tf32."""
     x, w, b = cast_inputs("conv2d", input, weight, bias)
-    _conv_args(x, w, b, stride, padding, dilation, groups, 2)
-    batched = x.ndim == 4
+    return _convnd(x, w, b, stride, padding, dilation, groups, 2)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    """3-D convolution, as :func:`conv2d` over three spatial dims. Autocast:
+    lower."""
+    x, w, b = cast_inputs("conv3d", input, weight, bias)
+    return _convnd(x, w, b, stride, padding, dilation, groups, 3)
+
+
+def _convnd(x, w, b, stride, padding, dilation, groups, nd):
+    _conv_args(x, w, b, stride, padding, dilation, groups, nd)
+    batched = x.ndim == nd + 2
     if not batched:
         from ..ops.shape import unsqueeze
         x = unsqueeze(x, 0)
-    N, C, H, W = x.shape
-    O, Cg, kh, kw = w.shape
+    N, C = x.shape[:2]
+    sp = tuple(x.shape[2:])
+    O, Cg = w.shape[:2]
+    ks = tuple(w.shape[2:])
     if C != Cg * groups:
         raise RuntimeError(f"Given groups={groups}, weight of size {list(w.shape)}, expected "
                            f"input{list(x.shape)} to have {Cg * groups} channels, but got {C} "
@@ -1551,59 +1605,67 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     _linalg.same_mm_dtype(x.dtype, w.dtype)
     dt = x.dtype
     _linalg.check_mm_dtype(dt)
-    sh, sw = _pair(stride)
-    dh, dw = _pair(dilation)
+    ss, ds = _pair(stride, nd), _pair(dilation, nd)
     if isinstance(padding, str):
         if padding == "valid":
-            pads = (0, 0, 0, 0)
+            pads = ((0, 0),) * nd
         elif padding == "same":
+            if any(v != 1 for v in ss):
+                raise RuntimeError("padding='same' is not supported for strided convolutions")
             # torch: d (k - 1) in all, the extra one of an even total at the end
-            th, tw = dh * (kh - 1), dw * (kw - 1)
-            pads = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+            tot = [d * (k - 1) for d, k in zip(ds, ks)]
+            pads = tuple((t // 2, t - t // 2) for t in tot)
         else:
             raise FpemuValueError(f"Invalid padding string '{padding}'")
     else:
-        ph, pw = _pair(padding)
-        pads = (ph, ph, pw, pw)
-    ph, pw = pads[0], pads[2]
+        pads = tuple((p, p) for p in _pair(padding, nd))
+    for n, k, d, (p0, p1) in zip(sp, ks, ds, pads):
+        if n + p0 + p1 < d * (k - 1) + 1:
+            padded = " x ".join(str(n + a + c) for n, (a, c) in zip(sp, pads))
+            kernel = " x ".join(str(d * (k - 1) + 1) for d, k in zip(ds, ks))
+            raise RuntimeError(f"Calculated padded input size per channel: ({padded}). Kernel "
+                               f"size: ({kernel}). Kernel size can't be greater than actual "
+                               f"input size")
     om = np.float64 if dt is float64 else np.float32      # float64 stays float64
     tf32 = _linalg._tf32_inputs(dt, conv=True)
-    Xp = np.pad(x._data.astype(om), ((0, 0), (0, 0), pads[:2], pads[2:]))
-    cols, Ho, Wo = _im2col(Xp, kh, kw, sh, sw, dh, dw)
+    Xp = np.pad(x._data.astype(om), ((0, 0), (0, 0)) + pads)
+    cols, outs = _im2col(Xp, ks, ss, ds)
+    K = Cg * int(np.prod(ks))
     Og = O // groups
-    Wm = w._data.astype(om).reshape(O, Cg * kh * kw)
-    outs, colsg = [], []
+    Wm = w._data.astype(om).reshape(O, K)
+    parts, colsg = [], []
     for gi in range(groups):
-        cg = cols.reshape(N, Ho, Wo, groups, Cg * kh * kw)[..., gi, :].reshape(-1, Cg * kh * kw)
+        cg = cols.reshape((N,) + outs + (groups, K))[..., gi, :].reshape(-1, K)
         colsg.append(cg)
-        acc = _linalg.mm_acc(cg, Wm[gi * Og:(gi + 1) * Og].T, dt, tf32)
-        outs.append(acc)
-    acc = np.concatenate(outs, axis=1)
+        parts.append(_linalg.mm_acc(cg, Wm[gi * Og:(gi + 1) * Og].T, dt, tf32))
+    acc = np.concatenate(parts, axis=1)
     if b is not None:
         acc = acc + b._data.astype(om)
-    res = _store(acc.reshape(N, Ho, Wo, O).transpose(0, 3, 1, 2), dt)
-    res = np.ascontiguousarray(res)
+    to_nc = (0, nd + 1) + tuple(range(1, nd + 1))          # (N, *out, O) -> (N, O, *out)
+    res = np.ascontiguousarray(_store(acc.reshape((N,) + outs + (O,)).transpose(to_nc), dt))
     xn, wn = x.requires_grad, w.requires_grad
 
     def backward(g):
-        G = np.ascontiguousarray(g.astype(om).transpose(0, 2, 3, 1)).reshape(-1, O)
+        to_nl = (0,) + tuple(range(2, nd + 2)) + (1,)
+        G = np.ascontiguousarray(g.astype(om).transpose(to_nl)).reshape(-1, O)
         gx = gw = gb = None
         if wn:
-            parts = [_linalg.mm_acc(np.ascontiguousarray(G[:, gi * Og:(gi + 1) * Og].T),
-                                    colsg[gi], dt, tf32) for gi in range(groups)]
-            gw = _store(np.concatenate(parts, 0).reshape(w.shape), dt)
+            gparts = [_linalg.mm_acc(np.ascontiguousarray(G[:, gi * Og:(gi + 1) * Og].T),
+                                     colsg[gi], dt, tf32) for gi in range(groups)]
+            gw = _store(np.concatenate(gparts, 0).reshape(w.shape), dt)
         if xn:
             dcols = np.concatenate(
                 [_linalg.mm_acc(G[:, gi * Og:(gi + 1) * Og], Wm[gi * Og:(gi + 1) * Og], dt,
                                 tf32) for gi in range(groups)], axis=1)
-            dcols = dcols.reshape(N, Ho, Wo, groups, Cg, kh, kw).astype(np.float64)
+            dcols = dcols.reshape((N,) + outs + (groups, Cg) + ks).astype(np.float64)
             dX = np.zeros(Xp.shape, np.float64)
-            for i in range(kh):
-                for j in range(kw):
-                    hs, ws = i * dh, j * dw
-                    dX[:, :, hs:hs + sh * Ho:sh, ws:ws + sw * Wo:sw] += dcols[
-                        :, :, :, :, :, i, j].reshape(N, Ho, Wo, C).transpose(0, 3, 1, 2)
-            gx = _store(dX[:, :, ph:ph + H, pw:pw + W], dt)
+            for pos in itertools.product(*(range(k) for k in ks)):
+                win = tuple(slice(p * d, p * d + s * n, s)
+                            for p, d, s, n in zip(pos, ds, ss, outs))
+                part = dcols[(Ellipsis,) + pos].reshape((N,) + outs + (C,))
+                dX[(slice(None), slice(None)) + win] += part.transpose(to_nc)
+            gx = _store(dX[(slice(None), slice(None)) +
+                           tuple(slice(p0, p0 + n) for (p0, _), n in zip(pads, sp))], dt)
         if b is not None and b.requires_grad:
             gb = _store(G.astype(np.float64).sum(axis=0), dt)
         return gx, gw, gb
@@ -1727,7 +1789,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
     def backward(g):
         Gf = np.zeros((N, Cout, Hf, Wf), om)
         Gf[:, :, ph:ph + Ho, pw:pw + Wo] = g.astype(om)
-        patches, h2, w2 = _im2col(Gf, kh, kw, sh, sw, dh, dw)    # (N, H, W, Cout*kh*kw)
+        patches, (h2, w2) = _im2col(Gf, (kh, kw), (sh, sw), (dh, dw))    # (N, H, W, Cout*kh*kw)
         patches = patches[:, :H, :W].reshape(N * H * W, groups, Og * kh * kw)
         gx = gw = gb = None
         if xn:
@@ -1811,7 +1873,7 @@ def _pool_windows(x, kernel_size, stride, padding, fill):
     if Ho < 1 or Wo < 1:
         raise FpemuRuntimeError(f"Given input size: {list(x.shape)}. Calculated output size: "
                                 f"{[Ho, Wo]}. Output size is too small")
-    cols, Ho, Wo = _im2col(Xp4, kh, kw, sh, sw, 1, 1)
+    cols, (Ho, Wo) = _im2col(Xp4, (kh, kw), (sh, sw), (1, 1))
     return cols.reshape(lead + (Ho, Wo, kh * kw)), (kh, kw, sh, sw, ph, pw, Ho, Wo), Xp.shape
 
 
@@ -1858,7 +1920,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # n
         div = float(kh * kw)
     else:
         ones = np.pad(np.ones(x.shape[-2:]), ((ph, ph), (pw, pw)))[None, None]
-        oc, _, _ = _im2col(ones, kh, kw, sh, sw, 1, 1)
+        oc, _ = _im2col(ones, (kh, kw), (sh, sw), (1, 1))
         div = oc.reshape(Ho, Wo, kh * kw).sum(-1)
     res = _store(cols.sum(-1) / div, x.dtype)
 

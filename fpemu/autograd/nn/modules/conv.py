@@ -1,12 +1,13 @@
-"""``torch.nn.modules.conv``: :class:`Conv1d`, :class:`Conv2d` and
-:class:`ConvTranspose2d`, with torch's parameter shapes and initialisation."""
+"""``torch.nn.modules.conv``: :class:`Conv1d`, :class:`Conv2d`, :class:`Conv3d`
+and :class:`ConvTranspose2d`, with torch's parameter shapes and
+initialisation."""
 
 from __future__ import annotations
 
 from .. import functional as F
 from .linear import _reset_fan_in
 from .module import Module
-from .utils import _empty_param, _pair, _single
+from .utils import _empty_param, _pair, _single, _triple
 
 
 class _ConvNd(Module):
@@ -93,6 +94,16 @@ class Conv2d(_ConvNd):
 
     def forward(self, input):  # noqa: A002
         return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
+
+
+class Conv3d(_ConvNd):
+    """3-D convolution over (N, C, D, H, W) or (C, D, H, W)."""
+
+    _tuple = staticmethod(_triple)
+
+    def forward(self, input):  # noqa: A002
+        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
                         self.dilation, self.groups)
 
 
