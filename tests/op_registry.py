@@ -409,6 +409,17 @@ OPS = [
          samples=fixed((f32(2, 3, 8),))) for n in ("max_pool1d", "avg_pool1d")],
     *[Op(F + n, call=(lambda n: lambda lib, x: getattr(lib.nn.functional, n)(x, 2))(n),
          samples=fixed((f32(2, 3, 6, 6),))) for n in ("max_pool2d", "avg_pool2d")],
+    Op(F + "max_pool3d", call=lambda lib, x, **k: lib.nn.functional.max_pool3d(x, 2, **k),
+       samples=fixed((f32(2, 3, 4, 6, 5),), ((f32(2, 3, 5, 6, 5),), {"ceil_mode": True}),
+                     ((f32(3, 5, 5, 5),), {"padding": 1, "dilation": 2}))),
+    Op(F + "avg_pool3d", call=lambda lib, x, **k: lib.nn.functional.avg_pool3d(x, 3, **k),
+       samples=fixed((f32(2, 3, 4, 6, 5),), ((f32(2, 3, 5, 6, 5),),
+                                             {"ceil_mode": True, "stride": 2, "padding": 1}),
+                     ((f32(3, 5, 5, 5),), {"padding": 1, "count_include_pad": False}))),
+    *[Op(F + f"max_unpool{n}d", call=(lambda n: lambda lib, x: getattr(
+        lib.nn.functional, f"max_unpool{n}d")(*getattr(lib.nn.functional, f"max_pool{n}d")(
+            x, 2, return_indices=True), 2))(n), samples=fixed((f32(*((2, 3) + (4,) * n)),)))
+      for n in (1, 2, 3)],
     Op(F + "adaptive_avg_pool1d", call=lambda lib, x: lib.nn.functional.adaptive_avg_pool1d(x, 3),
        samples=fixed((f32(2, 3, 9),))),
     Op(F + "adaptive_avg_pool2d", call=lambda lib, x: lib.nn.functional.adaptive_avg_pool2d(
@@ -474,7 +485,8 @@ EXACT = {
     "pixel_shuffle", "pixel_unshuffle", "embedding", "one_hot", "dropout", "dropout1d",
     "dropout2d", "dropout3d", "max_pool1d", "max_pool2d",
     "floor", "ceil", "trunc", "fix", "round", "frac", "nan_to_num", "clamp_min", "clamp_max",
-    "addcmul", "addcdiv", "cumprod", "scatter", "scatter_add", "index_add",
+    "addcmul", "addcdiv", "cumprod", "scatter", "scatter_add", "index_add", "max_pool3d",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d",
 }
 for _op in OPS:
     _op.exact = _op.short in EXACT

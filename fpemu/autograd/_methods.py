@@ -98,6 +98,8 @@ def _uniform_(self, a=0.0, b=1.0, generator=None):
 
 
 def _normal_(self, mean=0.0, std=1.0, generator=None):
+    from .ops.creation import _check_std
+    _check_std(std)
     gen = State.generator if generator is None else generator
     vals = gen.normal(self.numel(), mean, std, fill32=self.dtype is float32,
                       fill64=self.dtype is float64)

@@ -31,6 +31,7 @@ from ..ops.elementwise import (  # noqa: F401  (torch.nn.functional's names)
 )
 from ..ops.linalg import linear  # noqa: F401
 from ..ops.reduce import sum as _sum
+from . import _pooling
 from ._resample import (  # noqa: F401  (torch.nn.functional's names)
     adaptive_avg_pool3d, interpolate, upsample, upsample_bilinear, upsample_nearest,
 )
@@ -1143,6 +1144,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     if max_norm is not None or scale_grad_by_freq or sparse:
         raise FpemuValueError("embedding(): max_norm, scale_grad_by_freq and sparse are not "
                               "emulated")
+    if not isinstance(weight, Tensor) or weight.ndim != 2:
+        raise FpemuRuntimeError(f"'weight' must be 2-D, got a weight of shape "
+                                f"{list(getattr(weight, 'shape', ()))}")
     idx = input._data.astype(np.int64)
     rows = weight.shape[0]
     if idx.size and (idx.min() < -rows or idx.max() >= rows):
@@ -1848,90 +1852,70 @@ def pixel_unshuffle(input, downscale_factor):  # noqa: A002
     return y.reshape(*lead, c * r * r, h // r, w // r)
 
 
-def _pool_windows(x, kernel_size, stride, padding, fill):
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride if stride is not None and len(np.atleast_1d(stride)) else
-                   kernel_size)                     # None, [] and (): the kernel size
-    ph, pw = _pair(padding)
-    if min(kh, kw) <= 0:
-        raise FpemuRuntimeError(f"kernel_size must be greater than zero, but got {(kh, kw)}")
-    if min(sh, sw) <= 0:
-        raise FpemuRuntimeError(f"stride should be greater than zero, but got {(sh, sw)}")
-    if x.ndim not in (3, 4) or 0 in x.shape[-3:]:
-        raise FpemuRuntimeError(f"Expected 3D or 4D (batch mode) tensor with optional 0 dim "
-                                f"batch size for input, but got: {list(x.shape)}")
-    if ph < 0 or pw < 0:
-        raise FpemuRuntimeError(f"pad must be non-negative, got padding {(ph, pw)}")
-    if 2 * ph > kh or 2 * pw > kw:
-        raise FpemuRuntimeError(f"pad should be at most half of effective kernel size, but got "
-                                f"pad={(ph, pw)}, kernel_size={(kh, kw)}")
-    X = x._data.astype(np.float64)
-    Xp = np.pad(X, [(0, 0)] * (X.ndim - 2) + [(ph, ph), (pw, pw)], constant_values=fill)
-    lead = Xp.shape[:-2]
-    Xp4 = Xp.reshape((-1, 1) + Xp.shape[-2:])
-    Ho, Wo = (Xp.shape[-2] - kh) // sh + 1, (Xp.shape[-1] - kw) // sw + 1
-    if Ho < 1 or Wo < 1:
-        raise FpemuRuntimeError(f"Given input size: {list(x.shape)}. Calculated output size: "
-                                f"{[Ho, Wo]}. Output size is too small")
-    cols, (Ho, Wo) = _im2col(Xp4, (kh, kw), (sh, sw), (1, 1))
-    return cols.reshape(lead + (Ho, Wo, kh * kw)), (kh, kw, sh, sw, ph, pw, Ho, Wo), Xp.shape
+# ----------------------------------------------------------------- pooling
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+               ceil_mode=False, return_indices=False):
+    """The maximum over each window (exact; ``_pooling``); with
+    ``return_indices`` also each maximum's index in the input row."""
+    return _pooling.max_pool("max_pool1d", input, 1, kernel_size, stride, padding, dilation,
+                             ceil_mode, return_indices)
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                ceil_mode=False, return_indices=False):
-    """The maximum over each window (exact); the gradient goes to the first
-    maximum of the window."""
-    if dilation not in (1, (1, 1)) or ceil_mode or return_indices:
-        raise FpemuValueError("max_pool2d: dilation, ceil_mode and return_indices are not "
-                              "emulated")
-    x = input
-    cols, (kh, kw, sh, sw, ph, pw, Ho, Wo), pshape = _pool_windows(x, kernel_size, stride,
-                                                                   padding, -np.inf)
-    arg = cols.argmax(axis=-1)
-    res = np.take_along_axis(cols, arg[..., None], -1)[..., 0].astype(x._data.dtype)
+    """The maximum over each window (exact; ``_pooling``); the gradient goes
+    to the window's first maximum (its last NaN)."""
+    return _pooling.max_pool("max_pool2d", input, 2, kernel_size, stride, padding, dilation,
+                             ceil_mode, return_indices)
 
-    def backward(g):
-        G = np.zeros(pshape, np.float64)
-        i, j = np.divmod(arg, kw)
-        rows = i + sh * np.arange(Ho)[:, None]
-        colsn = j + sw * np.arange(Wo)[None, :]
-        lead = np.indices(arg.shape[:-2])
-        idx = tuple(np.broadcast_to(l_[..., None, None], arg.shape) for l_ in lead) + (
-            rows, colsn)
-        np.add.at(G, idx, g.astype(np.float64))
-        return (_store(G[..., ph:pshape[-2] - ph, pw:pshape[-1] - pw], x.dtype),)
-    return _result(np.ascontiguousarray(res), x.dtype, (x,), backward, saved=(x,),
-                   op="max_pool2d_with_indices")
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+               ceil_mode=False, return_indices=False):
+    """3-D max pooling, as :func:`max_pool2d`."""
+    return _pooling.max_pool("max_pool3d", input, 3, kernel_size, stride, padding, dilation,
+                             ceil_mode, return_indices)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+               count_include_pad=True):
+    """The mean over each window in float64, rounded once (``_pooling``)."""
+    return _pooling.avg_pool("avg_pool1d", input, 1, kernel_size, stride, padding, ceil_mode,
+                             count_include_pad, None)
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
                count_include_pad=True, divisor_override=None):
-    """The mean over each window in float64, rounded once."""
-    if ceil_mode:
-        raise FpemuValueError("avg_pool2d: ceil_mode is not emulated")
-    x = input
-    cols, (kh, kw, sh, sw, ph, pw, Ho, Wo), pshape = _pool_windows(x, kernel_size, stride,
-                                                                   padding, 0.0)
-    if divisor_override is not None and divisor_override == 0:
-        raise FpemuRuntimeError("avg_pool2d(): divisor must be not zero")
-    if divisor_override:
-        div = float(divisor_override)
-    elif count_include_pad or (ph == 0 and pw == 0):
-        div = float(kh * kw)
-    else:
-        ones = np.pad(np.ones(x.shape[-2:]), ((ph, ph), (pw, pw)))[None, None]
-        oc, _ = _im2col(ones, (kh, kw), (sh, sw), (1, 1))
-        div = oc.reshape(Ho, Wo, kh * kw).sum(-1)
-    res = _store(cols.sum(-1) / div, x.dtype)
+    """The mean over each window in float64, rounded once (``_pooling``)."""
+    return _pooling.avg_pool("avg_pool2d", input, 2, kernel_size, stride, padding, ceil_mode,
+                             count_include_pad, divisor_override)
 
-    def backward(g):
-        G = np.zeros(pshape, np.float64)
-        share = g.astype(np.float64) / div
-        for i in range(kh):
-            for j in range(kw):
-                G[..., i:i + sh * Ho:sh, j:j + sw * Wo:sw] += share
-        return (_store(G[..., ph:pshape[-2] - ph, pw:pshape[-1] - pw], x.dtype),)
-    return _result(res, x.dtype, (x,), backward, op="avg_pool2d")
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+               count_include_pad=True, divisor_override=None):
+    """3-D average pooling, as :func:`avg_pool2d`."""
+    return _pooling.avg_pool("avg_pool3d", input, 3, kernel_size, stride, padding, ceil_mode,
+                             count_include_pad, divisor_override)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0,  # noqa: A002
+                 output_size=None):
+    """Each value written at its index of a zero output (``_pooling``)."""
+    return _pooling.max_unpool("max_unpool1d", input, indices, 1, kernel_size, stride,
+                               padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0,  # noqa: A002
+                 output_size=None):
+    """The inverse of :func:`max_pool2d` with ``return_indices``."""
+    return _pooling.max_unpool("max_unpool2d", input, indices, 2, kernel_size, stride,
+                               padding, output_size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0,  # noqa: A002
+                 output_size=None):
+    """The inverse of :func:`max_pool3d` with ``return_indices``."""
+    return _pooling.max_unpool("max_unpool3d", input, indices, 3, kernel_size, stride,
+                               padding, output_size)
 
 
 def adaptive_avg_pool2d(input, output_size):  # noqa: A002
@@ -1975,30 +1959,6 @@ def _adaptive_weights(n, out):
     return A
 
 
-def _pool1d(fn, input, *args):  # noqa: A002
-    """A 1-D pooling as the 2-D one over a height of one."""
-    if input.ndim not in (2, 3):
-        raise RuntimeError(f"Expected 2D or 3D input to a 1-D pooling, but got input of size: "
-                           f"{list(input.shape)}")
-    return fn(input.unsqueeze(-2), *args).squeeze(-2)
-
-
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
-               ceil_mode=False, return_indices=False):
-    k = _pair(kernel_size, 1)[0]
-    s = k if stride is None or stride == [] else _pair(stride, 1)[0]
-    return _pool1d(max_pool2d, input, (1, k), (1, s), (0, _pair(padding, 1)[0]),
-                   (1, _pair(dilation, 1)[0]), ceil_mode, return_indices)
-
-
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
-               count_include_pad=True):
-    k = _pair(kernel_size, 1)[0]
-    s = k if stride is None or stride == [] else _pair(stride, 1)[0]
-    return _pool1d(avg_pool2d, input, (1, k), (1, s), (0, _pair(padding, 1)[0]), ceil_mode,
-                   count_include_pad)
-
-
 def adaptive_avg_pool1d(input, output_size):  # noqa: A002
     size = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
     if len(size) != 1:
@@ -2007,7 +1967,10 @@ def adaptive_avg_pool1d(input, output_size):  # noqa: A002
     if size[0] is not None and size[0] < 0:
         raise FpemuRuntimeError(f"adaptive_avg_pool1d(): elements of output_size must be "
                                 f"greater than or equal to 0 but received {list(size)}")
-    return _pool1d(adaptive_avg_pool2d, input, (1, size[0]))
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"adaptive_avg_pool1d(): Expected 2D or 3D input, but got input of "
+                           f"size: {list(input.shape)}")
+    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size[0])).squeeze(-2)
 
 
 from .._missing import module_getattr as _module_getattr  # noqa: E402

@@ -15,7 +15,7 @@ from .._core import (
 from .._state import State
 from ._common import shape_arg
 from .elementwise import _zero_grads
-from .inplace import write_out
+from .inplace import copy_into, write_out
 
 
 def _dtype(dtype, default=float32):
@@ -148,25 +148,53 @@ def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
     return _make(_gen(generator).randperm(int(n)), _dtype(dtype, int64), requires_grad)
 
 
-def normal(mean=0.0, std=1.0, size=None, generator=None, dtype=None):
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None,
+           requires_grad=False, out=None, layout=None, pin_memory=False):
+    """``torch.normal``: tensor means and / or standard deviations (one draw
+    per element of their broadcast shape), or two numbers and a ``size``."""
+    _check_std(std)
     if isinstance(mean, Tensor) or isinstance(std, Tensor):
         m = mean._data if isinstance(mean, Tensor) else mean
         s = std._data if isinstance(std, Tensor) else std
         shape = np.broadcast_shapes(np.shape(m), np.shape(s))
-        z = _gen(generator).normal(int(np.prod(shape, dtype=np.int64))).reshape(shape)
         dt = mean.dtype if isinstance(mean, Tensor) else std.dtype
-        return _drawn_from(_make(z * s + m, dt, False), (mean, std), "normal")
+        # torch: output.normal_(0, 1), then output.mul_(std).add_(mean)
+        z = _gen(generator).normal(int(np.prod(shape, dtype=np.int64)), fill32=dt is float32,
+                                   fill64=dt is float64).reshape(shape)
+        om = np.float64 if dt is float64 else np.float32
+        Z = _values_as(z, dt).astype(om)
+        with np.errstate(all="ignore"):
+            P = _values_as(Z * np.asarray(s, om), dt).astype(om)
+            vals = _values_as(P + np.asarray(m, om), dt)
+        return _drawn_from(Tensor(vals, dt), (mean, std), "normal")
     shape = shape_arg((size,), "normal()")
     dtype = _dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64))
     vals = _gen(generator).normal(n, mean, std, fill32=dtype is float32,
                                   fill64=dtype is float64)
-    return _make(vals.reshape(shape), dtype, False)
+    t = _make(vals.reshape(shape), dtype, requires_grad)
+    return t if out is None else copy_into(out, t)
 
 
-def multinomial(input, num_samples, replacement=False, generator=None):  # noqa: A002
+def _check_std(std):
+    """torch's ``normal expects std >= 0.0`` (a RuntimeError)."""
+    bad = (np.any(std._data < 0) if isinstance(std, Tensor) and std.numel() else
+           (not isinstance(std, Tensor) and std < 0))
+    if bad:
+        shown = std if not isinstance(std, Tensor) else "a negative element"
+        raise FpemuRuntimeError(f"normal expects std >= 0.0, but found std {shown}: pass a "
+                                f"non-negative standard deviation")
+
+
+def multinomial(input, num_samples, replacement=False, *, generator=None,  # noqa: A002
+                out=None):
     """Category indices drawn with the given weights per row (torch's law, not
     its numbers)."""
+    if not is_float(input.dtype):
+        raise FpemuRuntimeError(f"multinomial only supports floating-point dtypes for input, "
+                                f"got: {input.dtype}: pass probabilities as a float tensor")
+    if num_samples <= 0:
+        raise FpemuRuntimeError(f"cannot sample n_sample <= 0 samples (got {num_samples})")
     P = input._data.astype(np.float64)
     if input.ndim not in (1, 2):
         raise RuntimeError("prob_dist must be 1 or 2 dim")
@@ -177,7 +205,14 @@ def multinomial(input, num_samples, replacement=False, generator=None):  # noqa:
     if not replacement and num_samples > P.shape[-1]:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without "
                            "replacement")
-    return Tensor(_gen(generator).multinomial(P, int(num_samples), replacement), int64)
+    if P.shape[-1] > 2 ** 24:
+        raise FpemuRuntimeError(f"number of categories cannot exceed 2^24 (got "
+                                f"{P.shape[-1]})")
+    if out is not None and getattr(out, "dtype", None) is not int64:
+        raise FpemuRuntimeError(f"multinomial expects Long tensor out, got: "
+                                f"{getattr(out, 'dtype', type(out).__name__)}")
+    t = Tensor(_gen(generator).multinomial(P, int(num_samples), replacement), int64)
+    return t if out is None else write_out(out, t, "multinomial")
 
 
 def bernoulli(input, p=None, generator=None):  # noqa: A002

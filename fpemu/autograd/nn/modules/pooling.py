@@ -1,11 +1,11 @@
 """``torch.nn.modules.pooling``: max, average and adaptive average pooling
-in one and two dimensions."""
+in one, two and three dimensions, and max unpooling."""
 
 from __future__ import annotations
 
 from .. import functional as F
 from .module import Module
-from .utils import _single
+from .utils import _pair, _single, _triple
 
 
 class _MaxPoolNd(Module):
@@ -33,6 +33,48 @@ class MaxPool2d(_MaxPoolNd):
     def forward(self, input):  # noqa: A002
         return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
                             self.ceil_mode, self.return_indices)
+
+
+class MaxPool3d(_MaxPoolNd):
+    def forward(self, input):  # noqa: A002
+        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode, self.return_indices)
+
+
+class _MaxUnpoolNd(Module):
+    _tuple = staticmethod(_single)
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        nt = self._tuple
+        self.kernel_size = nt(kernel_size)
+        self.stride = nt(stride if stride is not None else kernel_size)
+        self.padding = nt(padding)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    def forward(self, input, indices, output_size=None):  # noqa: A002
+        return F.max_unpool1d(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    _tuple = staticmethod(_pair)
+
+    def forward(self, input, indices, output_size=None):  # noqa: A002
+        return F.max_unpool2d(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    _tuple = staticmethod(_triple)
+
+    def forward(self, input, indices, output_size=None):  # noqa: A002
+        return F.max_unpool3d(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
 
 
 class _AvgPoolNd(Module):
@@ -64,6 +106,12 @@ class AvgPool1d(_AvgPoolNd):
 class AvgPool2d(_AvgPoolNd):
     def forward(self, input):  # noqa: A002
         return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+
+class AvgPool3d(_AvgPoolNd):
+    def forward(self, input):  # noqa: A002
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
 
 
