@@ -247,6 +247,46 @@ OPS = [
         ("ii", f32(4, 4)), ("i,j->ij", f32(3), f32(4)), ("...ij,...j->...i", f32(2, 3, 4), f32(4)),
         ("ij,jk,kl->il", f32(3, 4), f32(4, 5), f32(5, 2)), ("iij->j", f32(3, 3, 4)),
         ("bhqd,bhkd->bhqk", f32(2, 2, 3, 4), f32(2, 2, 5, 4)))),
+    Op("ops.search.searchsorted", call=lambda lib, s, v, o=None, **k: lib.searchsorted(
+        s, v, sorter=o, **k),
+       samples=fixed((np.array([-1.0, 0.0, 0.0, 2.5, np.inf], np.float32),
+                      np.array([0.0, 3.0, -5.0, np.nan, 2.5], np.float32)),
+                     ((np.sort(f32(3, 5), -1), f32(3, 4)), {"right": True}),
+                     (np.array([3.0, 1.0, 2.0], np.float32), np.array([1.5, 2.5], np.float32),
+                      np.array([1, 2, 0]))), grad=False),
+    Op("ops.search.bucketize", call=lambda lib, x, b: lib.bucketize(x, b),
+       samples=fixed((f32(3, 4), np.array([-1.0, 0.0, 1.0], np.float32))), grad=False),
+    Op("ops.search.unique", call=lambda lib, x, **k: lib.cat([
+        t.reshape(-1).float() for t in lib.unique(x, return_inverse=True, return_counts=True,
+                                                  **k)]),
+       samples=fixed((np.array([[2.0, 1.0, 2.0], [np.nan, 1.0, np.nan]], np.float32),),
+                     ((np.array([[2.0, 1.0], [0.0, 1.0], [2.0, 1.0]], np.float32),),
+                      {"dim": 0})), grad=False),
+    Op("ops.search.unique_consecutive", call=lambda lib, x: lib.unique_consecutive(
+        x, return_counts=True)[1], samples=fixed(
+        (np.array([1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 3.0], np.float32),)), grad=False),
+    Op("ops.search.histc", call=lambda lib, x, **k: lib.histc(x, **k), samples=fixed(
+        ((f32(50),), {"bins": 7}), ((f32(50),), {"bins": 4, "min": -1, "max": 1})), grad=False),
+    Op("ops.search.histogram", call=lambda lib, x, w=None, **k: lib.histogram(
+        x, weight=w, **k)[0],
+       samples=fixed(((f32(50),), {"bins": 7}),
+                     ((f32(50),), {"bins": 4, "range": (-1.0, 1.0), "density": True}),
+                     ((f32(20), f32(20)), {"bins": 3})), grad=False),
+    Op("ops.distance.cdist", call=lambda lib, a, b, **k: lib.cdist(a, b, **k), samples=fixed(
+        (f32(4, 3), f32(5, 3)), ((f32(2, 4, 3), f32(5, 3)), {"p": 1.0}),
+        ((f32(4, 3), f32(5, 3)), {"p": float("inf")}), ((f32(4, 3), f32(5, 3)), {"p": 3.0}),
+        ((f32(30, 3), f32(5, 3)), {}))),
+    Op("linalg.vector_norm", call=lambda lib, x, **k: lib.linalg.vector_norm(x, **k),
+       samples=fixed((f32(3, 4),), ((f32(3, 4),), {"ord": 1, "dim": 1}),
+                     ((f32(3, 4),), {"ord": float("inf"), "dim": (0, 1), "keepdim": True}))),
+    Op("linalg.matrix_norm", call=lambda lib, x, **k: lib.linalg.matrix_norm(x, **k),
+       samples=fixed((f32(3, 4),), ((f32(2, 3, 4),), {"ord": "nuc"}),
+                     ((f32(3, 4),), {"ord": 2}), ((f32(3, 4),), {"ord": -1}),
+                     ((f32(3, 4),), {"ord": float("inf")}))),
+    Op("linalg.norm", call=lambda lib, x, **k: lib.linalg.norm(x, **k),
+       samples=fixed((f32(3, 4),), ((f32(3, 4),), {"ord": 1, "dim": 0}), (f32(5),))),
+    Op("linalg.vecdot", call=lambda lib, x, y: lib.linalg.vecdot(x, y),
+       samples=fixed((f32(3, 4), f32(3, 4)))),
     Op(S + "masked_select", call=lambda lib, x, m: lib.masked_select(x, m),
        samples=fixed((f32(3, 4), bools(3, 4)))),
     Op(S + "nonzero", samples=fixed((np.array([[0, 1.5], [2.0, 0]], np.float32),)), grad=False),
@@ -311,6 +351,9 @@ OPS = [
     Op(C + "arange", call=lambda lib: lib.arange(1, 7, 2), samples=fixed(()), grad=False),
     Op(C + "linspace", call=lambda lib: lib.linspace(-1, 1, 7), samples=fixed(()), grad=False),
     Op(C + "eye", call=lambda lib: lib.eye(3, 4), samples=fixed(()), grad=False),
+    Op(C + "logspace", call=lambda lib, *a, **k: lib.logspace(*a, **k), samples=fixed(
+        (-2.0, 3.0, 7), ((0.0, 1.0, 5), {"base": 2.0}), (1.5, 1.5, 1), (0.0, 1.0, 0)),
+       grad=False),
     *[Op(C + n, call=(lambda n: lambda lib: getattr(lib, n)(2, 3))(n), samples=fixed(()),
          grad=False) for n in ("zeros", "ones")],
     Op(C + "empty", call=lambda lib: lib.empty(2, 3), samples=fixed(()), grad=False,
@@ -402,6 +445,17 @@ OPS = [
     Op(F + "adaptive_avg_pool3d", call=lambda lib, x, s: lib.nn.functional.adaptive_avg_pool3d(
         x, s), samples=fixed((f32(2, 3, 7, 5, 6), (3, 2, 4)), (f32(3, 4, 4, 4), 2),
                              (f32(1, 2, 5, 6, 4), (None, 3, 1)))),
+    Op(F + "gaussian_nll_loss", samples=fixed(
+        (f32(3, 4), f32(3, 4), f32(3, 4, positive=True)),
+        ((f32(3, 4), f32(3, 4), f32(3, positive=True)), {"full": True, "reduction": "sum"}),
+        ((f32(3, 4), f32(3, 4), f32(3, 1, positive=True)), {"reduction": "none"}))),
+    Op(F + "unfold", call=lambda lib, x, **k: lib.nn.functional.unfold(x, **k), samples=fixed(
+        ((f32(2, 3, 5, 6),), {"kernel_size": 2}),
+        ((f32(3, 5, 6),), {"kernel_size": (2, 3), "dilation": 2, "padding": 1, "stride": 2}))),
+    Op(F + "fold", call=lambda lib, x, **k: lib.nn.functional.fold(x, **k), samples=fixed(
+        ((f32(2, 12, 20),), {"output_size": (5, 6), "kernel_size": 2}),
+        ((f32(18, 6),), {"output_size": (5, 6), "kernel_size": (2, 3), "dilation": 2,
+                         "padding": 1, "stride": 2}))),
     Op(F + "conv_transpose2d", samples=fixed((f32(2, 3, 4, 4), f32(3, 2, 3, 3), f32(2)),
                                              ((f32(1, 2, 3, 3), f32(2, 2, 2, 2)),
                                               {"stride": 2}))),
@@ -486,7 +540,8 @@ EXACT = {
     "dropout2d", "dropout3d", "max_pool1d", "max_pool2d",
     "floor", "ceil", "trunc", "fix", "round", "frac", "nan_to_num", "clamp_min", "clamp_max",
     "addcmul", "addcdiv", "cumprod", "scatter", "scatter_add", "index_add", "max_pool3d",
-    "max_unpool1d", "max_unpool2d", "max_unpool3d",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d", "searchsorted", "bucketize", "unique",
+    "unique_consecutive", "histc", "unfold",
 }
 for _op in OPS:
     _op.exact = _op.short in EXACT

@@ -53,6 +53,8 @@ REPRS = [
     ("MaxUnpool3d", ((2, 1, 2),), dict(padding=1)), ("MaxUnpool1d", (3,), dict(stride=2)),
     ("Upsample", (), dict(scale_factor=2, mode="bilinear")), ("Upsample", ((4, 5),), {}),
     ("UpsamplingNearest2d", (), dict(scale_factor=3)), ("CosineSimilarity", (), dict(dim=-1)),
+    ("Unfold", ((2, 3),), dict(stride=2)), ("Fold", ((4, 5), 2), {}),
+    ("GaussianNLLLoss", (), dict(full=True)),
 ]
 
 

@@ -32,7 +32,8 @@ from ._autocast import (  # noqa: F401
     Policy, TORCH_CPU, TORCH_CUDA, autocast, get_autocast_dtype, is_autocast_enabled,
 )
 from ._core import (  # noqa: F401
-    DType, Size, Tensor, bfloat16, bool_, device, enable_grad, float16, float32, float64,
+    DType, Size, Tensor, bfloat16, bool_, channels_last, channels_last_3d, contiguous_format,
+    device, enable_grad, float16, float32, float64, memory_format, preserve_format,
     float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, get_rng_state,
     inference_mode, initial_seed, int8, int16, int32, int64, is_grad_enabled,
     is_inference_mode_enabled, manual_seed, no_grad, result_type, seed, set_grad_enabled,
@@ -50,6 +51,8 @@ from .ops import __dict__ as _ops_dict
 from .ops.elementwise import rdiv  # noqa: F401
 from .ops.scaled_mm import _scaled_mm  # noqa: F401  (torch._scaled_mm)
 from . import serialization  # noqa: F401
+# torch.linalg (the star import above bound ``linalg`` to ops.linalg, the matmuls)
+import fpemu.autograd.linalg as linalg  # noqa: E402,F401
 from .serialization import load, save  # noqa: F401
 
 half = float16

@@ -1175,3 +1175,42 @@ def _values_as(arr, dtype):
     if np.asarray(arr).dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise FpemuValueError("tensor(): can't make an integer tensor from inf or NaN")
     return np.array(np.asarray(arr).astype(dtype.np_dtype), copy=True)
+
+
+class memory_format:
+    """``torch.memory_format``: how torch lays a tensor out in memory. fpemu's
+    values do not depend on it: the formats are accepted and checked
+    (channels_last needs 4 dims, channels_last_3d 5), not stored."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return f"torch.{self._name}"
+
+    def __reduce__(self):
+        return (_memory_format_named, (self._name,))
+
+
+contiguous_format = memory_format("contiguous_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+preserve_format = memory_format("preserve_format")
+_MEMORY_FORMATS = {m._name: m for m in (contiguous_format, channels_last, channels_last_3d,
+                                        preserve_format)}
+
+
+def _memory_format_named(name):
+    return _MEMORY_FORMATS[name]
+
+
+def check_memory_format(x, fmt, what):
+    """torch's checks of a ``memory_format=`` argument for tensor ``x``."""
+    if fmt is None:
+        return
+    if not isinstance(fmt, memory_format):
+        raise TypeError(f"{what}: argument 'memory_format' must be torch.memory_format, not "
+                        f"{type(fmt).__name__}")
+    rank = {"channels_last": 4, "channels_last_3d": 5}.get(fmt._name)
+    if rank is not None and x.ndim != rank:
+        raise RuntimeError(f"required rank {rank} tensor to use {fmt._name} format")

@@ -9,8 +9,8 @@ import numpy as np
 from ..formats import Format
 from . import ops as O  # noqa: E741
 from ._core import (
-    DType, Tensor, as_dtype, bfloat16, bool_, check_device, float16, float32, float64, int16,
-    int32, int64, int8, is_float, to_dtype, uint8,
+    DType, Tensor, as_dtype, bfloat16, bool_, check_device, check_memory_format, float16,
+    float32, float64, int16, int32, int64, int8, is_float, to_dtype, uint8,
 )
 from ._state import State
 from .nn import functional as F
@@ -28,7 +28,7 @@ def _to(self, *args, **kwargs):
         check_device(dev, "to()")
     kwargs.pop("non_blocking", None)
     copy = kwargs.pop("copy", False)
-    kwargs.pop("memory_format", None)
+    check_memory_format(self, kwargs.pop("memory_format", None), "to()")
     if kwargs:
         raise TypeError(f"to() received an invalid combination of arguments: "
                         f"{sorted(kwargs)}")
@@ -47,6 +47,17 @@ def _to(self, *args, **kwargs):
     if dtype is None or as_dtype(dtype, "to()") == self.dtype:
         return O.clone(self) if copy else self
     return to_dtype(self, as_dtype(dtype, "to()"))
+
+
+def _convert(dtype):
+    """``x.float()``, ``x.half()``, ...: ``x.to(dtype)``, with torch's
+    ``memory_format`` argument."""
+    def method(self, memory_format=None):
+        return _to(self, dtype, memory_format=memory_format)
+    method.__name__ = {"fp32": "float", "fp16": "half", "bf16": "bfloat16", "float64": "double",
+                       "int64": "long", "int32": "int", "int16": "short", "int8": "char",
+                       "uint8": "byte", "bool": "bool"}.get(dtype.name, dtype.name)
+    return method
 
 
 def _type(self, dtype=None, non_blocking=False):
@@ -233,6 +244,8 @@ _METHODS = dict(
     fix=O.trunc, round=O.round, frac=O.frac, erf=O.erf, erfc=O.erfc, nan_to_num=O.nan_to_num,
     addcmul=O.addcmul, addcdiv=O.addcdiv, cumprod=O.cumprod,
     scatter=O.scatter, scatter_add=O.scatter_add, index_add=O.index_add,
+    unique=O.unique, unique_consecutive=O.unique_consecutive, histc=O.histc,
+    histogram=O.histogram, bucketize=O.bucketize,
     maximum=O.maximum, minimum=O.minimum,
     softmax=lambda self, dim, dtype=None: F.softmax(self, dim, dtype=dtype),
     log_softmax=lambda self, dim, dtype=None: F.log_softmax(self, dim, dtype=dtype),
@@ -250,16 +263,9 @@ _METHODS = dict(
     where=lambda self, cond, other: O.where(cond, self, other),
     to=_to, type=_type,
     type_as=lambda self, other: _to(self, other.dtype),
-    float=lambda self: _to(self, float32),
-    half=lambda self: _to(self, float16),
-    bfloat16=lambda self: _to(self, bfloat16),
-    double=lambda self: _to(self, float64),
-    long=lambda self: _to(self, int64),
-    int=lambda self: _to(self, int32),
-    short=lambda self: _to(self, int16),
-    char=lambda self: _to(self, int8),
-    byte=lambda self: _to(self, uint8),
-    bool=lambda self: _to(self, bool_),
+    float=_convert(float32), half=_convert(float16), bfloat16=_convert(bfloat16),
+    double=_convert(float64), long=_convert(int64), int=_convert(int32),
+    short=_convert(int16), char=_convert(int8), byte=_convert(uint8), bool=_convert(bool_),
     new_zeros=_new(O.zeros), new_ones=_new(O.ones), new_empty=_new(O.empty),
     new_full=_new_full, new_tensor=_new_tensor,
     zero_=I.zero, fill_=I.fill, copy_=lambda self, src, non_blocking=False: I.copy_into(

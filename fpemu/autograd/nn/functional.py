@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import itertools
+import math
 
 import numpy as np
 
@@ -891,6 +892,146 @@ def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
         lambda d: np.where(np.abs(d) < delta, d, delta * np.sign(d)))
 
 
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6,  # noqa: A002
+                      reduction="mean"):
+    """The Gaussian negative log-likelihood, torch's sequence of ops: var
+    (a number, the input's shape, or one dim short of it / broadcasting in
+    one dim) clamped to ``eps`` outside the graph, then
+    ``0.5 * (log(var) + (input - target) ** 2 / var)`` (+ 0.5 log 2 pi)."""
+    from ..ops.creation import ones_like
+    from ..ops.elementwise import add, div, log, mul, pow, sub
+    from ..ops.reduce import any as _any
+    from ..ops.reduce import mean as _mean
+    from .._core import no_grad
+    if isinstance(var, float):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = mul(ones_like(input), var)
+    elif bool(_any(var < 0).item()):
+        raise ValueError("var has negative entry/entries")
+    if tuple(var.shape) != tuple(input.shape):
+        if tuple(input.shape[:-1]) == tuple(var.shape):
+            var = var.unsqueeze(-1)
+        elif not (input.ndim == var.ndim and sum(
+                b for a, b in zip(input.shape, var.shape) if a != b) == 1):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    var = var.clone()
+    with no_grad():
+        var.clamp_(min=eps)
+    loss = mul(add(log(var), div(pow(sub(input, target), 2), var)), 0.5)
+    if full:
+        loss = add(loss, 0.5 * math.log(2 * math.pi))
+    if reduction == "mean":
+        return _mean(loss)
+    if reduction == "sum":
+        return _sum(loss)
+    return loss
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """im2col: the (C * kh * kw, L) sliding blocks of a (N, C, H, W) or
+    (C, H, W) input, as torch's ``Unfold``; exact (it only copies), the
+    gradient sums the blocks back (:func:`fold`)."""
+    x = input
+    if x.ndim not in (3, 4):
+        raise FpemuRuntimeError(f"Input Error: Only 3D or 4D input Tensors are supported (got "
+                                f"{x.ndim}D)")
+    ks, ds, ps, ss = (_pair(v) for v in (kernel_size, dilation, padding, stride))
+    _fold_args(ks, ds, ps, ss)
+    batched = x.ndim == 4
+    X = x._data if batched else x._data[None]
+    N, C, H, W = X.shape
+    outs = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, p, s, d in
+            zip((H, W), ks, ps, ss, ds)]
+    if min(outs) < 1:
+        raise FpemuRuntimeError(f"Given input with spatial size ({H}, {W}), kernel_size={ks}, "
+                                f"dilation={ds}, padding={ps}, calculated shape of the array of "
+                                f"sliding blocks as ({outs[0]}, {outs[1]}), but its components "
+                                f"must be at least one.")
+    Xp = np.pad(X, ((0, 0), (0, 0), (ps[0], ps[0]), (ps[1], ps[1])))
+    cols, outs = _im2col(Xp, ks, ss, ds)               # (N, Ho, Wo, C*kh*kw)
+    L = outs[0] * outs[1]
+    res = np.ascontiguousarray(cols.reshape(N, L, C * ks[0] * ks[1]).transpose(0, 2, 1))
+    if not batched:
+        res = res[0]
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
+
+    def backward(g):
+        G = g if batched else g[None]
+        gx = _col2im(G.astype(np.float64), (H, W), ks, ds, ps, ss)
+        return (_store(gx if batched else gx[0], x.dtype),)
+    return _result(res, x.dtype, (x,), backward, op="im2col")
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """col2im, the adjoint of :func:`unfold`: the (C * kh * kw, L) blocks
+    summed into a (N, C, *output_size) tensor, in float64, rounded once."""
+    x = input
+    if x.ndim not in (2, 3):
+        raise FpemuRuntimeError(f"Input Error: Only unbatched (2D) or batched (3D) input "
+                                f"Tensors are supported (got {x.ndim}D)")
+    osz, ks, ds, ps, ss = (_pair(v) for v in (output_size, kernel_size, dilation, padding,
+                                              stride))
+    _fold_args(ks, ds, ps, ss)
+    batched = x.ndim == 3
+    X = x._data if batched else x._data[None]
+    N, CK, L = X.shape
+    K = ks[0] * ks[1]
+    if CK % K:
+        raise FpemuRuntimeError(f"Expected size of input's dimension 1 to be divisible by the "
+                                f"product of kernel_size, but got input.size(1)={CK} and "
+                                f"kernel_size={ks}")
+    blocks = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, p, s, d in
+              zip(osz, ks, ps, ss, ds)]
+    if min(blocks) < 1 or blocks[0] * blocks[1] != L:
+        raise FpemuRuntimeError(f"Given output_size={osz}, kernel_size={ks}, dilation={ds}, "
+                                f"padding={ps}, stride={ss}, expected size of input's dimension "
+                                f"2 to match the calculated number of sliding blocks "
+                                f"{blocks[0]} * {blocks[1]} = {blocks[0] * blocks[1]}, but got "
+                                f"input.size(2)={L}.")
+    dt = float_dt(x)
+    res = _store(_col2im(X.astype(np.float64), osz, ks, ds, ps, ss), dt)
+    if not batched:
+        res = res[0]
+
+    def backward(g):
+        G = g if batched else g[None]
+        Gp = np.pad(G, ((0, 0), (0, 0), (ps[0], ps[0]), (ps[1], ps[1])))
+        cols, outs = _im2col(Gp, ks, ss, ds)
+        back = np.ascontiguousarray(cols.reshape(N, L, CK).transpose(0, 2, 1))
+        return (back if batched else back[0],)
+    return _result(res, dt, (x,), backward, op="col2im")
+
+
+def _fold_args(ks, ds, ps, ss):
+    for name, v, least in (("kernel size", ks, 1), ("dilation", ds, 1), ("padding", ps, 0),
+                           ("stride", ss, 1)):
+        if len(v) != 2 or min(v) < least:
+            need = "greater than zero" if least else "non-negative"
+            raise FpemuRuntimeError(f"{name} should be {need}, but got {v}")
+
+
+def _col2im(G, size, ks, ds, ps, ss):
+    """(N, C*kh*kw, L) blocks summed into (N, C, H, W), in float64."""
+    N = G.shape[0]
+    H, W = size
+    kh, kw = ks
+    outs = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, p, s, d in
+            zip(size, ks, ps, ss, ds)]
+    C = G.shape[1] // (kh * kw)
+    B = G.reshape(N, C, kh, kw, outs[0], outs[1])
+    out = np.zeros((N, C, H + 2 * ps[0], W + 2 * ps[1]))
+    for i in range(kh):
+        for j in range(kw):
+            hs, ws = i * ds[0], j * ds[1]
+            out[:, :, hs:hs + ss[0] * outs[0]:ss[0], ws:ws + ss[1] * outs[1]:ss[1]] += \
+                B[:, :, i, j]
+    return out[:, :, ps[0]:ps[0] + H, ps[1]:ps[1] + W]
+
+
 def _same_size_target(input, target, what):  # noqa: A002
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Using a target size (torch.Size({list(target.shape)})) that is "
@@ -1172,34 +1313,65 @@ def one_hot(tensor, num_classes=-1):
 
 def pad(input, pad, mode="constant", value=None):  # noqa: A002
     """Pad the last dims: ``pad = (left, right, top, bottom, ...)``; modes
-    "constant", "reflect", "replicate", "circular"."""
+    "constant", "reflect", "replicate", "circular". A negative width crops
+    (torch's: output element i of a dim reads input element i - left, taken
+    by the mode's rule where that is outside the input). Exact; the gradient
+    sums what each input element was copied to."""
     x = input
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise FpemuValueError("Padding length must be divisible by 2 and at most twice the "
                               "number of dimensions of the input")
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
     widths = [(0, 0)] * x.ndim
     for i in range(len(pad) // 2):
-        widths[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
-    if any(a < 0 or b < 0 for a, b in widths):
-        raise FpemuValueError("negative padding (cropping) is not emulated; slice instead")
-    npmode = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
-              "circular": "wrap"}.get(mode)
-    if npmode is None:
-        raise NotImplementedError(f"Unrecognised padding mode {mode}")
-    kw = {}
-    if npmode == "constant":
-        fill = 0.0 if value is None else value
-        kw["constant_values"] = _store(np.float32(fill), x.dtype) if is_float(x.dtype) else fill
-    res = np.pad(x._data, widths, mode=npmode, **kw)
-    sl = tuple(slice(a, a + n) for (a, _), n in zip(widths, x.shape))
+        widths[x.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    sources, valid = [], []
+    for d, ((a, b), n) in enumerate(zip(widths, x.shape)):
+        size = n + a + b
+        if size < 0:
+            raise FpemuRuntimeError(f"The input size {n}, plus negative padding {a} and {b} "
+                                    f"resulted in a negative output size, which is invalid. "
+                                    f"Check dimension {d} of your input.")
+        # torch crops by the negative widths first, then pads what is left
+        # (replicate: clamped indices of the input)
+        lo = max(-a, 0)
+        m = n - lo - max(-b, 0)
+        src = np.arange(size) - max(a, 0)
+        ok = (src >= 0) & (src < m)
+        if mode == "replicate" and n:
+            # the input's own edge elements, even where the crop leaves none
+            src, ok, lo = np.clip(np.arange(size) - a, 0, n - 1), np.ones(size, bool), 0
+        elif m > 0 and mode == "reflect":
+            period = 2 * (m - 1)
+            src = np.abs(src) % period if period else np.zeros(size, np.int64)
+            src, ok = np.where(src >= m, period - src, src), np.ones(size, bool)
+        elif m > 0 and mode == "circular":
+            src, ok = src % m, np.ones(size, bool)
+        sources.append(np.where(ok, src + lo, 0))
+        valid.append(ok)
+    fill = 0.0 if value is None else value
+    if is_float(x.dtype):
+        fill = np.float64(fill) if x.dtype is float64 else _store(np.float32(fill), x.dtype)
+    grid = np.ix_(*sources) if x.ndim else ()
+    if x._data.size == 0:
+        res = np.zeros(tuple(len(v) for v in valid), x._data.dtype)
+    else:
+        res = np.array(x._data[grid], copy=True)
+    mask = np.ones(res.shape, bool)
+    for d, ok in enumerate(valid):
+        shape = [1] * x.ndim
+        shape[d] = ok.size
+        mask = mask & ok.reshape(shape)
+    if not mask.all():
+        res = np.where(mask, res, np.asarray(fill, res.dtype))
+    if not is_float(x.dtype):
+        return Tensor(res, x.dtype)
 
     def backward(g):
-        if npmode == "constant":
-            return (g[sl],)
         G = np.zeros(x.shape, np.float64)
-        src = np.arange(x._data.size).reshape(x.shape)
-        where = np.pad(src, widths, mode=npmode)
-        np.add.at(G.reshape(-1), where.reshape(-1), g.reshape(-1).astype(np.float64))
+        full = tuple(np.broadcast_to(ix, res.shape) for ix in grid)
+        np.add.at(G, tuple(ix[mask] for ix in full), g.astype(np.float64)[mask])
         return (_store(G, x.dtype),)
     return _result(res, x.dtype, (x,), backward, op="constant_pad_nd")
 

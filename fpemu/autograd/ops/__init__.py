@@ -1,13 +1,15 @@
 """The ops of fpemu.autograd, by kind: ``elementwise``, ``reduce``,
-``shape`` (views and indexing), ``scatter`` (writes at indices), ``linalg``
-(matrix products), ``einsum``, ``creation`` (factories) and ``inplace``
-(writes into storage)."""
+``shape`` (views and indexing), ``scatter`` (writes at indices), ``search``
+(searching and counting), ``linalg`` (matrix products), ``einsum``,
+``distance`` (cdist), ``creation`` (factories) and ``inplace`` (writes into
+storage)."""
 
 from .creation import (  # noqa: F401
     arange, as_tensor, bernoulli, empty, empty_like, eye, from_numpy, full, full_like,
     is_floating_point, is_tensor, linspace, multinomial, normal, numel, ones, ones_like, rand,
-    rand_like, randint, randint_like, randn, randn_like, randperm, zeros, zeros_like,
+    logspace, rand_like, randint, randint_like, randn, randn_like, randperm, zeros, zeros_like,
 )
+from .distance import cdist  # noqa: F401
 from .einsum import einsum  # noqa: F401
 from .elementwise import (  # noqa: F401
     abs, add, addcdiv, addcmul, allclose, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, ceil,
@@ -25,6 +27,9 @@ from .reduce import (  # noqa: F401
     max, mean, min, norm, prod, sort, std, sum, topk, var,
 )
 from .scatter import index_add, scatter, scatter_add  # noqa: F401
+from .search import (  # noqa: F401
+    bucketize, histc, histogram, searchsorted, unique, unique_consecutive,
+)
 from .shape import (  # noqa: F401
     broadcast_tensors, broadcast_to, cat, chunk, concat, concatenate, contiguous, diag, diagonal,
     expand, expand_as, flatten, flip, gather, getitem, index_put, index_select, masked_select,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import FpemuTypeError
+from ...errors import FpemuRuntimeError, FpemuTypeError
 from .._core import Tensor, _store, _sum_to, float32, is_float, opmath, result_type
 
 
@@ -16,6 +16,20 @@ def t_or_number(x, what):
         return x
     raise FpemuTypeError(f"{what}: expected a Tensor or a Python number, got "
                          f"{type(x).__name__}")
+
+
+def broadcast_check(a, b):
+    """torch's error where two tensors' shapes do not broadcast (a
+    RuntimeError naming the first dim that differs, not numpy's ValueError)."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        return
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    n = max(len(sa), len(sb))
+    pa, pb = (1,) * (n - len(sa)) + sa, (1,) * (n - len(sb)) + sb
+    for k in range(n - 1, -1, -1):
+        if pa[k] != pb[k] and pa[k] != 1 and pb[k] != 1:
+            raise FpemuRuntimeError(f"The size of tensor a ({pa[k]}) must match the size of "
+                                    f"tensor b ({pb[k]}) at non-singleton dimension {k}")
 
 
 def operand(x, dt):

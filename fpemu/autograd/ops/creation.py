@@ -275,6 +275,43 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     return _make(np.linspace(ends[0], ends[1], int(steps)), _dtype(dtype), requires_grad)
 
 
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False,
+             out=None):
+    """``base ** linspace(start, end, steps)``: torch's kernel takes the
+    power of each exponent (steps from the start in the first half, from the
+    end in the second) in double and rounds it to the dtype; fpemu computes
+    the exponents in float64 and rounds each power once."""
+    ends = []
+    for name, v in (("start", start), ("end", end)):
+        if isinstance(v, Tensor):
+            if v.ndim:
+                raise FpemuRuntimeError(f"logspace only supports 0-dimensional start and end "
+                                        f"tensors, but got {name} with {v.ndim} dimension(s).")
+            v = v.item()
+        ends.append(v)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+        raise FpemuTypeError(f"logspace(): argument 'steps' must be int, not "
+                             f"{type(steps).__name__}")
+    if steps < 0:
+        raise FpemuRuntimeError(f"number of steps must be non-negative, got {steps}")
+    dt = _dtype(dtype)
+    n = int(steps)
+    a, b = (float(e) for e in ends)
+    i = np.arange(n, dtype=np.float64)
+    if n == 1:
+        exps = np.array([a])
+    else:
+        step = (b - a) / (n - 1)
+        half = n // 2
+        exps = np.where(i < half, a + step * i, b - step * (n - 1 - i))
+    with np.errstate(all="ignore"):
+        vals = np.power(np.float64(base), exps)
+    if not is_float(dt):
+        vals = np.trunc(vals)
+    t = _make(vals, dt, requires_grad)
+    return t if out is None else copy_into(out, t)
+
+
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     for name, v in (("n", n), ("m", m)):
         if v is not None and v < 0:

@@ -34,7 +34,8 @@ from .._profile import get_profile
 from .._core import (Tensor, _result, _store, as_dtype, bool_, float64, is_float, opmath,
                      result_type)
 from .. import _special
-from ._common import f64, float_dt, grad_part, int_binary, operand, t_or_number
+from ._common import (broadcast_check, f64, float_dt, grad_part, int_binary, operand,
+                      t_or_number)
 from .inplace import apply_inplace, copy_into
 
 _SQRT_2_PI = 0.7978845608028654
@@ -45,6 +46,7 @@ _TWO_OVER_SQRT_PI = 1.1283791670955126
 def add(a, b, alpha=1, out=None):
     """a + alpha * b (alpha != 1: the exact fma nvcc makes of it)."""
     a, b = t_or_number(a, "add()"), t_or_number(b, "add()")
+    broadcast_check(a, b)
     dt = result_type(a, b)
     if not is_float(dt):
         return _out(int_binary(lambda x, y: x + alpha * y, a, b, dt), out)
@@ -104,6 +106,7 @@ def neg(a):
 
 def mul(a, b, out=None):
     a, b = t_or_number(a, "mul()"), t_or_number(b, "mul()")
+    broadcast_check(a, b)
     dt = result_type(a, b)
     if not is_float(dt):
         return _out(int_binary(np.multiply, a, b, dt), out)
@@ -132,6 +135,7 @@ def div(a, b, rounding_mode=None, out=None):
     (div_true with a scalar); the CPU profile divides. ``rounding_mode``
     "trunc" / "floor" as torch."""
     a, b = t_or_number(a, "div()"), t_or_number(b, "div()")
+    broadcast_check(a, b)
     if rounding_mode is not None:
         return _out(_div_rounded(a, b, rounding_mode), out)
     dt = float_dt(a, b)
@@ -811,6 +815,9 @@ def masked_fill(x, mask, value):
 
 
 def clone(x, memory_format=None):
+    from .._core import check_memory_format
+    check_memory_format(x, memory_format, "clone()")
+
     def backward(g):
         return (g,)
     return _result(np.array(x._data, copy=True), x.dtype, (x,), backward, op="clone")

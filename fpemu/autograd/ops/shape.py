@@ -92,7 +92,12 @@ def reshape_as(x, other):
 
 
 def contiguous(x, memory_format=None):
-    """The tensor itself if it is C-contiguous, else a contiguous copy."""
+    """The tensor itself if it is C-contiguous, else a contiguous copy (any
+    ``memory_format``: fpemu keeps one layout, the values are the same)."""
+    from .._core import check_memory_format
+    check_memory_format(x, memory_format, "contiguous()")
+    if memory_format is not None and memory_format._name == "preserve_format":
+        raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
     if x._data.flags.c_contiguous:
         return x
 

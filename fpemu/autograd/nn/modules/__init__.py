@@ -15,11 +15,12 @@ from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose2d  # noqa: F401
 from .distance import CosineSimilarity  # noqa: F401
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d  # noqa: F401
 from .flatten import Flatten, Unflatten  # noqa: F401
+from .fold import Fold, Unfold  # noqa: F401
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401
 from .linear import Identity, Linear  # noqa: F401
 from .loss import (  # noqa: F401
-    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss,
-    NLLLoss, SmoothL1Loss,
+    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, GaussianNLLLoss, HuberLoss, KLDivLoss, L1Loss,
+    MSELoss, NLLLoss, SmoothL1Loss,
 )
 from .module import Module  # noqa: F401
 from .normalization import GroupNorm, LayerNorm, RMSNorm  # noqa: F401
@@ -37,7 +38,7 @@ from .transformer import (  # noqa: F401
 )
 from .upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d  # noqa: F401
 from . import (  # noqa: F401
-    activation, batchnorm, container, conv, distance, dropout, flatten, instancenorm, linear,
+    activation, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm, linear,
     loss, module, normalization, pixelshuffle, pooling, rnn, sparse, tiny, transformer,
     upsampling, utils,
 )
