@@ -287,6 +287,24 @@ OPS = [
        samples=fixed((f32(3, 4),), ((f32(3, 4),), {"ord": 1, "dim": 0}), (f32(5),))),
     Op("linalg.vecdot", call=lambda lib, x, y: lib.linalg.vecdot(x, y),
        samples=fixed((f32(3, 4), f32(3, 4)))),
+    Op("linalg.solve", call=lambda lib, a, b, **k: lib.linalg.solve(a, b, **k), samples=fixed(
+        (f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(3)),
+        (f32(2, 3, 3) + 3 * np.eye(3, dtype=np.float32), f32(3, 2)),
+        ((f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(4, 3)), {"left": False}))),
+    Op("linalg.inv", call=lambda lib, a: lib.linalg.inv(a),
+       samples=fixed((f32(3, 3) + 3 * np.eye(3, dtype=np.float32),))),
+    Op("linalg.solve_triangular", call=lambda lib, a, b, **k: lib.linalg.solve_triangular(
+        a, b, **k), samples=fixed(
+        ((f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(3, 2)), {"upper": True}),
+        ((f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(2, 3)),
+         {"upper": False, "left": False, "unitriangular": True}))),
+    Op("linalg.lu_factor", call=lambda lib, a: lib.linalg.lu_factor(a)[0],
+       samples=fixed((f32(4, 4),), (f32(3, 5),), (f32(5, 3),), (f32(2, 4, 4),))),
+    Op("linalg.lu_solve", call=lambda lib, a, b, **k: lib.linalg.lu_solve(
+        *lib.linalg.lu_factor(a), b, **k), samples=fixed(
+        (f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(3, 2)),
+        ((f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(3, 2)), {"adjoint": True}),
+        ((f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(2, 3)), {"left": False}))),
     Op(S + "masked_select", call=lambda lib, x, m: lib.masked_select(x, m),
        samples=fixed((f32(3, 4), bools(3, 4)))),
     Op(S + "nonzero", samples=fixed((np.array([[0, 1.5], [2.0, 0]], np.float32),)), grad=False),
@@ -341,6 +359,7 @@ OPS = [
     # -------------------------------------------------------------- inplace
     Op(IP + "write", compare="internal", via="ops.inplace.copy_into"),
     Op(IP + "write_out", compare="internal", via="ops.shape.gather"),
+    Op(IP + "resize_out", compare="internal", via="ops.shape.gather"),
     Op(IP + "apply_inplace", call=lambda lib, x: x.clone().mul_(2.0).add_(1.0),
        samples=fixed((f32(3, 4),))),
     Op(IP + "copy_into", call=lambda lib, x, y: lib.zeros(3, 4).copy_(y) + x,

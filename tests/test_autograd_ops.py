@@ -1,6 +1,8 @@
 """fpemu.autograd ops: backward against central differences (float64),
 forward roundings against independent references (ml_dtypes, numpy, torch)."""
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -500,7 +502,8 @@ def test_embedding_gradient_adds_rows_in_index_order_as_ufunc_at():
 def test_out_arguments_of_selections_and_reductions_write_the_result():
     """``out=`` on gather, index_select, masked_select, amax, amin and arange:
     the result written into it and returned; another dtype is torch's
-    RuntimeError; another shape is refused (torch would resize it)."""
+    RuntimeError; another shape is resized to the result's, with torch's
+    warning where it held elements (none for an empty one)."""
     x = ft.tensor([[1.0, 2.0], [3.0, 4.0]])
     idx = ft.tensor([[1, 0], [0, 0]])
     out = ft.empty(2, 2)
@@ -513,8 +516,20 @@ def test_out_arguments_of_selections_and_reductions_write_the_result():
     assert ft.arange(3, out=ft.empty(3, dtype=ft.int64)).tolist() == [0, 1, 2]
     with pytest.raises(RuntimeError, match="Expected out tensor to have dtype"):
         ft.gather(x, 1, idx, out=ft.empty(2, 2, dtype=ft.float64))
-    with pytest.raises(RuntimeError, match="fpemu does not: pass an out of the result's shape"):
-        ft.amax(x, 0, out=ft.empty(3))
+    torch = pytest.importorskip("torch")
+    for lib in (torch, ft):
+        out = lib.empty(3)
+        with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+            r = lib.amax(lib.tensor([[1.0, 2.0], [3.0, 4.0]]), 0, out=out)
+        assert r is out and out.shape == (2,) and out.tolist() == [3.0, 4.0]
+        empty = lib.empty(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            lib.add(lib.ones(2, 2), 1.0, out=empty)
+        assert empty.shape == (2, 2) and empty.tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    view = ft.zeros(4)[:3]
+    with pytest.raises(RuntimeError, match="pass an out of the result's shape"):
+        ft.amax(x, 0, out=view)
 
 
 def test_sdpa_float_mask_gets_its_gradient():

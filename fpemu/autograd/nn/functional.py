@@ -1278,13 +1278,17 @@ def dropout3d(input, p=0.5, training=True, inplace=False):  # noqa: A002
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
               scale_grad_by_freq=False, sparse=False):
     """weight[input]; the backward adds rows in float64, rounded once; the
-    row of ``padding_idx`` gets no gradient."""
+    row of ``padding_idx`` gets no gradient. ``max_norm`` first rescales, in
+    place and outside the graph, each looked-up row whose ``norm_type``-norm
+    exceeds it (torch's ``embedding_renorm_``: row * (max_norm / (norm +
+    1e-7))); ``scale_grad_by_freq`` divides each row's gradient by how often
+    its index occurs in the batch. A sparse gradient is not emulated."""
     if not isinstance(input, Tensor) or is_float(input.dtype):
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the "
                            "following scalar types: Long, Int; but got a float tensor instead")
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise FpemuValueError("embedding(): max_norm, scale_grad_by_freq and sparse are not "
-                              "emulated")
+    if sparse:
+        raise FpemuValueError("embedding(sparse=True): sparse gradients are not emulated; use "
+                              "sparse=False (the same values, a dense gradient)")
     if not isinstance(weight, Tensor) or weight.ndim != 2:
         raise FpemuRuntimeError(f"'weight' must be 2-D, got a weight of shape "
                                 f"{list(getattr(weight, 'shape', ()))}")
@@ -1292,17 +1296,43 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # 
     rows = weight.shape[0]
     if idx.size and (idx.min() < -rows or idx.max() >= rows):
         raise IndexError("index out of range in self")
+    if padding_idx is not None and not -rows <= padding_idx < rows:
+        raise FpemuValueError(f"Padding_idx must be within num_embeddings (got {padding_idx} "
+                              f"for {rows} rows)")
     pad = None if padding_idx is None else (padding_idx % rows)
+    if max_norm is not None:
+        _embedding_renorm(weight, np.unique(idx % rows), float(max_norm), float(norm_type))
     res = weight._data[idx]
+    flat = idx.reshape(-1) % rows
 
     def backward(g):
         G = np.zeros(weight.shape, np.float64)
-        flat = idx.reshape(-1) % rows
-        _special.add_rows_at(G, flat, g.reshape(-1, weight.shape[1]))
+        vals = g.reshape(-1, weight.shape[1]).astype(np.float64)
+        if scale_grad_by_freq:
+            counts = np.bincount(flat, minlength=rows)
+            vals = vals / counts[flat][:, None]
+        _special.add_rows_at(G, flat, vals)
         if pad is not None:
             G[pad] = 0.0
         return (None, _store(G, weight.dtype))
     return _result(res, weight.dtype, (input, weight), backward, op="embedding")
+
+
+def _embedding_renorm(weight, rows, max_norm, norm_type):
+    """torch's ``embedding_renorm_``: the rows' norms in float64 (torch
+    takes them in the dtype and reads them as doubles), each row over the
+    limit multiplied by the float32 scale, written into the weight."""
+    W = weight._data
+    sel = W[rows].astype(np.float64)
+    norms = np.linalg.norm(sel, ord=norm_type, axis=1) if sel.size else np.zeros(0)
+    over = norms > max_norm
+    if not over.any():
+        return
+    om = np.float64 if weight.dtype is float64 else np.float32
+    scale = (max_norm / (norms[over] + 1e-7)).astype(om)
+    new = W.copy()
+    new[rows[over]] = _store(W[rows[over]].astype(om) * scale[:, None], weight.dtype)
+    weight._a = new
 
 
 def one_hot(tensor, num_classes=-1):

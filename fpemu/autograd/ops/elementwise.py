@@ -36,7 +36,7 @@ from .._core import (Tensor, _result, _store, as_dtype, bool_, float64, is_float
 from .. import _special
 from ._common import (broadcast_check, f64, float_dt, grad_part, int_binary, operand,
                       t_or_number)
-from .inplace import apply_inplace, copy_into
+from .inplace import apply_inplace, copy_into, resize_out
 
 _SQRT_2_PI = 0.7978845608028654
 _TWO_OVER_SQRT_PI = 1.1283791670955126
@@ -824,9 +824,11 @@ def clone(x, memory_format=None):
 
 
 def _out(t, out):
-    """Write ``t`` into ``out=`` (torch's out= argument) or return it."""
+    """Write ``t`` into ``out=`` (torch's out= argument: resized to the
+    result's shape where it has another, then cast to its dtype) or return it."""
     if out is None:
         return t
+    resize_out(out, t.shape, "out")
     return copy_into(out, t)
 
 

@@ -11,6 +11,7 @@ leaf that requires grad, or on a view of one, raises.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import numpy as np
@@ -165,8 +166,8 @@ def _inplace_on_view(x, base, op, args, kwargs):
 def write_out(out, t, fname):
     """``t`` written into an ``out=`` tensor of a selection or reduction, as
     torch's structured kernels take it: the same dtype (else torch's error),
-    the same shape (torch would resize ``out``; fpemu asks for the right
-    one); without ``out``, ``t`` itself."""
+    resized to the result's shape where it has another (:func:`resize_out`);
+    without ``out``, ``t`` itself."""
     if out is None:
         return t
     if not isinstance(out, Tensor):
@@ -176,11 +177,30 @@ def write_out(out, t, fname):
         raise FpemuRuntimeError(f"{fname}(): Expected out tensor to have dtype {t.dtype}, but "
                                 f"got {out.dtype} instead (Expected the dtype for input and "
                                 f"out to match)")
-    if tuple(out.shape) != tuple(t.shape):
-        raise FpemuRuntimeError(f"{fname}(): out= has shape {list(out.shape)}, the result "
-                                f"{list(t.shape)}; torch would resize it, fpemu does not: pass "
-                                f"an out of the result's shape")
+    resize_out(out, t.shape, fname)
     return copy_into(out, t)
+
+
+def resize_out(out, shape, fname):
+    """torch's ``resize_output``: an ``out=`` tensor of another shape than the
+    result is resized to it (with torch's deprecation warning when it held
+    elements). A view cannot be resized here: fpemu asks for a fitting one."""
+    shape = tuple(shape)
+    if tuple(out.shape) == shape:
+        return
+    if out._base is not None:
+        raise FpemuRuntimeError(f"{fname}(): out= is a view of shape {list(out.shape)}, the "
+                                f"result has shape {list(shape)}; torch would resize the view's "
+                                f"storage, fpemu does not: pass an out of the result's shape")
+    if out.numel():
+        warnings.warn(f"An output with one or more elements was resized since it had shape "
+                      f"{list(out.shape)}, which does not match the required output shape "
+                      f"{list(shape)}. This behavior is deprecated, and in a future PyTorch "
+                      f"release outputs will not be resized unless they have zero elements. "
+                      f"You can explicitly reuse an out tensor t by resizing it, inplace, to "
+                      f"zero elements with t.resize_(0).", UserWarning, stacklevel=4)
+    out._set_data(np.zeros(shape, out._data.dtype))
+    out._vc[0] += 1
 
 
 def copy_into(dst, src):
