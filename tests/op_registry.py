@@ -99,6 +99,13 @@ def fixed(*samples):
     return gen
 
 
+def _values_and_indices(lib, pair):
+    """A (values, indices) result as one float tensor: both compared, the
+    values' gradient checked."""
+    values, indices = pair
+    return lib.cat([values, indices.float()], -1)
+
+
 E, S, RD, L, C, IP, F = ("ops.elementwise.", "ops.shape.", "ops.reduce.", "ops.linalg.",
                          "ops.creation.", "ops.inplace.", "nn.functional.")
 
@@ -305,6 +312,43 @@ OPS = [
         (f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(3, 2)),
         ((f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(3, 2)), {"adjoint": True}),
         ((f32(3, 3) + 3 * np.eye(3, dtype=np.float32), f32(2, 3)), {"left": False}))),
+    Op("ops.composite.diff", call=lambda lib, x, *a, **k: lib.diff(x, *a, **k), samples=fixed(
+        (f32(3, 5),), ((f32(3, 5), 2, 0), {}), ((f32(4, 5), 1, 1, f32(4, 1), f32(4, 2)), {}),
+        (bools(6),))),
+    Op("ops.composite.tile", call=lambda lib, x, d: lib.tile(x, d),
+       samples=fixed((f32(2, 3), (2,)), (f32(2, 3), (2, 1, 3)))),
+    Op("ops.composite.rot90", call=lambda lib, x, k, d: lib.rot90(x, k, d),
+       samples=fixed((f32(2, 3, 4), 1, (0, 2)), (f32(2, 3), 2, (0, 1)), (f32(2, 3), -1, (1, 0)))),
+    Op("ops.composite.diag_embed", call=lambda lib, x, **k: lib.diag_embed(x, **k),
+       samples=fixed((f32(2, 3),), ((f32(2, 3),), {"offset": -1, "dim1": 0, "dim2": 2}))),
+    Op("ops.composite.combinations", call=lambda lib, x, **k: lib.combinations(x, **k),
+       samples=fixed((f32(4),), ((f32(3),), {"r": 3, "with_replacement": True}))),
+    *[Op("ops.composite." + n, call=(lambda n: lambda lib, x, **k: getattr(lib, n)(x, **k))(n),
+         samples=fixed((np.array([[1.5, np.nan, 2.0], [np.nan, np.nan, 0.5]], np.float32),),
+                       ((np.array([[1.5, np.nan, 2.0], [-1.0, 3.0, 0.5]], np.float32),),
+                        {"dim": 1}))) for n in ("nansum", "nanmean")],
+    *[Op("ops.composite." + n, call=(lambda n: lambda lib, x, **k: lib.stack(list(getattr(
+        lib, n)(x, **k))))(n), samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1})))
+      for n in ("var_mean", "std_mean")],
+    Op("ops.composite.dist", call=lambda lib, a, b, *p: lib.dist(a, b, *p),
+       samples=fixed((f32(3, 4), f32(3, 4)), (f32(3, 4), f32(4), 1.0), (f32(5), f32(5), 3.0))),
+    Op("ops.composite.copysign", samples=fixed(
+        (f32(3, 4), f32(3, 4)), (f32(3, 4), np.array([-0.0], np.float32)), (f32(3, 4), -1.0))),
+    Op("ops.composite.kthvalue", call=lambda lib, x, k, **kw: lib.kthvalue(x, k, **kw)[0],
+       samples=fixed((f32(3, 5), 2), ((f32(3, 5), 1), {"dim": 0, "keepdim": True}))),
+    *[Op("ops.composite." + n, call=(lambda n: lambda lib, x, **k: getattr(lib, n)(x, **k)[0]
+                                     if k else getattr(lib, n)(x))(n),
+         samples=fixed((f32(3, 5),), ((f32(3, 5),), {"dim": 1}),
+                       ((np.array([[1.0, np.nan, 3.0, 2.0]], np.float32),), {"dim": 1})))
+      for n in ("median", "nanmedian")],
+    *[Op("ops.composite." + n, call=(lambda n: lambda lib, x, q, **k: getattr(lib, n)(
+        x, q, **k))(n), samples=fixed(
+        (f32(3, 5), 0.3), ((f32(3, 5), 0.75), {"dim": 1, "interpolation": "midpoint"}),
+        ((f32(3, 5), np.array([0.1, 0.5, 1.0], np.float32)), {"dim": 0, "keepdim": True}),
+        ((np.array([[1.0, np.nan, 3.0, 2.0]], np.float32), 0.5), {"dim": 1})))
+      for n in ("quantile", "nanquantile")],
+    Op("ops.composite.broadcast_shapes", call=lambda lib: lib.zeros(
+        lib.broadcast_shapes((3, 1), (1, 4), (4,))), samples=fixed(()), grad=False),
     Op(S + "masked_select", call=lambda lib, x, m: lib.masked_select(x, m),
        samples=fixed((f32(3, 4), bools(3, 4)))),
     Op(S + "nonzero", samples=fixed((np.array([[0, 1.5], [2.0, 0]], np.float32),)), grad=False),
@@ -324,8 +368,13 @@ OPS = [
     *[Op(RD + n, samples=fixed((f32(3, 4),), ((f32(3, 4),), {"dim": 1})), grad=False)
       for n in ("argmax", "argmin")],
     Op(RD + "topk", call=lambda lib, x: lib.topk(x, 2, dim=1)[0], samples=fixed((f32(3, 4),))),
-    Op(RD + "sort", call=lambda lib, x: lib.sort(x, dim=1, descending=True)[0],
-       samples=fixed((f32(3, 4),))),
+    Op(RD + "sort", call=lambda lib, x, **k: _values_and_indices(
+        lib, lib.sort(x, dim=1, stable=True, **k)),
+       samples=fixed(((f32(3, 4),), {"descending": True}), (f32(3, 4),),
+                     ((np.array([[1.0, np.nan, np.inf, 2.0, np.nan, -np.inf, np.inf]],
+                                np.float32),), {"descending": True}),
+                     (np.array([[1.0, np.nan, np.inf, 2.0, np.nan, -np.inf, np.inf]],
+                               np.float32),))),
     Op(RD + "argsort", call=lambda lib, x: lib.argsort(x, dim=1), samples=fixed((f32(3, 4),)),
        grad=False),
     Op(RD + "cumsum", call=lambda lib, x: lib.cumsum(x, 1), samples=fixed((f32(3, 4),))),
@@ -468,6 +517,23 @@ OPS = [
         (f32(3, 4), f32(3, 4), f32(3, 4, positive=True)),
         ((f32(3, 4), f32(3, 4), f32(3, positive=True)), {"full": True, "reduction": "sum"}),
         ((f32(3, 4), f32(3, 4), f32(3, 1, positive=True)), {"reduction": "none"}))),
+    Op(F + "poisson_nll_loss", samples=fixed(
+        (f32(3, 4), f32(3, 4, positive=True)),
+        ((f32(3, 4, positive=True), f32(3, 4, lo=0, hi=3)), {"log_input": False, "full": True}),
+        ((f32(3, 4), f32(3, 4, lo=0, hi=3)), {"reduction": "none", "full": True}))),
+    Op(F + "margin_ranking_loss", samples=fixed(
+        (f32(5), f32(5), np.array([1, -1, 1, 1, -1], np.float32)),
+        ((f32(5), f32(5), np.array([1, -1, 1, 1, -1], np.float32)),
+         {"margin": 0.5, "reduction": "sum"}))),
+    Op(F + "hinge_embedding_loss", samples=fixed(
+        (f32(3, 4), np.where(bools(3, 4), 1.0, -1.0).astype(np.float32)),
+        ((f32(3, 4), np.where(bools(3, 4), 1.0, -1.0).astype(np.float32)),
+         {"margin": 0.3, "reduction": "none"}))),
+    Op(F + "bilinear", samples=fixed((f32(4, 3), f32(4, 5), f32(2, 3, 5), f32(2)),
+                                     (f32(2, 4, 3), f32(2, 4, 5), f32(2, 3, 5)))),
+    Op(F + "conv_transpose1d", samples=fixed((f32(2, 3, 6), f32(3, 2, 3), f32(2)),
+                                             ((f32(1, 2, 5), f32(2, 2, 2)),
+                                              {"stride": 2, "padding": 1}))),
     Op(F + "unfold", call=lambda lib, x, **k: lib.nn.functional.unfold(x, **k), samples=fixed(
         ((f32(2, 3, 5, 6),), {"kernel_size": 2}),
         ((f32(3, 5, 6),), {"kernel_size": (2, 3), "dilation": 2, "padding": 1, "stride": 2}))),
@@ -560,7 +626,8 @@ EXACT = {
     "floor", "ceil", "trunc", "fix", "round", "frac", "nan_to_num", "clamp_min", "clamp_max",
     "addcmul", "addcdiv", "cumprod", "scatter", "scatter_add", "index_add", "max_pool3d",
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "searchsorted", "bucketize", "unique",
-    "unique_consecutive", "histc", "unfold",
+    "unique_consecutive", "histc", "unfold", "diff", "tile", "rot90", "diag_embed",
+    "combinations", "copysign", "kthvalue", "median", "nanmedian", "broadcast_shapes",
 }
 for _op in OPS:
     _op.exact = _op.short in EXACT

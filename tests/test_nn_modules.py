@@ -54,7 +54,8 @@ REPRS = [
     ("Upsample", (), dict(scale_factor=2, mode="bilinear")), ("Upsample", ((4, 5),), {}),
     ("UpsamplingNearest2d", (), dict(scale_factor=3)), ("CosineSimilarity", (), dict(dim=-1)),
     ("Unfold", ((2, 3),), dict(stride=2)), ("Fold", ((4, 5), 2), {}),
-    ("GaussianNLLLoss", (), dict(full=True)),
+    ("GaussianNLLLoss", (), dict(full=True)), ("PoissonNLLLoss", (), dict(log_input=False)),
+    ("MarginRankingLoss", (0.5,), {}), ("HingeEmbeddingLoss", (), dict(reduction="sum")),
 ]
 
 

@@ -26,7 +26,7 @@ def _public_functions():
     import fpemu.autograd.nn.functional as F
     names = []
     for mod in ("creation", "elementwise", "linalg", "reduce", "shape", "inplace", "scatter",
-                "einsum", "search", "distance"):
+                "einsum", "search", "distance", "composite"):
         m = getattr(fops, mod)
         names += [f"ops.{mod}.{n}" for n, v in vars(m).items()
                   if inspect.isfunction(v) and not n.startswith("_") and v.__module__ == m.__name__]

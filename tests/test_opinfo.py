@@ -475,17 +475,19 @@ def _torch_refuses(op, sample):
 
 
 def _aliases(sample):
-    """Whether a sample's ``out=`` shares memory with one of its inputs or
-    with itself (the error torch raises for that cannot be asked of converted
-    copies)."""
-    out = sample.kwargs.get("out")
-    if not isinstance(out, torch.Tensor):
-        return False
-    if 0 in out.stride() and out.numel() > 1:
-        return True             # an expanded out: its elements share memory
+    """Whether a sample's ``out=`` (a tensor or a tuple of them) shares
+    memory with one of its inputs, another out or itself (the error torch
+    raises for that cannot be asked of converted copies)."""
+    outs = [t for t in _flat([sample.kwargs.get("out")]) if isinstance(t, torch.Tensor)]
     ins = [t for t in _flat([sample.input, list(sample.args)]) if isinstance(t, torch.Tensor)]
-    ptr = out.untyped_storage().data_ptr()
-    return any(t.untyped_storage().data_ptr() == ptr for t in ins)
+    for out in outs:
+        if 0 in out.stride() and out.numel() > 1:
+            return True         # an expanded out: its elements share memory
+        ptr = out.untyped_storage().data_ptr()
+        others = ins + [t for t in outs if t is not out]     # an input may be the out itself
+        if any(t.untyped_storage().data_ptr() == ptr for t in others):
+            return True
+    return False
 
 
 def coverage_table():

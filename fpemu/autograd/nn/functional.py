@@ -930,6 +930,82 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6,  # noqa: A002
     return loss
 
 
+def poisson_nll_loss(input, target, log_input=True, full=False,  # noqa: A002
+                     size_average=None, eps=1e-8, reduce=None, reduction="mean"):
+    """Poisson negative log-likelihood, ATen's steps: ``exp(input) - target *
+    input`` (or ``input - target * log(input + eps)``), plus Stirling's
+    ``target log target - target + 0.5 log(2 pi target)`` where target > 1
+    when ``full``; then the reduction."""
+    from ..ops.elementwise import add, exp, log, masked_fill, mul, sub
+    from ..ops.reduce import mean as _mean
+    red = _reduction(reduction, size_average, reduce)
+    if red not in ("none", "mean", "sum"):
+        raise ValueError(f"{red} is not a valid value for reduction")
+    if log_input:
+        loss = sub(exp(input), mul(target, input))
+    else:
+        loss = sub(input, mul(target, log(add(input, eps))))
+    if full:
+        stirling = add(sub(mul(target, log(target)), target),
+                       mul(log(mul(target, 2 * math.pi)), 0.5))
+        loss = add(loss, masked_fill(stirling, target <= 1, 0.0))
+    if red == "mean":
+        return _mean(loss)
+    return _sum(loss) if red == "sum" else loss
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                        reduction="mean"):
+    """``max(0, -target * (input1 - input2) + margin)``, then the reduction."""
+    from ..ops.elementwise import add, clamp_min, mul, neg, sub
+    from ..ops.reduce import mean as _mean
+    red = _reduction(reduction, size_average, reduce)
+    if input1.ndim != input2.ndim or input1.ndim != target.ndim:
+        raise FpemuRuntimeError(f"margin_ranking_loss : All input tensors should have same "
+                                f"dimension but got sizes: input1: {list(input1.shape)}, "
+                                f"input2: {list(input2.shape)}, target: {list(target.shape)} ")
+    loss = clamp_min(add(mul(neg(target), sub(input1, input2)), margin), 0)
+    if red == "mean":
+        return _mean(loss)
+    return _sum(loss) if red == "sum" else loss
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None,  # noqa: A002
+                         reduce=None, reduction="mean"):
+    """ATen's: ``max(0, margin - input)`` where target is not 1, plus input
+    where target is not -1, then the reduction."""
+    from ..ops.elementwise import add, clamp_min, rsub, where
+    from ..ops.reduce import mean as _mean
+    red = _reduction(reduction, size_average, reduce)
+    zeros = input * 0.0
+    margin_part = where(target != 1, clamp_min(rsub(input, margin), 0), zeros)
+    self_part = where(target != -1, input, zeros)
+    loss = add(margin_part, self_part)
+    if red == "mean":
+        return _mean(loss)
+    return _sum(loss) if red == "sum" else loss
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``y_o = x1^T W_o x2 + b_o`` over the last dims: torch's _trilinear is
+    an einsum of the three operands, here the same products (``einsum``),
+    fp32 accumulation under the matmul model."""
+    from ..ops.einsum import einsum
+    from ..ops.elementwise import add
+    if input1.ndim != input2.ndim:
+        raise FpemuRuntimeError(f"bilinear(): input dimensions do not match: got "
+                                f"{input1.ndim} and {input2.ndim}")
+    if weight.ndim != 3:
+        raise FpemuRuntimeError(f"bilinear(): weight must be three-dimensional, got "
+                                f"{weight.ndim}")
+    if input1.shape[-1] != weight.shape[1] or input2.shape[-1] != weight.shape[2]:
+        raise FpemuRuntimeError(f"bilinear(): input sizes do not match the weight: "
+                                f"{input1.shape[-1]} vs {weight.shape[1]}, {input2.shape[-1]} "
+                                f"vs {weight.shape[2]}")
+    out = einsum("...i,oij,...j->...o", input1, weight, input2)
+    return out if bias is None else add(out, bias)
+
+
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
     """im2col: the (C * kh * kw, L) sliding blocks of a (N, C, H, W) or
     (C, H, W) input, as torch's ``Unfold``; exact (it only copies), the
@@ -1924,6 +2000,20 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     pad = padding if isinstance(padding, str) else (0, _pair(padding, 1)[0])
     out = conv2d(unsqueeze(x, -2), unsqueeze(w, -2), b, (1, _pair(stride, 1)[0]), pad,
                  (1, _pair(dilation, 1)[0]), groups)
+    return squeeze(out, -2)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
+                     output_padding=0, groups=1, dilation=1):
+    """1-D transposed convolution: :func:`conv_transpose2d` over a height of one."""
+    from ..ops.shape import squeeze, unsqueeze
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to "
+                           f"conv_transpose1d, but got input of size: {list(input.shape)}")
+    one = (lambda v: (1, _pair(v, 1)[0]))
+    out = conv_transpose2d(unsqueeze(input, -2), unsqueeze(weight, -2), bias, one(stride),
+                           (0, _pair(padding, 1)[0]), (0, _pair(output_padding, 1)[0]),
+                           groups, one(dilation))
     return squeeze(out, -2)
 
 

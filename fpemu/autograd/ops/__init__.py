@@ -1,13 +1,17 @@
 """The ops of fpemu.autograd, by kind: ``elementwise``, ``reduce``,
 ``shape`` (views and indexing), ``scatter`` (writes at indices), ``search``
 (searching and counting), ``linalg`` (matrix products), ``einsum``,
-``distance`` (cdist), ``creation`` (factories) and ``inplace`` (writes into
-storage)."""
+``distance`` (cdist), ``composite`` (ops torch composes from others),
+``creation`` (factories) and ``inplace`` (writes into storage)."""
 
 from .creation import (  # noqa: F401
     arange, as_tensor, bernoulli, empty, empty_like, eye, from_numpy, full, full_like,
     is_floating_point, is_tensor, linspace, multinomial, normal, numel, ones, ones_like, rand,
     logspace, rand_like, randint, randint_like, randn, randn_like, randperm, zeros, zeros_like,
+)
+from .composite import (  # noqa: F401
+    broadcast_shapes, combinations, copysign, diag_embed, diff, dist, kthvalue, median,
+    nanmean, nanmedian, nanquantile, nansum, quantile, rot90, std_mean, tile, var_mean,
 )
 from .distance import cdist  # noqa: F401
 from .einsum import einsum  # noqa: F401

@@ -224,9 +224,14 @@ def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's name
     if not x.ndim:
         k = 1                       # torch returns the element itself for k = 0 too
     key = -data if largest else data
-    if is_float(x.dtype):
-        key = np.where(np.isnan(data), -np.inf, key)          # NaN counts as largest
     order = np.argsort(key, axis=d, kind="stable")
+    if is_float(x.dtype) and np.isnan(data).any():
+        # NaN counts as larger than every number, +inf included (torch's
+        # comparator): a second stable pass moves the NaNs to the end that
+        # holds the largest values
+        nan = np.isnan(np.take_along_axis(data, order, axis=d))
+        order = np.take_along_axis(order, np.argsort(~nan if largest else nan, axis=d,
+                                                     kind="stable"), axis=d)
     idx = np.take(order, np.arange(k), axis=d)
     vals = np.take_along_axis(data, idx, axis=d)
     shape = idx.shape if x.ndim else ()
