@@ -409,6 +409,7 @@ OPS = [
     Op(IP + "write", compare="internal", via="ops.inplace.copy_into"),
     Op(IP + "write_out", compare="internal", via="ops.shape.gather"),
     Op(IP + "resize_out", compare="internal", via="ops.shape.gather"),
+    Op(RD + "singular_norm", compare="internal", via="linalg.matrix_norm"),
     Op(IP + "apply_inplace", call=lambda lib, x: x.clone().mul_(2.0).add_(1.0),
        samples=fixed((f32(3, 4),))),
     Op(IP + "copy_into", call=lambda lib, x, y: lib.zeros(3, 4).copy_(y) + x,

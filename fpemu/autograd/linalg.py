@@ -22,12 +22,12 @@ from ..errors import FpemuRuntimeError
 from ._autocast import cast_inputs
 from ._core import Tensor, _result, _store, is_float, to_dtype, as_dtype
 from ._missing import module_getattr as _module_getattr
-from .ops._common import f64, wrap_dim
+from .ops._common import f64, sum_to_shape as _sum_to, wrap_dim
 from .ops.elementwise import abs as _abs
 from .ops.elementwise import mul
 from .ops.inplace import write_out
 from .ops.linalg import matmul  # noqa: F401  (torch.linalg.matmul)
-from .ops.reduce import amax, amin, norm as _norm, sum as _sum
+from .ops.reduce import amax, amin, norm as _norm, singular_norm, sum as _sum
 
 
 def _float_input(name, x, dtype):
@@ -66,34 +66,6 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # 
     return write_out(out, res, "linalg_vector_norm")
 
 
-def _spectral(x, d0, d1, keepdim, kind):
-    """Sum (nuclear), largest or smallest singular value over two dims, in
-    float64 rounded once; gradients U V^T, u1 v1^T, un vn^T (shared among
-    tied singular values)."""
-    X = np.moveaxis(f64(x), (d0, d1), (-2, -1))
-    U, S, Vh = np.linalg.svd(X, full_matrices=False)
-    pick = {"nuc": None, "2": 0, "-2": -1}[kind]
-    n = S.sum(-1) if pick is None else S[..., pick]
-    if keepdim:
-        n = np.expand_dims(n, tuple(sorted((d0, d1))))
-    res = _store(n, x.dtype)
-
-    def backward(g):
-        G = np.asarray(g, np.float64)
-        if keepdim:
-            G = np.squeeze(G, axis=tuple(sorted((d0, d1))))
-        if pick is None:
-            part = U @ Vh
-        else:
-            # torch takes amax / amin of the singular values: tied ones
-            # share the gradient equally
-            tie = S == S[..., pick, None]
-            w = tie / tie.sum(-1, keepdims=True)
-            part = (U * w[..., None, :]) @ Vh
-        return (_store(np.moveaxis(G[..., None, None] * part, (-2, -1), (d0, d1)), x.dtype),)
-    return _result(res, x.dtype, (x,), backward, saved=(x,), op="linalg_matrix_norm")
-
-
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):  # noqa: A002
     """The matrix norm over the two ``dim``: "fro", "nuc", inf / -inf (largest /
     smallest row sum of magnitudes), 1 / -1 (column sums), 2 / -2 (largest /
@@ -114,7 +86,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
         if A.numel() == 0 and ord != "nuc" or (ord == -2 and 0 in (A.shape[d0], A.shape[d1])):
             raise FpemuRuntimeError("linalg.matrix_norm: The input tensor A must not be empty "
                                     "for the 2 and -2 norms")
-        res = _spectral(A, d0, d1, keepdim, "nuc" if ord == "nuc" else str(int(ord)))
+        res = singular_norm(A, d0, d1, keepdim, "nuc" if ord == "nuc" else str(int(ord)))
     elif ord in (math.inf, -math.inf, 1, -1):
         # rows (inf) or columns (1): sum the magnitudes over the other dim first
         first, then = (d1, d0) if math.isinf(ord) else (d0, d1)
@@ -177,15 +149,6 @@ def _mT(X):
     return np.swapaxes(X, -1, -2)
 
 
-def _sum_to(g, shape):
-    """A batch-broadcast gradient summed back to an input's shape."""
-    lead = g.ndim - len(shape)
-    if lead:
-        g = g.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    return g.sum(axis=axes, keepdims=True) if axes else g
-
-
 def _singular(name):
     return FpemuRuntimeError(f"linalg.{name}: The solver failed because the input matrix is "
                              f"singular.")
@@ -200,6 +163,16 @@ def _batched_solve(A, B, name):
         return np.linalg.solve(A, B)
     except np.linalg.LinAlgError:
         raise _singular(name) from None
+
+
+def _solve_grads(A, X, G, left, name):
+    """torch's gradients of X = A^-1 B (``left``) or X = B A^-1 for the
+    cotangent G: gB = A^-H G (or G A^-H), gA = -gB X^H (or -X^H gB)."""
+    if left:
+        gB = _batched_solve(_mT(A), G, name)
+        return -gB @ _mT(X), gB
+    gB = _mT(_batched_solve(A, _mT(G), name))
+    return -_mT(X) @ gB, gB
 
 
 def solve(A, B, *, left=True, out=None):
@@ -231,13 +204,7 @@ def solve(A, B, *, left=True, out=None):
 
     def backward(g):
         G = g.astype(np.float64)
-        Gm = G[..., None] if vector else G
-        if left:
-            gB = _batched_solve(_mT(Af), Gm, "solve")
-            gA = -gB @ _mT(X)
-        else:
-            gB = _mT(_batched_solve(Af, _mT(Gm), "solve"))
-            gA = -_mT(X) @ gB
+        gA, gB = _solve_grads(Af, X, G[..., None] if vector else G, left, "solve")
         gBv = gB[..., 0] if vector else gB
         return (_store(_sum_to(gA, A.shape), dt), _store(_sum_to(gBv, B.shape), dt))
     return write_out(out, _result(res, dt, (A, B), backward, op="linalg_solve"),
@@ -462,13 +429,7 @@ def lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):
     dt = B.dtype
 
     def backward(g):
-        G = g.astype(np.float64)
-        if left:
-            gB = _batched_solve(_mT(Aop), G, "lu_solve")
-            gAop = -gB @ _mT(X)
-        else:
-            gB = _mT(_batched_solve(Aop, _mT(G), "lu_solve"))
-            gAop = -_mT(X) @ gB
+        gAop, gB = _solve_grads(Aop, X, g.astype(np.float64), left, "lu_solve")
         gA = _mT(gAop) if adjoint else gAop
         PtgA = Pm @ gA
         gLU = np.tril(PtgA @ _mT(U), -1) + np.triu(_mT(L) @ PtgA)

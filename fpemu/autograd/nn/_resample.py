@@ -63,33 +63,16 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest",  # noqa: A0
         raise ValueError("only one of size or scale_factor should be defined")
     if size is not None:
         scales = None
-        if isinstance(size, (list, tuple)):
-            if len(size) != dim:
-                raise ValueError(
-                    f"Input and output must have the same number of spatial dimensions, but "
-                    f"got input with spatial dimensions of {list(input.shape[2:])} and output "
-                    f"size of {size}. Please provide input tensor in (N, C, d1, d2, ...,dK) "
-                    f"format and output size in (o1, o2, ...,oK) format.")
-            if not all(_is_int(v) for v in size):
-                raise TypeError(f"expected size to be one of int or Tuple[int] or Tuple[int, "
-                                f"int] or Tuple[int, int, int], but got size with types "
-                                f"{[type(v) for v in size]}")
-            out_size = [int(v) for v in size]
-        else:
-            out_size = [size] * dim
+        out_size = _per_dim(input, size, dim, "output size", "size", "(o1, o2, ...,oK)")
+        if not all(_is_int(v) for v in out_size):
+            raise TypeError(f"expected size to be one of int or Tuple[int] or Tuple[int, int] "
+                            f"or Tuple[int, int, int], but got size with types "
+                            f"{[type(v) for v in out_size]}")
+        out_size = [int(v) for v in out_size]
     elif scale_factor is not None:
         out_size = None
-        if isinstance(scale_factor, (list, tuple)):
-            if len(scale_factor) != dim:
-                raise ValueError(
-                    f"Input and scale_factor must have the same number of spatial dimensions, "
-                    f"but got input with spatial dimensions of {list(input.shape[2:])} and "
-                    f"scale_factor of shape {scale_factor}. Please provide input tensor in "
-                    f"(N, C, d1, d2, ...,dK) format and scale_factor in (s1, s2, ...,sK) "
-                    f"format.")
-            scales = [float(v) for v in scale_factor]
-        else:
-            scales = [float(scale_factor)] * dim
+        scales = [float(v) for v in _per_dim(input, scale_factor, dim, "scale_factor of shape",
+                                             "scale_factor", "(s1, s2, ...,sK)")]
     else:
         raise ValueError("either size or scale_factor should be defined")
     if recompute_scale_factor and size is not None:
@@ -126,6 +109,20 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest",  # noqa: A0
                 3: adaptive_avg_pool3d}[dim]
         return pool(input, out_size)
     return _upsample(input, out_size, scales, mode, align_corners)
+
+
+def _per_dim(x, value, dim, shown, name, form):
+    """One value per spatial dim: a sequence of exactly ``dim`` (torch's
+    ValueError otherwise) or one value for all."""
+    if not isinstance(value, (list, tuple)):
+        return [value] * dim
+    if len(value) != dim:
+        what = "output" if name == "size" else "scale_factor"
+        raise ValueError(f"Input and {what} must have the same number of spatial dimensions, "
+                         f"but got input with spatial dimensions of {list(x.shape[2:])} and "
+                         f"{shown} {value}. Please provide input tensor in (N, C, d1, d2, "
+                         f"...,dK) format and {name} in {form} format.")
+    return list(value)
 
 
 def _output_size(x, out_size, scales, name):

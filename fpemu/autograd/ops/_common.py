@@ -56,6 +56,16 @@ def grad_part(g, x, dt):
     return _sum_to(g, x.shape, dt)
 
 
+def sum_to_shape(g, shape):
+    """A broadcast gradient (any float array) summed back to an input's shape,
+    without rounding (the caller rounds once)."""
+    lead = g.ndim - len(shape)
+    if lead:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
 def int_binary(npop, a, b, dt):
     A = a._data if isinstance(a, Tensor) else a
     B = b._data if isinstance(b, Tensor) else b

@@ -259,20 +259,27 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     """``steps`` values from ``start`` to ``end`` (numbers or 0-d tensors, as
     torch's tensor overload takes them), in float64 rounded once."""
+    ends = _endpoints("linspace", start, end, steps)
+    return _make(np.linspace(ends[0], ends[1], int(steps)), _dtype(dtype), requires_grad)
+
+
+def _endpoints(name, start, end, steps):
+    """linspace's and logspace's checks: start and end numbers or 0-d
+    tensors (as numbers), steps a non-negative int."""
     ends = []
-    for name, v in (("start", start), ("end", end)):
+    for what, v in (("start", start), ("end", end)):
         if isinstance(v, Tensor):
             if v.ndim:
-                raise FpemuRuntimeError(f"linspace only supports 0-dimensional start and end "
-                                        f"tensors, but got {name} with {v.ndim} dimension(s).")
+                raise FpemuRuntimeError(f"{name} only supports 0-dimensional start and end "
+                                        f"tensors, but got {what} with {v.ndim} dimension(s).")
             v = v.item()
         ends.append(v)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
-        raise FpemuTypeError(f"linspace(): argument 'steps' must be int, not "
+        raise FpemuTypeError(f"{name}(): argument 'steps' must be int, not "
                              f"{type(steps).__name__}")
     if steps < 0:
-        raise FpemuRuntimeError(f"linspace(): number of steps must be non-negative, got {steps}")
-    return _make(np.linspace(ends[0], ends[1], int(steps)), _dtype(dtype), requires_grad)
+        raise FpemuRuntimeError(f"{name}(): number of steps must be non-negative, got {steps}")
+    return ends
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False,
@@ -281,19 +288,7 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_
     power of each exponent (steps from the start in the first half, from the
     end in the second) in double and rounds it to the dtype; fpemu computes
     the exponents in float64 and rounds each power once."""
-    ends = []
-    for name, v in (("start", start), ("end", end)):
-        if isinstance(v, Tensor):
-            if v.ndim:
-                raise FpemuRuntimeError(f"logspace only supports 0-dimensional start and end "
-                                        f"tensors, but got {name} with {v.ndim} dimension(s).")
-            v = v.item()
-        ends.append(v)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
-        raise FpemuTypeError(f"logspace(): argument 'steps' must be int, not "
-                             f"{type(steps).__name__}")
-    if steps < 0:
-        raise FpemuRuntimeError(f"number of steps must be non-negative, got {steps}")
+    ends = _endpoints("logspace", start, end, steps)
     dt = _dtype(dtype)
     n = int(steps)
     a, b = (float(e) for e in ends)

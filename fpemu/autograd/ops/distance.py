@@ -24,6 +24,7 @@ from ...errors import FpemuRuntimeError, FpemuTypeError
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, float64, is_float
 from . import linalg as _linalg
+from ._common import sum_to_shape
 
 _MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
           "donot_use_mm_for_euclid_dist")
@@ -75,17 +76,8 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
                 g2 = B * ratio.sum(-2)[..., None] - np.swapaxes(ratio, -1, -2) @ A
             else:
                 g1, g2 = _direct_grad(A, B, p, G, R64, dt)
-        return (_store(_reduce_to(g1, x1.shape), dt), _store(_reduce_to(g2, x2.shape), dt))
+        return (_store(sum_to_shape(g1, x1.shape), dt), _store(sum_to_shape(g2, x2.shape), dt))
     return _result(res, dt, (x1, x2), backward, op="cdist")
-
-
-def _reduce_to(g, shape):
-    """A batch-broadcast gradient summed back to the input's shape."""
-    lead = g.ndim - len(shape)
-    if lead:
-        g = g.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    return g.sum(axis=axes, keepdims=True) if axes else g
 
 
 def _euclid_mm(A, B, dt):

@@ -390,9 +390,18 @@ def _nuclear_norm(x, dim, keepdim):
     if not isinstance(dim, (tuple, list)) or len(dim) != 2:
         raise FpemuValueError(f"norm(): the nuclear norm takes two dims, got dim={dim!r}")
     d0, d1 = (wrap_dim(d, x.ndim) for d in dim)
+    return singular_norm(x, d0, d1, keepdim, "nuc", op="norm")
+
+
+def singular_norm(x, d0, d1, keepdim, kind, op="linalg_matrix_norm"):
+    """The sum ("nuc"), largest ("2") or smallest ("-2") singular value over
+    dims d0, d1, from numpy's SVD in float64, rounded once; gradients U V^T,
+    u1 v1^T, un vn^T (tied singular values share it, as torch's amax /
+    amin of them do)."""
     X = np.moveaxis(f64(x), (d0, d1), (-2, -1))
     U, S, Vh = np.linalg.svd(X, full_matrices=False)
-    n = S.sum(axis=-1)
+    pick = {"nuc": None, "2": 0, "-2": -1}[kind]
+    n = S.sum(-1) if pick is None else S[..., pick]
     if keepdim:
         n = np.expand_dims(n, tuple(sorted((d0, d1))))
     res = _store(n, x.dtype)
@@ -401,9 +410,13 @@ def _nuclear_norm(x, dim, keepdim):
         G = np.asarray(g, np.float64)
         if keepdim:
             G = np.squeeze(G, axis=tuple(sorted((d0, d1))))
-        gx = G[..., None, None] * (U @ Vh)
-        return (_store(np.moveaxis(gx, (-2, -1), (d0, d1)), x.dtype),)
-    return _result(res, x.dtype, (x,), backward, saved=(x,), op="norm")
+        if pick is None:
+            part = U @ Vh
+        else:
+            tie = S == S[..., pick, None]
+            part = (U * (tie / tie.sum(-1, keepdims=True))[..., None, :]) @ Vh
+        return (_store(np.moveaxis(G[..., None, None] * part, (-2, -1), (d0, d1)), x.dtype),)
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op=op)
 
 
 def logsumexp(x, dim, keepdim=False):
