@@ -1,5 +1,6 @@
 """GradScaler, optimizers and autocast against docs/pytorch-numerics.md and torch CPU."""
 
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -416,6 +417,54 @@ def test_autocast_dtypes_follow_the_cuda_lists():
         assert (x @ x.T).dtype is ft.bfloat16                  # CPU's default dtype
         assert ft.softmax(x, dim=1).dtype is ft.float32        # input dtype: not listed on CPU
         assert ft.softmax(x.bfloat16(), dim=1).dtype is ft.bfloat16
+
+
+def _added_ops(lib):
+    """The ops issue 48 added that an autocast list names (CUDA's or CPU's),
+    each called on float32 (x, w: for the ``lower`` ones) and bfloat16 (b)
+    tensors; the results' dtypes say which category the op ran in."""
+    F = lib.nn.functional
+    g = np.random.default_rng(3)
+    x = lib.tensor(g.standard_normal((2, 3, 5, 4, 4)).astype(np.float32))
+    w = lib.tensor(g.standard_normal((4, 3, 2, 2, 2)).astype(np.float32))
+    b = lib.tensor(g.standard_normal((2, 3, 6)).astype(np.float32)).bfloat16()
+    m = lib.tensor(g.standard_normal((4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32))
+    return {
+        "conv3d": F.conv3d(x, w), "conv_transpose1d": F.conv_transpose1d(
+            x[:, :, 0, 0], w[:, :, 0, 0].transpose(0, 1)),
+        "einsum": lib.einsum("ij,jk->ik", x[0, 0, 0], x[0, 0, 0].T),
+        "cdist": lib.cdist(b[0], b[1]), "quantile": lib.quantile(b.float().bfloat16(), 0.3),
+        "max_pool3d": F.max_pool3d(b[None].reshape(1, 2, 3, 2, 3), 2),
+        "avg_pool3d": F.avg_pool3d(b[None].reshape(1, 2, 3, 2, 3), 2),
+        "adaptive_avg_pool3d": F.adaptive_avg_pool3d(b.reshape(1, 2, 3, 2, 3), 1),
+        "poisson_nll_loss": F.poisson_nll_loss(b, b.abs()),
+        "margin_ranking_loss": F.margin_ranking_loss(b, b, b.sign()),
+        "hinge_embedding_loss": F.hinge_embedding_loss(b, b.sign()),
+        "linalg_solve": lib.linalg.solve(m.bfloat16(), m[0].bfloat16()),
+        "linalg_inv": lib.linalg.inv(m.bfloat16()),
+        "cumprod": lib.cumprod(b, 1), "addcmul": lib.addcmul(b, b, x[0, 0, 0, 0, :1]),
+    }
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_autocast_categories_of_the_added_ops(device):
+    """Under AutocastCPU's lists the dtypes equal torch CPU autocast's
+    (torch.autocast("cpu", bfloat16), the oracle); under the CUDA lists
+    they follow torch 2.13's autocast_mode.h (lower: bf16; fp32; promote)."""
+    torch = pytest.importorskip("torch")
+    if device == "cpu":
+        with torch.autocast("cpu", dtype=torch.bfloat16), warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # torch's own notes on CPU autocast
+            want = {k: str(v.dtype) for k, v in _added_ops(torch).items()}
+    else:
+        bf, f32 = "torch.bfloat16", "torch.float32"
+        want = dict(conv3d=bf, conv_transpose1d=bf, einsum=bf, cdist=f32, quantile=bf,
+                    max_pool3d=bf, avg_pool3d=bf, adaptive_avg_pool3d=bf, poisson_nll_loss=f32,
+                    margin_ranking_loss=f32, hinge_embedding_loss=f32, linalg_solve=bf,
+                    linalg_inv=bf, cumprod=f32, addcmul=f32)
+    with ft.autocast(device, dtype=ft.bfloat16):
+        got = {k: str(v.dtype) for k, v in _added_ops(ft).items()}
+    assert got == want
 
 
 def test_autocast_cache_and_backward_dtypes():

@@ -180,6 +180,7 @@ def solve(A, B, *, left=True, out=None):
     vector (n,) or a batch of matrices. Gradients: torch's (gB = solve(A^H,
     g), gA = -gB X^H)."""
     _square("solve", A)
+    A, B = cast_inputs("linalg_solve", A, B)
     if A.dtype is not B.dtype:
         raise FpemuRuntimeError(f"linalg.solve: Expected A and B to have the same dtype, but "
                                 f"found A of type {A.dtype} and B of type {B.dtype} instead")
@@ -214,6 +215,7 @@ def solve(A, B, *, left=True, out=None):
 def inv(A, *, out=None):
     """A^-1 in float64 rounded once; gradient -A^-H g A^-H."""
     _square("inv", A)
+    (A,) = cast_inputs("linalg_inv", A)
     Af = f64(A)
     try:
         Ai = np.linalg.inv(Af) if Af.size else Af.copy()

@@ -25,6 +25,7 @@ import itertools
 import numpy as np
 
 from ...errors import FpemuRuntimeError
+from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, int64, is_float
 from ..ops._common import float_dt
 
@@ -109,7 +110,7 @@ def _batched(x, nd):
 
 def max_pool(fname, input, nd, kernel_size, stride, padding, dilation,  # noqa: A002
              ceil_mode, return_indices):
-    x = input
+    (x,) = cast_inputs(fname, input)        # AutocastCPU: max_pool3d runs in float32
     ks, ss, ps, ds, spatial, outs = _geometry(fname, x, nd, kernel_size, stride, padding,
                                               dilation, ceil_mode)
     A, batched = _batched(x, nd)
@@ -154,7 +155,7 @@ def max_pool(fname, input, nd, kernel_size, stride, padding, dilation,  # noqa: 
 
 def avg_pool(fname, input, nd, kernel_size, stride, padding, ceil_mode,  # noqa: A002
              count_include_pad, divisor_override):
-    x = input
+    (x,) = cast_inputs(fname, input)        # AutocastCPU: avg_pool3d runs in float32
     if divisor_override is not None and divisor_override == 0:
         raise FpemuRuntimeError(f"{fname}: divisor must be not zero")
     ks, ss, ps, ds, spatial, outs = _geometry(fname, x, nd, kernel_size, stride, padding, 1,
@@ -210,7 +211,7 @@ def max_unpool(fname, input, indices, nd, kernel_size, stride, padding,  # noqa:
                output_size):
     """The inverse of a max pooling: each value written at its index within
     its (N, C) plane of a zero output (torch's max_unpool)."""
-    x = input
+    (x,) = cast_inputs(fname, input)        # AutocastCPU: max_unpool2d / 3d in float32
     if not isinstance(indices, Tensor) or indices.dtype is not int64:
         raise FpemuRuntimeError(f"{fname}: elements in indices should be type int64 but got: "
                                 f"{getattr(indices, 'dtype', type(indices).__name__)}")

@@ -275,6 +275,7 @@ def adaptive_avg_pool3d(input, output_size):  # noqa: A002
                                 f"{list(input.shape)} with dimension {input.ndim - 3} being "
                                 f"empty")
     mats = [_adaptive_weights(n, o) for n, o in zip(spatial, outs)]
+    (input,) = cast_inputs("adaptive_avg_pool3d", input)
     dt = float_dt(input)
     lead = tuple(input.shape[:-3])
     X = input._data.astype(np.float64).reshape((-1, 1) + tuple(spatial))

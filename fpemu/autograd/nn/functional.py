@@ -941,6 +941,7 @@ def poisson_nll_loss(input, target, log_input=True, full=False,  # noqa: A002
     red = _reduction(reduction, size_average, reduce)
     if red not in ("none", "mean", "sum"):
         raise ValueError(f"{red} is not a valid value for reduction")
+    input, target = cast_inputs("poisson_nll_loss", input, target)
     if log_input:
         loss = sub(exp(input), mul(target, input))
     else:
@@ -960,6 +961,7 @@ def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, r
     from ..ops.elementwise import add, clamp_min, mul, neg, sub
     from ..ops.reduce import mean as _mean
     red = _reduction(reduction, size_average, reduce)
+    input1, input2, target = cast_inputs("margin_ranking_loss", input1, input2, target)
     if input1.ndim != input2.ndim or input1.ndim != target.ndim:
         raise FpemuRuntimeError(f"margin_ranking_loss : All input tensors should have same "
                                 f"dimension but got sizes: input1: {list(input1.shape)}, "
@@ -977,6 +979,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None,  # noqa: 
     from ..ops.elementwise import add, clamp_min, rsub, where
     from ..ops.reduce import mean as _mean
     red = _reduction(reduction, size_average, reduce)
+    input, target = cast_inputs("hinge_embedding_loss", input, target)
     zeros = input * 0.0
     margin_part = where(target != 1, clamp_min(rsub(input, margin), 0), zeros)
     self_part = where(target != -1, input, zeros)
@@ -992,6 +995,7 @@ def bilinear(input1, input2, weight, bias=None):
     fp32 accumulation under the matmul model."""
     from ..ops.einsum import einsum
     from ..ops.elementwise import add
+    input1, input2, weight, bias = cast_inputs("bilinear", input1, input2, weight, bias)
     if input1.ndim != input2.ndim:
         raise FpemuRuntimeError(f"bilinear(): input dimensions do not match: got "
                                 f"{input1.ndim} and {input2.ndim}")
@@ -2007,6 +2011,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
                      output_padding=0, groups=1, dilation=1):
     """1-D transposed convolution: :func:`conv_transpose2d` over a height of one."""
     from ..ops.shape import squeeze, unsqueeze
+    input, weight, bias = cast_inputs("conv_transpose1d", input, weight, bias)
     if input.ndim not in (2, 3):
         raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to "
                            f"conv_transpose1d, but got input of size: {list(input.shape)}")

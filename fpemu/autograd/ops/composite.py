@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
+from .._autocast import cast_inputs
 from .._core import Size, Tensor, _result, _store, bool_, int64, is_float
 from ._common import wrap_dim
 from .elementwise import bitwise_xor, div, isnan, lerp, logical_not, mul, sub, where
@@ -184,6 +185,7 @@ def _stat_mean(name, stat, x, dim, args, kwargs):
 def dist(input, other, p=2):  # noqa: A002
     """The p-norm of ``input - other``."""
     _tensor("dist", input)
+    input, other = cast_inputs("dist", input, other)
     return norm(sub(input, other), p)
 
 
@@ -318,6 +320,7 @@ def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear",  #
 
 def _quantile(name, x, q, dim, keepdim, interpolation, ignore_nan):
     _tensor(name, x)
+    (x,) = cast_inputs(name, x)                 # AutocastCPU: float32
     if not is_float(x.dtype):
         raise FpemuRuntimeError(f"{name}() input tensor must be either float or double dtype")
     if interpolation not in _INTERPOLATIONS:

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...errors import FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError
 from .. import _aten
+from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, float64, int64, is_float, opmath
 from .._profile import get_profile
 from ._common import wrap_dim
@@ -200,6 +201,7 @@ def scatter_add(input, dim, index, src, *, out=None):  # noqa: A002 - torch's na
     if not isinstance(src, Tensor):
         raise FpemuTypeError(f"scatter_add(): argument 'src' (position 4) must be Tensor, not "
                              f"{type(src).__name__}")
+    x, src = cast_inputs("scatter_add", x, src)       # autocast: promote
     _scatter_checks("scatter_add", x, d, index, src)
     if is_float(x.dtype):
         om = opmath(x.dtype)
