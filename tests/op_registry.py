@@ -629,6 +629,7 @@ EXACT = {
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "searchsorted", "bucketize", "unique",
     "unique_consecutive", "histc", "unfold", "diff", "tile", "rot90", "diag_embed",
     "combinations", "copysign", "kthvalue", "median", "nanmedian", "broadcast_shapes",
+    "max_pool2d_with_indices_backward",
 }
 for _op in OPS:
     _op.exact = _op.short in EXACT

@@ -105,6 +105,18 @@ def _seeded(fn):
 
 
 _F = ft.nn.functional
+
+
+def _max_pool2d_backward(x, kernel_size=(), stride=(), padding=(0,), dilation=(1,),
+                         ceil_mode=False, **kwargs):
+    """The OpInfo's ``max_pool2d_backward``: ATen's backward kernel on a
+    gradient of ones, with fpemu's pooling and its backward op."""
+    from fpemu.autograd.nn import _pooling
+    out, idx = _F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode,
+                             return_indices=True)
+    return _pooling.max_pool_backward(ft.ones_like(out), x, idx, 2)
+
+
 #: OpInfos (by name, or name.variant) whose ``op`` is a lambda around the
 #: function (reordered arguments, a Tensor method, a fixed seed): fpemu's call
 CALLS = {
@@ -133,6 +145,7 @@ CALLS = {
     "nn.functional.dropout3d": _seeded(_F.dropout3d),
     "nn.functional.scaled_dot_product_attention": _seeded(_F.scaled_dot_product_attention),
     "nn.functional.multi_head_attention_forward": _seeded(_F.multi_head_attention_forward),
+    "max_pool2d_with_indices_backward": _max_pool2d_backward,
 }
 
 

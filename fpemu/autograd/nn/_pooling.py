@@ -153,6 +153,31 @@ def max_pool(fname, input, nd, kernel_size, stride, padding, dilation,  # noqa: 
     return (out, indices) if return_indices else out
 
 
+def max_pool_backward(grad_output, input, indices, nd):  # noqa: A002
+    """ATen's ``max_pool{nd}d_with_indices_backward`` as an op of its own:
+    ``grad_output`` added at ``indices`` within each (N, C) plane of a zero
+    tensor of the input's shape (float64, rounded once). Differentiable: its
+    gradient with respect to ``grad_output`` gathers at the indices, with
+    respect to the input it is zero (torch's double backward)."""
+    x, g = input, grad_output
+    if tuple(indices.shape) != tuple(g.shape):
+        raise FpemuRuntimeError(f"max_pool{nd}d backward: indices {list(indices.shape)} and "
+                                f"grad_output {list(g.shape)} must have the same shape")
+    plane = int(np.prod(x.shape[-nd:]))
+    rows = int(np.prod(x.shape[:-nd]))
+    G = g._data.astype(np.float64).reshape(rows, -1)
+    I = indices._data.reshape(G.shape)                      # noqa: E741
+    out = np.zeros((rows, plane))
+    np.add.at(out, (np.arange(rows)[:, None], I), G)
+    dt = g.dtype
+
+    def backward(gg):
+        back = np.take_along_axis(gg.reshape(rows, plane), I, -1)
+        return back.reshape(g.shape), np.zeros(x.shape, gg.dtype), None
+    return _result(_store(out.reshape(x.shape), dt), dt, (g, x, indices), backward,
+                   op=f"max_pool{nd}d_with_indices_backward")
+
+
 def avg_pool(fname, input, nd, kernel_size, stride, padding, ceil_mode,  # noqa: A002
              count_include_pad, divisor_override):
     (x,) = cast_inputs(fname, input)        # AutocastCPU: avg_pool3d runs in float32
