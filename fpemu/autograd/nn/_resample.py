@@ -1,4 +1,5 @@
-"""``interpolate`` (and the deprecated ``upsample*``) and ``adaptive_avg_pool3d``.
+"""``interpolate`` (and the deprecated ``upsample*``) and the adaptive average
+poolings (``adaptive_avg_pool1d/2d/3d``: area resampling).
 
 Each mode is a separable linear map: along every spatial dim, output ``o``
 takes a few input positions with weights (one for nearest, two for linear,
@@ -32,7 +33,9 @@ import numpy as np
 from ...errors import FpemuNotImplementedError, FpemuRuntimeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._core import _result, _store, float64
-from ..ops._common import float_dt
+from ..ops._common import f64, float_dt
+from ..ops.creation import zeros
+from . import _pooling
 
 _MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
 _LINEAR_DIMS = {"linear": 1, "bilinear": 2, "trilinear": 3, "bicubic": 2}
@@ -104,9 +107,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest",  # noqa: A0
         raise FpemuNotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
                                        f"{want + 2}D input")
     if mode == "area":
-        from . import functional as F
-        pool = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d,
-                3: adaptive_avg_pool3d}[dim]
+        pool = {1: adaptive_avg_pool1d, 2: adaptive_avg_pool2d, 3: adaptive_avg_pool3d}[dim]
         return pool(input, out_size)
     return _upsample(input, out_size, scales, mode, align_corners)
 
@@ -250,17 +251,78 @@ def _upsample(input, out_size, scales, mode, align_corners):  # noqa: A002
     return _result(np.ascontiguousarray(res), dt, (x,), backward, op=op)
 
 
+def adaptive_avg_pool2d(input, output_size):  # noqa: A002
+    """The mean over torch's adaptive windows: output row i averages input rows
+    floor(i H / oh) .. ceil((i + 1) H / oh) - 1, likewise the columns (None
+    keeps the input's size); in float64, rounded once."""
+    if input.ndim < 3:
+        raise FpemuValueError(f"Input dimension should be at least 3, got {input.ndim}")
+    if input.ndim > 4:
+        raise FpemuRuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
+                                f"{list(input.shape)}")
+    sizes = _sizes(output_size, 2)
+    if len(sizes) != 2:
+        raise FpemuRuntimeError(f"adaptive_avg_pool2d: output_size must be 2, got "
+                                f"{output_size!r}")
+    if any(v is not None and v < 0 for v in sizes):
+        raise FpemuRuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater "
+                                f"than or equal to 0 but received {list(sizes)}")
+    H, W = input.shape[-2:]
+    oh, ow = (n if v is None else v for v, n in zip(sizes, (H, W)))
+    if oh == 0 or ow == 0:
+        return zeros(tuple(input.shape[:-2]) + (oh, ow), dtype=input.dtype) * input.sum()
+    if H % oh == 0 and W % ow == 0:
+        return _pooling.avg_pool("avg_pool2d", input, 2, (H // oh, W // ow), None, 0, False,
+                                 True, None)
+    Ah, Aw = _adaptive_weights(H, oh), _adaptive_weights(W, ow)
+    dt = float_dt(input)
+    res = _store(Ah @ f64(input) @ Aw.T, dt)
+
+    def backward(g):
+        return (_store(Ah.T @ g.astype(np.float64) @ Aw, dt),)
+    return _result(res, dt, (input,), backward, op="adaptive_avg_pool2d")
+
+
+def _adaptive_weights(n, out):
+    """(out, n): row i is 1 / len over torch's window i of an adaptive pool."""
+    A = np.zeros((out, n))
+    for i in range(out):
+        lo, hi = (i * n) // out, -(-((i + 1) * n) // out)
+        A[i, lo:hi] = 1.0 / (hi - lo)
+    return A
+
+
+def adaptive_avg_pool1d(input, output_size):  # noqa: A002
+    size = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
+    if len(size) != 1:
+        raise FpemuRuntimeError(f"adaptive_avg_pool1d(): 'output_size' should contain one int, "
+                                f"got {output_size!r}")
+    if size[0] is not None and size[0] < 0:
+        raise FpemuRuntimeError(f"adaptive_avg_pool1d(): elements of output_size must be "
+                                f"greater than or equal to 0 but received {list(size)}")
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"adaptive_avg_pool1d(): Expected 2D or 3D input, but got input of "
+                           f"size: {list(input.shape)}")
+    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size[0])).squeeze(-2)
+
+
+def _sizes(v, n):
+    """An output size for each of ``n`` dims: one value (or a 1-tuple) for all."""
+    if isinstance(v, (tuple, list)):
+        return tuple(v) * n if len(v) == 1 else tuple(v)
+    return (v,) * n
+
+
 def adaptive_avg_pool3d(input, output_size):  # noqa: A002
     """The mean over torch's adaptive windows along the last three dims
     (output i averages inputs floor(i n / o) .. ceil((i + 1) n / o) - 1;
     None keeps the input's size), in float64, rounded once."""
-    from .functional import _adaptive_weights, _pair
     if input.ndim < 4:
         raise FpemuValueError(f"Input dimension should be at least 4, got {input.ndim}")
     if input.ndim > 5:
         raise FpemuRuntimeError(f"adaptive_avg_pool3d(): Expected 4D or 5D tensor, but got "
                                 f"{list(input.shape)}")
-    sizes = _pair(output_size, 3)
+    sizes = _sizes(output_size, 3)
     if len(sizes) != 3:
         raise FpemuRuntimeError(f"adaptive_avg_pool3d: internal error: output_size.size() "
                                 f"must be 3, got {output_size!r}")
@@ -310,4 +372,4 @@ def upsample_bilinear(input, size=None, scale_factor=None):  # noqa: A002
 
 
 __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
-           "adaptive_avg_pool3d"]
+           "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"]

@@ -34,7 +34,8 @@ from ..ops.linalg import linear  # noqa: F401
 from ..ops.reduce import sum as _sum
 from . import _pooling
 from ._resample import (  # noqa: F401  (torch.nn.functional's names)
-    adaptive_avg_pool3d, interpolate, upsample, upsample_bilinear, upsample_nearest,
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, interpolate, upsample,
+    upsample_bilinear, upsample_nearest,
 )
 
 
@@ -2213,61 +2214,6 @@ def max_unpool3d(input, indices, kernel_size, stride=None, padding=0,  # noqa: A
     """The inverse of :func:`max_pool3d` with ``return_indices``."""
     return _pooling.max_unpool("max_unpool3d", input, indices, 3, kernel_size, stride,
                                padding, output_size)
-
-
-def adaptive_avg_pool2d(input, output_size):  # noqa: A002
-    """The mean over torch's adaptive windows: output row i averages input rows
-    floor(i H / oh) .. ceil((i + 1) H / oh) - 1, likewise the columns (None
-    keeps the input's size); in float64, rounded once."""
-    if input.ndim < 3:
-        raise FpemuValueError(f"Input dimension should be at least 3, got {input.ndim}")
-    if input.ndim > 4:
-        raise FpemuRuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
-                                f"{list(input.shape)}")
-    sizes = _pair(output_size)
-    if len(sizes) != 2:
-        raise FpemuRuntimeError(f"adaptive_avg_pool2d: output_size must be 2, got "
-                                f"{output_size!r}")
-    if any(v is not None and v < 0 for v in sizes):
-        raise FpemuRuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater "
-                                f"than or equal to 0 but received {list(sizes)}")
-    H, W = input.shape[-2:]
-    oh, ow = (n if v is None else v for v, n in zip(sizes, (H, W)))
-    if oh == 0 or ow == 0:
-        from ..ops.creation import zeros
-        return zeros(tuple(input.shape[:-2]) + (oh, ow), dtype=input.dtype) * input.sum()
-    if H % oh == 0 and W % ow == 0:
-        return avg_pool2d(input, (H // oh, W // ow))
-    Ah, Aw = _adaptive_weights(H, oh), _adaptive_weights(W, ow)
-    dt = float_dt(input)
-    res = _store(Ah @ f64(input) @ Aw.T, dt)
-
-    def backward(g):
-        return (_store(Ah.T @ g.astype(np.float64) @ Aw, dt),)
-    return _result(res, dt, (input,), backward, op="adaptive_avg_pool2d")
-
-
-def _adaptive_weights(n, out):
-    """(out, n): row i is 1 / len over torch's window i of an adaptive pool."""
-    A = np.zeros((out, n))
-    for i in range(out):
-        lo, hi = (i * n) // out, -(-((i + 1) * n) // out)
-        A[i, lo:hi] = 1.0 / (hi - lo)
-    return A
-
-
-def adaptive_avg_pool1d(input, output_size):  # noqa: A002
-    size = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
-    if len(size) != 1:
-        raise FpemuRuntimeError(f"adaptive_avg_pool1d(): 'output_size' should contain one int, "
-                                f"got {output_size!r}")
-    if size[0] is not None and size[0] < 0:
-        raise FpemuRuntimeError(f"adaptive_avg_pool1d(): elements of output_size must be "
-                                f"greater than or equal to 0 but received {list(size)}")
-    if input.ndim not in (2, 3):
-        raise RuntimeError(f"adaptive_avg_pool1d(): Expected 2D or 3D input, but got input of "
-                           f"size: {list(input.shape)}")
-    return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size[0])).squeeze(-2)
 
 
 from .._missing import module_getattr as _module_getattr  # noqa: E402
