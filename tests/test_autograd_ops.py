@@ -567,3 +567,17 @@ def test_draws_from_parameters_that_need_a_gradient_need_one_too():
             y.sum().backward()
             assert t.grad is not None and t.grad.tolist() == [0.0, 0.0, 0.0]
         assert got == [True, True]
+
+
+def test_scatter_with_reduce_has_torchs_missing_derivative():
+    """``scatter(..., reduce=)``: the result needs a gradient (as torch's) and
+    its backward raises torch's RuntimeError."""
+    torch = pytest.importorskip("torch")
+    for lib in (torch, ft):
+        x = lib.zeros(3, 4, requires_grad=True)
+        with pytest.warns(UserWarning, match="reduce argument of torch.scatter"):
+            y = lib.scatter(x, 0, lib.tensor([[0, 1, 2, 0]]), lib.ones(3, 4), reduce="add")
+        assert y.requires_grad
+        assert y.tolist()[0] == [1.0, 0.0, 0.0, 1.0]
+        with pytest.raises(RuntimeError, match="derivative for aten::scatter is not implemented"):
+            y.sum().backward()

@@ -255,20 +255,8 @@ def adaptive_avg_pool2d(input, output_size):  # noqa: A002
     """The mean over torch's adaptive windows: output row i averages input rows
     floor(i H / oh) .. ceil((i + 1) H / oh) - 1, likewise the columns (None
     keeps the input's size); in float64, rounded once."""
-    if input.ndim < 3:
-        raise FpemuValueError(f"Input dimension should be at least 3, got {input.ndim}")
-    if input.ndim > 4:
-        raise FpemuRuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
-                                f"{list(input.shape)}")
-    sizes = _sizes(output_size, 2)
-    if len(sizes) != 2:
-        raise FpemuRuntimeError(f"adaptive_avg_pool2d: output_size must be 2, got "
-                                f"{output_size!r}")
-    if any(v is not None and v < 0 for v in sizes):
-        raise FpemuRuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater "
-                                f"than or equal to 0 but received {list(sizes)}")
+    oh, ow = _adaptive_sizes(input, output_size, 2)
     H, W = input.shape[-2:]
-    oh, ow = (n if v is None else v for v, n in zip(sizes, (H, W)))
     if oh == 0 or ow == 0:
         return zeros(tuple(input.shape[:-2]) + (oh, ow), dtype=input.dtype) * input.sum()
     if H % oh == 0 and W % ow == 0:
@@ -306,6 +294,24 @@ def adaptive_avg_pool1d(input, output_size):  # noqa: A002
     return adaptive_avg_pool2d(input.unsqueeze(-2), (1, size[0])).squeeze(-2)
 
 
+def _adaptive_sizes(x, output_size, nd):
+    """torch's checks of an adaptive pooling over the last ``nd`` dims, and
+    its output sizes (None keeps the input's)."""
+    name = f"adaptive_avg_pool{nd}d"
+    if x.ndim < nd + 1:
+        raise FpemuValueError(f"Input dimension should be at least {nd + 1}, got {x.ndim}")
+    if x.ndim > nd + 2:
+        raise FpemuRuntimeError(f"{name}(): Expected {nd + 1}D or {nd + 2}D tensor, but got "
+                                f"{list(x.shape)}")
+    sizes = _sizes(output_size, nd)
+    if len(sizes) != nd:
+        raise FpemuRuntimeError(f"{name}: output_size must be {nd}, got {output_size!r}")
+    if any(v is not None and v < 0 for v in sizes):
+        raise FpemuRuntimeError(f"{name}: elements of output_size must be greater than or "
+                                f"equal to 0 but received {list(sizes)}")
+    return [n if v is None else int(v) for v, n in zip(sizes, x.shape[-nd:])]
+
+
 def _sizes(v, n):
     """An output size for each of ``n`` dims: one value (or a 1-tuple) for all."""
     if isinstance(v, (tuple, list)):
@@ -317,20 +323,8 @@ def adaptive_avg_pool3d(input, output_size):  # noqa: A002
     """The mean over torch's adaptive windows along the last three dims
     (output i averages inputs floor(i n / o) .. ceil((i + 1) n / o) - 1;
     None keeps the input's size), in float64, rounded once."""
-    if input.ndim < 4:
-        raise FpemuValueError(f"Input dimension should be at least 4, got {input.ndim}")
-    if input.ndim > 5:
-        raise FpemuRuntimeError(f"adaptive_avg_pool3d(): Expected 4D or 5D tensor, but got "
-                                f"{list(input.shape)}")
-    sizes = _sizes(output_size, 3)
-    if len(sizes) != 3:
-        raise FpemuRuntimeError(f"adaptive_avg_pool3d: internal error: output_size.size() "
-                                f"must be 3, got {output_size!r}")
+    outs = _adaptive_sizes(input, output_size, 3)
     spatial = input.shape[-3:]
-    outs = [n if v is None else int(v) for v, n in zip(sizes, spatial)]
-    if any(o < 0 for o in outs):
-        raise FpemuRuntimeError(f"adaptive_avg_pool3d: elements of output_size must be "
-                                f"greater than or equal to 0 but received {outs}")
     if any(n == 0 for n in spatial) and any(o for o in outs):
         raise FpemuRuntimeError(f"adaptive_avg_pool3d(): Expected input to have non-zero size "
                                 f"for non-batch dimensions, but input has sizes "

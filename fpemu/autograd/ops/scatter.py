@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from ...errors import FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError
+from ...errors import FpemuRuntimeError, FpemuTypeError
 from .. import _aten
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, float64, int64, is_float, opmath
@@ -144,7 +144,7 @@ def scatter(input, dim, index, src=None, *, value=None, reduce=None, out=None): 
     """``input`` with ``src`` (a tensor, or a number: ``value``) written at
     ``index`` along ``dim``: ``out[i][index[i][j]] = src[i][j]`` (dim 1).
     ``reduce`` "add" / "multiply" combines instead of writing (torch's
-    deprecated form; no gradient, as torch gives none)."""
+    deprecated form; its backward raises torch's error, as torch's does)."""
     if src is None:
         src = value
     if src is None:
@@ -177,12 +177,11 @@ def scatter(input, dim, index, src=None, *, value=None, reduce=None, out=None): 
     if not is_float(x.dtype):
         return write_out(out, Tensor(res, x.dtype), "scatter")
     src_t = src if isinstance(src, Tensor) else None
-    if reduce is not None and (x.requires_grad or (src_t is not None and src_t.requires_grad)):
-        raise FpemuNotImplementedError("the derivative of scatter with reduce= is not "
-                                       "emulated (torch has none either): use scatter_add or "
-                                       "scatter_reduce without gradients")
 
     def backward(g):
+        if reduce is not None:          # torch's result needs a gradient it cannot give
+            raise FpemuRuntimeError("derivative for aten::scatter is not implemented (torch "
+                                    "has none for scatter with reduce=): use scatter_add")
         # torch: self gets grad.scatter(dim, index, 0), src grad.gather(dim, index)
         gx = _scatter_into(Tensor(g, x.dtype), d, index, 0, lambda old, new: new) \
             if x.requires_grad else None
