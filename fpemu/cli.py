@@ -262,7 +262,7 @@ def _cmd_blocks(args) -> int:
 
     import numpy as np
 
-    from .block import PRESETS, TABLE_PRESETS, _shares, error_table
+    from .block import PRESETS, TABLE_PRESETS, error_shares, error_table
     from .tensorfiles import check_output_file, check_tensor_file, named_tensors
     check_tensor_file(args.file)
     if args.json:
@@ -301,7 +301,7 @@ def _cmd_blocks(args) -> int:
                        "values" + (f" whose name contains {args.match!r}" if args.match else "")
                        + "; lower --min-size or change --match")
     summary = [{k: t[k] for k in ("preset", "elem", "scale", "block", "rule", "bits")}
-               | {"mse": t["sse"] / t["values"]} | _shares(t) for t in total.values()]
+               | {"mse": t["sse"] / t["values"]} | error_shares(t) for t in total.values()]
     n = total[presets[0]]["values"]
     print(f"{args.file}: {len(per_tensor)} tensors, {n} values, blocks along the last axis")
     print(f"{'preset':15s} {'elements':9s} {'scale':7s} {'block':>6s} {'bits':>6s} "

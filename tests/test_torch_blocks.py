@@ -154,7 +154,7 @@ def test_four_over_six_sums_errors_in_one_fixed_order():
     plain = block.quantize_blocks(x, "nvfp4")
     assert (a.scales != plain.scales).any()
     s = np.arange(7.0)
-    assert block._halving_sum(s) == ((0 + 3) + (1 + 4)) + (2 + 5 + 6)
+    assert block.halving_sum(s) == ((0 + 3) + (1 + 4)) + (2 + 5 + 6)
 
 
 def test_dequantize_codes_and_scales_given_separately():

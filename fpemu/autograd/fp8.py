@@ -56,7 +56,8 @@ import enum
 import numpy as np
 
 from .. import accumulate as _acc
-from ..block import BlockQuantized, _mx_exponent
+from ..block import BlockQuantized
+from ..block.rules import array_namespace, mx_exponent, te_scale
 from ..formats import e2m1, e4m3fn, e5m2, e8m0, fp32
 from ..quantize import decode, encode
 from ._autocast import cast_inputs
@@ -65,6 +66,7 @@ from ._state import State
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 _f = np.float32
+_NP = array_namespace("numpy")
 
 #: TransformerEngine's NVFP4 GEMM epilogue divides the product of the two
 #: tensor amaxes by (e2m1 max * e4m3 max)**2: alpha = amax_a * amax_b / this.
@@ -416,11 +418,10 @@ def scale_from_amax(amax, fp8_max, power_2_scale=False, epsilon=0.0):
     """TE's ``compute_scale_from_amax``: fp8_max / amax in float32; amax
     below epsilon is epsilon; inf, 0 or NaN amax gives 1; an infinite scale
     gives FLT_MAX; power_2_scale rounds down by zeroing the mantissa."""
-    from ..block import _te_scale
     amax = _f(amax)
     if amax < _f(epsilon):
         amax = _f(epsilon)
-    return _f(_te_scale(np.array([amax], np.float32), fp8_max, power_2_scale)[0])
+    return _f(te_scale(_NP, np.array([amax], np.float32), fp8_max, power_2_scale)[0])
 
 
 @dataclasses.dataclass
@@ -469,7 +470,7 @@ def mx_scale_exponent(amax, fmt, rounding):
     rounded to nearest (ml_dtypes' cast)."""
     amax32 = np.asarray(amax, np.float64).astype(np.float32)
     if rounding in ("down", "up"):
-        e, _ = _mx_exponent(amax32, fmt, "floor" if rounding == "down" else "rceil")
+        e, _ = mx_exponent(_NP, amax32, fmt, "floor" if rounding == "down" else "rceil")
         return e
     with np.errstate(all="ignore"):
         x = (amax32 / np.float32(fmt.max)).astype(np.float32)

@@ -6,8 +6,10 @@ and values of :func:`fpemu.block.quantize_blocks` and
 scale rule (MX: floor, rceil, ceil, even, rceil-exact; NVFP4: TE's rule, its
 older division, torchao's, Four Over Six, cuDNN's; fp32 scales: current and
 pow2), every element rounding, 1-D blocks along any axis and 2-D tiles,
-zero-padded tails. The rules are those of ``fpemu/block.py`` (read its
-module text); this module writes them again for tensors:
+zero-padded tails. The scale rules are those of :mod:`fpemu.block.rules`
+(the formulas: the text of :mod:`fpemu.block`), written once and run here
+with torch's array namespace; this module is the device driver (block
+layout, amaxes, element rounding):
 
 * the block layout, amaxes, scale exponents (from the float32 bits, integer
   operations) and the rounding of scales and elements (:mod:`fpemu.torch`'s
@@ -24,14 +26,17 @@ module text); this module writes them again for tensors:
   :mod:`fpemu.block` does (the same bits for the same seed); they are made
   on the host and sent to the device, 8 bytes per element;
 * Four Over Six sums each block's squared errors in float64 in the fixed
-  halving order of ``fpemu.block._halving_sum``.
+  halving order of :func:`fpemu.block.halving_sum`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import block as _b
+from ..block import checks as _checks
+from ..block import host as _host
+from ..block.rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, array_namespace
+from ..block.spec import BlockQuantized
 from ..errors import FpemuValueError
 from ..formats import Format
 from . import _quantize as _q
@@ -39,8 +44,6 @@ from . import _quantize as _q
 torch = _q.torch
 
 __all__ = ["quantize_blocks", "dequantize_blocks", "TensorBlocks"]
-
-_FLT_MAX = float(np.finfo(np.float32).max)
 
 
 class TensorBlocks:
@@ -102,7 +105,7 @@ class TensorBlocks:
 
     def numpy(self):
         """The host :class:`fpemu.block.BlockQuantized` of these codes."""
-        return _b.BlockQuantized(
+        return BlockQuantized(
             self.codes.cpu().numpy().astype(self.elem.code_dtype),
             self.scales.cpu().numpy().astype(self.scale_fmt.code_dtype),
             elem=self.elem, scale_fmt=self.scale_fmt, block=self.block, axis=self.axis,
@@ -134,10 +137,6 @@ def _pow2_f32(e):
 def _pow2_f64(e):
     """2**e as float64 (int tensor e in -1022 .. 1023), built from its bits."""
     return ((e.to(torch.int64) + 1023) << 52).view(torch.float64)
-
-
-def _f32_bits(a):
-    return a.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
 
 
 def _codes(t, fmt, **kw):
@@ -201,199 +200,36 @@ def _to_blocks(X, block, axis, in_place=False):
     return Bk, back, lead + (nr, nc), (lambda S: S)
 
 
-# ------------------------------------------------------------- scale rules
-def _mx_exponent(amax32, elem, rule):
-    """``fpemu.block._mx_exponent`` for a tensor of float32 amaxes."""
-    nan = amax32.isnan()
-    emax_elem = _b._floor_log2(elem.max)
-    if rule == "rceil":
-        d = amax32 / _const(float(elem.max), amax32)
-        bits = _f32_bits(d)
-        ef = (bits >> 23) & 0xFF
-        frac = bits & 0x7FFFFF
-        e = torch.where(frac != 0, ef - 127 + 1, ef - 127)
-        sub = (ef == 0) & (frac != 0)
-        top = _q._leading_bit(torch.where(sub, frac, 1).to(torch.int32)).to(torch.int64)
-        pow2 = (frac & (frac - 1)) == 0
-        e = torch.where(sub, top - 149 + torch.where(pow2, 0, 1), e)
-        e = torch.where(d == 0, -127, e)
-        e = torch.where(d.isinf(), 127, e)
-    elif rule == "rceil-exact":
-        m = float(elem.max)
-        fin = amax32.isfinite() & (amax32 > 0)
-        a = torch.where(fin, amax32, 1.0).to(torch.float64)
-        ea = torch.frexp(a).exponent.to(torch.int64) - 1
-        e = ea - _b._floor_log2(m)
-        e = torch.where(a > m * _pow2_f64(e), e + 1, e)
-        e = torch.where(a <= m * _pow2_f64(e - 1), e - 1, e)
-        e = torch.where(amax32 == 0, -127, e)
-        e = torch.where(amax32.isinf(), 127, e)
-    else:
-        bits = _f32_bits(amax32)
-        if rule == "even":
-            bits = (bits + (1 << (23 - elem.mantissa_bits - 1))) & (0x1FF << 23)
-        e = ((bits >> 23) & 0xFF) - 127
-        if rule == "ceil":
-            e = e + ((bits & 0x7FFFFF) != 0).to(torch.int64)
-        e = e - emax_elem
-    return e.clamp(-127, 127), nan
+class _DeviceOps:
+    """The device's rounding, as the rules of :mod:`fpemu.block.rules` call
+    it (``job.ops``): :mod:`fpemu.torch`'s quantizers."""
+
+    @staticmethod
+    def cast(v, fmt, rounding="rne"):
+        return _q.quantize(v, fmt, rounding=rounding)
+
+    @staticmethod
+    def encode(v, fmt):
+        return _codes(v, fmt)
+
+    @staticmethod
+    def decode(codes, fmt):
+        return _q.decode_trusted(codes, fmt)
+
+    @staticmethod
+    def round_elements(V, job, has_nan=True):
+        return _round_elements(V, job.elem, job.rounding, job.seed, job.draws, has_nan)
 
 
-def _mx_rule(job):
-    e, nan = _mx_exponent(job.amax_b, job.elem, job.rule)
-    if job.inf_block == "nan":
-        nan = nan | job.amax_b.isinf()
-    p = _pow2_f32(-e)                           # x / 2**e: one rounding, as ldexp
-    V = job.Bk * job.ex(p)
-    top = job.amax_b * p
-    m = float(job.elem.max)
-    clipped = (top > _b._clip_threshold(job.elem)) & ~nan
-    V = V.clamp(-m, m)
-    scodes = torch.where(nan, 0xFF, e + 127)
-    return scodes, V, None, clipped, nan, None
-
-
-def _te_scale(amax32, fp8_max, pow2):
-    """``fpemu.block._te_scale`` for a tensor of amaxes."""
-    enc = _const(float(fp8_max), amax32) / amax32
-    enc = torch.where(enc.isinf(), _FLT_MAX, enc)
-    enc = torch.where(amax32.isfinite() & (amax32 != 0), enc, 1.0)
-    if pow2:
-        enc = (enc.view(torch.int32) & _q._signed(0xFF800000, 32)).view(torch.float32)
-    return enc
-
-
-def _scale_elements(job, enc):
-    """fp32(x * enc) per block clamped to the element maximum, and which
-    blocks clipped."""
-    Bk, elem, amax_b = job.Bk, job.elem, job.amax_b
-    v = Bk * job.ex(enc)
-    top = amax_b * enc
-    m = float(elem.max)
-    return v.clamp(-m, m), top > _b._clip_threshold(elem)
-
-
-def _fp32_rule(job):
-    enc = _te_scale(job.amax_b, job.elem.max, job.rule == "pow2")
-    dec = _const(1.0, enc) / enc
-    V, clipped = _scale_elements(job, enc)
-    block_nan = job.amax_b.isnan() if not job.elem.has_nan else torch.zeros_like(clipped)
-    scodes = _codes(torch.where(block_nan, float("nan"), dec), job.scale_fmt)
-    return scodes, V, None, clipped, block_nan, None
-
-
-def _te_blocks(job, S, Sdec, map_to, fold):
-    """``fpemu.block._nvfp4_te_blocks``: block decode scales (scale format
-    values) and element encode scales."""
-    f32 = np.float32
-    if fold:
-        ds = job.amax_b * float(f32(S * (f32(1.0) / f32(map_to))))
-    else:
-        ds = (job.amax_b / _const(float(map_to), job.amax_b)) * float(S)
-    ds = ds.clamp(max=_FLT_MAX)
-    smax = float(job.scale_fmt.max)
-    ds = ds.clamp(-smax, smax)
-    dsq = _q.quantize(ds, job.scale_fmt)
-    enc = (_const(1.0, dsq) / (dsq * float(Sdec))).clamp(max=_FLT_MAX)
-    return dsq, enc
-
-
-def _fp4_result(job, dsq, V, clipped, tensor_scale=None, codes=None):
-    block_nan = dsq.isnan()
-    return (_codes(dsq, job.scale_fmt), V, codes, clipped & ~block_nan, block_nan,
-            tensor_scale)
-
-
-def _te_nvfp4_rule(job):
-    S, Sdec = _b._nvfp4_te_tensor(job.tensor_amax, float(job.scale_fmt.max))
-    dsq, enc = _te_blocks(job, S, Sdec, 6.0, fold=job.rule == "nvfp4")
-    V, clipped = _scale_elements(job, enc)
-    return _fp4_result(job, dsq, V, clipped, Sdec)
-
-
-def _torchao_rule(job):
-    f32 = np.float32
-    with np.errstate(all="ignore"):
-        t = f32(job.tensor_amax / f32(448.0 * 6.0))
-        inv_t = f32(f32(1.0) / t)
-    bs = job.amax_b / _const(6.0, job.amax_b)
-    sb = bs / _const(float(t), bs)
-    sb = sb.clamp(2.0**-6, float(job.scale_fmt.max))
-    dsq = _q.quantize(sb, job.scale_fmt)
-    rs = _const(float(inv_t), dsq) / dsq
-    V, clipped = _scale_elements(job, rs)
-    bad = rs.isinf()
-    if bool(bad.any()):
-        zero = job.ex(bad) & (job.Bk == 0)
-        if bool(zero.any()):
-            import warnings
-            warnings.warn(
-                f"quantize_blocks(): the tensor amax {float(job.tensor_amax):.3g} is so small "
-                "that torchao's element multiplier 1/t overflows to inf; torchao turns the "
-                "zero elements of those blocks into NaN and writes its bits as a code (11, "
-                "-1.5, on x86 CPUs); fpemu gives them 0. Rescale the tensor, or use the "
-                "'nvfp4' rule", RuntimeWarning, stacklevel=4)
-            V = torch.where(zero, 0.0, V)
-    return _fp4_result(job, dsq, V, clipped, t)
-
-
-def _four_over_six_rule(job):
-    S, Sdec = _b._nvfp4_te_tensor(job.tensor_amax, 256.0)
-    found = []
-    for map_to in (6.0, 4.0):
-        dsq, enc = _te_blocks(job, S, Sdec, map_to, fold=False)
-        V, cl = _scale_elements(job, enc)
-        c = _round_elements(V, job.elem, job.rounding, job.seed, draws=job.draws)
-        q = _q.decode_trusted(c, job.elem).to(torch.float64)
-        deq = q * dsq[..., None].to(torch.float64) * float(Sdec)
-        d = job.Bk.to(torch.float64) - deq
-        sse = _b._halving_sum(d * d)
-        found.append((c, dsq, cl, sse))
-    (c6, d6, cl6, err6), (c4, d4, cl4, err4) = found
-    use4 = err4 < err6                                  # a tie (or NaN) keeps 6
-    codes = torch.where(use4[..., None], c4, c6)
-    return _fp4_result(job, torch.where(use4, d4, d6), None, torch.where(use4, cl4, cl6),
-                       Sdec, codes)
-
-
-def _cudnn_rule(job):
-    d = (job.amax_b / _const(float(job.elem.max), job.amax_b)).clamp(
-        max=float(job.scale_fmt.max))
-    dsq = _q.quantize(d, job.scale_fmt, rounding="rup")
-    V = job.Bk / job.ex(dsq)
-    zero = job.ex(dsq == 0).expand_as(V)
-    V = torch.where(zero, torch.copysign(torch.zeros_like(V), job.Bk), V)
-    top = job.amax_b / dsq
-    clipped = top > _b._clip_threshold(job.elem)
-    m = float(job.elem.max)
-    return _fp4_result(job, dsq, V.clamp(-m, m), clipped)
-
-
-_RULES = {"floor": _mx_rule, "rceil": _mx_rule, "ceil": _mx_rule, "even": _mx_rule,
-          "rceil-exact": _mx_rule, "nvfp4": _te_nvfp4_rule, "nvfp4-div6": _te_nvfp4_rule,
-          "nvfp4-torchao": _torchao_rule, "4over6": _four_over_six_rule,
-          "cudnn": _cudnn_rule, "current": _fp32_rule, "pow2": _fp32_rule}
-assert set(_RULES) == set(_b.SCALE_RULES), "every scale rule of fpemu.block, in torch"
-
-
-class _Job:
-    """What a rule reads: the blocks ``Bk`` (see :func:`_to_blocks`), their
-    amaxes, the formats, rule and rounding, and ``ex``, which spreads a
-    per-block tensor over the blocks' elements (broadcasting)."""
-
-    __slots__ = ("Bk", "amax_b", "elem", "scale_fmt", "rule", "rounding", "seed",
-                 "tensor_amax", "inf_block", "draws", "ex")
-
-    def __init__(self, **kw):
-        for k, v in kw.items():
-            setattr(self, k, v)
+_OPS = _DeviceOps()
+_XP = array_namespace("torch")
 
 
 # ------------------------------------------------------------ element rounding
 def _srn_draws(n, seed, like):
     """``fpemu.block._srn_draws`` (NumPy's PCG64 on the host), on ``like``'s
     device in its block layout."""
-    d = _b._srn_draws(n, seed, like.numel())
+    d = _host.srn_draws(n, seed, like.numel())
     d = d.astype(np.uint8 if n <= 8 else np.int32 if n <= 31 else np.int64)   # (fewer bytes)
     return torch.from_numpy(d).to(like.device).view(like.shape)
 
@@ -403,7 +239,7 @@ def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
     with ``has_nan`` (some block has a NaN scale; its codes are replaced)
     NaNs round as 0, else a NaN element gets the element format's NaN."""
     safe = torch.where(V.isnan(), 0.0, V) if has_nan else V
-    n = _b._srn_bits(rounding, seed)
+    n = _checks.srn_bits(rounding, seed)
     if n is not None:
         if n <= 23 and elem.emin - elem.mantissa_bits >= -126 and _within(safe, elem):
             return _codes(_round_srn(safe, elem, n, draws), elem)
@@ -458,25 +294,14 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     >>> q.scales.tolist(), q.values.tolist()
     ([[127]], [[0.0, -3.0, 6.0, 0.0]])
     """
-    elem, scale_fmt, block, rule = _b._resolve_args(elem, scale_fmt, block, scale_rule)
-    block = _b._check_block(block, "quantize_blocks")
-    if inf_block not in _b.INF_BLOCK:
-        raise FpemuValueError(f"quantize_blocks(): inf_block must be one of "
-                              f"{', '.join(map(repr, _b.INF_BLOCK))}, got {inf_block!r}")
-    n_sr = _b._srn_bits(rounding, seed)
-    amax_given = _b._check_tensor_amax(tensor_amax, rule)
+    elem, scale_fmt, block, rule = _checks.resolve_args(elem, scale_fmt, block, scale_rule)
+    block = _checks.check_block(block, "quantize_blocks")
+    _checks.check_inf_block(inf_block)
+    n_sr = _checks.srn_bits(rounding, seed)
+    amax_given = _checks.check_tensor_amax(tensor_amax, rule)
     X = _q._float32_bits(t, "quantize_blocks").view(torch.float32)
-    if X.dim() == 0:
-        raise FpemuValueError("fpemu.torch.quantize_blocks(): needs a tensor with at least one "
-                              "axis, got a 0-d tensor; pass t.reshape(1)")
-    if isinstance(block, tuple):
-        if X.dim() < 2:
-            raise FpemuValueError(f"fpemu.torch.quantize_blocks(): 2-D tiles {block} need a "
-                                  f"tensor with two axes or more; got shape {tuple(X.shape)}")
-        ax = None
-    else:
-        ax = _b._check_axis(axis, X.dim(), tuple(X.shape), "quantize_blocks")
-    _b._check_padding(tuple(X.shape), block, ax, "quantize_blocks")
+    ax = _checks.check_layout(tuple(X.shape), block, axis, "fpemu.torch.quantize_blocks",
+                              noun="a tensor", fix0d="t.reshape(1)")
     tiles = isinstance(block, tuple) and rule != "4over6" and not (
         rounding == "sr" or n_sr is not None)
     Bk, back, sshape, sback = _to_blocks(X, block, ax, in_place=tiles)
@@ -491,31 +316,30 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         def ex(t):
             return t.unsqueeze(-1)
     tensor_amax = amax_given
-    if tensor_amax is None and rule in _b.TENSOR_SCALE_RULES:
+    if tensor_amax is None and rule in TENSOR_SCALE_RULES:
         # the largest block amax (zero padding changes no maximum; NaN propagates,
         # as fpemu.block's canonical 0x7fc00000 whatever the device's max wrote)
         tensor_amax = np.float32(amax_b.max().item()) if X.numel() else np.float32(0)
         if np.isnan(tensor_amax):
             tensor_amax = np.float32(np.nan)
     draws = _srn_draws(n_sr, seed, Bk) if n_sr is not None else None
-    job = _Job(Bk=Bk, amax_b=amax_b, elem=elem, scale_fmt=scale_fmt, rule=rule,
-               rounding=rounding, seed=seed, tensor_amax=tensor_amax, inf_block=inf_block,
-               draws=draws, ex=ex)
-    scodes, V, codes, clipped, block_nan, tscale = _RULES[rule](job)
+    job = Job(Bk, amax_b, elem, scale_fmt, rule, rounding, seed, tensor_amax, inf_block, ex,
+              _XP, _OPS, draws=draws)
+    scodes, V, codes, clipped, block_nan, tscale = SCALE_RULES[rule](job)
     has_nan = bool(block_nan.any())
     if codes is None:
         codes = _round_elements(V, elem, rounding, seed, draws, has_nan)
     if has_nan:
         # a NaN-scaled block keeps only its inputs' signs (module text of fpemu.block)
         signed0 = torch.signbit(Bk).to(torch.int64) << (elem.bits - 1)
-        codes = torch.where(job.ex(block_nan), signed0, codes)
+        codes = torch.where(ex(block_nan), signed0, codes)
     ctype = _q._CODE_DTYPES[elem.code_dtype.itemsize]
     stype = _q._CODE_DTYPES[scale_fmt.code_dtype.itemsize]
     return TensorBlocks(
         _as_codes(back(codes), ctype), _as_codes(sback(scodes.reshape(sshape)), stype),
         clipped=sback(clipped.reshape(sshape)).contiguous(), elem=elem, scale_fmt=scale_fmt,
         block=block, axis=ax, scale_rule=rule, tensor_scale=tscale,
-        tensor_amax=tensor_amax if rule in _b.TENSOR_SCALE_RULES else None,
+        tensor_amax=tensor_amax if rule in TENSOR_SCALE_RULES else None,
         rounding=rounding, shape=tuple(X.shape))
 
 
@@ -544,33 +368,11 @@ def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, 
     if elem is None or scale_fmt is None or block is None:
         raise FpemuValueError("fpemu.torch.dequantize_blocks(): pass a TensorBlocks, or "
                               "codes with scales=, elem=, scale_fmt= and block=")
-    elem, scale_fmt = _b._lookup(elem), _b._lookup(scale_fmt)
-    block = _b._check_block(block, "dequantize_blocks")
-    shape = tuple(q.shape)
-    if isinstance(block, tuple):
-        if len(shape) < 2:
-            raise FpemuValueError(f"fpemu.torch.dequantize_blocks(): 2-D tiles {block} need "
-                                  f"codes with two axes or more; got shape {shape}")
-        axis = None
-        want = shape[:-2] + (-(-shape[-2] // block[0]), -(-shape[-1] // block[1]))
-    else:
-        if not shape:
-            raise FpemuValueError("fpemu.torch.dequantize_blocks(): codes must have at least "
-                                  "one axis, got a 0-d tensor; pass codes.reshape(1)")
-        axis = _b._check_axis(axis, len(shape), shape, "dequantize_blocks")
-        want = shape[:axis] + (-(-shape[axis] // block),) + shape[axis + 1:]
-    if tuple(scales.shape) != want:
-        raise FpemuValueError(
-            f"fpemu.torch.dequantize_blocks(): codes of shape {shape} in blocks of {block} "
-            f"along {'the last two axes' if axis is None else f'axis {axis}'} need scales of "
-            f"shape {want}, got {tuple(scales.shape)}: pass the scales quantize_blocks "
-            "returned with these codes, and the same block and axis")
-    if tensor_scale is not None:
-        t = np.asarray(tensor_scale)
-        if t.size != 1 or t.dtype.kind not in "iuf":
-            raise FpemuValueError(f"fpemu.torch.dequantize_blocks(): tensor_scale must be one "
-                                  f"real number (the fp32 decode tensor scale), got "
-                                  f"{tensor_scale!r}")
+    elem, scale_fmt = _checks.lookup(elem), _checks.lookup(scale_fmt)
+    block = _checks.check_block(block, "dequantize_blocks")
+    axis = _checks.check_scales(tuple(q.shape), tuple(scales.shape), block, axis,
+                                "fpemu.torch.dequantize_blocks", fix0d="codes.reshape(1)")
+    _checks.check_tensor_scale(tensor_scale, "fpemu.torch.dequantize_blocks")
     return _dequantize(q, scales, elem, scale_fmt, block, axis, tensor_scale)
 
 

@@ -477,7 +477,7 @@ class Monitor:
     def _nvfp4(self, t, f):
         """x times TransformerEngine's NVFP4 element encode scale, in float32
         (see :mod:`fpemu.block`, rule ``"nvfp4"``), with ``f.max`` for 6."""
-        from ..block import _nvfp4_te_tensor
+        from ..block.rules import nvfp4_tensor_scale
         torch = self._torch
         f32 = np.float32
         x = t.to(torch.float32)
@@ -491,7 +491,7 @@ class Monitor:
                              torch.zeros((), dtype=blocks.dtype, device=blocks.device))
         bmax = finite.amax(dim=-1, keepdim=True)
         amax_t = f32(finite.max().item()) if finite.numel() else f32(0)
-        S, Sdec = _nvfp4_te_tensor(amax_t, 448.0, f.max)
+        S, Sdec = nvfp4_tensor_scale(amax_t, 448.0, f.max)
         flt_max = torch.tensor(float(np.finfo(np.float32).max), device=x.device)
         # TE's current rule: amax times fp32(S * fp32(1 / 6)) (fpemu.block, "nvfp4")
         mult = f32(S * (f32(1.0) / f32(f.max)))

@@ -1,0 +1,213 @@
+"""The array operations the scale rules use, for NumPy and for torch.
+
+A rule of :mod:`fpemu.block.rules` is written once against ``xp``; the few
+things the two libraries spell differently live here, with the numbers each
+spelling gives kept the same (float32 arithmetic rounds once per operation
+in both):
+
+* **bit views** of float32 as int64, and clearing a float32's mantissa;
+* **ldexp / frexp**: ``x * 2**k`` for float32 ``x`` (NumPy's ``ldexp``;
+  in torch a multiplication by ``2**k`` built from its bits: one rounding,
+  the same), float64 ``m * 2**e``, a float64's binary exponent, and
+  ``floor(log2 n)`` of positive integers below ``2**24``;
+* **a float32 constant** to multiply by (a NumPy float32; in torch a Python
+  float, which a float32 tensor multiplies in float32) and **a divisor on
+  the operand's device**: CUDA turns a division by a Python number into a
+  multiplication by its reciprocal, which can differ in the last bit, so a
+  torch rule always divides by a 0-d tensor;
+* **floating-point warnings**: NumPy's are silenced inside a rule (an
+  overflow to inf or a 0/0 is part of the rule); torch raises none.
+
+torch is imported only when its namespace is first asked for: it is an
+optional dependency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+__all__ = ["namespace"]
+
+
+class _NumPy:
+    name = "numpy"
+    float32, float64, int64 = np.float32, np.float64, np.int64
+
+    @staticmethod
+    def errstate():
+        return np.errstate(all="ignore")
+
+    @staticmethod
+    def f32(v):
+        return np.float32(v)
+
+    @staticmethod
+    def const(v, like):
+        return np.float32(v)
+
+    @staticmethod
+    def f32_bits(a):
+        return np.asarray(a, np.float32).view(np.uint32).astype(np.int64)
+
+    @staticmethod
+    def clear_mantissa(a):
+        return (a.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
+
+    @staticmethod
+    def ldexp(a, k):
+        return np.ldexp(a, np.asarray(k).astype(np.int32))
+
+    @staticmethod
+    def ldexp64(m, e):
+        return np.ldexp(m, e)
+
+    @staticmethod
+    def frexp_exponent(a):
+        return np.frexp(a)[1].astype(np.int64)
+
+    @staticmethod
+    def ilog2(n):
+        return np.frexp(np.asarray(n).astype(np.float64))[1].astype(np.int64) - 1
+
+    @staticmethod
+    def to_f64(a):
+        return np.asarray(a).astype(np.float64)
+
+    @staticmethod
+    def to_f32(a):
+        return np.asarray(a).astype(np.float32, copy=False)
+
+    where = staticmethod(np.where)
+    isnan = staticmethod(np.isnan)
+    isinf = staticmethod(np.isinf)
+    isfinite = staticmethod(np.isfinite)
+    signbit = staticmethod(np.signbit)
+
+    @staticmethod
+    def clip_(a, lo, hi):
+        """``a`` clamped in place (a fresh array); NaN stays NaN."""
+        return np.clip(a, lo, hi, out=a)
+
+    @staticmethod
+    def clip(a, lo, hi):
+        return np.clip(a, lo, hi)
+
+    @staticmethod
+    def minimum(a, v):
+        return np.minimum(a, v)
+
+    @staticmethod
+    def zero_where(V, mask, like):
+        """V with the elements under ``mask`` (broadcast) replaced by zeros
+        of ``like``'s signs: in place, and only where some are (memory)."""
+        if np.any(mask):
+            m = np.broadcast_to(mask, V.shape)
+            V[m] = np.copysign(np.float32(0), like[m])
+        return V
+
+    @staticmethod
+    def zeros_bool(like):
+        return np.zeros(np.shape(like), bool)
+
+    @staticmethod
+    def any(a):
+        return bool(np.any(a))
+
+    @staticmethod
+    def copy(a):
+        return a.copy()
+
+
+class _Torch:
+    name = "torch"
+
+    def __init__(self):
+        import torch                        # optional dependency: only when asked for
+        self.torch = torch
+        self.float32, self.float64, self.int64 = torch.float32, torch.float64, torch.int64
+        self.where, self.isnan, self.isinf = torch.where, torch.isnan, torch.isinf
+        self.isfinite, self.signbit = torch.isfinite, torch.signbit
+
+    @staticmethod
+    def errstate():
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def f32(v):
+        return float(np.float32(v))
+
+    def const(self, v, like):
+        return self.torch.tensor(float(np.float32(v)), dtype=self.torch.float32,
+                                 device=like.device)
+
+    def f32_bits(self, a):
+        return a.contiguous().view(self.torch.int32).to(self.torch.int64) & 0xFFFFFFFF
+
+    def clear_mantissa(self, a):
+        return (a.view(self.torch.int32) & -0x800000).view(self.torch.float32)
+
+    def ldexp(self, a, k):
+        return a * self.pow2_f32(k)
+
+    def ldexp64(self, m, e):
+        return m * ((e.to(self.torch.int64) + 1023) << 52).view(self.torch.float64)
+
+    def frexp_exponent(self, a):
+        return self.torch.frexp(a).exponent.to(self.torch.int64)
+
+    def ilog2(self, n):
+        # the exponent field of its float32 conversion, exact below 2**24
+        f = n.to(self.torch.int32).to(self.torch.float32).view(self.torch.int32)
+        return ((f >> 23) - 127).to(self.torch.int64)
+
+    def pow2_f32(self, e):
+        """2**e as float32 (int tensor e in -149 .. 127), built from its bits."""
+        torch = self.torch
+        e = e.to(torch.int32)
+        normal = ((e + 127).clamp(1, 254) << 23)
+        sub = torch.ones_like(e) << (e + 149).clamp(0, 22)
+        return torch.where(e >= -126, normal, sub).view(torch.float32)
+
+    def to_f64(self, a):
+        return a.to(self.torch.float64)
+
+    def to_f32(self, a):
+        return a.to(self.torch.float32)
+
+    @staticmethod
+    def clip_(a, lo, hi):
+        return a.clamp_(lo, hi)
+
+    @staticmethod
+    def clip(a, lo, hi):
+        return a.clamp(lo, hi)
+
+    @staticmethod
+    def minimum(a, v):
+        return a.clamp(max=v)
+
+    def zero_where(self, V, mask, like):
+        return self.torch.where(mask, self.torch.copysign(self.torch.zeros_like(V), like), V)
+
+    def zeros_bool(self, like):
+        return self.torch.zeros(like.shape, dtype=self.torch.bool, device=like.device)
+
+    @staticmethod
+    def any(a):
+        return bool(a.any())
+
+    @staticmethod
+    def copy(a):
+        return a.clone()
+
+
+_SPACES = {"numpy": _NumPy()}
+
+
+def namespace(name):
+    """The array namespace ``"numpy"`` or ``"torch"``."""
+    if name not in _SPACES:
+        _SPACES[name] = _Torch()
+    return _SPACES[name]

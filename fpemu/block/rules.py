@@ -1,0 +1,368 @@
+"""The block scale rules, each written once (the formulas are stated in the
+text of :mod:`fpemu.block`).
+
+A rule reads a :class:`Job` (the blocks, their amaxes, the formats, the
+rounding) and returns a :class:`Scaled` (scale codes, the scaled elements
+still to round, clipped and NaN blocks, the tensor scale). It computes with
+``job.xp``, the array namespace of the driver that made the job (NumPy on
+the host, torch on the tensor's device; ``fpemu/block/_xp.py`` holds what
+the two spell differently), and rounds through ``job.ops``, the driver's
+rounding (``cast``: float32 values to the scale format; ``encode``: scale
+values to codes; ``round_elements``; ``decode``). The per-tensor numbers of
+the two-level rules (the tensor scale) are host scalars in both drivers.
+
+``job.ex(t)`` spreads a per-block array over its blocks' elements
+(broadcasting): the driver chooses the block layout, the rule never looks at
+it. A rule marked ``chunked`` (Four Over Six, which holds two candidates and
+their errors at once) may be given its blocks a chunk at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Callable, NamedTuple, Optional
+
+import numpy as np
+
+from ..formats import Format
+from . import _xp
+from .spec import FLT_MAX
+
+__all__ = ["Job", "Scaled", "ScaleRule", "SCALE_RULES", "MX_RULES", "FP4_RULES", "FP32_RULES",
+           "TENSOR_SCALE_RULES", "array_namespace", "mx_exponent", "te_scale",
+           "nvfp4_tensor_scale", "clip_threshold", "floor_log2", "halving_sum"]
+
+_f32 = np.float32
+
+
+def array_namespace(name):
+    """The array namespace a driver hands its jobs: ``"numpy"`` or ``"torch"``."""
+    return _xp.namespace(name)
+
+
+@dataclasses.dataclass
+class Job:
+    """What a scale rule is given: the blocks ``Bk`` (float32, zero padded,
+    in the driver's layout), each block's amax ``amax_b``, the formats, the
+    rule's name, the element rounding and its seed, the tensor amax (the
+    two-level rules), what an infinite MX block gets, the ``"srN"`` bits
+    (``draws``, or None) and the flat position of the first element
+    (``offset``, stochastic modes), ``ex`` (per block -> per element),
+    ``xp`` (array namespace) and ``ops`` (the driver's rounding)."""
+
+    Bk: Any
+    amax_b: Any
+    elem: Format
+    scale_fmt: Format
+    rule: str
+    rounding: str
+    seed: Optional[int]
+    tensor_amax: Optional[np.float32]
+    inf_block: str
+    ex: Callable
+    xp: Any
+    ops: Any
+    draws: Any = None
+    offset: int = 0
+
+
+class Scaled(NamedTuple):
+    """What a scale rule returns: scale codes (one per block), the scaled
+    elements still to be rounded (float32, block layout) or, for a rule that
+    rounds them itself, their codes; which blocks clipped or are NaN; the
+    fp32 decode tensor scale (two-level rules)."""
+
+    scodes: Any
+    V: Any
+    codes: Any
+    clipped: Any
+    block_nan: Any
+    tensor_scale: Optional[np.float32] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleRule:
+    """One entry of :data:`SCALE_RULES`: its ``kind`` (``"mx"``: E8M0
+    scales, ``"fp4"``: a small float scale with an optional fp32 tensor
+    scale, ``"fp32"``: float32 scales), the function computing scales and
+    scaled elements from a :class:`Job`, whether it takes a tensor amax
+    (``two_level``) and whether a driver may run it a chunk of blocks at a
+    time (``chunked``)."""
+
+    name: str
+    kind: str
+    compute: Callable
+    two_level: bool = False
+    chunked: bool = False
+
+    def __call__(self, job: Job) -> Scaled:
+        return self.compute(job)
+
+
+# ------------------------------------------------------------ host scalars
+def floor_log2(v):
+    """floor(log2 v) of a positive float, from its binary exponent (exact,
+    whatever numpy's SIMD log2 does)."""
+    return int(np.frexp(float(v))[1]) - 1
+
+
+def clip_threshold(elem: Format):
+    """The element maximum plus half its spacing there: a scaled value above
+    it is clipped (rounding alone would not have brought it to the maximum:
+    7 for e2m1, 464 for e4m3fn)."""
+    emax = floor_log2(elem.max)
+    return elem.max + 2.0 ** (emax - elem.mantissa_bits) / 2
+
+
+def nvfp4_tensor_scale(amax_t, fp8_max, elem_max=6.0):
+    """TE's tensor encode scale ``min(fp8_max * elem_max / amax, FLT_MAX)``
+    (1 for a zero amax or scale) and its float32 inverse (host scalars)."""
+    with np.errstate(all="ignore"):
+        S = _f32(_f32(fp8_max * elem_max) / _f32(amax_t))
+    S = np.minimum(S, FLT_MAX)
+    if amax_t == 0 or S == 0:
+        S = _f32(1.0)
+    return _f32(S), _f32(_f32(1.0) / _f32(S))
+
+
+def halving_sum(a):
+    """The sum over the last axis in a fixed order: the first half added to
+    the second, element by element (an odd element left over is carried),
+    until one is left. Works on NumPy arrays and torch tensors alike."""
+    while a.shape[-1] > 1:
+        h = a.shape[-1] // 2
+        head = a[..., :h] + a[..., h:2 * h]
+        if a.shape[-1] % 2:
+            head = head.copy() if isinstance(head, np.ndarray) else head.clone()
+            head[..., -1] = head[..., -1] + a[..., -1]
+        a = head
+    return a[..., 0]
+
+
+# ------------------------------------------------------------ shared steps
+def mx_exponent(xp, amax32, elem: Format, rule):
+    """Unbiased E8M0 exponents (int64, clamped to [-127, 127]) of float32
+    block amaxes under an MX rule, and the NaN mask."""
+    nan = xp.isnan(amax32)
+    with xp.errstate():
+        if rule == "rceil":
+            d = amax32 / xp.const(elem.max, amax32)
+            bits = xp.f32_bits(d)
+            ef = (bits >> 23) & 0xFF
+            frac = bits & 0x7FFFFF
+            # ceil(log2 d) from the bits: normal d = (1 + f) 2**(ef-127)
+            e = xp.where(frac != 0, ef - 127 + 1, ef - 127)
+            # subnormal d (ef == 0): d = frac * 2**-149, ceil(log2 d) exactly
+            sub = (ef == 0) & (frac != 0)
+            top = xp.ilog2(xp.where(sub, frac, 1))
+            pow2 = (frac & (frac - 1)) == 0
+            e = xp.where(sub, top - 149 + xp.where(pow2, 0, 1), e)
+            e = xp.where(d == 0, -127, e)
+            e = xp.where(xp.isinf(d), 127, e)
+        elif rule == "rceil-exact":
+            e = _ceil_log2_ratio(xp, amax32, float(elem.max))
+        else:
+            bits = xp.f32_bits(amax32)
+            if rule == "even":
+                bits = (bits + (1 << (23 - elem.mantissa_bits - 1))) & (0x1FF << 23)
+            e = ((bits >> 23) & 0xFF) - 127
+            if rule == "ceil":
+                e = xp.where((bits & 0x7FFFFF) != 0, e + 1, e)
+            e = e - floor_log2(elem.max)
+    return xp.clip(e, -127, 127), nan
+
+
+def _ceil_log2_ratio(xp, a32, m):
+    """ceil(log2(a / m)) of the exact quotient, for float32 amaxes ``a`` and
+    an element maximum ``m``: the smallest e with ``a <= m * 2**e`` (int64;
+    -127 for a zero, 127 for inf, anything for NaN). Compared exactly in
+    float64: ``m * 2**e`` is exact for every e in range."""
+    a = xp.to_f64(xp.where(xp.isfinite(a32) & (a32 > 0), a32, 1))
+    ea = xp.frexp_exponent(a) - 1                          # 2**ea <= a < 2**(ea + 1)
+    e = ea - floor_log2(m)                                 # a / m < 2**(e + 1)
+    e = xp.where(a > xp.ldexp64(m, e), e + 1, e)           # each test exact
+    e = xp.where(a <= xp.ldexp64(m, e - 1), e - 1, e)
+    e = xp.where(a32 == 0, -127, e)
+    return xp.where(xp.isinf(a32), 127, e)
+
+
+def te_scale(xp, amax32, fp8_max, pow2):
+    """TransformerEngine's ``compute_scale_from_amax`` for an array of amaxes:
+    fp32(fp8_max / amax); 1 for a zero, inf or NaN amax; FLT_MAX for an
+    infinite scale; ``pow2`` rounds down to a power of two (mantissa bits
+    cleared)."""
+    with xp.errstate():
+        enc = xp.const(fp8_max, amax32) / amax32
+    enc = xp.where(xp.isinf(enc), xp.f32(FLT_MAX), enc)
+    enc = xp.where(xp.isfinite(amax32) & (amax32 != 0), enc, xp.f32(1.0))
+    return xp.clear_mantissa(enc) if pow2 else enc
+
+
+def _scale_elements(job, enc):
+    """fp32(x * enc) per block clamped to the element maximum, and which
+    blocks clipped (the largest scaled magnitude: rounding is monotonic)."""
+    xp = job.xp
+    with xp.errstate():
+        V = job.Bk * job.ex(enc)
+        top = job.amax_b * enc
+    m = xp.f32(job.elem.max)
+    return xp.clip_(V, -m, m), top > clip_threshold(job.elem)
+
+
+def _te_blocks(job, S, Sdec, map_to, fold):
+    """TE's block decode scales (scale format values, float32) and element
+    encode scales for amax mapped to ``map_to``: ``fp32(a * fp32(S * fp32(1 /
+    map_to)))`` with ``fold`` (TE's current rule), else ``fp32(fp32(a /
+    map_to) * S)``."""
+    xp = job.xp
+    with xp.errstate():
+        if fold:
+            ds = job.amax_b * xp.f32(S * (_f32(1.0) / _f32(map_to)))
+        else:
+            ds = (job.amax_b / xp.const(map_to, job.amax_b)) * xp.f32(S)
+        ds = xp.minimum(ds, xp.f32(FLT_MAX))                 # NaN stays NaN
+        smax = xp.f32(job.scale_fmt.max)
+        dsq = job.ops.cast(xp.clip(ds, -smax, smax), job.scale_fmt)
+        enc = xp.minimum(xp.const(1.0, dsq) / (dsq * xp.f32(Sdec)), xp.f32(FLT_MAX))
+    return dsq, enc
+
+
+def _fp4_result(job, dsq, V, clipped, tensor_scale=None, codes=None):
+    """A small-float-scale rule's result from its scale values ``dsq``."""
+    block_nan = job.xp.isnan(dsq)
+    return Scaled(job.ops.encode(dsq, job.scale_fmt), V, codes, clipped & ~block_nan,
+                  block_nan, tensor_scale)
+
+
+# ------------------------------------------------------------------ rules
+def _mx_rule(job):
+    """E8M0 scales (module text of :mod:`fpemu.block`); elements ``x / 2**e``."""
+    xp = job.xp
+    e, nan = mx_exponent(xp, job.amax_b, job.elem, job.rule)
+    if job.inf_block == "nan":
+        nan = nan | xp.isinf(job.amax_b)
+    with xp.errstate():
+        # x / 2**e in float32: exact, except for values pushed below float32's
+        # normal range, which lie far below the element's smallest subnormal
+        # (they become 0 either way)
+        V = xp.ldexp(job.Bk, job.ex(-e))
+        top = xp.ldexp(job.amax_b, -e)
+    m = xp.f32(job.elem.max)
+    clipped = (top > clip_threshold(job.elem)) & ~nan
+    return Scaled(xp.where(nan, 0xFF, e + 127), xp.clip_(V, -m, m), None, clipped, nan)
+
+
+def _fp32_rule(job):
+    """TransformerEngine's per-block fp32 scales; ``pow2`` rounds them down to
+    a power of two."""
+    xp = job.xp
+    enc = te_scale(xp, job.amax_b, job.elem.max, job.rule == "pow2")
+    with xp.errstate():
+        dec = xp.const(1.0, enc) / enc
+    V, clipped = _scale_elements(job, enc)
+    # TE casts a NaN to the fp8 NaN under scale 1; an element format without
+    # NaN marks the block by a NaN scale instead
+    block_nan = xp.isnan(job.amax_b) if not job.elem.has_nan else xp.zeros_bool(clipped)
+    scodes = job.ops.encode(xp.where(block_nan, xp.f32(np.nan), dec), job.scale_fmt)
+    return Scaled(scodes, V, None, clipped, block_nan)
+
+
+def _te_nvfp4_rule(job):
+    """TransformerEngine's NVFP4 quantizer: ``"nvfp4"`` folds its block scale
+    ``amax * fp32(S * fp32(1/6))``, ``"nvfp4-div6"`` the older
+    ``fp32(amax / 6) * S``."""
+    S, Sdec = nvfp4_tensor_scale(job.tensor_amax, float(job.scale_fmt.max))
+    dsq, enc = _te_blocks(job, S, Sdec, 6.0, fold=job.rule == "nvfp4")
+    V, clipped = _scale_elements(job, enc)
+    return _fp4_result(job, dsq, V, clipped, Sdec)
+
+
+def _torchao_nvfp4(job):
+    """torchao's ``nvfp4_quantize`` with a per-tensor scale."""
+    xp = job.xp
+    with np.errstate(all="ignore"):
+        t = _f32(job.tensor_amax / _f32(448.0 * 6.0))
+        inv_t = _f32(_f32(1.0) / t)
+    with xp.errstate():
+        bs = job.amax_b / xp.const(6.0, job.amax_b)
+        sb = bs / xp.const(t, bs)
+        sb = xp.clip(sb, xp.f32(2.0**-6), xp.f32(job.scale_fmt.max))
+        dsq = job.ops.cast(sb, job.scale_fmt)
+        rs = xp.const(inv_t, dsq) / dsq
+    V, clipped = _scale_elements(job, rs)
+    bad = xp.isinf(rs)
+    if xp.any(bad):
+        # torchao's element multiplier 1/t / scale overflowed (a tensor amax
+        # below about 2.3e-35): its zero elements are 0 * inf, NaN in torchao,
+        # whose bits it then writes as a code. fpemu keeps them 0, and says so
+        zero = job.ex(bad) & (job.Bk == 0)
+        if xp.any(zero):
+            warnings.warn(
+                f"quantize_blocks(): the tensor amax {float(job.tensor_amax):.3g} is so small "
+                "that torchao's element multiplier 1/t overflows to inf; torchao turns the "
+                "zero elements of those blocks into NaN and writes its bits as a code (11, "
+                "-1.5, on x86 CPUs); fpemu gives them 0. Rescale the tensor, or use the "
+                "'nvfp4' rule", RuntimeWarning, stacklevel=5)
+            V = xp.where(zero, xp.f32(0.0), V)
+    return _fp4_result(job, dsq, V, clipped, t)
+
+
+def _four_over_six_rule(job):
+    """Four Over Six: the tensor constant 256; each block quantized with its
+    amax mapped to 6 and to 4, keeping the one whose dequantized values have
+    the smaller sum of squared errors (float64 of exact products, summed in
+    the order of :func:`halving_sum`; a tie or NaN keeps 6)."""
+    xp = job.xp
+    S, Sdec = nvfp4_tensor_scale(job.tensor_amax, 256.0)
+    found = []
+    for map_to in (6.0, 4.0):
+        dsq, enc = _te_blocks(job, S, Sdec, map_to, fold=False)
+        V, clipped = _scale_elements(job, enc)
+        codes = job.ops.round_elements(V, job)
+        q = xp.to_f64(job.ops.decode(codes, job.elem))
+        with xp.errstate():
+            d = xp.to_f64(job.Bk) - q * job.ex(xp.to_f64(dsq)) * float(Sdec)
+            found.append((codes, dsq, clipped, halving_sum(d * d)))
+    (c6, d6, cl6, err6), (c4, d4, cl4, err4) = found
+    use4 = err4 < err6
+    return _fp4_result(job, xp.where(use4, d4, d6), None, xp.where(use4, cl4, cl6), Sdec,
+                       xp.where(job.ex(use4), c4, c6))
+
+
+def _cudnn_rule(job):
+    """cuDNN's documented block-scale quantize: one level, the scale rounded up;
+    an all-zero block gets scale 0 and zero elements (with their signs)."""
+    xp = job.xp
+    with xp.errstate():
+        d = xp.minimum(job.amax_b / xp.const(job.elem.max, job.amax_b),
+                       xp.f32(job.scale_fmt.max))
+        dsq = job.ops.cast(d, job.scale_fmt, rounding="rup")
+        V = job.Bk / job.ex(dsq)
+        V = xp.zero_where(V, job.ex(dsq == 0), job.Bk)
+        top = job.amax_b / dsq
+    m = xp.f32(job.elem.max)
+    return _fp4_result(job, dsq, xp.clip_(V, -m, m), top > clip_threshold(job.elem))
+
+
+#: Every block scale rule by name (the text of :mod:`fpemu.block`):
+#: ``SCALE_RULES[name](job)``.
+SCALE_RULES = {r.name: r for r in (
+    ScaleRule("floor", "mx", _mx_rule),
+    ScaleRule("rceil", "mx", _mx_rule),
+    ScaleRule("ceil", "mx", _mx_rule),
+    ScaleRule("even", "mx", _mx_rule),
+    ScaleRule("rceil-exact", "mx", _mx_rule),
+    ScaleRule("nvfp4", "fp4", _te_nvfp4_rule, two_level=True),
+    ScaleRule("nvfp4-div6", "fp4", _te_nvfp4_rule, two_level=True),
+    ScaleRule("nvfp4-torchao", "fp4", _torchao_nvfp4, two_level=True),
+    ScaleRule("4over6", "fp4", _four_over_six_rule, two_level=True, chunked=True),
+    ScaleRule("cudnn", "fp4", _cudnn_rule),
+    ScaleRule("current", "fp32", _fp32_rule),
+    ScaleRule("pow2", "fp32", _fp32_rule),
+)}
+MX_RULES = tuple(n for n, r in SCALE_RULES.items() if r.kind == "mx")
+FP4_RULES = tuple(n for n, r in SCALE_RULES.items() if r.kind == "fp4")
+FP32_RULES = tuple(n for n, r in SCALE_RULES.items() if r.kind == "fp32")
+#: The two-level NVFP4 rules, which take ``tensor_amax``.
+TENSOR_SCALE_RULES = tuple(n for n, r in SCALE_RULES.items() if r.two_level)
