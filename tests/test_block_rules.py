@@ -249,7 +249,7 @@ def test_the_rule_table_and_the_typed_results():
     import pickle
     assert {p.scale_rule for p in block.PRESETS.values()} <= set(block.SCALE_RULES)
     assert {r.kind for r in block.SCALE_RULES.values()} == {"mx", "fp4", "fp32"}
-    assert block.MX_RULES == ("floor", "rceil", "ceil", "even", "rceil-exact")
+    assert block.MX_RULES == ("floor", "rceil", "ceil", "even", "rceil-exact", "nearest")
     with pytest.raises(TypeError, match="block must be an int >= 1 or a pair"):
         block.BlockSpec("bad", "e2m1", "e8m0", 0, "floor", "test")
     x = spread((4, 64), 31, -3, 3)
@@ -261,3 +261,38 @@ def test_the_rule_table_and_the_typed_results():
         assert (r.elem, r.scale_fmt, r.block, r.axis, r.scale_rule, r.rounding, r.shape) == \
             (q.elem, q.scale_fmt, q.block, q.axis, q.scale_rule, q.rounding, q.shape)
         np.testing.assert_array_equal(r.values, q.values)
+
+
+def test_the_nearest_rule_rounds_the_quotient_to_the_nearest_power_of_two():
+    """``"nearest"`` (ml_dtypes' E8M0 cast, the scale of
+    ``MXFP8BlockScaling(scale_rule="nearest")``): the float32 quotient
+    ``amax / elem_max`` to the nearer power of two, a tie (1.5 * 2**k) up;
+    a zero or NaN amax takes 2**-127 and no block is marked NaN. The oracle
+    reads the quotient's exponent and first mantissa bit from Python's
+    float.hex, sharing nothing with the rule."""
+    rng = np.random.default_rng(5)
+    amax = np.float32(2.0) ** rng.integers(-130, 120, 400).astype(np.float32) * \
+        rng.uniform(1, 2, 400).astype(np.float32)
+    amax[:4] = [0.0, 448 * 1.5, 448 * 1.4999999, 448 * 0.75]
+    x = np.zeros((400, 32), np.float32)
+    x[:, 0] = amax
+    q = block.quantize_blocks(x, "e4m3fn", "e8m0", 32, scale_rule="nearest")
+
+    def oracle(a):
+        d = float(np.float32(np.float32(a) / np.float32(448.0)))
+        if not d > 0:
+            return -127
+        mant, exp = d.hex().split("p")
+        e = int(exp) if mant.startswith("0x1") else int(exp) - 1
+        half = d >= 1.5 * 2.0 ** e if mant.startswith("0x1") else False
+        return max(-127, min(127, e + half))
+
+    want = np.array([oracle(a) for a in amax]) + 127
+    np.testing.assert_array_equal(q.scales[:, 0].astype(np.int64), want)
+    assert q.scales[1, 0] == 128 and q.scales[2, 0] == 127 and q.scales[3, 0] == 127
+    nan = block.quantize_blocks(np.full((1, 32), np.nan, np.float32), "mxfp8",
+                                scale_rule="nearest")
+    assert nan.scales[0, 0] == 0 and np.isnan(nan.values).all()
+    nan = block.quantize_blocks(np.full((1, 32), np.nan, np.float32), "mxfp4",
+                                scale_rule="nearest")     # e2m1 has no NaN: the NaN scale
+    assert nan.scales[0, 0] == 0xFF and np.isnan(nan.values).all()

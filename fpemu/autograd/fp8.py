@@ -56,7 +56,8 @@ import enum
 import numpy as np
 
 from .. import accumulate as _acc
-from ..block import BlockQuantized
+from ..block import FP4_RULES, MX_RULES, BlockQuantized, hadamard, quantize_blocks
+from ..block.host import OPS as _HOST_OPS
 from ..block.rules import array_namespace, mx_exponent, te_scale
 from ..formats import e2m1, e4m3fn, e5m2, e8m0, fp32
 from ..quantize import decode, encode
@@ -95,11 +96,41 @@ def _check_format(fmt):
     return fmt
 
 
+@dataclasses.dataclass(frozen=True)
+class OperandPlan:
+    """How a recipe quantizes one GEMM operand (a (rows, K) array, blocks
+    along K): the element format, the scale format, the block (an int: 1 x
+    block along K; a pair: 2-D tiles; None: one scale for the whole tensor,
+    which :meth:`Recipe.tensor_scale` gives), the scale rule (a rule of
+    :mod:`fpemu.block`, or ``"delayed"`` / ``"current"`` / ``"pow2"`` for the
+    per-tensor recipes), the element rounding and its seed, and whether the
+    random Hadamard transform comes first. Both drivers run it: the host
+    (:meth:`Recipe.quantize`) and the device (``fpemu.torch.emulate``)."""
+
+    role: str
+    elem: object
+    scale_fmt: object
+    block: object
+    scale_rule: str
+    rounding: str = "rne"
+    seed: object = None
+    rht: bool = False
+
+
 @dataclasses.dataclass
-class _Recipe:
+class Recipe:
+    """What every recipe shares: the accumulation model of its GEMMs, TE's
+    split accumulator per GEMM (fprop, dgrad, wgrad), the modules left in
+    high precision; :meth:`operand_plan` (how each operand is quantized) and
+    :meth:`epilogue` (what the GEMM does after accumulating) define a recipe,
+    and :meth:`quantize` and :meth:`gemm` run them on the host."""
+
     accumulate_model: str = "h100-fp8"
     split_accumulator: tuple = (False, True, True)
     high_precision_modules: tuple = ()
+
+    #: Whether the recipe keeps state between steps (:meth:`new_state`).
+    stateful = False
 
     def keeps_high_precision(self, module):
         """Whether ``module`` is, or sits inside, one of
@@ -109,58 +140,111 @@ class _Recipe:
                 return True
         return False
 
+    def formats(self):
+        fwd = e4m3fn
+        bwd = e5m2 if self.fp8_format is Fp8Format.HYBRID else e4m3fn
+        return fwd, bwd
+
+    def role_format(self, role):
+        """The element format of an operand role: forward roles (input,
+        weight) the forward format, grad_output the backward one."""
+        fwd, bwd = self.formats()
+        return bwd if role.startswith("grad_output") else fwd
+
+    def new_state(self):
+        """The per-layer state of a stateful recipe (None: stateless)."""
+        return None
+
+    def operand_plan(self, role, shape, fmt=None):
+        """The :class:`OperandPlan` of operand ``role`` (``"input"``,
+        ``"weight"``, ``"grad_output"``, and ``"..._t"`` for the transposes
+        of dgrad and wgrad) of a (rows, K) array of ``shape``; ``fmt``
+        overrides the element format."""
+        raise NotImplementedError(f"{type(self).__name__} is not a scaling recipe: use "
+                                  f"DelayedScaling, Float8CurrentScaling, Float8BlockScaling, "
+                                  f"MXFP8BlockScaling or NVFP4BlockScaling, or define "
+                                  f"operand_plan() in a subclass")
+
+    def tensor_scale(self, plan, amax, state=None):
+        """(scale, scale_inv) in float32 of a per-tensor plan (``plan.block``
+        None) for an operand of this amax."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-tensor scale")
+
+    def epilogue(self, a, b):
+        """The float32 factor ``alpha`` the GEMM's epilogue multiplies the
+        accumulator by (NVFP4: the product of the two tensor amaxes over
+        :data:`NVFP4_ALPHA_DIVISOR`), or None."""
+        if a.tensor_amax is None:
+            return None
+        return _f(_f(_f(a.tensor_amax) * _f(b.tensor_amax)) / NVFP4_ALPHA_DIVISOR)
+
     def gemm(self, a, b, split):
         """``a @ b.T`` in float32 for two quantized operands (each a
         :class:`BlockQuantized` of shape (rows, K), blocks along K):
         block-scaled tensor cores take the codes and scales as they are
         (E8M0 on ``b200-mxf8f6f4``, E4M3 with the tensor amaxes on
-        ``b200-mxf4nvf4``); other models multiply each K block's GEMM by its
-        two scales in fp32 (:func:`scaled_gemm`, promoted every 128 products
-        when ``split``)."""
+        ``b200-mxf4nvf4``), then the :meth:`epilogue`; other models multiply
+        each K block's GEMM by its two scales in fp32 (:func:`scaled_gemm`,
+        promoted every 128 products when ``split``)."""
         model = self.accumulate_model
         ca, sa, bk = _rowwise(a)
         cb, sb, _ = _rowwise(b)
         tensor_core = a.scale_fmt.name == "e4m3fn" or (
             a.scale_fmt.name == "e8m0" and model in _acc.BLOCK_SCALED_CORES)
         if tensor_core:
-            alpha = None
-            if a.tensor_amax is not None:
-                alpha = _f(_f(_f(a.tensor_amax) * _f(b.tensor_amax)) / NVFP4_ALPHA_DIVISOR)
             return _acc.scaled_matmul(ca, sa, np.ascontiguousarray(cb.T),
                                       np.ascontiguousarray(sb.T), a.elem, b.elem, a.scale_fmt,
-                                      block=bk, model=model, alpha=alpha)
+                                      block=bk, model=model, alpha=self.epilogue(a, b))
         return scaled_gemm(decode(ca, a.elem), decode(sa, a.scale_fmt).astype(np.float32),
                            decode(cb, b.elem), decode(sb, b.scale_fmt).astype(np.float32),
                            bk, a.elem, b.elem, model, split)
 
-    def formats(self):
-        fwd = e4m3fn
-        bwd = e5m2 if self.fp8_format is Fp8Format.HYBRID else e4m3fn
-        return fwd, bwd
-
     def quantize(self, X, fmt, role, state=None):
-        """Quantize a (rows, K) float32 array for a GEMM over K: a
-        :class:`BlockQuantized` with blocks along K."""
-        raise NotImplementedError(f"{type(self).__name__} is not a scaling recipe: use "
-                                  f"DelayedScaling, Float8CurrentScaling, Float8BlockScaling "
-                                  f"or MXFP8BlockScaling, or define quantize() in a subclass")
+        """Quantize a (rows, K) float32 array for a GEMM over K by its
+        :meth:`operand_plan`: a :class:`BlockQuantized` with blocks along K."""
+        X = np.asarray(X, np.float32)
+        return run_plan(self, self.operand_plan(role, X.shape, fmt), X, state)
 
     def transpose(self, X, q, fmt, role, state=None):
         """The operand of a GEMM over the other axis of X (dgrad, wgrad):
-        block recipes quantize X.T again, with blocks along its rows."""
-        return self.quantize(np.ascontiguousarray(X.T), fmt, role + "_t")
+        a per-tensor scale reuses the codes; block recipes quantize X.T
+        again, with blocks along its rows."""
+        Xt = np.ascontiguousarray(np.asarray(X, np.float32).T)
+        plan = self.operand_plan(role + "_t", Xt.shape, fmt)
+        if plan.block is None:
+            return _per_row(np.ascontiguousarray(q.codes.T),
+                            np.full((X.shape[1], 1), decode(q.scales[:1, :1], fp32)[0, 0],
+                                    np.float32), fmt, max(1, X.shape[0]), q.scale_rule)
+        return run_plan(self, plan, Xt, state)
 
 
-class _PerTensorRecipe(_Recipe):
-    def transpose(self, X, q, fmt, role, state=None):
-        """One scale for the whole tensor: the transpose reuses the fp8 codes."""
-        return _per_row(np.ascontiguousarray(q.codes.T),
-                        np.full((X.shape[1], 1), decode(q.scales[:1, :1], fp32)[0, 0],
-                                np.float32), fmt, max(1, X.shape[0]), q.scale_rule)
+def run_plan(recipe, plan, X, state=None):
+    """The host driver of an :class:`OperandPlan`: X (rows, K, float32)
+    quantized as ``recipe`` plans it (one scale for the tensor, or
+    :func:`fpemu.block.quantize_blocks` along K, fp32 block scales turned
+    into one decode scale per row and K block)."""
+    R, K = X.shape
+    if plan.block is None:
+        amax = np.max(np.abs(X)) if X.size else _f(0)
+        scale, sinv = recipe.tensor_scale(plan, amax, state)
+        codes = _cast(X, np.full((R, 1), scale, np.float32), plan.elem)
+        return _per_row(codes, np.full((R, 1), sinv, np.float32), plan.elem, max(K, 1),
+                        plan.scale_rule)
+    if plan.rht:
+        X = hadamard(X, 16, axis=1, signs="te")
+    q = quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block, axis=1,
+                        scale_rule=plan.scale_rule, rounding=plan.rounding, seed=plan.seed)
+    if plan.scale_fmt.name != "fp32":
+        return q
+    sinv = decode(q.scales, fp32)
+    if isinstance(plan.block, tuple):                  # a tile's scale on each of its rows
+        sinv = np.repeat(sinv, plan.block[0], axis=0)[:R]
+    bk = plan.block[1] if isinstance(plan.block, tuple) else plan.block
+    return _per_row(q.codes, sinv, plan.elem, bk, plan.scale_rule)
 
 
 @dataclasses.dataclass
-class DelayedScaling(_PerTensorRecipe):
+class DelayedScaling(Recipe):
     """TE's ``DelayedScaling(margin=0, fp8_format=HYBRID, amax_history_len=1024,
     amax_compute_algo="max")``. ``split_accumulator`` (fprop, dgrad, wgrad)
     promotes partial sums into fp32 every 128 products, TE's defaults."""
@@ -179,19 +263,27 @@ class DelayedScaling(_PerTensorRecipe):
             raise ValueError(f"amax_history_len must be an int >= 1, got "
                              f"{self.amax_history_len!r}")
 
-    def quantize(self, X, fmt, role, state=None):
-        """The scale of the delayed state for ``role``; records this amax."""
-        R, K = X.shape
-        absx = np.abs(X.astype(np.float32))
-        st = state[role]
-        st.record(np.max(absx) if absx.size else 0.0)
-        codes = _cast(X, np.full((R, 1), st.scale, np.float32), fmt)
-        return _per_row(codes, np.full((R, 1), st.scale_inv, np.float32), fmt, max(K, 1),
-                        "delayed")
+    stateful = True
+
+    def new_state(self):
+        """The delayed state of a layer: one :class:`DelayedState` per role."""
+        fwd, bwd = self.formats()
+        return {"input": DelayedState.new(self, fwd.max), "weight": DelayedState.new(self, fwd.max),
+                "grad_output": DelayedState.new(self, bwd.max)}
+
+    def operand_plan(self, role, shape, fmt=None):
+        """One scale for the tensor, from the delayed state."""
+        return OperandPlan(role, fmt or self.role_format(role), fp32, None, "delayed")
+
+    def tensor_scale(self, plan, amax, state=None):
+        """The scale of the delayed state for the role; records this amax."""
+        st = state[plan.role]
+        st.record(amax)
+        return st.scale, st.scale_inv
 
 
 @dataclasses.dataclass
-class Float8CurrentScaling(_PerTensorRecipe):
+class Float8CurrentScaling(Recipe):
     fp8_format: Fp8Format = Fp8Format.HYBRID
     power_2_scale: bool = False
     amax_epsilon: float = 0.0
@@ -199,19 +291,18 @@ class Float8CurrentScaling(_PerTensorRecipe):
     def __post_init__(self):
         self.fp8_format = _check_format(self.fp8_format)
 
-    def quantize(self, X, fmt, role, state=None):
+    def operand_plan(self, role, shape, fmt=None):
         """One scale from this tensor's amax."""
-        R, K = X.shape
-        absx = np.abs(X.astype(np.float32))
-        amax = np.max(absx) if absx.size else _f(0)
-        scale = scale_from_amax(amax, fmt.max, self.power_2_scale, self.amax_epsilon)
-        codes = _cast(X, np.full((R, 1), scale, np.float32), fmt)
-        return _per_row(codes, np.full((R, 1), _f(_f(1) / scale), np.float32), fmt, max(K, 1),
-                        "pow2" if self.power_2_scale else "current")
+        return OperandPlan(role, fmt or self.role_format(role), fp32, None,
+                           "pow2" if self.power_2_scale else "current")
+
+    def tensor_scale(self, plan, amax, state=None):
+        scale = scale_from_amax(amax, plan.elem.max, self.power_2_scale, self.amax_epsilon)
+        return scale, _f(_f(1) / scale)
 
 
 @dataclasses.dataclass
-class Float8BlockScaling(_Recipe):
+class Float8BlockScaling(Recipe):
     fp8_format: Fp8Format = Fp8Format.E4M3
     block: int = 128
 
@@ -224,28 +315,15 @@ class Float8BlockScaling(_Recipe):
         as TransformerEngine's 2-D block scaling does), 1 x block otherwise."""
         return (self.block, self.block) if role.startswith("weight") else self.block
 
-    def quantize(self, X, fmt, role, state=None):
-        """Power-of-two scales per 1 x block tile (activations, gradients) or
-        block x block tile (weights)."""
-        R, K = X.shape
-        absx = np.abs(X.astype(np.float32))
-        bk = self.block
-        spans = _blocks(K, bk)
-        tile_rows = bk if isinstance(self.operand_block(role), tuple) else 1
-        sinv = np.empty((R, len(spans)), np.float32)
-        scales = np.empty((R, K), np.float32)
-        for j, (s, e) in enumerate(spans):
-            for r0 in range(0, R, tile_rows):
-                r1 = min(R, r0 + tile_rows)
-                amax = np.max(absx[r0:r1, s:e]) if e > s else 0.0
-                sc = scale_from_amax(amax, fmt.max, power_2_scale=True)
-                scales[r0:r1, s:e] = sc
-                sinv[r0:r1, j] = _f(_f(1) / sc)
-        return _per_row(_cast(X, scales, fmt), sinv, fmt, bk, "pow2")
+    def operand_plan(self, role, shape, fmt=None):
+        """Power-of-two fp32 scales per 1 x block tile (activations,
+        gradients) or block x block tile (weights)."""
+        return OperandPlan(role, fmt or self.role_format(role), fp32,
+                           self.operand_block(role), "pow2")
 
 
 @dataclasses.dataclass
-class MXFP8BlockScaling(_Recipe):
+class MXFP8BlockScaling(Recipe):
     """TE's ``MXFP8BlockScaling(fp8_format=E4M3)``: 1x32 blocks, E8M0 scales.
 
     ``scale_rule``: ``"rceil"`` (TE: rounded up), ``"floor"`` (OCP),
@@ -274,32 +352,16 @@ class MXFP8BlockScaling(_Recipe):
                           DeprecationWarning, stacklevel=3)
             rule = scale_rounding
         rule = self._ALIASES.get(rule, rule)
-        from ..block import MX_RULES
-        if rule not in MX_RULES + ("nearest",):
-            raise ValueError(f"scale_rule must be one of {', '.join(MX_RULES)}, 'nearest' (or "
+        if rule not in MX_RULES:
+            raise ValueError(f"scale_rule must be one of {', '.join(MX_RULES)} (or "
                              f"scale_rounding 'up' / 'down'), got {rule!r}")
         self.scale_rule = rule
 
-    def quantize(self, X, fmt, role, state=None):
+    def operand_plan(self, role, shape, fmt=None):
         """E8M0 scales per 1 x block (or block x block weight tiles),
         elements x / 2**e saturated (exact power-of-two scaling)."""
-        R, K = X.shape
-        if self.scale_rule == "nearest":
-            absx = np.abs(X.astype(np.float32))
-            spans = _blocks(K, self.block)
-            ex = np.empty((R, len(spans)), np.int64)
-            codes = np.empty((R, K), fmt.code_dtype)
-            for j, (s, e) in enumerate(spans):
-                amax = absx[:, s:e].max(axis=1) if e > s else np.zeros(R, np.float32)
-                ex[:, j] = mx_scale_exponent(amax, fmt, "nearest")
-                with np.errstate(over="ignore"):
-                    codes[:, s:e] = encode(np.ldexp(X[:, s:e].astype(np.float64),
-                                                    -ex[:, j:j + 1]), fmt, overflow="saturate")
-            return BlockQuantized(codes, (ex + 127).astype(np.uint8), elem=fmt, scale_fmt=e8m0,
-                                  block=self.block, axis=1, scale_rule="nearest")
-        from ..block import quantize_blocks
-        return quantize_blocks(np.asarray(X, np.float32), fmt, "e8m0", self.operand_block(role),
-                               scale_rule=self.scale_rule)
+        return OperandPlan(role, fmt or self.role_format(role), e8m0,
+                           self.operand_block(role), self.scale_rule)
 
     def operand_block(self, role):
         """1 x block, or block x block weight tiles with ``block_2d_weights``."""
@@ -308,7 +370,7 @@ class MXFP8BlockScaling(_Recipe):
 
 
 @dataclasses.dataclass
-class NVFP4BlockScaling(_Recipe):
+class NVFP4BlockScaling(Recipe):
     """TransformerEngine's ``NVFP4BlockScaling`` (NVIDIA, arXiv 2509.25149).
 
     Every GEMM operand is NVFP4 (:mod:`fpemu.block`, ``scale_rule``
@@ -341,7 +403,6 @@ class NVFP4BlockScaling(_Recipe):
     accumulate_model: str = "b200-mxf4nvf4"
 
     def __post_init__(self):
-        from ..block import FP4_RULES
         if self.scale_rule not in FP4_RULES:
             raise ValueError(f"scale_rule must be one of {', '.join(FP4_RULES)}, got "
                              f"{self.scale_rule!r}")
@@ -350,24 +411,12 @@ class NVFP4BlockScaling(_Recipe):
         self._calls = 0
 
     def formats(self):
-        from ..formats import e2m1
         return e2m1, e2m1
 
-    def quantize(self, X, fmt, role, state=None):
-        """The NVFP4 :class:`BlockQuantized` of one operand role (its
-        ``tensor_amax`` feeds the GEMM's alpha)."""
-        from ..block import hadamard, quantize_blocks
-        X = np.asarray(X, np.float32)
-        block, rounding, seed, rht = self.operand_plan(role, X.shape)
-        if rht:
-            X = hadamard(X, 16, axis=1, signs="te")
-        return quantize_blocks(X, "e2m1", "e4m3fn", block, scale_rule=self.scale_rule,
-                               rounding=rounding, seed=seed)
-
-    def operand_plan(self, role, shape):
+    def operand_plan(self, role, shape, fmt=None):
         """How the operand ``role`` of a (rows, K) array of ``shape`` is
-        quantized: (block, rounding, seed, rht); counts the call (the
-        stochastic rounding's seed is ``[seed, calls]``)."""
+        quantized (its ``tensor_amax`` feeds the GEMM's alpha); counts the
+        call (the stochastic rounding's seed is ``[seed, calls]``)."""
         base = role[:-2] if role.endswith("_t") else role
         rht = role in ("input_t", "grad_output_t") and not self.disable_rht
         sr = base == "grad_output" and not self.disable_stochastic_rounding
@@ -378,13 +427,14 @@ class NVFP4BlockScaling(_Recipe):
                              f"(TransformerEngine's rule), got {shape[1]}; pad the batch "
                              f"or pass disable_rht=True")
         self._calls += 1
-        rounding = f"sr{self.sr_bits}" if sr else "rne"
-        return ((16, 16) if two_d else 16, rounding, [self.seed, self._calls] if sr else None,
-                rht)
+        return OperandPlan(role, e2m1, e4m3fn, (16, 16) if two_d else 16, self.scale_rule,
+                           f"sr{self.sr_bits}" if sr else "rne",
+                           [self.seed, self._calls] if sr else None, rht)
 
 
-_RECIPES = (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling,
-            NVFP4BlockScaling)
+#: The recipe classes (``fp8_autocast(fp8_recipe=)`` takes an instance of one).
+RECIPE_CLASSES = (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling,
+                  NVFP4BlockScaling)
 
 
 def active_recipe():
@@ -397,7 +447,7 @@ def fp8_autocast(enabled=True, fp8_recipe=None):
     """Run ``nn.Linear`` GEMMs in fp8 under ``fp8_recipe`` (default
     ``DelayedScaling()``); delayed forward scales update on exit."""
     recipe = (fp8_recipe if fp8_recipe is not None else DelayedScaling()) if enabled else None
-    if recipe is not None and not isinstance(recipe, _RECIPES):
+    if recipe is not None and not isinstance(recipe, RECIPE_CLASSES):
         raise TypeError(f"fp8_recipe must be one of DelayedScaling, Float8CurrentScaling, "
                         f"Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling; got "
                         f"{type(recipe).__name__}")
@@ -469,13 +519,8 @@ def mx_scale_exponent(amax, fmt, rounding):
     rceil rule, ``"nearest"`` the E8M0 code of ``fp32(amax / fmt.max)``
     rounded to nearest (ml_dtypes' cast)."""
     amax32 = np.asarray(amax, np.float64).astype(np.float32)
-    if rounding in ("down", "up"):
-        e, _ = mx_exponent(_NP, amax32, fmt, "floor" if rounding == "down" else "rceil")
-        return e
-    with np.errstate(all="ignore"):
-        x = (amax32 / np.float32(fmt.max)).astype(np.float32)
-    codes = encode(np.where(x > 0, x, np.float32(2.0 ** -127)), e8m0).astype(np.int64)
-    return np.clip(codes - 127, -127, 127)
+    rule = {"down": "floor", "up": "rceil"}.get(rounding, rounding)
+    return mx_exponent(_NP, amax32, fmt, rule, _HOST_OPS)[0]
 
 
 # ------------------------------------------------------------- quantization
@@ -511,7 +556,7 @@ def _rowwise(bq):
 def quantize_operand(X, fmt, recipe, role, state=None):
     """Quantize a (rows, K) float32 array for a GEMM over K under ``recipe``
     (its :meth:`quantize`): a :class:`BlockQuantized`."""
-    if not isinstance(recipe, _Recipe):
+    if not isinstance(recipe, Recipe):
         raise TypeError(f"expected an fp8 recipe, got {type(recipe).__name__}")
     return recipe.quantize(X, fmt, role, state)
 
@@ -526,24 +571,38 @@ def scaled_gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, model, split):
     N = qb.shape[0]
     in_fmt = (fmt_a, fmt_b)         # each operand aligned with its own format's emin
     plans = {}                      # parsed once per configuration, not per K block
-    out = None
-    for j, (s, e) in enumerate(_blocks(K, bk)):
-        if e == s:
-            continue
-        promote = bool(split and e - s > 128)
-        if promote not in plans:
-            plans[promote] = (_acc._plan(in_fmt, "fp32", "fp32", "blocked", 128, model)
-                              if promote else _acc._plan(in_fmt, "fp32", "fp32", model))
-        part = _acc._matmul_planned(plans[promote], qa[:, s:e], qb[:, s:e].T)
-        alpha = (sa[:, j][:, None] * sb[:, j][None, :]).astype(np.float32)
-        with np.errstate(all="ignore"):
-            # the first block's scaled result is the accumulator (a negative
-            # product that underflows stays -0, as on the GPU); later blocks add
-            term = part.astype(np.float32) * alpha
-            out = term if out is None else out + term
+
+    def parts():
+        for j, (s, e) in enumerate(_blocks(K, bk)):
+            if e == s:
+                continue
+            promote = bool(split and e - s > 128)
+            if promote not in plans:
+                plans[promote] = (_acc._plan(in_fmt, "fp32", "fp32", "blocked", 128, model)
+                                  if promote else _acc._plan(in_fmt, "fp32", "fp32", model))
+            yield j, _acc._matmul_planned(plans[promote], qa[:, s:e], qb[:, s:e].T).astype(
+                np.float32)
+
+    out = k_block_epilogue(parts(), sa, sb)
     if out is None:
         return np.zeros((M, N), np.float32)
     return np.where(np.isnan(out), _acc._CANONICAL_NAN32, out).astype(np.float32)
+
+
+def k_block_epilogue(parts, sa, sb):
+    """The epilogue of a GEMM with fp32 scales per row and K block (the
+    host's :func:`scaled_gemm` and ``fpemu.torch.emulate`` both run it): the
+    sum over K blocks ``j``, in K order, of ``part_j * (sa[:, j] sb[:, j]^T)``
+    in float32, where ``parts`` yields ``(j, part_j)``, the float32 GEMM of
+    block j. The first block's scaled result is the accumulator (a negative
+    product that underflows stays -0, as on the GPU); later blocks add.
+    None for no blocks. NumPy arrays or torch tensors."""
+    out = None
+    with np.errstate(all="ignore"):
+        for j, part in parts:
+            term = part * (sa[:, j:j + 1] * sb[:, j][None, :])
+            out = term if out is None else out + term
+    return out
 
 
 def fp8_linear(module, x, recipe):
@@ -553,13 +612,10 @@ def fp8_linear(module, x, recipe):
     dt = result_type(x, weight)
     fwd_fmt, bwd_fmt = recipe.formats()
     state = None
-    if isinstance(recipe, DelayedScaling):
+    if recipe.stateful:
         state = module.fp8_state
         if state is None or state.get("recipe") is not recipe:
-            state = {"recipe": recipe,
-                     "input": DelayedState.new(recipe, fwd_fmt.max),
-                     "weight": DelayedState.new(recipe, fwd_fmt.max),
-                     "grad_output": DelayedState.new(recipe, bwd_fmt.max)}
+            state = {"recipe": recipe, **recipe.new_state()}
             module.fp8_state = state
         if State.fp8 and all(s is not state for s in State.fp8[-1][1]):
             State.fp8[-1][1].append(state)
@@ -596,4 +652,5 @@ def fp8_linear(module, x, recipe):
 __all__ = ["Fp8Format", "Format", "DelayedScaling", "Float8CurrentScaling", "Float8BlockScaling",
            "MXFP8BlockScaling", "NVFP4BlockScaling", "fp8_autocast", "scale_from_amax",
            "mx_scale_exponent", "quantize_operand", "scaled_gemm", "DelayedState",
-           "NVFP4_ALPHA_DIVISOR"]
+           "NVFP4_ALPHA_DIVISOR", "Recipe", "OperandPlan", "RECIPE_CLASSES", "run_plan",
+           "k_block_epilogue"]

@@ -41,9 +41,16 @@ a block of amax ``a`` and elements whose largest power of two is
     ``a`` rounded at the element's mantissa width (half up in the float32
     bits: add ``2**(22 - mbits)``, keep sign and exponent) before FLOOR.
 
+``"nearest"`` (ml_dtypes' cast to ``float8_e8m0fnu``; the scale of
+    ``fpemu.autograd.fp8.MXFP8BlockScaling(scale_rule="nearest")``)
+    ``fp32(a / elem_max)`` rounded to the nearer power of two, a tie
+    (``1.5 * 2**k``) up. A zero or NaN amax takes ``2**-127``; a NaN block
+    is marked NaN only where the element format has no NaN (else its NaN
+    elements get the element format's NaN code, as in ml_dtypes).
+
 Every rule clamps ``e`` to [-127, 127]; a NaN amax gives the NaN scale
-(0xFF) and the whole block decodes to NaN. Elements are ``x / 2**e``,
-clamped to the element maximum, rounded once.
+(0xFF; except ``"nearest"``, above) and the whole block decodes to NaN.
+Elements are ``x / 2**e``, clamped to the element maximum, rounded once.
 
 An infinity inside a block (``inf_block``): ``"saturate"`` (default) gives
 the largest scale the rule allows for an infinite amax (2**127) and the

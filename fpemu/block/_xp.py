@@ -79,6 +79,10 @@ class _NumPy:
     def to_f32(a):
         return np.asarray(a).astype(np.float32, copy=False)
 
+    @staticmethod
+    def to_int64(a):
+        return np.asarray(a).astype(np.int64)
+
     where = staticmethod(np.where)
     isnan = staticmethod(np.isnan)
     isinf = staticmethod(np.isinf)
@@ -175,6 +179,9 @@ class _Torch:
 
     def to_f32(self, a):
         return a.to(self.torch.float32)
+
+    def to_int64(self, a):
+        return a.to(self.torch.int64)
 
     @staticmethod
     def clip_(a, lo, hi):

@@ -15,7 +15,7 @@ from .rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, Scaled, array_namespace
 from .spec import BlockQuantized, exact_values
 
 __all__ = ["quantize_blocks", "dequantize_blocks", "to_blocks", "round_elements", "srn_draws",
-           "round_srn"]
+           "round_srn", "OPS"]
 
 _f32 = np.float32
 _NP = array_namespace("numpy")
@@ -123,7 +123,8 @@ class _HostOps:
                               job.draws)
 
 
-_OPS = _HostOps()
+#: The host's rounding as the rules call it.
+OPS = _HostOps()
 
 
 def _ex(t):
@@ -142,7 +143,7 @@ def _run_chunked(rule, job):
     for lo in range(0, a.size, step):
         hi = min(a.size, lo + step)
         sub = Job(B[lo:hi], a[lo:hi], job.elem, job.scale_fmt, job.rule, job.rounding,
-                  job.seed, job.tensor_amax, job.inf_block, _ex, _NP, _OPS,
+                  job.seed, job.tensor_amax, job.inf_block, _ex, _NP, OPS,
                   draws=None if draws is None else draws[lo:hi], offset=lo * blen)
         parts.append(rule(sub))
     if not parts:
@@ -219,7 +220,7 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     if tensor_amax is None and rule in TENSOR_SCALE_RULES:
         tensor_amax = _f32(np.max(np.abs(X32))) if X32.size else _f32(0)    # NaN propagates
     job = Job(Bk, amax_b, elem, scale_fmt, rule, rounding, seed, tensor_amax, inf_block, _ex,
-              _NP, _OPS)
+              _NP, OPS)
     r = SCALE_RULES[rule]
     res = _run_chunked(r, job) if r.chunked else r(job)
     block_nan, codes = res.block_nan, res.codes

@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-from ..formats import Format
+from ..formats import Format, e8m0
 from . import _xp
 from .spec import FLT_MAX
 
@@ -141,12 +141,22 @@ def halving_sum(a):
 
 
 # ------------------------------------------------------------ shared steps
-def mx_exponent(xp, amax32, elem: Format, rule):
+def mx_exponent(xp, amax32, elem: Format, rule, ops=None):
     """Unbiased E8M0 exponents (int64, clamped to [-127, 127]) of float32
-    block amaxes under an MX rule, and the NaN mask."""
+    block amaxes under an MX rule, and the NaN mask (``"nearest"`` rounds
+    with the driver's ``ops.encode``)."""
     nan = xp.isnan(amax32)
     with xp.errstate():
-        if rule == "rceil":
+        if rule == "nearest":
+            # ml_dtypes' cast of fp32(amax / elem_max) to E8M0, nearest; a zero or
+            # NaN quotient takes 2**-127, and a NaN block is marked only where the
+            # element format has no NaN (as the fp32 rules do)
+            d = amax32 / xp.const(elem.max, amax32)
+            d = xp.where(d > 0, d, xp.f32(2.0**-127))
+            e = xp.to_int64(ops.encode(d, e8m0)) - 127
+            if elem.has_nan:
+                nan = xp.zeros_bool(amax32)
+        elif rule == "rceil":
             d = amax32 / xp.const(elem.max, amax32)
             bits = xp.f32_bits(d)
             ef = (bits >> 23) & 0xFF
@@ -239,7 +249,7 @@ def _fp4_result(job, dsq, V, clipped, tensor_scale=None, codes=None):
 def _mx_rule(job):
     """E8M0 scales (module text of :mod:`fpemu.block`); elements ``x / 2**e``."""
     xp = job.xp
-    e, nan = mx_exponent(xp, job.amax_b, job.elem, job.rule)
+    e, nan = mx_exponent(xp, job.amax_b, job.elem, job.rule, job.ops)
     if job.inf_block == "nan":
         nan = nan | xp.isinf(job.amax_b)
     with xp.errstate():
@@ -353,6 +363,7 @@ SCALE_RULES = {r.name: r for r in (
     ScaleRule("ceil", "mx", _mx_rule),
     ScaleRule("even", "mx", _mx_rule),
     ScaleRule("rceil-exact", "mx", _mx_rule),
+    ScaleRule("nearest", "mx", _mx_rule),
     ScaleRule("nvfp4", "fp4", _te_nvfp4_rule, two_level=True),
     ScaleRule("nvfp4-div6", "fp4", _te_nvfp4_rule, two_level=True),
     ScaleRule("nvfp4-torchao", "fp4", _torchao_nvfp4, two_level=True),

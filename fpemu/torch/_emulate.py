@@ -51,7 +51,7 @@ _f = np.float32
 
 
 @dataclasses.dataclass
-class GemmRounding(_fp8._Recipe):
+class GemmRounding(_fp8.Recipe):
     """Plain low-precision GEMMs without scaling: each operand rounded to
     ``fmt`` (nearest even), the product accumulated in float32, the bias
     added and the result rounded to ``fmt``, as a bf16 / fp16 GEMM with a
@@ -87,7 +87,7 @@ def recipe_of(recipe):
                                   f"{', '.join(RECIPES)}, or pass a recipe object of "
                                   "fpemu.autograd.fp8")
         return RECIPES[key]()
-    if not isinstance(recipe, _fp8._RECIPES + (GemmRounding,)):
+    if not isinstance(recipe, _fp8.RECIPE_CLASSES + (GemmRounding,)):
         raise FpemuTypeError(
             f"emulate(): recipe must be one of fpemu.autograd.fp8's DelayedScaling, "
             f"Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling, "
@@ -107,26 +107,6 @@ def _per_row(codes, sinv, fmt, bk, rule):
 
 def _amax(X):
     return float(X.abs().max()) if X.numel() else 0.0
-
-
-def _mx_nearest(X, fmt, block):
-    """MXFP8 with ml_dtypes' nearest E8M0 (``MXFP8BlockScaling(scale_rule="nearest")``).
-    The elements are fp32(x * 2**-e): the host scales exactly, and the two
-    differ only below float32's normal range, 2**-126, far below the
-    element's smallest subnormal, where both round to zero."""
-    R, K = X.shape
-    nb = -(-K // block)
-    P = torch.nn.functional.pad(X, (0, nb * block - K)).reshape(R, nb, block)
-    amax = P.abs().amax(dim=-1)
-    d = amax / _blocks._const(float(fmt.max), amax)
-    d = torch.where(d > 0, d, 2.0**-127)
-    e = (_q.encode(d, "e8m0").to(torch.int64) - 127).clamp(-127, 127)
-    V = (P * _blocks._pow2_f32(-e)[..., None]).reshape(R, nb * block)[:, :K]
-    codes = _q.encode(V, fmt, overflow="saturate")
-    return _blocks.TensorBlocks(
-        codes, (e + 127).to(torch.uint8), clipped=None, elem=fmt, scale_fmt=_lookup("e8m0"),
-        block=block, axis=1, scale_rule="nearest", tensor_scale=None, tensor_amax=None,
-        rounding="rne", shape=(R, K))
 
 
 def hadamard(X):
@@ -160,49 +140,44 @@ def hadamard(X):
 
 
 def quantize_operand(recipe, X, fmt, role, state=None):
-    """The torch twin of ``recipe.quantize(X, fmt, role, state)``: a
-    (rows, K) float32 tensor quantized for a GEMM over K, as a
+    """The device twin of ``recipe.quantize(X, fmt, role, state)``: a
+    (rows, K) float32 tensor quantized for a GEMM over K by the recipe's
+    :meth:`~fpemu.autograd.fp8.Recipe.operand_plan`, as a
     :class:`fpemu.torch.TensorBlocks` with the host's codes and scales."""
+    return run_plan(recipe, recipe.operand_plan(role, tuple(X.shape), fmt), X, state)
+
+
+def run_plan(recipe, plan, X, state=None):
+    """The device driver of an :class:`fpemu.autograd.fp8.OperandPlan`
+    (``fpemu.autograd.fp8.run_plan`` is the host's): one scale for the
+    tensor, or :func:`fpemu.torch.quantize_blocks` along K (fp32 block
+    scales as one decode scale per row and K block)."""
     R, K = X.shape
-    if isinstance(recipe, _fp8.DelayedScaling):
-        st = state[role]
-        st.record(_amax(X))
-        codes = _q.encode(X * float(st.scale), fmt, overflow="saturate")
-        return _per_row(codes, torch.full((R, 1), float(st.scale_inv), device=X.device), fmt,
-                        max(K, 1), "delayed")
-    if isinstance(recipe, _fp8.Float8CurrentScaling):
-        scale = _fp8.scale_from_amax(_amax(X), fmt.max, recipe.power_2_scale,
-                                     recipe.amax_epsilon)
-        codes = _q.encode(X * float(scale), fmt, overflow="saturate")
-        sinv = torch.full((R, 1), float(_f(_f(1) / scale)), device=X.device)
-        return _per_row(codes, sinv, fmt, max(K, 1),
-                        "pow2" if recipe.power_2_scale else "current")
-    if isinstance(recipe, _fp8.Float8BlockScaling):
-        blk = recipe.operand_block(role)
-        q = _blocks.quantize_blocks(X, fmt, "fp32", blk, axis=1, scale_rule="pow2")
-        sinv = _q.decode_trusted(q.scales, _fp32)
-        if isinstance(blk, tuple):                   # a tile's scale on each of its rows
-            sinv = sinv.repeat_interleave(blk[0], dim=0)[:R]
-        return _per_row(q.codes, sinv, fmt, recipe.block, "pow2")
-    if isinstance(recipe, _fp8.MXFP8BlockScaling):
-        if recipe.scale_rule == "nearest":
-            return _mx_nearest(X, fmt, recipe.block)
-        return _blocks.quantize_blocks(X, fmt, "e8m0", recipe.operand_block(role), axis=1,
-                                       scale_rule=recipe.scale_rule)
-    if isinstance(recipe, _fp8.NVFP4BlockScaling):
-        block, rounding, seed, rht = recipe.operand_plan(role, tuple(X.shape))
-        if rht:
-            X = hadamard(X)
-        return _blocks.quantize_blocks(X, "e2m1", "e4m3fn", block, axis=1,
-                                       scale_rule=recipe.scale_rule, rounding=rounding,
-                                       seed=seed)
-    raise FpemuTypeError(f"no torch quantizer for {type(recipe).__name__}")
+    if plan.block is None:
+        scale, sinv = recipe.tensor_scale(plan, _f(_amax(X)), state)
+        codes = _q.encode(X * float(scale), plan.elem, overflow="saturate")
+        return _per_row(codes, torch.full((R, 1), float(sinv), device=X.device), plan.elem,
+                        max(K, 1), plan.scale_rule)
+    if plan.rht:
+        X = hadamard(X)
+    q = _blocks.quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block, axis=1,
+                                scale_rule=plan.scale_rule, rounding=plan.rounding,
+                                seed=plan.seed)
+    if plan.scale_fmt.name != "fp32":
+        return q
+    sinv = _q.decode_trusted(q.scales, _fp32)
+    if isinstance(plan.block, tuple):                  # a tile's scale on each of its rows
+        sinv = sinv.repeat_interleave(plan.block[0], dim=0)[:R]
+    bk = plan.block[1] if isinstance(plan.block, tuple) else plan.block
+    return _per_row(q.codes, sinv, plan.elem, bk, plan.scale_rule)
 
 
 def transpose_operand(recipe, X, q, fmt, role, state=None):
-    """The operand of a GEMM over X's other axis: per-tensor recipes reuse
-    the codes (one scale), block recipes quantize X.T again (``role_t``)."""
-    if isinstance(recipe, _fp8._PerTensorRecipe):
+    """The operand of a GEMM over X's other axis: a per-tensor scale reuses
+    the codes; block recipes quantize X.T again (``role_t``), except 2-D
+    tiles rounded to nearest, whose transpose is the same tiles."""
+    plan = recipe.operand_plan(role + "_t", tuple(X.shape[::-1]), fmt)
+    if plan.block is None:
         sinv0 = float(_q.decode_trusted(q.scales[:1, :1], _fp32))
         R, K = X.shape
         return _per_row(q.codes.t().contiguous(),
@@ -213,10 +188,8 @@ def transpose_operand(recipe, X, q, fmt, role, state=None):
         # 2-D tiles (NVFP4 and fp8-block weights, MXFP8 with block_2d_weights): the
         # transpose's tiles are the same tiles, so its codes and scales are these,
         # transposed (the host recipe quantizes X.T again and gets them bit for bit)
-        if isinstance(recipe, _fp8.NVFP4BlockScaling):
-            recipe.operand_plan(role + "_t", tuple(X.shape[::-1]))    # counted as a call
         return q.t()
-    return quantize_operand(recipe, X.t().contiguous(), fmt, role + "_t", state)
+    return run_plan(recipe, plan, X.t().contiguous(), state)
 
 
 # ----------------------------------------------------------------- GEMMs
@@ -261,19 +234,14 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
         return torch.from_numpy(np.ascontiguousarray(out)).to(qa.codes.device)
     if qa.scale_fmt.name != "fp32":
         acc = _block_scaled(qa) @ _block_scaled(qb).t()
-        if qa.tensor_amax is not None:
-            alpha = _f(_f(_f(qa.tensor_amax) * _f(qb.tensor_amax)) / _fp8.NVFP4_ALPHA_DIVISOR)
-            acc = acc * float(alpha)
-        return acc
+        alpha = recipe.epilogue(qa, qb)
+        return acc if alpha is None else acc * float(alpha)
     A = _q.decode_trusted(qa.codes, qa.elem)
     B = _q.decode_trusted(qb.codes, qb.elem)
     sa, sb = _q.decode_trusted(qa.scales, _fp32), _q.decode_trusted(qb.scales, _fp32)
     K, bk = A.shape[1], qa.block
-    out = None
-    for j, s in enumerate(range(0, K, bk)):
-        part = A[:, s:s + bk] @ B[:, s:s + bk].t()
-        term = part * (sa[:, j:j + 1] * sb[:, j][None, :])
-        out = term if out is None else out + term
+    out = _fp8.k_block_epilogue(((j, A[:, s:s + bk] @ B[:, s:s + bk].t())
+                                 for j, s in enumerate(range(0, K, bk))), sa, sb)
     if out is None:
         return torch.zeros(A.shape[0], B.shape[0], device=A.device)
     return out
@@ -318,10 +286,7 @@ class _Layer(_WeakPickle):
 
     def delayed_state(self, recipe):
         if self.state is None:
-            fwd, bwd = recipe.formats()
-            self.state = {"input": _fp8.DelayedState.new(recipe, fwd.max),
-                          "weight": _fp8.DelayedState.new(recipe, fwd.max),
-                          "grad_output": _fp8.DelayedState.new(recipe, bwd.max)}
+            self.state = recipe.new_state()
         return self.state
 
     @property
@@ -361,8 +326,7 @@ class _EmulatedLinear(torch.autograd.Function):
                 ctx.saved = (Xq, Wq, None, None)
             else:
                 fwd, _ = recipe.formats()
-                state = layer.delayed_state(recipe) if isinstance(
-                    recipe, _fp8.DelayedScaling) else None
+                state = layer.delayed_state(recipe) if recipe.stateful else None
                 qx = layer.keep("input", quantize_operand(recipe, X, fwd, "input", state))
                 qw = layer.keep("weight", quantize_operand(recipe, W, fwd, "weight", state))
                 y = gemm(recipe, qx, qw, recipe.split_accumulator[0], layer.emu.accumulation)
@@ -399,7 +363,7 @@ class _EmulatedLinear(torch.autograd.Function):
                     gw = _q.quantize(Gq.t() @ X, recipe.fmt)
             else:
                 fwd, bwd = recipe.formats()
-                state = layer.state if isinstance(recipe, _fp8.DelayedScaling) else None
+                state = layer.state if recipe.stateful else None
                 acc = layer.emu.accumulation
                 qg = layer.keep("grad_output",
                                 quantize_operand(recipe, G, bwd, "grad_output", state))
