@@ -45,15 +45,15 @@ import numpy as np
 
 from . import _accum_kernels as _ak
 from ._jit import run_kernel
-from .arith import _not_in_format
 from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
 from .checks import as_format, real_array
-from .quantize import Cast, decode, quantize
+from .quantize import Cast, decode, not_in_format, quantize
 from .rounding import Rounding, parse_rounding
 
 __all__ = ["TensorCore", "TENSOR_CORES", "MODELS", "SplitK", "BlockScaledCore",
-           "BLOCK_SCALED_CORES", "sum", "dot", "matmul", "scaled_matmul", "bmm_fp32_sequential"]
+           "BLOCK_SCALED_CORES", "sum", "dot", "matmul", "scaled_matmul", "bmm_fp32_sequential",
+           "Plan", "CANONICAL_NAN32", "resolve_model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +189,10 @@ class SplitK:
                 for s in range(self.splits)]
 
 
-def _resolve_model(model, name):
+def resolve_model(model, name):
+    """The accumulation model named ``model`` (a key of :data:`MODELS` or
+    :data:`TENSOR_CORES`, or a :class:`TensorCore`); ``name`` names the
+    caller in the error for any other value."""
     if isinstance(model, TensorCore):
         return model
     if isinstance(model, str):
@@ -206,7 +209,7 @@ def _resolve_model(model, name):
 
 def _check_operand(x, fmt: Format, label, fname):
     if x.size:
-        bad = _not_in_format(x, fmt)
+        bad = not_in_format(x, fmt)
         if bad.any():
             first = int(np.flatnonzero(bad.reshape(-1))[0])
             lname = fmt.long_name or fmt.name
@@ -230,7 +233,7 @@ def _in_formats(in_fmt, fname):
 
 
 #: The NaN tensor cores write (as MMA-Sim and mmaemu model it; fpemu's scaled_matmul).
-_CANONICAL_NAN32 = np.uint32(0x7FFFFFFF).view(np.float32)
+CANONICAL_NAN32 = np.uint32(0x7FFFFFFF).view(np.float32)
 
 
 class _TC(NamedTuple):
@@ -248,10 +251,23 @@ _NO_TC = _TC(1, 0, 23, 0, 0, 0)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Plan:
+class Plan:
     """An accumulation's arguments parsed and checked once (one per call of
     matmul / dot / sum, or one for all the batch elements and K blocks of a
-    caller that runs many GEMMs of one configuration)."""
+    caller that runs many GEMMs of one configuration).
+
+    ``Plan.of(in_fmt, acc_fmt, out_fmt, model=, block=, ...)`` takes the
+    arguments of :func:`matmul`; :meth:`matmul` runs one GEMM under it
+    without checking its operands again.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fpemu import accumulate
+    >>> plan = accumulate.Plan.of("bf16", "fp32", model="h100-fp8")
+    >>> plan.matmul(np.ones((1, 4)), np.ones((4, 1))).tolist()
+    [[4.0]]
+    """
 
     fmt_a: Format
     fmt_b: Format
@@ -267,21 +283,39 @@ class _Plan:
     def acc_fmt(self):
         return self.cast.fmt
 
+    @staticmethod
+    def of(in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,
+           inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None,
+           fname="matmul", splitk=1) -> "Plan":
+        """The plan of these arguments (those of :func:`matmul`; the checks
+        raise here, naming ``fname``)."""
+        return _plan(in_fmt, acc_fmt, out_fmt, model, block, inner, rounding, subnormals,
+                     overflow, seed, fname, splitk)
+
+    def matmul(self, a, b):
+        """``a @ b`` (2-D, float32 or float64 arrays already holding in_fmt
+        values: not checked again) accumulated under this plan, as
+        :func:`matmul` computes it (float64 results)."""
+        C = _identity("rne", a.shape[1])
+        C = np.ascontiguousarray(np.broadcast_to(C, (a.shape[0], b.shape[1])))
+        return _run(self, np.ascontiguousarray(a, np.float64),
+                    np.ascontiguousarray(b.T, np.float64), C, False, check=False)
+
 
 def _plan(in_fmt, acc_fmt="fp32", out_fmt=None, model="sequential", block=128,
           inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None,
-          fname="matmul", splitk=1) -> _Plan:
-    """The :class:`_Plan` of these arguments (the checks raise here)."""
+          fname="matmul", splitk=1) -> Plan:
+    """The :class:`Plan` of these arguments (the checks raise here)."""
     fmt_a, fmt_b = _in_formats(in_fmt, fname)
     cast = Cast.of(acc_fmt, rounding, subnormals, overflow)
     acc_fmt = cast.fmt
     out_fmt = acc_fmt if out_fmt is None else as_format(out_fmt)
-    model = _resolve_model(model, fname)
+    model = resolve_model(model, fname)
     if model == "blocked":
         if not (isinstance(block, (int, np.integer)) and not isinstance(block, bool)
                 and block >= 1):
             raise FpemuValueError(f"{fname}(): block must be an int >= 1, got {block!r}")
-        model = _resolve_model(inner, fname)
+        model = resolve_model(inner, fname)
         if model == "blocked":
             raise FpemuValueError(f"{fname}(): inner must be a model other than 'blocked'")
         block = int(block)
@@ -312,10 +346,10 @@ def _plan(in_fmt, acc_fmt="fp32", out_fmt=None, model="sequential", block=128,
         raise FpemuValueError(f"{fname}(): stochastic rounding with a split K is not modelled "
                               "(each part would draw the same random bits at the same index); "
                               "pass splitk=1 or another rounding")
-    return _Plan(fmt_a, fmt_b, cast, out_fmt, kind, block, tc, key, splitk)
+    return Plan(fmt_a, fmt_b, cast, out_fmt, kind, block, tc, key, splitk)
 
 
-def _run(plan: _Plan, A, BT, C, paired, fname="matmul", check=True):
+def _run(plan: Plan, A, BT, C, paired, fname="matmul", check=True):
     """out[i, j] = dot(A[i], BT[j]) (or out[i] = dot(A[i], BT[i]) if paired)
     under ``plan``: float64 A (M, K), BT (N, K) and C, the accumulator's
     start, of the output's shape."""
@@ -348,14 +382,14 @@ def _run(plan: _Plan, A, BT, C, paired, fname="matmul", check=True):
         with np.errstate(all="ignore"):
             special = special.astype(np.float32)
         if kind == _ak.TC:                  # a tensor core writes its one NaN
-            special = np.where(np.isnan(special), _CANONICAL_NAN32, special)
+            special = np.where(np.isnan(special), CANONICAL_NAN32, special)
         out = np.where(mask, special, out)
     if plan.out_fmt != plan.acc_fmt:
         out = quantize(out, plan.out_fmt)
     return out
 
 
-def _accumulate(plan: _Plan, A, BT, C, paired):
+def _accumulate(plan: Plan, A, BT, C, paired):
     """The finite accumulation of :func:`_run`, one chain schedule over all of K."""
     kind, block, cast = plan.kind, plan.block, plan.cast
     native = (kind == _ak.SEQUENTIAL and block == 0 and plan.acc_fmt.name == "fp32"
@@ -370,7 +404,7 @@ def _accumulate(plan: _Plan, A, BT, C, paired):
     return out
 
 
-def _split_accumulate(plan: _Plan, A, BT, shape, paired):
+def _split_accumulate(plan: Plan, A, BT, shape, paired):
     """:func:`_accumulate` under ``plan.splitk``: each split's K range from
     +0, the partial sums added in fp32 in split order (:class:`SplitK`)."""
     zero = np.zeros(shape)
@@ -508,17 +542,6 @@ def _no_c_when_split(plan, c, fname):
             f"{fname}(): c with splitk={plan.splitk.splits}: a split GEMM accumulates each part "
             "from +0 and cuBLASLt adds C only after the parts are reduced; pass c=None and add "
             "c to the result (or splitk=1 to start the one chain from c)")
-
-
-def _matmul_planned(plan, A, B):
-    """matmul for callers whose operands are known to be in_fmt values
-    (float32 or float64 2-D arrays), under a :class:`_Plan` parsed once by a
-    caller that runs many GEMMs of one configuration (batch elements, K
-    blocks): no checks."""
-    C = _identity("rne", A.shape[1])
-    C = np.ascontiguousarray(np.broadcast_to(C, (A.shape[0], B.shape[1])))
-    return _run(plan, np.ascontiguousarray(A, np.float64), np.ascontiguousarray(B.T, np.float64),
-                C, False, check=False)
 
 
 def dot(a, b, in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,

@@ -23,21 +23,12 @@ from ._jit import run_kernel
 from .checks import real_array
 from .errors import FpemuValueError
 from .formats import Format
-from .quantize import Cast, quantize
+from .quantize import Cast, not_in_format
 from .rounding import Rounding
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma", "fma_fp32"]
 
 _NAMES = {1: ("a",), 2: ("a", "b"), 3: ("a", "b", "c")}
-
-
-def _not_in_format(x, fmt: Format):
-    """Mask of the elements of x that are not values of fmt."""
-    nan = np.isnan(x)
-    xs = np.where(nan, 0.0, x)
-    q = quantize(xs, fmt, rounding="rtz").astype(x.dtype)
-    bad = ~((q == xs) & (np.signbit(q) == np.signbit(xs))) & ~nan
-    return bad | nan if not fmt.has_nan else bad
 
 
 def _operands(values, fmt: Format, fname):
@@ -62,7 +53,7 @@ def _operands(values, fmt: Format, fname):
 def _report_bad(flat, fmt: Format, fname):
     label = fmt.long_name or fmt.name
     for name, arr in zip(_NAMES[len(flat)], flat):
-        bad = _not_in_format(arr, fmt)
+        bad = not_in_format(arr, fmt)
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
             raise FpemuValueError(

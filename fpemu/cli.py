@@ -677,7 +677,7 @@ def _cmd_monitor(args) -> int:
 def _cmd_emulate(args) -> int:
     from .tensorfiles import check_input
     check_input(args.script, "script")
-    from .torch._emulate import RECIPES, run_script
+    from .torch import RECIPES, run_emulated_script as run_script
     if args.recipe.lower() not in RECIPES:
         raise CliError(f"--recipe expects one of {', '.join(RECIPES)}, got {args.recipe!r}")
     emu, err, code = run_script(args.script, args.args, args.recipe,

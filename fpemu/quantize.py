@@ -22,7 +22,8 @@ from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
 from .rounding import Overflow, Rounding, parse_overflow, parse_rounding
 
-__all__ = ["Cast", "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify"]
+__all__ = ["Cast", "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify",
+           "not_in_format"]
 
 #: The classes :func:`classify` returns, in order.
 CLASSES = ("zero", "subnormal", "normal", "inf", "nan")
@@ -244,6 +245,14 @@ class Cast:
     fast_directed: Optional[tuple] = None
     fast_directed_encode: Optional[tuple] = None
 
+    # the bits of ``flags`` beyond the overflow policy (``flags & 3``), by name,
+    # for code that reads them (fpemu.torch's quantizers)
+    FLUSH = _kernels.FLUSH          #: subnormals flushed to zero
+    FNUZ = _kernels.FNUZ            #: fnuz NaN (the negative-zero code)
+    UNSIGNED = _kernels.UNSIGNED    #: no sign bit
+    NO_ZERO = _kernels.NO_ZERO      #: no zero (e8m0)
+    NORMALIZE = _kernels.NORMALIZE  #: subnormals below float32's range
+
     @staticmethod
     def of(fmt, rounding="rne", subnormals=True, overflow=None) -> "Cast":
         """The cast for this configuration (built once; the arguments are
@@ -350,6 +359,17 @@ _CASTS = {}
 
 
 # ------------------------------------------------------------------ public API
+def not_in_format(x, fmt: Format):
+    """Mask of the elements of the float array ``x`` that are not values of
+    ``fmt`` (a NaN counts as one where the format has NaN; -0 only where it
+    has a signed zero)."""
+    nan = np.isnan(x)
+    xs = np.where(nan, 0.0, x)
+    q = quantize(xs, fmt, rounding="rtz").astype(x.dtype)
+    bad = ~((q == xs) & (np.signbit(q) == np.signbit(xs))) & ~nan
+    return bad | nan if not fmt.has_nan else bad
+
+
 @_masked
 def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
     """Round real values to a format; return the values as float32.

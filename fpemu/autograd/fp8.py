@@ -578,15 +578,15 @@ def scaled_gemm(qa, sa, qb, sb, bk, fmt_a, fmt_b, model, split):
                 continue
             promote = bool(split and e - s > 128)
             if promote not in plans:
-                plans[promote] = (_acc._plan(in_fmt, "fp32", "fp32", "blocked", 128, model)
-                                  if promote else _acc._plan(in_fmt, "fp32", "fp32", model))
-            yield j, _acc._matmul_planned(plans[promote], qa[:, s:e], qb[:, s:e].T).astype(
-                np.float32)
+                kw = dict(model="blocked", block=128, inner=model) if promote else dict(
+                    model=model)
+                plans[promote] = _acc.Plan.of(in_fmt, "fp32", "fp32", **kw)
+            yield j, plans[promote].matmul(qa[:, s:e], qb[:, s:e].T).astype(np.float32)
 
     out = k_block_epilogue(parts(), sa, sb)
     if out is None:
         return np.zeros((M, N), np.float32)
-    return np.where(np.isnan(out), _acc._CANONICAL_NAN32, out).astype(np.float32)
+    return np.where(np.isnan(out), _acc.CANONICAL_NAN32, out).astype(np.float32)
 
 
 def k_block_epilogue(parts, sa, sb):

@@ -22,7 +22,7 @@ from ..errors import FpemuRuntimeError
 from ._autocast import cast_inputs
 from ._core import Tensor, _result, _store, is_float, to_dtype, as_dtype
 from ._missing import module_getattr as _module_getattr
-from .ops._common import f64, sum_to_shape as _sum_to, wrap_dim
+from ._common import f64, sum_to_shape as _sum_to, wrap_dim
 from .ops.elementwise import abs as _abs
 from .ops.elementwise import mul
 from .ops.inplace import write_out

@@ -159,8 +159,8 @@ def run(config=None, **overrides):
             f"{', '.join(unknown) or 'those'}), batch x context a multiple of 16 (NVFP4's "
             f"Hadamard transform; got {c.batch * c.context}) and width a multiple of heads "
             f"(got {c.width} and {c.heads})")
-    from ..torch._monitor import _torch
-    torch = _torch()
+    from ..torch import require_torch
+    torch = require_torch()
     threads = torch.get_num_threads()
     ids, vocab = _text_ids()
     torch.manual_seed(c.seed)

@@ -27,6 +27,7 @@ PyTorch is imported only when a monitor starts or a quantizer is first used;
 it is an optional dependency (``pip install fpemu[torch]``).
 """
 
+from ._import import torch_module as require_torch
 from ._monitor import (
     KINDS, SCALINGS, FirstOverflow, Monitor, monitor, run_script, watch,
 )
@@ -46,9 +47,13 @@ def __getattr__(name):
     if name in ("emulate", "Emulation", "GemmRounding", "RECIPES"):
         from . import _emulate
         return getattr(_emulate, name)
+    if name == "run_emulated_script":
+        from ._emulate import run_script as run_emulated_script
+        return run_emulated_script
     raise AttributeError(f"module 'fpemu.torch' has no attribute {name!r}")
 
 
 __all__ = ["monitor", "Monitor", "FirstOverflow", "watch", "run_script", "KINDS", "SCALINGS",
            "quantize", "encode", "decode", "quantize_blocks", "dequantize_blocks", "TensorBlocks",
-           "emulate", "Emulation", "GemmRounding", "RECIPES", "stats"]
+           "emulate", "Emulation", "GemmRounding", "RECIPES", "stats", "require_torch",
+           "run_emulated_script"]

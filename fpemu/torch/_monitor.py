@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import FpemuTypeError, FpemuValueError
 from ..checks import as_format
+from ._import import torch_module
 
 #: What is recorded, in the order a training step produces it.
 KINDS = ("activation", "activation_grad", "weight", "weight_grad", "exp_avg", "exp_avg_sq")
@@ -22,15 +23,6 @@ SCALINGS = ("none", "loss_scale", "current", "delayed", "mx", "nvfp4")
 DEFAULT_FORMATS = ("fp16", "bf16", "e4m3fn", "e5m2")
 _GRAD_KINDS = ("activation_grad", "weight_grad")
 _CHUNK = 1 << 22
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as err:    # pragma: no cover - the tests run with torch
-        raise ImportError("fpemu.torch watches PyTorch models and needs PyTorch: "
-                          "pip install torch (or pip install 'fpemu[torch]')") from err
-    return torch
 
 
 @dataclasses.dataclass
@@ -194,7 +186,7 @@ class Monitor:
     def __init__(self, model, optimizer=None, formats=DEFAULT_FORMATS, scaling="none", every=1,
                  sample=None, seed=0, scaler=None, loss_scale=None, margin=0, history=16,
                  block=32, kinds=KINDS, chunk=_CHUNK, count_on="auto"):
-        torch = _torch()
+        torch = torch_module()
         if not isinstance(model, torch.nn.Module):
             raise FpemuTypeError(f"monitor(): model must be a torch.nn.Module, got "
                                  f"{type(model).__name__}; pass the model you train")
@@ -249,7 +241,7 @@ class Monitor:
     def start(self):
         if self._running:
             return self
-        torch = _torch()
+        torch = torch_module()
         root = type(self.model).__name__
         watched = []
         for name, m in self.model.named_modules():
@@ -612,7 +604,7 @@ def _find_root_module(optimizer):
     """The module that owns the optimizer's parameters: of the live modules holding
     its first parameter, the one with the most parameters."""
     import gc
-    torch = _torch()
+    torch = torch_module()
     first = next((p for g in optimizer.param_groups for p in g["params"]), None)
     if first is None:
         return None
@@ -647,7 +639,7 @@ def run_hooked(path, argv, attach, attached):
     script's exception or None, its sys.exit code or None)``; ``sys.argv``
     and ``torch.optim.Optimizer.__init__`` are restored whatever happens."""
     import runpy
-    torch = _torch()
+    torch = torch_module()
     real_init = torch.optim.Optimizer.__init__
 
     def init(opt, *a, **k):
@@ -685,7 +677,7 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
     optimizer's state is counted too). Returns the :class:`Monitor` (``None`` if
     the script created neither).
     """
-    torch = _torch()
+    torch = torch_module()
     _check_script(path, "monitor")
     Monitor(torch.nn.Linear(1, 1), **settings)           # check the settings before running
     from ..tensorfiles import check_output_dir

@@ -43,14 +43,15 @@ integer expression of them in float arithmetic (``docs/monitor.md``).
 
 from __future__ import annotations
 
-from .._kernels import FLUSH, FNUZ, NO_ZERO, NORMALIZE, UNSIGNED
 from ..checks import seed_key
 from ..errors import FpemuTypeError, FpemuValueError
 from ..quantize import Cast
 from ..rounding import Overflow, Rounding
-from ._monitor import _torch
+from ._import import torch_module
 
-torch = _torch()
+FLUSH, FNUZ, UNSIGNED = Cast.FLUSH, Cast.FNUZ, Cast.UNSIGNED
+NO_ZERO, NORMALIZE = Cast.NO_ZERO, Cast.NORMALIZE
+torch = torch_module()
 
 __all__ = ["quantize", "encode", "decode"]
 

@@ -27,7 +27,7 @@ import numpy as np
 from ...errors import FpemuRuntimeError
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, int64, is_float
-from ..ops._common import float_dt
+from .._common import float_dt
 
 
 def _tuple(v, nd, name):

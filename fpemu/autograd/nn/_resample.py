@@ -33,7 +33,7 @@ import numpy as np
 from ...errors import FpemuNotImplementedError, FpemuRuntimeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._core import _result, _store, float64
-from ..ops._common import f64, float_dt
+from .._common import f64, float_dt
 from ..ops.creation import zeros
 from . import _pooling
 

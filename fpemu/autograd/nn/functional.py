@@ -26,7 +26,7 @@ from .._core import (
 from .._profile import get_profile
 from .._state import State
 from ..ops import linalg as _linalg
-from ..ops._common import f64, float_dt, wrap_dim
+from .._common import f64, float_dt, wrap_dim
 from ..ops.elementwise import (  # noqa: F401  (torch.nn.functional's names)
     gelu, masked_fill, relu, sigmoid, silu, tanh,
 )
@@ -853,7 +853,7 @@ def _pointwise_loss(name, input, target, reduction, fwd, bwd):  # noqa: A002
         with np.errstate(all="ignore"):
             gi = bwd(X - T) * (G if scale is None else G / scale)
         gi = np.broadcast_to(gi, np.broadcast_shapes(X.shape, np.shape(T)))
-        from ..ops._common import grad_part
+        from .._common import grad_part
         return (grad_part(_store(gi, dt), input, dt),
                 grad_part(_store(-gi, dt), target, dt) if isinstance(target, Tensor) else None)
     return _result(res, dt, (input, target), backward,

@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._core import Size, Tensor, _result, _store, bool_, int64, is_float
-from ._common import wrap_dim
+from .._common import wrap_dim
 from .elementwise import bitwise_xor, div, isnan, lerp, logical_not, mul, sub, where
 from .reduce import _values_indices, mean, norm, sort, std, sum as _sum, var
 from .shape import cat, flip, gather, movedim, narrow, repeat, stack, transpose, unsqueeze

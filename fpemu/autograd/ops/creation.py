@@ -13,7 +13,7 @@ from .._core import (
     result_type, tensor, uint8,
 )
 from .._state import State
-from ._common import shape_arg
+from .._common import shape_arg
 from .elementwise import _zero_grads
 from .inplace import copy_into, write_out
 

@@ -24,7 +24,7 @@ from ...errors import FpemuRuntimeError, FpemuTypeError
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, float64, is_float
 from . import linalg as _linalg
-from ._common import sum_to_shape
+from .._common import sum_to_shape
 
 _MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
           "donot_use_mm_for_euclid_dist")

@@ -34,8 +34,8 @@ from .._profile import get_profile
 from .._core import (Tensor, _result, _store, as_dtype, bool_, float64, is_float, opmath,
                      result_type)
 from .. import _special
-from ._common import (broadcast_check, f64, float_dt, grad_part, int_binary, operand,
-                      t_or_number)
+from .._common import (broadcast_check, f64, float_dt, grad_part, int_binary, operand,
+                       t_or_number)
 from .inplace import apply_inplace, copy_into, resize_out
 
 _SQRT_2_PI = 0.7978845608028654
@@ -527,7 +527,7 @@ def _unary_tensor(name, x):
 
 
 def _c10(dt):
-    from ._common import scalar_type
+    from .._common import scalar_type
     return scalar_type(dt)
 
 

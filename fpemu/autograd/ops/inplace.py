@@ -21,7 +21,7 @@ from .._core import (
     Node, Tensor, _result, _store, bool_, is_float, np_dtype, result_type, to_dtype,
 )
 from .._state import State, grad_mode
-from ._common import scalar_type
+from .._common import scalar_type
 
 _LEAF = ("a leaf Variable that requires grad is being used in an in-place operation.")
 _VIEW_OF_LEAF = ("a view of a leaf Variable that requires grad is being used in an in-place "

@@ -21,14 +21,14 @@ from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, _sum_to, float32, float64, is_float, result_type
 from .._profile import get_profile
 from .._state import State
-from ._common import c10_name, operand, scalar_type  # noqa: F401  (re-exported)
+from .._common import c10_name, operand, scalar_type  # noqa: F401  (re-exported)
 from .elementwise import mul
 
 
 def set_matmul_model(model="sequential", block=128, inner="sequential"):
     """Choose the accumulation model of every matmul / linear (a name of
     :data:`fpemu.accumulate.MODELS` or a tensor-core preset such as "h100")."""
-    _acc._resolve_model(model, "set_matmul_model")
+    _acc.resolve_model(model, "set_matmul_model")
     m = State.matmul
     m.model, m.block, m.inner = model, block, inner
 
@@ -84,9 +84,10 @@ def mm_acc(A, B, dt, tf32=False):
     A = np.broadcast_to(A, batch + (M, K))
     B = np.broadcast_to(B, batch + (K, N))
     out = np.empty(batch + (M, N), np.float32)
-    plan = _acc._plan(fmt, "fp32", "fp32", m.model, m.block, m.inner)   # parsed once
+    plan = _acc.Plan.of(fmt, "fp32", "fp32", model=m.model, block=m.block,
+                        inner=m.inner)                                 # parsed once
     for idx in np.ndindex(*batch):
-        out[idx] = _acc._matmul_planned(plan, A[idx], B[idx])
+        out[idx] = plan.matmul(A[idx], B[idx])
     return out
 
 

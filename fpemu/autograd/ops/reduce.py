@@ -15,7 +15,7 @@ import numpy as np
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, bool_, int64, is_float, to_dtype
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
-from ._common import f64, wrap_dim
+from .._common import f64, wrap_dim
 from .elementwise import _tensor_args, maximum, minimum, sqrt
 from .inplace import write_out
 

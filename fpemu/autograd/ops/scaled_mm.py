@@ -59,7 +59,7 @@ from .._core import (
     Tensor, _result, _store, as_dtype, bfloat16, float16, float32, float8_e4m3fn, float8_e5m2,
 )
 from .._profile import get_profile
-from ._common import scalar_type
+from .._common import scalar_type
 
 _FP8 = (float8_e4m3fn, float8_e5m2)
 _OUT = (float32, bfloat16, float16, float8_e4m3fn, float8_e5m2)
@@ -210,7 +210,7 @@ def _scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None,  # n
                 y = (y + bias._data.astype(np.float32)).astype(np.float32)
     out = _to_output(np.asarray(y, np.float32), out_dtype, scale_result, cpu)
     if not cpu:                     # the GPU writes its canonical NaN
-        out = np.where(np.isnan(out), _acc._CANONICAL_NAN32, out)
+        out = np.where(np.isnan(out), _acc.CANONICAL_NAN32, out)
 
     def backward(g):
         raise NotImplementedError("the derivative for '_scaled_mm' is not implemented (as in "

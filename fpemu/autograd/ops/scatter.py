@@ -25,7 +25,7 @@ from .. import _aten
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, float64, int64, is_float, opmath
 from .._profile import get_profile
-from ._common import wrap_dim
+from .._common import wrap_dim
 from .inplace import write_out
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError
 from .._core import Tensor, _store, float64, int32, int64, is_float
-from ._common import wrap_dim
+from .._common import wrap_dim
 from .inplace import write_out
 
 

@@ -13,7 +13,7 @@ from .._core import (
     Tensor, _result, _store, _sum_to, as_dtype, bool_, int64, is_float, np_dtype, result_type,
     to_dtype,
 )
-from ._common import shape_arg, wrap_dim
+from .._common import shape_arg, wrap_dim
 from .inplace import _needs_graph, apply_inplace, copy_into, write_out
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import FpemuRuntimeError, FpemuTypeError
-from .._core import Tensor, _store, _sum_to, float32, is_float, opmath, result_type
+from ..errors import FpemuRuntimeError, FpemuTypeError
+from ._core import Tensor, _store, _sum_to, float32, is_float, opmath, result_type
 
 
 def t_or_number(x, what):
