@@ -126,3 +126,136 @@ def test_no_module_reaches_into_quantize_or_the_kernels():
                                          "of fpemu.quantize"
         if "autograd" in path.parts and path.name not in ("_special.py", "_loops.py"):
             assert not kernels.search(text), f"{path.relative_to(root)} calls a kernel"
+
+
+# ------------------------------------------------------------ all of fpemu
+PKG_ROOT = pathlib.Path(fpemu.__file__).parent
+
+#: The Numba kernel modules and the modules that may import each: the public
+#: owner whose functions wrap them (the kernel modules themselves form one
+#: layer, sharing device functions such as ``_kernels._round``).
+KERNEL_OWNERS = {
+    "fpemu._kernels": {"fpemu.quantize", "fpemu.stats"},
+    "fpemu._arith_kernels": {"fpemu.arith"},
+    "fpemu._accum_kernels": {"fpemu.accumulate"},
+    "fpemu._coll_kernels": {"fpemu.collectives"},
+}
+
+#: Private top-level modules every layer may import: the house's utilities
+#: (Numba's JIT and the kernel runner; exact conversions to float64; the
+#: callable checks), whose names inside are public.
+SHARED = {"fpemu._jit", "fpemu._exact", "fpemu._callable"}
+
+
+def _all_modules():
+    out = {}
+    for p in PKG_ROOT.rglob("*.py"):
+        parts = list(p.relative_to(PKG_ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(["fpemu"] + parts)] = p
+    return out
+
+
+def _owner(module):
+    """Who may use ``module``'s private names (and the module itself, if
+    private): a module of a subpackage belongs to its first-level package
+    (``fpemu.autograd``, ``fpemu.torch``, ``fpemu.block``, ...); a top-level
+    module of fpemu to itself alone."""
+    parts = module.split(".")
+    return module if len(parts) == 2 else ".".join(parts[:2])
+
+
+def _inside(importer, owner):
+    return importer == owner or importer.startswith(owner + ".")
+
+
+def _imports(mods, name, path):
+    """(imported module, names taken from it, line) of every import of an
+    fpemu module in ``path``, at the top or in a function; and the local
+    names bound to fpemu modules."""
+    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found, aliases = [], {}
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                up = base[:len(base) - node.level + 1]
+                mod = ".".join(up + [node.module] if node.module else up)
+            else:
+                mod = node.module
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                if sub in mods:
+                    aliases[a.asname or a.name] = sub
+                    found.append((sub, (), node.lineno))
+                elif mod in mods:
+                    found.append((mod, (a.name,), node.lineno))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in mods:
+                    found.append((a.name, (), node.lineno))
+                    if a.asname:
+                        aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases:
+            found.append((aliases[node.value.id], (node.attr,), node.lineno))
+    return found
+
+
+def _private(n):
+    return n.startswith("_") and not n.startswith("__")
+
+
+def test_no_module_uses_another_layers_private_names():
+    """Layers meet at public names only: no fpemu module imports or uses a
+    private name (``_x``) or a private module of another layer (a layer: a
+    first-level package, or a top-level module), and each kernel module is
+    imported only by its public owner (``KERNEL_OWNERS``)."""
+    mods = _all_modules()
+    bad = []
+    for name, path in sorted(mods.items()):
+        for target, names, line in _imports(mods, name, path):
+            where = f"{path.relative_to(PKG_ROOT)}:{line}"
+            if target in KERNEL_OWNERS:
+                if not any(_inside(name, o) for o in KERNEL_OWNERS[target]) and \
+                        name not in KERNEL_OWNERS:
+                    bad.append(f"{where} imports the kernels {target}")
+                continue
+            owner = _owner(target)
+            if _inside(name, owner) or owner.startswith(name + "."):
+                continue          # its own layer, or a package re-exporting its modules
+            if target not in SHARED and any(_private(p) for p in target.split(".")[1:]):
+                bad.append(f"{where} imports the private module {target}")
+            bad.extend(f"{where} uses {target}.{n}" for n in names if _private(n))
+    assert not bad, "\n".join(bad)
+
+
+def _all_graph():
+    mods = _all_modules()
+    return {name: {t for t, _, _ in _imports(mods, name, path) if t != name}
+            for name, path in mods.items()}
+
+
+def test_no_import_cycle_anywhere_in_fpemu():
+    """No two fpemu modules import each other, directly or around a circle,
+    at the top or inside a function; a package's ``__init__`` and the
+    modules under it are not counted as a circle (the package re-exports
+    what its modules define)."""
+    graph = _all_graph()
+
+    def deps(m):
+        return {d for d in graph[m] if not (d != m and m.startswith(d + "."))}
+
+    cycles = []
+    for start in sorted(graph):
+        seen, todo = set(), [start]
+        while todo:
+            for d in deps(todo.pop()):
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        if start in seen:
+            cycles.append(start)
+    assert not cycles, f"modules on an import cycle: {cycles}"

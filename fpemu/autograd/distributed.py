@@ -265,7 +265,7 @@ class EmulatedZeRO:
             raise FpemuValueError(f"EmulatedZeRO: the module holds the float32 master weights; "
                                   f"got {self.params[0].dtype} parameters (call module.float() "
                                   "first; the bf16 / fp16 copies are made from it)")
-        self.config = collectives._zero_config(config, "EmulatedZeRO")
+        self.config = collectives.zero_config(config, "EmulatedZeRO")
         bf16 = self.config.get("bf16", {}).get("enabled", False)
         fp16 = self.config.get("fp16", {}).get("enabled", False)
         if bf16 == fp16:
