@@ -268,6 +268,17 @@ class Cast:
         return cast
 
     @staticmethod
+    def default(fmt) -> "Cast":
+        """``Cast.of(fmt)`` (nearest even, the format's default overflow and
+        subnormals) in one dict lookup by the format object: the storage
+        rounding of every ``fpemu.autograd`` op asks for it."""
+        try:
+            return _DEFAULT_CASTS[fmt]
+        except KeyError:
+            cast = _DEFAULT_CASTS[fmt] = Cast.of(fmt)
+            return cast
+
+    @staticmethod
     def _build(fmt, rounding, subnormals, overflow):
         fmt = as_format(fmt)
         mode = parse_rounding(rounding)
@@ -356,6 +367,7 @@ class Cast:
 
 
 _CASTS = {}
+_DEFAULT_CASTS = {}
 
 
 # ------------------------------------------------------------------ public API

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FpemuRuntimeError, FpemuTypeError
-from ._core import Tensor, _store, _sum_to, float32, is_float, opmath, result_type
+from ._core import Tensor, _sum_to, float32, is_float, opmath, result_type
 
 
 def t_or_number(x, what):
@@ -70,10 +70,6 @@ def int_binary(npop, a, b, dt):
     A = a._data if isinstance(a, Tensor) else a
     B = b._data if isinstance(b, Tensor) else b
     return Tensor(np.asarray(npop(A, B)).astype(dt.np_dtype), dt)
-
-
-def store(x, dt):
-    return _store(x, dt)
 
 
 def wrap_dim(dim, ndim):

@@ -213,23 +213,11 @@ def _store(x, dtype):
         return x32
     if dtype.name == "e4m3fn":        # version-dependent (docs/pytorch-numerics.md §1.1)
         return quantize(x32, dtype, overflow=get_profile().e4m3_overflow)
-    cast = _default_cast(dtype)
+    cast = Cast.default(dtype)
     if cast.fast is not None:         # bf16, fp16, e5m2: quantize's own fast path, called
         src = x32 if x32.flags.c_contiguous else np.ascontiguousarray(x32)
         return cast.round_float32(src)                   # (without its argument checks)
     return quantize(x32, dtype)
-
-
-_CASTS = {}
-
-
-def _default_cast(dtype):
-    """The :class:`fpemu.quantize.Cast` of ``dtype`` under its default
-    overflow and subnormals, nearest even (one dict lookup per op)."""
-    cast = _CASTS.get(dtype)
-    if cast is None:
-        cast = _CASTS[dtype] = Cast.of(dtype)
-    return cast
 
 
 def _category(dtype) -> int:

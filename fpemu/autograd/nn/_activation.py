@@ -1,0 +1,332 @@
+"""The activations and softmax of ``torch.nn.functional`` (the text of
+:mod:`fpemu.autograd.nn.functional`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import FpemuRuntimeError, FpemuValueError
+from ...formats import Format
+from .._autocast import cast_inputs
+from .._common import f64, float_dt, wrap_dim
+from .._core import Tensor, _result, _store, float64, is_float, to_dtype
+from .._profile import get_profile
+from ..ops.elementwise import relu, sigmoid
+
+
+def relu_(x):
+    return relu(x, inplace=True)
+
+
+def leaky_relu(x, negative_slope=0.01, inplace=False):
+    def op(v):
+        dt = v.dtype
+        X = v._data
+        # the slope as the kernel holds it: a double for float64 tensors, else
+        # float32 (rounded to a 16-bit dtype first)
+        om = np.float64 if dt is float64 else np.float32
+        s = om(_store(om(negative_slope), dt)) if is_float(dt) else negative_slope
+        res = _store(np.where(X > 0, X, X * s), dt)
+
+        def backward(g):
+            return (_store(np.where(X > 0, g, g * s), dt),)
+        return _result(res, dt, (v,), backward, saved=(v,), op="leaky_relu")
+    if inplace:
+        from ..ops.inplace import apply_inplace
+        return apply_inplace(x, op)
+    return op(x)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    (x,) = cast_inputs("softplus", x)
+    from ..ops.elementwise import _unary
+
+    def fwd(v):
+        return np.where(v * beta > threshold, v, np.log1p(np.exp(beta * v)) / beta)
+
+    def bwd(g, v, y):
+        return np.where(v * beta > threshold, g, g / (1 + np.exp(-beta * v)))
+    return _unary("softplus", x, fwd, bwd)
+
+
+def _activation(name, x, fwd, bwd, inplace=False, autocast=False):
+    """An elementwise activation through ``_unary`` (float64, one rounding),
+    or written into ``x`` with ``inplace``."""
+    from ..ops.elementwise import _unary
+    if inplace:
+        from ..ops.inplace import apply_inplace
+        return apply_inplace(x, lambda v: _unary(name, v, fwd, bwd, autocast=autocast))
+    return _unary(name, x, fwd, bwd, autocast=autocast)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):  # noqa: A002
+    """clamp(x, min_val, max_val); the gradient passes strictly inside."""
+    if min_val > max_val:
+        raise FpemuValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val "
+                              f"({max_val})")
+    return _activation("hardtanh", input, lambda v: np.clip(v, min_val, max_val),
+                       lambda g, v, y: np.where((v > min_val) & (v < max_val), g, 0.0),
+                       inplace)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):  # noqa: A002
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def relu6(input, inplace=False):  # noqa: A002
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def elu(input, alpha=1.0, inplace=False):  # noqa: A002
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+    return _activation("elu", input, lambda v: np.where(v > 0, v, alpha * np.expm1(v)),
+                       lambda g, v, y: np.where(v > 0, g, g * alpha * np.exp(v)), inplace)
+
+
+def elu_(input, alpha=1.0):  # noqa: A002
+    return elu(input, alpha, inplace=True)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):  # noqa: A002
+    """scale * elu(x, alpha) with the constants of Klambauer et al. (2017)."""
+    a, s = _SELU_ALPHA, _SELU_SCALE
+    return _activation("selu", input, lambda v: s * np.where(v > 0, v, a * np.expm1(v)),
+                       lambda g, v, y: g * s * np.where(v > 0, 1.0, a * np.exp(v)), inplace)
+
+
+def celu(input, alpha=1.0, inplace=False):  # noqa: A002
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    if alpha == 0:
+        raise FpemuValueError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return _activation("celu", input,
+                       lambda v: np.where(v > 0, v, alpha * np.expm1(v / alpha)),
+                       lambda g, v, y: np.where(v > 0, g, g * np.exp(v / alpha)), inplace)
+
+
+def mish(input, inplace=False):  # noqa: A002
+    """x * tanh(softplus(x))."""
+    def fwd(v):
+        return v * np.tanh(np.logaddexp(0.0, v))
+
+    def bwd(g, v, y):
+        t = np.tanh(np.logaddexp(0.0, v))
+        sig = 1 / (1 + np.exp(-v))
+        return g * (t + v * sig * (1 - t * t))
+    return _activation("mish", input, fwd, bwd, inplace)
+
+
+def logsigmoid(input):  # noqa: A002
+    """log(sigmoid(x)) = -softplus(-x), computed without overflow."""
+    return _activation("log_sigmoid", input, lambda v: -np.logaddexp(0.0, -v),
+                       lambda g, v, y: g / (1 + np.exp(v)))
+
+
+def softsign(input):  # noqa: A002
+    return _activation("softsign", input, lambda v: v / (1 + np.abs(v)),
+                       lambda g, v, y: g / (1 + np.abs(v)) ** 2)
+
+
+def hardsigmoid(input, inplace=False):  # noqa: A002
+    """relu6(x + 3) / 6."""
+    # the backward multiplies by ATen's one_sixth, 1.0f / 6.0f (float32's, for
+    # float64 tensors too)
+    return _activation("hardsigmoid", input, lambda v: np.clip(v + 3.0, 0.0, 6.0) / 6.0,
+                       lambda g, v, y: np.where((v > -3) & (v < 3),
+                                                g * float(np.float32(1) / np.float32(6)), 0.0),
+                       inplace)
+
+
+def hardswish(input, inplace=False):  # noqa: A002
+    """x * relu6(x + 3) / 6."""
+    return _activation("hardswish", input, lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0,
+                       lambda g, v, y: np.where(v < -3, 0.0,
+                                                np.where(v <= 3, g * (2 * v + 3) / 6.0, g)),
+                       inplace)
+
+
+def tanhshrink(input):  # noqa: A002
+    return _activation("tanhshrink", input, lambda v: v - np.tanh(v),
+                       lambda g, v, y: g * np.tanh(v) ** 2)
+
+
+def prelu(input, weight):  # noqa: A002
+    """x if x > 0 else weight * x, with one learnable slope or one per
+    channel (dim 1)."""
+    from ..ops.elementwise import mul, where
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"prelu(): weight must be a Tensor, got {type(weight).__name__}")
+    input, weight = cast_inputs("prelu", input, weight)  # noqa: A001
+    if weight.ndim > 1:
+        raise FpemuRuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: "
+                                f"ndim = {weight.ndim}")
+    n = weight.numel()
+    if n != 1 and input.ndim == 0:
+        raise FpemuRuntimeError("Not allow zero-dim input tensor.")
+    if n == 1:
+        weight = weight.reshape(())           # one slope: the input's shape, 0-d too
+    else:
+        channels = input.shape[1] if input.ndim > 1 else input.shape[0]
+        if n != channels:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
+                               f"parameter numbers = {n} and channel size = {channels}.")
+        if input.ndim > 1:
+            weight = weight.reshape((n,) + (1,) * (input.ndim - 2))
+    return where(input > 0, input, mul(weight, input))
+
+
+def glu(input, dim=-1):  # noqa: A002
+    """a * sigmoid(b), the halves of ``input`` along ``dim``."""
+    from ..ops.elementwise import mul
+    if input.shape[dim] % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension "
+                           f"{wrap_dim(dim, input.ndim)} is size {input.shape[dim]}")
+    a, b = input.chunk(2, dim)
+    return mul(a, sigmoid(b))
+
+
+# ------------------------------------------------------------------- softmax
+def _dim(dim, ndim, what):
+    if dim is None:
+        raise TypeError(f"{what}(): pass dim= explicitly (the implicit choice is deprecated "
+                        f"in PyTorch)")
+    d = wrap_dim(dim, ndim)
+    return d if ndim else None        # a 0-d tensor: softmax over itself
+
+
+def _softmax_input(op, x, dim, dtype):
+    if dtype is None:
+        (x,) = cast_inputs(op, x)
+    else:
+        x = to_dtype(x, dtype)
+    return x, float_dt(x), _dim(dim, x.ndim, op), f64(x)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+    """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output.
+
+    Under the CPU profile a bfloat16 / float16 input follows ATen's CPU
+    kernels (bit for bit on torch 2.13 CPU): the exponentials and their sum
+    in float32, along the last dim ``e * (1 / sum)``, along another dim as
+    :func:`_cpu_softmax_inner` says. The backward reads the stored output:
+    ``y * (g - sum(g * y))``."""
+    x, dt, d, X = _softmax_input("softmax", input, dim, dtype)
+    with np.errstate(all="ignore"):
+        e = np.exp(X - X.max(axis=d, keepdims=True, initial=-np.inf))
+        if get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
+            e32 = e.astype(np.float32)
+            if d == x.ndim - 1:
+                s32 = e32.astype(np.float64).sum(axis=d, keepdims=True).astype(np.float32)
+                Y = e32 * (np.float32(1) / s32)
+            else:
+                Y = _cpu_softmax_inner(e32, d, dt)
+        else:
+            Y = e / e.sum(axis=d, keepdims=True)
+    res = _store(Y, dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        Yo = res.astype(np.float64)
+        om = np.float64 if dt is float64 else np.float32
+        with np.errstate(all="ignore"):
+            if get_profile().cpu and om is np.float32 and d is not None and d != x.ndim - 1:
+                # ATen's CPU kernel along an inner dim: float32 in index order
+                S = _sequential_sum_f32((G * Yo).astype(np.float32), d).astype(np.float64)
+            else:
+                S = (G * Yo).sum(axis=d, keepdims=True).astype(om).astype(np.float64)
+            return (_store(Yo * (G - S), dt),)
+    return _result(res, dt, (x,), backward, saved=("out",), op="softmax")
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+    """softmax(-x)."""
+    from ..ops.elementwise import neg
+    return softmax(neg(input), dim, dtype=dtype)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+    """x - max - log(sum(exp(x - max))), in float64, rounded once.
+    Autocast: fp32 output.
+
+    Under the CPU profile a bfloat16 / float16 input follows ATen's CPU
+    kernels (bit for bit on torch 2.13 CPU): along the last dim the sum of
+    exponentials and its logarithm are kept in the tensor's dtype before the
+    subtraction; along another dim everything is float32, the sum in index
+    order. The backward reads the stored output: ``g - exp(y) * sum(g)``."""
+    x, dt, d, X = _softmax_input("log_softmax", input, dim, dtype)
+    with np.errstate(all="ignore"):
+        shifted = X - X.max(axis=d, keepdims=True, initial=-np.inf)
+        total = np.exp(shifted).sum(axis=d, keepdims=True)
+        if _cpu_reduced_lastdim(dt, d, x.ndim):
+            log_sum = _store(np.log(_store(total, dt).astype(np.float64)), dt)
+            Y = shifted.astype(np.float32).astype(np.float64) - log_sum
+        elif get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
+            # float32 throughout: the sum in index order, its log, x - max - log
+            s32 = _sequential_sum_f32(np.exp(shifted).astype(np.float32), d)
+            log32 = np.log(s32.astype(np.float64)).astype(np.float32)
+            Y = shifted.astype(np.float32) - log32
+        else:
+            Y = shifted - np.log(total)
+    res = _store(Y, dt)
+
+    def backward(g):
+        G = g.astype(np.float64)
+        om = np.float64 if dt is float64 else np.float32
+        with np.errstate(all="ignore"):
+            S = G.sum(axis=d, keepdims=True).astype(om).astype(np.float64)
+            E = np.exp(res.astype(np.float64)).astype(om).astype(np.float64)
+            return (_store(G - E * S, dt),)
+    return _result(res, dt, (x,), backward, saved=("out",), op="log_softmax")
+
+
+def _sequential_sum_f32(E, axis):
+    """The float32 sum along ``axis`` in index order, one rounding per add."""
+    E = np.moveaxis(E, axis, 0)
+    acc = np.zeros(E.shape[1:], np.float32)
+    for k in range(E.shape[0]):
+        acc = acc + E[k]
+    return np.expand_dims(acc, axis)
+
+
+def _cpu_softmax_inner(e32, d, dt):
+    """ATen's CPU softmax of a 16-bit tensor along a dim that is not the
+    last (``_vec_softmax`` for reduced floating types): the exponentials and
+    their sum (in index order) in float32; the columns it runs as one vector
+    of ``lanes`` 16-bit values take ``e / sum``, the others (the scalar
+    tail) ``round(e) / sum``. Which columns are vectors depends on how
+    ``at::parallel_for`` splits the outer x inner positions over the
+    profile's ``cpu_threads`` (measured bit for bit on torch 2.13 CPU, one
+    and two threads)."""
+    shape = e32.shape
+    outer = int(np.prod(shape[:d], dtype=np.int64))
+    inner = int(np.prod(shape[d + 1:], dtype=np.int64))
+    E = e32.reshape(outer, shape[d], inner)
+    S = _sequential_sum_f32(E, 1)
+    prof = get_profile()
+    lanes = prof.cpu_lanes(2)
+    n = outer * inner
+    vector = np.zeros(n, bool)
+    threads = prof.cpu_threads if n > 1 else 1
+    chunk = -(-n // max(threads, 1))
+    for begin in range(0, n, chunk):
+        end = min(n, begin + chunk)
+        idx = begin
+        while idx < end:
+            col = idx % inner
+            if col + lanes <= inner and idx + lanes <= end:
+                vector[idx:idx + lanes] = True
+                idx += lanes
+            else:
+                idx += (end - idx) if idx + lanes > end else (inner - col)
+    vector = vector.reshape(outer, 1, inner)
+    Y = np.where(vector, E / S, _store(E, dt) / S)
+    return Y.reshape(shape)
+
+
+def _cpu_reduced_lastdim(dt, d, ndim):
+    """True for ATen's CPU softmax kernels on a 16-bit float along the last dim."""
+    return (get_profile().cpu and isinstance(dt, Format) and dt.bits == 16
+            and d is not None and d == ndim - 1)
