@@ -506,7 +506,9 @@ OPS = [
         ((f32(2, 3, 6),), {"size": 4, "mode": "linear"}),
         ((f32(1, 2, 3, 4, 5),), {"scale_factor": (2.0, 1.0, 0.5), "mode": "trilinear"}),
         ((f32(1, 2, 7, 5),), {"size": (3, 2), "mode": "area"}),
-        ((f32(1, 2, 7),), {"scale_factor": 2.3, "mode": "nearest-exact"}))),
+        ((f32(1, 2, 7),), {"scale_factor": 2.3, "mode": "nearest-exact"}),
+        ((f32(1, 2, 5),), {"size": 8}),                            # nearest, 1-d
+        ((f32(1, 2, 3, 2, 4),), {"scale_factor": 2.0}))),           # nearest, 3-d
     Op(F + "upsample", call=lambda lib, x: lib.nn.functional.interpolate(x, scale_factor=2),
        compare="internal", via="nn.functional.interpolate"),
     *[Op(F + n, compare="internal", via="nn.functional.interpolate")
@@ -564,8 +566,13 @@ OPS = [
        samples=fixed((f32(2, 3, 9),))),
     Op(F + "adaptive_avg_pool2d", call=lambda lib, x: lib.nn.functional.adaptive_avg_pool2d(
         x, (2, 3)), samples=fixed((f32(2, 3, 6, 6),))),
-    Op(F + "pad", call=lambda lib, x: lib.nn.functional.pad(x, (1, 2)),
-       samples=fixed((f32(3, 4),))),
+    Op(F + "pad", call=lambda lib, x, p, mode="constant": lib.nn.functional.pad(x, p, mode),
+       samples=fixed((f32(3, 4), (1, 2)), (f32(1, 2, 5), (2, 1), "reflect"),
+                     (f32(1, 2, 4, 5), (1, 2, 2, 1), "reflect"),
+                     (f32(1, 2, 5), (2, 1), "replicate"),
+                     (f32(1, 2, 4, 5), (1, 2, 2, 1), "replicate"),
+                     (f32(1, 2, 3, 4, 5), (1, 1, 2, 0, 1, 2), "replicate"),
+                     (f32(1, 2, 4, 5), (1, 2, 2, 1), "circular"))),
     Op(F + "pixel_shuffle", call=lambda lib, x: lib.nn.functional.pixel_shuffle(x, 2),
        samples=fixed((f32(1, 8, 2, 3),))),
     Op(F + "pixel_unshuffle", call=lambda lib, x: lib.nn.functional.pixel_unshuffle(x, 2),
@@ -599,6 +606,14 @@ OPS = [
        via="nn.functional.scaled_dot_product_attention"),
     Op(F + "sdpa_backend", compare="internal", via="nn.functional.scaled_dot_product_attention"),
     Op(F + "sdpa_kernel", compare="internal", via="nn.functional.scaled_dot_product_attention"),
+    # torch's own private name: the fp8 GEMM (fpemu/autograd/ops/scaled_mm.py), under the
+    # CPU profile as torch CPU computes it
+    Op("ops.scaled_mm._scaled_mm", call=lambda lib, a, b, sa, sb: lib._scaled_mm(
+        a.to(lib.float8_e4m3fn), b.to(lib.float8_e4m3fn).t(), sa, sb, out_dtype=lib.float32),
+       samples=fixed((f32(4, 32), f32(16, 32), np.array(1.0, np.float32),
+                      np.array(0.5, np.float32)),
+                     (f32(8, 16, lo=-400, hi=400), f32(8, 16), np.array(0.25, np.float32),
+                      np.array(2.0, np.float32))), grad=False),
 ]
 
 #: Ops whose values both libraries round once from the exact result, or only
@@ -629,7 +644,59 @@ EXACT = {
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "searchsorted", "bucketize", "unique",
     "unique_consecutive", "histc", "unfold", "diff", "tile", "rot90", "diag_embed",
     "combinations", "copysign", "kthvalue", "median", "nanmedian", "broadcast_shapes",
-    "max_pool2d_with_indices_backward",
+    "max_pool2d_with_indices_backward", "_scaled_mm",
 }
 for _op in OPS:
     _op.exact = _op.short in EXACT
+
+
+#: Tensor methods that are not an op function of the registry bound as they
+#: are (``x.add`` is ``ops.elementwise.add``; ``x.add_`` and ``x.new_zeros``
+#: wrap theirs and say which in ``__wrapped__``): the op each runs, or what
+#: it is (``"python"``: a Python protocol; ``"conversion"``: a dtype cast,
+#: ``ops.elementwise.to_dtype``'s entry; ``"random"``: an in-place draw of
+#: ``fpemu.autograd``'s generator, the distribution of its creation op).
+METHOD_OPS = {
+    "__radd__": E + "add", "__rsub__": E + "rsub", "__rmul__": E + "mul",
+    "__rtruediv__": E + "rdiv", "__rpow__": E + "pow", "__rmatmul__": L + "matmul",
+    "__iadd__": E + "add", "__isub__": E + "sub", "__imul__": E + "mul",
+    "__itruediv__": E + "div", "__setitem__": S + "setitem", "__iter__": S + "unbind",
+    "softmax": F + "softmax", "log_softmax": F + "log_softmax", "where": E + "where",
+    "new_full": C + "full", "new_tensor": C + "as_tensor", "copy_": IP + "copy_into",
+    "__pos__": "python", "__bool__": "python", "__float__": "python", "__int__": "python",
+    "__index__": "python", "__format__": "python",
+    "to": "conversion", "type": "conversion", "type_as": "conversion", "float": "conversion",
+    "half": "conversion", "bfloat16": "conversion", "double": "conversion",
+    "long": "conversion", "int": "conversion", "short": "conversion", "char": "conversion",
+    "byte": "conversion", "bool": "conversion",
+    "uniform_": C + "rand", "normal_": C + "normal", "random_": C + "randint",
+    "bernoulli_": C + "bernoulli", "exponential_": "random",
+}
+METHOD_KINDS = ("python", "conversion", "random")
+
+#: Names on torch's autocast lists (``fpemu/autograd/_autocast.py``) that no op
+#: of fpemu looks up: ATen's internal or alternative kernels of ops fpemu has
+#: under their public name (convolution's, attention's, layer_norm's and
+#: nll_loss's inner kernels, the fused RNN cells behind ``nn.LSTM`` / ``nn.GRU``,
+#: the old ``torch.lu_solve`` / ``torch.inverse``), and the ops fpemu does not
+#: have (FFTs, decompositions, the other losses, ...). The test in
+#: ``tests/test_op_registry.py`` keeps it exact both ways.
+AUTOCAST_ABSENT = frozenset("""
+    _addmm_activation _convolution _lu_with_info _native_multi_head_attention
+    _scaled_dot_product_flash_attention _thnn_fused_gru_cell _thnn_fused_lstm_cell
+    conv_tbc convolution gru_cell inverse linalg_cholesky_ex linalg_inv_ex lstm_cell
+    lu_solve mkldnn_rnn_layer multilabel_margin_loss_forward native_layer_norm
+    nll_loss2d rnn_relu_cell rnn_tanh_cell
+    acos adaptive_max_pool3d addbmm addmv addr asin atan2 chain_matmul cholesky
+    cholesky_inverse cholesky_solve conv_transpose3d cosh cosine_embedding_loss
+    cross ctc_loss erfinv fake_quantize_per_tensor_affine fft_fft fft_fft2 fft_fftn
+    fft_hfft fft_ifft fft_ifft2 fft_ifftn fft_ihfft fft_irfft fft_irfft2 fft_irfftn
+    fft_rfft fft_rfft2 fft_rfftn fractional_max_pool2d fractional_max_pool3d
+    frobenius_norm geqrf grid_sampler grid_sampler_2d grid_sampler_3d index_copy
+    linalg_cholesky linalg_cond linalg_eig linalg_eigh linalg_eigvals
+    linalg_eigvalsh linalg_householder_product linalg_lstsq linalg_matrix_rank
+    linalg_multi_dot linalg_qr linalg_svd linalg_svdvals linalg_tensorinv
+    linalg_tensorsolve log10 log2 multi_margin_loss multilabel_margin_loss
+    nuclear_norm orgqr ormqr pdist pinverse polar qr renorm sinh soft_margin_loss
+    stft svd tan tensordot triangular_solve triplet_margin_loss vdot view_as_complex
+""".split())

@@ -5,13 +5,15 @@ check that no function of ``ops/`` or ``nn.functional`` is left out."""
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 
 import numpy as np
 import pytest
 
 import fpemu.autograd as ft
 from fpemu.autograd import ops as fops
-from op_registry import OPS
+from op_registry import METHOD_KINDS, METHOD_OPS, OPS
 
 torch = pytest.importorskip("torch")
 
@@ -30,9 +32,65 @@ def _public_functions():
         m = getattr(fops, mod)
         names += [f"ops.{mod}.{n}" for n, v in vars(m).items()
                   if inspect.isfunction(v) and not n.startswith("_") and v.__module__ == m.__name__]
+    # torch.nn.functional's names, wherever under nn they are defined (F gathers them)
     names += [f"nn.functional.{n}" for n, v in vars(F).items()
-              if inspect.isfunction(v) and not n.startswith("_") and v.__module__ == F.__name__]
+              if inspect.isfunction(v) and not n.startswith("_")
+              and v.__module__.startswith("fpemu.autograd.nn")]
+    names += [f"linalg.{n}" for n, v in vars(ft.linalg).items()
+              if inspect.isfunction(v) and not n.startswith("_")
+              and v.__module__ == ft.linalg.__name__]
+    names.append("ops.scaled_mm._scaled_mm")           # torch._scaled_mm: torch's own name
     return names
+
+
+def _registry_names_of_functions():
+    """id(function) -> its registry name, for every function the registry
+    names (the modules of ops, nn.functional's gathered names, linalg)."""
+    import importlib
+
+    import fpemu.autograd.nn.functional as F
+    out = {}
+    for name in BY_NAME:
+        parts = name.split(".")
+        if parts[0] == "ops":
+            mod = importlib.import_module(f"fpemu.autograd.ops.{parts[1]}")
+        elif parts[0] == "nn":
+            mod = F
+        elif parts[0] == "linalg":
+            mod = ft.linalg
+        else:
+            continue
+        fn = getattr(mod, parts[-1], None)
+        if callable(fn):
+            out.setdefault(id(fn), name)
+    return out
+
+
+def test_every_tensor_method_runs_a_registry_op():
+    """Each Tensor method (``fpemu/autograd/_methods.py``) is a method of
+    torch.Tensor, and runs an op of the registry: the op function bound as
+    it is, the one its wrapper names in ``__wrapped__``, or the one
+    ``METHOD_OPS`` gives (with the Python protocols, the dtype conversions
+    and the in-place draws named as such). A method added without its op in
+    the registry, or a stale ``METHOD_OPS`` key, fails here."""
+    from fpemu.autograd._methods import _METHODS
+    known = _registry_names_of_functions()
+    unresolved, wrong = [], []
+    for name, fn in _METHODS.items():
+        assert hasattr(torch.Tensor, name), f"Tensor.{name} is not a torch.Tensor method"
+        target = known.get(id(getattr(fn, "__wrapped__", fn)))
+        listed = METHOD_OPS.get(name)
+        if target is None and listed is None:
+            unresolved.append(name)
+        elif target is not None and listed is not None and listed != target:
+            wrong.append(f"{name}: METHOD_OPS says {listed}, the method runs {target}")
+        got = target or listed
+        assert got in BY_NAME or got in METHOD_KINDS, f"Tensor.{name} runs {got}, not listed"
+    assert not unresolved, f"Tensor methods with no registry op: {unresolved}"
+    assert not wrong, "\n".join(wrong)
+    stale = sorted(set(METHOD_OPS) - set(_METHODS))
+    assert not stale, f"METHOD_OPS names methods that do not exist: {stale}"
+    assert len(_METHODS) > 250
 
 
 def test_every_op_is_in_the_registry_once():
@@ -134,3 +192,99 @@ def test_op_in_bfloat16_against_torch(op):
         assert str(got.dtype) == str(want.dtype) == "torch.bfloat16", op.name
         np.testing.assert_allclose(_np(got), _np(want), rtol=2.0**-7, atol=2.0**-126,
                                    err_msg=op.name)
+
+
+# ------------------------------------------------------------------ autocast
+def _autocast_names():
+    """registry name -> the autocast op names (``cast_inputs(name, ...)``)
+    its samples pass through, recorded by an autocast region whose policy
+    writes down every name it is asked about (and casts nothing)."""
+    from fpemu.autograd.amp import Policy
+    seen = []
+
+    class Recorder(Policy):
+        def category(self, op):
+            seen.append(op)
+            return None
+
+    recorder = Recorder("recorder", frozenset(), frozenset())
+    out = {}
+    for op in CASES:
+        seen.clear()
+        with ft.use_profile(CPU), ft.autocast("cpu", policy=recorder):
+            for args, kwargs in op.samples():
+                op.run(ft, *[_both(a, False)[1] for a in args], **kwargs)
+        out[op.name] = tuple(dict.fromkeys(seen))
+    return out
+
+
+def _policy_names():
+    from fpemu.autograd.amp import TORCH_CPU, TORCH_CUDA
+    names = set()
+    for policy in (TORCH_CUDA, TORCH_CPU):
+        for field in ("lower", "fp32", "fp32_set_opt_dtype", "promote", "banned"):
+            names |= getattr(policy, field)
+    return names
+
+
+def test_every_name_on_the_autocast_lists_is_an_op_or_declared_absent():
+    """The autocast lists (``fpemu/autograd/_autocast.py``, torch's CUDA and
+    CPU lists) name ATen ops; each is the autocast name of an op of the
+    registry (recorded from its samples) or in ``AUTOCAST_ABSENT`` (torch
+    ops fpemu does not have), and no absent name is an op's: adding an op
+    without its autocast name, or leaving its name on the absent list,
+    fails here. The committed table docs/autocast-coverage.md is current."""
+    from op_registry import AUTOCAST_ABSENT
+    names = _autocast_names()
+    used = {n for ns in names.values() for n in ns}
+    listed = _policy_names()
+    missing = sorted(listed - used - AUTOCAST_ABSENT)
+    assert not missing, f"on torch's autocast lists, no registry op, not declared absent: " \
+                        f"{missing}"
+    present = sorted(AUTOCAST_ABSENT & used)
+    assert not present, f"declared absent but an op of fpemu uses the name: {present}"
+    stale = sorted(AUTOCAST_ABSENT - listed)
+    assert not stale, f"AUTOCAST_ABSENT names that are on no autocast list: {stale}"
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs",
+                           "autocast-coverage.md")) as fh:
+        assert fh.read() == _autocast_page(names), \
+            "regenerate: python tests/test_op_registry.py --autocast > docs/autocast-coverage.md"
+
+
+def _autocast_page(names):
+    from op_registry import AUTOCAST_ABSENT
+
+    from fpemu.autograd.amp import TORCH_CPU, TORCH_CUDA
+
+    def cat(policy, n):
+        return "banned" if n in policy.banned else (policy.category(n) or "-")
+
+    rows = []
+    for op in sorted(names):
+        for n in names[op]:
+            if n in TORCH_CUDA.banned or TORCH_CUDA.category(n) or TORCH_CPU.category(n) \
+                    or n in TORCH_CPU.banned:
+                rows.append(f"| `{op}` | `{n}` | {cat(TORCH_CUDA, n)} | {cat(TORCH_CPU, n)} |")
+    absent = ", ".join(f"`{n}`" for n in sorted(AUTOCAST_ABSENT))
+    return f"""# Autocast categories, op by op
+
+What each op of `fpemu.autograd` does inside `autocast`: the ATen name it
+looks up (recorded from its samples in `tests/op_registry.py`) and that name's
+category on torch's CUDA and CPU lists (`fpemu/autograd/_autocast.py`;
+[pytorch-numerics.md](pytorch-numerics.md) §5 says what the categories do:
+`lower` runs in the autocast dtype, `fp32` in float32, `fp32_set_opt_dtype`
+with `dtype=float32`, `promote` in the widest input dtype, `-` in the inputs'
+dtypes). Ops that look up no listed name are not shown. Written by `python
+tests/test_op_registry.py --autocast > docs/autocast-coverage.md`; the tests
+check that it is current.
+
+| op | autocast name | CUDA | CPU |
+|---|---|---|---|
+{chr(10).join(rows)}
+
+Names on torch's lists that no op of fpemu has: {absent}.
+"""
+
+
+if __name__ == "__main__" and "--autocast" in sys.argv:
+    print(_autocast_page(_autocast_names()), end="")

@@ -124,10 +124,14 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa
 
 def vecdot(x, y, *, dim=-1, out=None):
     """``sum(x * y, dim)``: the products rounded, then summed (torch's)."""
+    x, y = cast_inputs("linalg_vecdot", x, y)
     if x.dtype is not y.dtype:
         raise FpemuRuntimeError(f"linalg.vecdot: Expected x and y to have the same dtype, but "
                                 f"found x of type {x.dtype} and y of type {y.dtype} instead")
-    return write_out(out, _sum(mul(x, y), dim), "linalg_vecdot")
+    # the sum in the products' dtype, as torch's kernel runs it (a listed op's
+    # inner ops are not looked up again: dtype= skips the sum's own autocast rule)
+    p = mul(x, y)
+    return write_out(out, _sum(p, dim, dtype=p.dtype), "linalg_vecdot")
 
 
 # ------------------------------------------------------------------ solvers

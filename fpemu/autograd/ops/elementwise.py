@@ -723,9 +723,23 @@ clip = clamp
 
 
 def lerp(input, end, weight):  # noqa: A002 - torch's names
-    """``torch.lerp``: ``input + weight * (end - input)`` as ATen computes it
-    (the Tensor method, :func:`fpemu.autograd._aten.lerp_opmath`)."""
-    return input.lerp(end, weight)
+    """``torch.lerp``: ``input + weight * (end - input)``, ATen's two-sided
+    formula in opmath (:func:`fpemu.autograd._aten.lerp`; both branches
+    fused, float64 too); ``weight`` a tensor or a number."""
+    dt = result_type(input, end)
+    om = opmath(dt)
+    A, B = input._data.astype(om), end._data.astype(om)
+    Wv = weight._data.astype(om) if isinstance(weight, Tensor) else om(weight)
+    with np.errstate(all="ignore"):
+        res = _aten.lerp(A, B, Wv, dt)
+
+    def backward(g):
+        G = g.astype(om)
+        gw = None
+        if isinstance(weight, Tensor):          # d/dw of a + w (b - a) is b - a
+            gw = _store(G * (B - A), weight.dtype)
+        return (_store(G * (om(1) - Wv), dt), _store(G * Wv, dt), gw)
+    return _result(res, dt, (input, end, weight), backward, op="lerp")
 
 
 def maximum(a, b):

@@ -175,10 +175,12 @@ def bmm(a, b):
 
 
 def mv(a, v):
+    a, v = cast_inputs("mv", a, v)
     return _matmul(a, v, "mv")
 
 
 def dot(a, b):
+    a, b = cast_inputs("dot", a, b)
     if a.ndim != 1 or b.ndim != 1:
         raise RuntimeError(f"1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
     return _matmul(a, b, "dot")

@@ -317,7 +317,9 @@ def cumprod(x, dim, *, dtype=None, out=None):
 
 
 def prod(x, dim=None, keepdim=False, dtype=None):
-    if dtype is not None:
+    if dtype is None:
+        (x,) = cast_inputs("prod", x)      # autocast: fp32 (CPU), dtype=float32 (CUDA)
+    else:
         x = to_dtype(x, dtype)
     axes = _axes(dim, x.ndim)
     if not is_float(x.dtype):

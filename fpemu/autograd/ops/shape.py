@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
+from .._autocast import cast_inputs
 from .._core import (
     Tensor, _result, _store, _sum_to, as_dtype, bool_, int64, is_float, np_dtype, result_type,
     to_dtype,
@@ -402,6 +403,7 @@ def cat(tensors, dim=0, out=None):
         if not isinstance(t_, Tensor):
             raise FpemuTypeError(f"cat(): expected a sequence of Tensors, got "
                                  f"{type(t_).__name__}")
+    tensors = list(cast_inputs("cat", *tensors))        # AutocastCPU: promote
     if any(t_.ndim == 0 for t_ in tensors):
         i = next(i for i, t_ in enumerate(tensors) if t_.ndim == 0)
         raise FpemuRuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
@@ -454,6 +456,7 @@ def stack(tensors, dim=0, out=None):
                            f"{list(tensors[0].shape)} at entry 0 and {list(tensors[i].shape)} "
                            f"at entry {i}")
     d = wrap_dim(dim, tensors[0].ndim + 1)
+    tensors = cast_inputs("stack", *tensors)            # AutocastCPU: promote
     return cat([unsqueeze(t_, d) for t_ in tensors], d, out=out)
 
 
@@ -556,6 +559,7 @@ def trace(x):
     as torch computes it)."""
     if x.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {x.ndim}")
+    (x,) = cast_inputs("trace", x)
     from .reduce import sum as _sum
     return _sum(_diagonal(x, 0, 0, 1))
 
@@ -679,7 +683,15 @@ def getitem(x, idx):
 def index_put(x, idx, value, accumulate=False):
     """``x[idx] = value`` as an out-of-place op (the graph form of
     ``__setitem__``): value rounded to x's dtype; gradients flow to x where not
-    overwritten and to value from the written places."""
+    overwritten and to value from the written places. Under CUDA's autocast
+    lists x and value first widen to the wider of the two (``promote``)."""
+    x, value = cast_inputs("index_put", x, value)
+    return _index_put(x, idx, value, accumulate)
+
+
+def _index_put(x, idx, value, accumulate=False):
+    """:func:`index_put` without the autocast lookup: ``x[idx] = value``
+    (``index_put_``, which no autocast list names) writes through it."""
     idx = _index(idx)
     res = np.array(x._data, copy=True)
     if isinstance(value, Tensor):
@@ -747,4 +759,4 @@ def setitem(x, idx, value):
             raise RuntimeError(str(err)) from None
         x._bump()
         return x
-    return apply_inplace(x, index_put, idx, value)
+    return apply_inplace(x, _index_put, idx, value)
