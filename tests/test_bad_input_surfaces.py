@@ -186,7 +186,7 @@ def test_block_refuses_what_is_not_float32(x, match):
 
 @pytest.mark.parametrize("kwargs,exc,match", [
     (dict(elem="mxfp9"), ValueError, "unknown format 'mxfp9'"),
-    (dict(scale_rule="nearest"), ValueError, "unknown scale_rule 'nearest'; choose one of floor"),
+    (dict(scale_rule="round"), ValueError, "unknown scale_rule 'round'; choose one of floor"),
     (dict(scale_rule="nvfp4"), ValueError, "scale_rule 'nvfp4' needs a small float scale"),
     (dict(block=0), ValueError, "block must be >= 1, got 0"),
     (dict(block=-32), ValueError, "block must be >= 1, got -32"),

@@ -21,6 +21,8 @@ tensor([2., 4., 6.])
 
 import math as _math
 
+import numba
+
 from . import _methods  # noqa: F401  (binds the Tensor methods)
 from . import amp, backends, cuda, fp8, nn, onnx, optim, utils  # noqa: F401
 from . import autograd  # noqa: F401
@@ -54,6 +56,7 @@ from . import serialization  # noqa: F401
 # torch.linalg (the star import above bound ``linalg`` to ops.linalg, the matmuls)
 import fpemu.autograd.linalg as linalg  # noqa: E402,F401
 from .serialization import load, save  # noqa: F401
+from .ops.creation import zeros  # noqa: E402
 
 half = float16
 float = float32  # noqa: A001 - torch's alias
@@ -108,12 +111,10 @@ def use_deterministic_algorithms(mode, *, warn_only=False):
 
 def set_num_threads(n):
     """Threads of fpemu's kernels (Numba's); the numbers do not depend on them."""
-    import numba
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
 
 
 def get_num_threads():
-    import numba
     return numba.get_num_threads()
 
 
@@ -125,7 +126,6 @@ class _FloatTensor:
         self.dtype = dtype
 
     def __call__(self, *data):
-        from .ops.creation import zeros
         if len(data) == 1 and not isinstance(data[0], (type(1), type(1.0))):
             return tensor(data[0], dtype=self.dtype)
         return zeros(*data, dtype=self.dtype)

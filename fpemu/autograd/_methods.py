@@ -9,13 +9,16 @@ import numpy as np
 from ..formats import Format
 from . import ops as O  # noqa: E741
 from ._core import (
-    DType, Tensor, as_dtype, bfloat16, bool_, check_device, check_memory_format, float16,
-    float32, float64, int16, int32, int64, int8, is_float, to_dtype, uint8,
+    as_dtype, bfloat16, bool_, check_device, check_memory_format, device as _device, DType,
+    float16, float32, float64, int16, int32, int64, int8, is_float, Tensor, tensor, to_dtype,
+    uint8,
 )
 from ._state import State
 from .nn import functional as F
 from .ops import inplace as I  # noqa: E741
 from .ops import shape as S
+from ._missing import missing
+from .ops.creation import _check_std
 
 
 def _to(self, *args, **kwargs):
@@ -32,7 +35,6 @@ def _to(self, *args, **kwargs):
     if kwargs:
         raise TypeError(f"to() received an invalid combination of arguments: "
                         f"{sorted(kwargs)}")
-    from ._core import device as _device
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
@@ -97,7 +99,6 @@ def _new_full(self, size, fill_value, dtype=None, device=None, requires_grad=Fal
 
 
 def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
-    from ._core import tensor
     return tensor(data, dtype=self.dtype if dtype is None else dtype,
                   requires_grad=requires_grad)
 
@@ -111,7 +112,6 @@ def _uniform_(self, a=0.0, b=1.0, generator=None):
 
 
 def _normal_(self, mean=0.0, std=1.0, generator=None):
-    from .ops.creation import _check_std
     _check_std(std)
     gen = State.generator if generator is None else generator
     vals = gen.normal(self.numel(), mean, std, fill32=self.dtype is float32,
@@ -307,7 +307,6 @@ Tensor.itemsize = property(lambda self: self.element_size())
 
 
 def _tensor_getattr(self, name):
-    from ._missing import missing
     raise missing("Tensor", name)
 
 

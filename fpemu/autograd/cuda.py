@@ -2,16 +2,18 @@
 torch.cuda does for it. ``cuda.amp`` holds the deprecated ``autocast`` and
 ``GradScaler`` spellings that tutorials use."""
 
+import time
+
 from . import amp as _amp
 from ._autocast import autocast as _autocast
 from ._core import float16 as _float16
 from ._core import manual_seed as _manual_seed
+from ._profile import get_profile
 
 
 def is_available():
     """True under the CUDA profile (the default), so programs take their GPU
     branches; False under a CPU profile (``FPEMU_PROFILE=cpu``)."""
-    from ._profile import get_profile
     return not get_profile().cpu
 
 
@@ -94,7 +96,6 @@ class Event:
         self._t = None
 
     def record(self, stream=None):
-        import time
         self._t = time.perf_counter()
 
     def synchronize(self):

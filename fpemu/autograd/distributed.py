@@ -6,7 +6,14 @@ instead (DistributedDataParallel's gradient all-reduce, FSDP's mixed-precision
 reduce-scatter, DeepSpeed ZeRO's reduction and loss scale:
 :mod:`fpemu.collectives`)."""
 
-from ..errors import FpemuNotImplementedError
+import copy
+
+import numpy as np
+
+from .. import collectives
+from ..collectives import DDP_HOOKS, PowerSGDState
+from ..errors import FpemuNotImplementedError, FpemuRuntimeError, FpemuValueError
+from ._core import no_grad, tensor
 
 
 def is_available():
@@ -51,7 +58,6 @@ _FORMATS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 def _world_and_params(who, module, world_size):
     """``world_size`` checked, and the module's trainable parameters, which
     must share one dtype."""
-    from ..errors import FpemuValueError
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
         raise FpemuValueError(f"{who}: world_size must be an int >= 2, got {world_size!r}")
     params = [p for p in module.parameters() if p.requires_grad]
@@ -71,7 +77,6 @@ def _format_of(dtype):
 def _local_gradients(who, world_size, forward, params, loss_fn, batches):
     """Each rank's loss on its batch and its local gradients of ``params``
     (float32 arrays), one rank after the other on the same module."""
-    from ..errors import FpemuValueError
     if len(batches) != world_size:
         raise FpemuValueError(f"{who}.backward(): one batch per rank: the world has "
                               f"{world_size} ranks, got {len(batches)} batches")
@@ -87,7 +92,6 @@ def _local_gradients(who, world_size, forward, params, loss_fn, batches):
 
 
 def _set_grads(params, grads):
-    from ._core import tensor
     for p, g in zip(params, grads):
         p.grad = tensor(g).to(p.dtype)
 
@@ -121,8 +125,6 @@ class EmulatedDDP:
 
     def __init__(self, module, world_size, *, algorithm="gloo", hook=None, bucket_cap_mb=None,
                  ready_order=None, state=None, **collective_params):
-        from ..collectives import DDP_HOOKS, PowerSGDState
-        from ..errors import FpemuValueError
         params = _world_and_params("EmulatedDDP", module, world_size)
         if hook not in DDP_HOOKS:
             raise FpemuValueError(f"EmulatedDDP: unknown hook {hook!r}; the hooks are "
@@ -150,7 +152,6 @@ class EmulatedDDP:
     def backward(self, loss_fn, batches):
         """Each rank's loss on its batch (floats); the parameters' ``.grad``
         become what every rank holds after DDP's all-reduce."""
-        from .. import collectives
         local, losses = _local_gradients("EmulatedDDP", self.world_size, self.module,
                                          self.params, loss_fn, batches)
         _set_grads(self.params, collectives.ddp_all_reduce(
@@ -181,7 +182,6 @@ class EmulatedFSDP:
 
     def __init__(self, module, world_size, *, param_dtype=None, reduce_dtype=None,
                  algorithm="gloo", flavor="fsdp2", **collective_params):
-        from ..errors import FpemuValueError
         self.params = _world_and_params("EmulatedFSDP", module, world_size)
         if flavor not in ("fsdp2", "fsdp1"):
             raise FpemuValueError(f"EmulatedFSDP: flavor must be 'fsdp2' (fully_shard) or "
@@ -204,9 +204,7 @@ class EmulatedFSDP:
     def backward(self, loss_fn, batches):
         """Each rank's loss on its batch (floats); the parameters' ``.grad``
         become FSDP2's reduced gradients (the full-precision dtype)."""
-        import copy
 
-        from .. import collectives
         compute = copy.deepcopy(self.module).to(self.param_dtype)
         cparams = [p for p in compute.parameters() if p.requires_grad]
         dtype = self.param_dtype
@@ -257,9 +255,6 @@ class EmulatedZeRO:
 
     def __init__(self, module, world_size, config, *, algorithm="gloo", ready_order=None,
                  **collective_params):
-        from .. import collectives
-        from ..errors import FpemuValueError
-        from ._core import no_grad
         self.params = _world_and_params("EmulatedZeRO", module, world_size)
         if _format_of(self.params[0].dtype) != "fp32":
             raise FpemuValueError(f"EmulatedZeRO: the module holds the float32 master weights; "
@@ -272,7 +267,7 @@ class EmulatedZeRO:
             raise FpemuValueError("EmulatedZeRO: the configuration must enable exactly one of "
                                   "bf16 and fp16 (\"bf16\": {\"enabled\": true}); got "
                                   f"bf16.enabled={bf16}, fp16.enabled={fp16}")
-        from . import bfloat16, float16
+        from . import bfloat16, float16     # (local: names of the package's own __init__)
         self.dtype = bfloat16 if bf16 else float16
         self.scaler = collectives.DeepSpeedLossScaler.from_config(self.config) if fp16 else None
         self.clip = float(self.config.get("gradient_clipping", 0.0))
@@ -294,9 +289,7 @@ class EmulatedZeRO:
     def backward(self, loss_fn, batches):
         """Each rank's loss on its batch (floats, unscaled); the reduced
         gradients wait for :meth:`step`."""
-        import copy
 
-        from .. import collectives
         compute = copy.deepcopy(self.module).to(self.dtype)
         cparams = [p for p in compute.parameters() if p.requires_grad]
         scale = self.loss_scale
@@ -315,9 +308,7 @@ class EmulatedZeRO:
     def step(self, optimizer):
         """``engine.step()``: True where the optimizer stepped, False where an
         fp16 overflow skipped the step."""
-        import numpy as np
 
-        from ..errors import FpemuRuntimeError
         if self._reduced is None:
             raise FpemuRuntimeError("EmulatedZeRO.step(): no gradients; call backward() first "
                                     "(one backward, then one step)")

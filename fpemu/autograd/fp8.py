@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import warnings
 
 import numpy as np
 
@@ -343,7 +344,6 @@ class MXFP8BlockScaling(Recipe):
     _ALIASES = {"up": "rceil", "down": "floor"}
 
     def __post_init__(self, scale_rounding):
-        import warnings
         self.fp8_format = _check_format(self.fp8_format)
         rule = self.scale_rule
         if scale_rounding is not None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import FpemuRuntimeError
 from ._autocast import cast_inputs
-from ._core import Tensor, _result, _store, is_float, to_dtype, as_dtype
+from ._core import _result, _store, as_dtype, int32, is_float, Tensor, to_dtype
 from ._missing import module_getattr as _module_getattr
 from ._common import f64, sum_to_shape as _sum_to, wrap_dim
 from .ops.elementwise import abs as _abs
@@ -336,7 +336,6 @@ def lu_factor(A, *, pivot=True, out=None):
                 if M[j, j] != 0:
                     M[j + 1:, j] /= M[j, j]
                 M[j + 1:, j + 1:] -= np.outer(M[j + 1:, j], M[j, j + 1:])
-    from ._core import int32
     dt = A.dtype
     LUr = _store(LU, dt)
 

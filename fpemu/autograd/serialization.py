@@ -23,6 +23,7 @@ torch checkpoint (a zip archive) is read with torch, under the same
 from __future__ import annotations
 
 import _compat_pickle
+import codecs
 import collections
 import io
 import os
@@ -32,6 +33,11 @@ import warnings
 import zipfile
 
 from ..errors import FpemuTypeError
+from ..formats import Format
+from . import _core
+from ._core import from_torch
+from .nn import parameter
+from .nn.parameter import Parameter
 
 DEFAULT_PROTOCOL = 2
 _BLOCKED_MODULES = ("sys", "os", "posix", "nt")
@@ -41,11 +47,7 @@ _user_globals = set()
 # ------------------------------------------------------------------- allowlist
 def _default_globals():
     """The globals a weights-only load accepts without being told."""
-    import codecs
 
-    from . import _core
-    from .nn import parameter
-    from ..formats import Format
     allowed = {
         "collections.OrderedDict": collections.OrderedDict,
         "collections.Counter": collections.Counter,
@@ -236,7 +238,7 @@ def _read(f):
 
 def _torch(what):
     try:
-        import torch
+        import torch                        # (local: torch is an optional dependency)
     except ImportError:
         raise RuntimeError(f"{what}: this file is a torch checkpoint (a zip archive); reading "
                            f"it needs torch installed (pip install torch), or save it again "
@@ -318,8 +320,6 @@ def _load_torch(data, weights_only):
 def _convert(obj, torch):
     """A torch checkpoint's objects with every torch tensor made an fpemu
     tensor of the same dtype, exactly; containers keep their type."""
-    from ._core import from_torch
-    from .nn.parameter import Parameter
     if isinstance(obj, torch.nn.Parameter):
         return Parameter(from_torch(obj.detach()), obj.requires_grad)
     if isinstance(obj, torch.Tensor):

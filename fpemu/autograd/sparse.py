@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import Tensor, _result, _store, as_dtype, is_float, tensor
+from .ops.linalg import addmm as _addmm, mm as _mm
+from .ops.reduce import sum as _sum
 
 sparse_coo = "torch.sparse_coo"
 
@@ -73,19 +75,16 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
 def mm(mat1, mat2, reduce=None):
     """``torch.sparse.mm``: a (sparse) matrix times a dense one, a dense
     result (module docstring)."""
-    from .ops.linalg import mm as _mm
     if reduce is not None:
         raise RuntimeError("sparse.mm(reduce=...) is not emulated; use reduce=None (a sum)")
     return _mm(mat1, mat2)
 
 
 def addmm(mat, mat1, mat2, beta=1.0, alpha=1.0):
-    from .ops.linalg import addmm as _addmm
     return _addmm(mat, mat1, mat2, beta=beta, alpha=alpha)
 
 
 def sum(input, dim=None, dtype=None):  # noqa: A001,A002 - torch's names
-    from .ops.reduce import sum as _sum
     return _sum(input, dim=dim, dtype=dtype) if dim is not None else _sum(input, dtype=dtype)
 
 

@@ -4,6 +4,7 @@ under the CUDA profile, None under a CPU profile (as a CPU build of torch
 says)."""
 
 from ._profile import get_profile as _get_profile
+from ._missing import missing
 
 __version__ = "2.13.0+fpemu"
 git_version = "fpemu"
@@ -17,5 +18,4 @@ CUDA_RELEASE = "13.0"
 def __getattr__(name):
     if name == "cuda":
         return None if _get_profile().cpu else CUDA_RELEASE
-    from ._missing import missing
     raise missing("fpemu.autograd.version (torch.version)", name)

@@ -4,6 +4,7 @@ custom functions (:class:`Function`, in ``autograd.function`` as in torch)."""
 from .._core import Tensor, enable_grad, no_grad, run_backward, set_grad_enabled  # noqa: F401
 from . import function  # noqa: F401
 from .function import Function, FunctionCtx, once_differentiable  # noqa: F401
+from ..ops.creation import zeros_like
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -29,7 +30,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                "used in the graph. Set allow_unused=True if this is the "
                                "desired behavior.")
         if g is None and materialize_grads:
-            from ..ops.creation import zeros_like
             got[i] = zeros_like(inputs[i])
     return tuple(got)
 

@@ -20,6 +20,9 @@ import numpy as np
 from .. import _core
 from .._core import Tensor, float32, no_grad
 from .._finfo import finfo
+from ..nn.functional import binary_cross_entropy_with_logits, softmax
+from ..ops.creation import bernoulli, full, multinomial, normal, rand, randn
+from ..ops.shape import broadcast_tensors
 
 
 def _as_tensor(v):
@@ -29,7 +32,6 @@ def _as_tensor(v):
 def _broadcast_all(*values):
     """torch's ``broadcast_all``: numbers become tensors of the tensors'
     dtype (float32 if none), all expanded to one shape."""
-    from ..ops.shape import broadcast_tensors
     dtype = next((v.dtype for v in values if isinstance(v, Tensor)), float32)
     ts = [v if isinstance(v, Tensor) else _core.tensor(v, dtype=dtype) for v in values]
     return broadcast_tensors(*ts)
@@ -149,11 +151,9 @@ class Normal(Distribution):
     def sample(self, sample_shape=()):
         shape = tuple(self._extended_shape(sample_shape))
         with no_grad():
-            from ..ops.creation import normal
             return normal(self.loc.expand(shape), self.scale.expand(shape))
 
     def rsample(self, sample_shape=()):
-        from ..ops.creation import randn
         shape = tuple(self._extended_shape(sample_shape))
         eps = randn(*shape, dtype=self.loc.dtype)
         return self.loc + eps * self.scale
@@ -204,7 +204,6 @@ class Uniform(Distribution):
         return (self.high - self.low).pow(2) / 12
 
     def rsample(self, sample_shape=()):
-        from ..ops.creation import rand
         shape = tuple(self._extended_shape(sample_shape))
         u = rand(*shape, dtype=self.low.dtype)
         return self.low + u * (self.high - self.low)
@@ -262,7 +261,6 @@ class Categorical(Distribution):
             self.logits = _clamp_probs(self.probs).log()
             return self.logits
         if name == "probs":
-            from ..nn.functional import softmax
             self.probs = softmax(self.logits, dim=-1)
             return self.probs
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
@@ -273,7 +271,6 @@ class Categorical(Distribution):
 
     @property
     def mean(self):
-        from ..ops.creation import full
         return full(tuple(self._extended_shape()), float("nan"), dtype=self.probs.dtype)
 
     @property
@@ -285,7 +282,6 @@ class Categorical(Distribution):
         return self.mean
 
     def sample(self, sample_shape=()):
-        from ..ops.creation import multinomial
         n = int(np.prod(_size(sample_shape), dtype=np.int64))
         with no_grad():
             probs_2d = self.probs.reshape(-1, self._num_events)
@@ -293,7 +289,6 @@ class Categorical(Distribution):
         return samples_2d.reshape(tuple(self._extended_shape(sample_shape)))
 
     def log_prob(self, value):
-        from ..ops.shape import broadcast_tensors
         value = value if isinstance(value, Tensor) else _core.tensor(value)
         ok = (value >= 0) & (value < self._num_events) & (value == value.long())
         self._check_value(value, f"IntegerInterval(lower_bound=0, upper_bound="
@@ -355,20 +350,17 @@ class Bernoulli(Distribution):
         return self.probs * (1 - self.probs)
 
     def sample(self, sample_shape=()):
-        from ..ops.creation import bernoulli
         shape = tuple(self._extended_shape(sample_shape))
         with no_grad():
             return bernoulli(self.probs.expand(shape))
 
     def log_prob(self, value):
-        from ..nn.functional import binary_cross_entropy_with_logits
         value = _as_tensor(value)
         self._check_value(value, "Boolean()", (value == 0) | (value == 1))
         logits, value = _broadcast_all(self.logits, value)
         return -binary_cross_entropy_with_logits(logits, value, reduction="none")
 
     def entropy(self):
-        from ..nn.functional import binary_cross_entropy_with_logits
         return binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none")
 
 

@@ -11,7 +11,8 @@ from .._autocast import cast_inputs
 from .._common import f64, float_dt, wrap_dim
 from .._core import Tensor, _result, _store, float64, is_float, to_dtype
 from .._profile import get_profile
-from ..ops.elementwise import relu, sigmoid
+from ..ops.elementwise import _unary, mul, neg, relu, sigmoid, where
+from ..ops.inplace import apply_inplace
 
 
 def relu_(x):
@@ -32,14 +33,12 @@ def leaky_relu(x, negative_slope=0.01, inplace=False):
             return (_store(np.where(X > 0, g, g * s), dt),)
         return _result(res, dt, (v,), backward, saved=(v,), op="leaky_relu")
     if inplace:
-        from ..ops.inplace import apply_inplace
         return apply_inplace(x, op)
     return op(x)
 
 
 def softplus(x, beta=1.0, threshold=20.0):
     (x,) = cast_inputs("softplus", x)
-    from ..ops.elementwise import _unary
 
     def fwd(v):
         return np.where(v * beta > threshold, v, np.log1p(np.exp(beta * v)) / beta)
@@ -52,9 +51,7 @@ def softplus(x, beta=1.0, threshold=20.0):
 def _activation(name, x, fwd, bwd, inplace=False, autocast=False):
     """An elementwise activation through ``_unary`` (float64, one rounding),
     or written into ``x`` with ``inplace``."""
-    from ..ops.elementwise import _unary
     if inplace:
-        from ..ops.inplace import apply_inplace
         return apply_inplace(x, lambda v: _unary(name, v, fwd, bwd, autocast=autocast))
     return _unary(name, x, fwd, bwd, autocast=autocast)
 
@@ -156,7 +153,6 @@ def tanhshrink(input):  # noqa: A002
 def prelu(input, weight):  # noqa: A002
     """x if x > 0 else weight * x, with one learnable slope or one per
     channel (dim 1)."""
-    from ..ops.elementwise import mul, where
     if not isinstance(weight, Tensor):
         raise TypeError(f"prelu(): weight must be a Tensor, got {type(weight).__name__}")
     input, weight = cast_inputs("prelu", input, weight)  # noqa: A001
@@ -180,7 +176,6 @@ def prelu(input, weight):  # noqa: A002
 
 def glu(input, dim=-1):  # noqa: A002
     """a * sigmoid(b), the halves of ``input`` along ``dim``."""
-    from ..ops.elementwise import mul
     if input.shape[dim] % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension "
                            f"{wrap_dim(dim, input.ndim)} is size {input.shape[dim]}")
@@ -243,7 +238,6 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     """softmax(-x)."""
-    from ..ops.elementwise import neg
     return softmax(neg(input), dim, dtype=dtype)
 
 

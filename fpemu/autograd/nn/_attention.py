@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import warnings
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from ..ops import linalg as _linalg
 from ..ops.linalg import linear
 from ._activation import softmax
 from ._dropout import dropout, pad
+from ..ops.creation import zeros
+from ..ops.elementwise import add, mul
+from ..ops.shape import cat, repeat_interleave
 
 
 # ------------------------------------------------------------------ attention
@@ -97,7 +101,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise RuntimeError("query and key must have the same last dimension")
     if enable_gqa and q.ndim >= 3 and q.shape[-3] != k.shape[-3]:
         rep = q.shape[-3] // k.shape[-3]
-        from ..ops.shape import repeat_interleave
         k, v = repeat_interleave(k, rep, -3), repeat_interleave(v, rep, -3)
     if attn_mask is not None and is_causal:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
@@ -122,7 +125,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 def _sdpa_math(q, k, v, mask_add, dropout_p, sc, mask_t=None):
-    from ..ops.elementwise import add, mul
     dt = q.dtype
     q32, k32, v32 = (to_dtype(t, float32) if t.dtype is not float64 else t for t in (q, k, v))
     s = float(np.sqrt(sc))
@@ -196,7 +198,6 @@ def _canonical_mask(mask, mask_name, other_type, other_name, target_type, check_
     if mask.dtype.name != "bool" and not is_float(mask.dtype):
         raise AssertionError(f"only bool and floating types of {mask_name} are supported")
     if check_other and other_type is not None and mask.dtype is not other_type:
-        import warnings
         warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. "
                       f"Use same type for both instead.", stacklevel=3)
     if is_float(mask.dtype):
@@ -242,8 +243,6 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     weights (q scaled by 1/sqrt(head_dim), ``baddbmm`` with the mask, fp32
     softmax, ``bmm``) or, with ``need_weights=False``,
     :func:`scaled_dot_product_attention` under its backend model."""
-    from ..ops.creation import zeros
-    from ..ops.shape import cat
     is_batched = query.ndim == 3
     if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
         raise AssertionError(f"query, key and value should be all 3-D (batched) or all 2-D "

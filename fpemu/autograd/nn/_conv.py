@@ -10,6 +10,7 @@ from ...errors import FpemuRuntimeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._core import _result, _store, float64, is_float
 from ..ops import linalg as _linalg
+from ..ops.shape import squeeze, unsqueeze
 
 
 # ------------------------------------------------------------- convolution
@@ -56,7 +57,6 @@ def _convnd(x, w, b, stride, padding, dilation, groups, nd):
     _conv_args(x, w, b, stride, padding, dilation, groups, nd)
     batched = x.ndim == nd + 2
     if not batched:
-        from ..ops.shape import unsqueeze
         x = unsqueeze(x, 0)
     N, C = x.shape[:2]
     sp = tuple(x.shape[2:])
@@ -135,7 +135,6 @@ def _convnd(x, w, b, stride, padding, dilation, groups, nd):
         return gx, gw, gb
     out = _result(res, dt, (x, w, b), backward, saved=(x, w), op="convolution")
     if not batched:
-        from ..ops.shape import squeeze
         out = squeeze(out, 0)
     return out
 
@@ -174,7 +173,6 @@ def _conv_args(x, w, b, stride, padding, dilation, groups, nd):
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
     """1-D convolution: :func:`conv2d` over a height of one."""
-    from ..ops.shape import squeeze, unsqueeze
     (x, w, b) = cast_inputs("conv1d", input, weight, bias)
     if x.ndim not in (2, 3):
         raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to conv1d, but got "
@@ -188,7 +186,6 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
                      output_padding=0, groups=1, dilation=1):
     """1-D transposed convolution: :func:`conv_transpose2d` over a height of one."""
-    from ..ops.shape import squeeze, unsqueeze
     input, weight, bias = cast_inputs("conv_transpose1d", input, weight, bias)
     if input.ndim not in (2, 3):
         raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to "
@@ -216,7 +213,6 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
         raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to "
                            f"conv_transpose2d, but got input of size: {list(x.shape)}")
     if not batched:
-        from ..ops.shape import unsqueeze
         x = unsqueeze(x, 0)
     N, C, H, W = x.shape
     Cw, Og, kh, kw = w.shape
@@ -287,7 +283,6 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
         return gx, gw, gb
     out = _result(res, dt, (x, w, b), backward, saved=(x, w), op="convolution")
     if not batched:
-        from ..ops.shape import squeeze
         out = squeeze(out, 0)
     return out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuValueError
@@ -9,6 +11,7 @@ from .. import _special
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, float64, int64, is_float
 from .._state import State
+from ..ops.inplace import apply_inplace
 
 
 # ------------------------------------------------------------ dropout, embedding
@@ -20,7 +23,6 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
     if not training or p == 0.0:
         return input
     if inplace:
-        from ..ops.inplace import apply_inplace
         return apply_inplace(input, dropout, p, training)
     x = input
     dt = x.dtype
@@ -42,7 +44,6 @@ def _feature_rank_rule(x, batched_ndim, name):
     (N, C, ...) (a 3D input is (N, C, L), with a second warning; a 2D input
     gets one draw per element), dropout3d reads an input that is not 5D as
     one sample, one draw per entry of its first dim."""
-    import warnings
     nd = x.ndim
     if name == "dropout1d":
         if nd not in (2, 3):
@@ -88,7 +89,6 @@ def _feature_dropout(input, p, training, inplace, batched_ndim, name):  # noqa: 
     if not training or p == 0.0:
         return x
     if inplace:
-        from ..ops.inplace import apply_inplace
         return apply_inplace(x, lambda v: _feature_dropout(v, p, True, False, batched_ndim,
                                                            name))
     mask_shape = tuple(x.shape[:lead]) + (1,) * (x.ndim - lead)

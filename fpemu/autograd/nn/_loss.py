@@ -4,18 +4,25 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuValueError
 from .._autocast import cast_inputs
-from .._common import f64, float_dt
-from .._core import Tensor, _result, _store, bool_, float64, is_float
+from .._common import f64, float_dt, grad_part
+from .._core import _result, _store, bool_, float64, is_float, no_grad, Tensor
 from .._profile import get_profile
-from ..ops.elementwise import masked_fill
-from ..ops.reduce import sum as _sum
+from ..ops.elementwise import (
+    add, clamp_min, div, exp, log, masked_fill, mul, neg, pow, rsub, sub, where,
+)
+from ..ops.reduce import any as _any, mean as _mean, sum as _sum
 from ._activation import log_softmax
 from ._conv import _im2col, _pair
+from ..ops.creation import ones_like
+from ..ops.einsum import einsum
+from ..ops.linalg import scalar_type
+from ..ops.shape import gather, masked_select
 
 
 # -------------------------------------------------------------------- losses
@@ -37,7 +44,6 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,  
     reduction = _reduction(reduction, size_average, reduce)
     (logp,) = cast_inputs("nll_loss", input)
     if not isinstance(target, Tensor) or is_float(target.dtype):
-        from ..ops.linalg import scalar_type
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
                            f"{scalar_type(target.dtype)}" if isinstance(target, Tensor)
                            else "nll_loss(): target must be a Tensor of class indices")
@@ -186,7 +192,6 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     logp = log_softmax(input, dim=cdim)
     if isinstance(target, Tensor) and tuple(target.shape) == tuple(input.shape):
         if not is_float(target.dtype):
-            from ..ops.linalg import scalar_type
             raise RuntimeError(f"Expected floating point type for target with class "
                                f"probabilities, got {scalar_type(target.dtype)}")
         if ignore_index >= 0:
@@ -195,8 +200,6 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     loss = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     if not label_smoothing:
         return loss
-    from ..ops.elementwise import add, div, mul, neg
-    from ..ops.shape import gather, masked_select
     C = input.shape[cdim]
     if weight is not None:
         shape = [1] * logp.ndim
@@ -223,7 +226,6 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 def _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim):
     """Class-probability targets: ``-(logp * target [* weight]).sum()``, the
     mean over the samples (``numel / C``), as torch's decomposition."""
-    from ..ops.elementwise import add, div, mul, neg
     C = logp.shape[cdim]
     tgt = target
     if label_smoothing > 0:
@@ -270,7 +272,6 @@ def _pointwise_loss(name, input, target, reduction, fwd, bwd):  # noqa: A002
         with np.errstate(all="ignore"):
             gi = bwd(X - T) * (G if scale is None else G / scale)
         gi = np.broadcast_to(gi, np.broadcast_shapes(X.shape, np.shape(T)))
-        from .._common import grad_part
         return (grad_part(_store(gi, dt), input, dt),
                 grad_part(_store(-gi, dt), target, dt) if isinstance(target, Tensor) else None)
     return _result(res, dt, (input, target), backward,
@@ -316,11 +317,6 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6,  # noqa: A002
     (a number, the input's shape, or one dim short of it / broadcasting in
     one dim) clamped to ``eps`` outside the graph, then
     ``0.5 * (log(var) + (input - target) ** 2 / var)`` (+ 0.5 log 2 pi)."""
-    from ..ops.creation import ones_like
-    from ..ops.elementwise import add, div, log, mul, pow, sub
-    from ..ops.reduce import any as _any
-    from ..ops.reduce import mean as _mean
-    from .._core import no_grad
     if isinstance(var, float):
         if var < 0:
             raise ValueError("var has negative entry/entries")
@@ -354,8 +350,6 @@ def poisson_nll_loss(input, target, log_input=True, full=False,  # noqa: A002
     input`` (or ``input - target * log(input + eps)``), plus Stirling's
     ``target log target - target + 0.5 log(2 pi target)`` where target > 1
     when ``full``; then the reduction."""
-    from ..ops.elementwise import add, exp, log, masked_fill, mul, sub
-    from ..ops.reduce import mean as _mean
     red = _reduction(reduction, size_average, reduce)
     if red not in ("none", "mean", "sum"):
         raise ValueError(f"{red} is not a valid value for reduction")
@@ -376,8 +370,6 @@ def poisson_nll_loss(input, target, log_input=True, full=False,  # noqa: A002
 def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
                         reduction="mean"):
     """``max(0, -target * (input1 - input2) + margin)``, then the reduction."""
-    from ..ops.elementwise import add, clamp_min, mul, neg, sub
-    from ..ops.reduce import mean as _mean
     red = _reduction(reduction, size_average, reduce)
     input1, input2, target = cast_inputs("margin_ranking_loss", input1, input2, target)
     if input1.ndim != input2.ndim or input1.ndim != target.ndim:
@@ -394,8 +386,6 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None,  # noqa: 
                          reduce=None, reduction="mean"):
     """ATen's: ``max(0, margin - input)`` where target is not 1, plus input
     where target is not -1, then the reduction."""
-    from ..ops.elementwise import add, clamp_min, rsub, where
-    from ..ops.reduce import mean as _mean
     red = _reduction(reduction, size_average, reduce)
     input, target = cast_inputs("hinge_embedding_loss", input, target)
     zeros = input * 0.0
@@ -411,8 +401,6 @@ def bilinear(input1, input2, weight, bias=None):
     """``y_o = x1^T W_o x2 + b_o`` over the last dims: torch's _trilinear is
     an einsum of the three operands, here the same products (``einsum``),
     fp32 accumulation under the matmul model."""
-    from ..ops.einsum import einsum
-    from ..ops.elementwise import add
     input1, input2, weight, bias = cast_inputs("bilinear", input1, input2, weight, bias)
     if input1.ndim != input2.ndim:
         raise FpemuRuntimeError(f"bilinear(): input dimensions do not match: got "
@@ -637,7 +625,6 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean",  # n
     else:
         red = _reduction(reduction, size_average, reduce)
         if red == "mean":
-            import warnings
             warnings.warn("reduction: 'mean' divides the total loss by both the batch size "
                           "and the support size.'batchmean' divides only by the batch size, "
                           "and aligns with the KL div math definition.'mean' will be changed "

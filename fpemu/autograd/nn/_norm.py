@@ -8,8 +8,11 @@ import numpy as np
 from ...errors import FpemuRuntimeError
 from .._autocast import cast_inputs
 from .._common import f64, float_dt, wrap_dim
-from .._core import Tensor, _result, _store, float64, is_float, to_dtype
-from ..ops.reduce import sum as _sum
+from .._core import _result, _store, float64, is_float, no_grad, Tensor, to_dtype
+from ..ops.reduce import norm, sum as _sum
+from ..ops.elementwise import clamp, clone, div, mul
+from ..ops.inplace import write
+from ..ops.shape import broadcast_tensors
 
 
 # --------------------------------------------------------------------- norms
@@ -104,7 +107,6 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     """
     x = input
     if x.numel() == 0 and x.ndim < 2:
-        from ..ops.elementwise import clone
         return clone(x)             # torch passes an empty 1-D input through
     shape = _channel_shape(x, "batch_norm")
     C = x.shape[1]
@@ -160,7 +162,6 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
 def _update_running(stat, batch_value, momentum):
     """``stat = (1 - momentum) * stat + momentum * batch`` in double, stored
     once into the buffer's dtype (no graph)."""
-    from ..ops.inplace import write
     new = (1.0 - momentum) * f64(stat) + momentum * batch_value.reshape(stat.shape)
     write(stat, new)
 
@@ -219,8 +220,6 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A0
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002
-    from ..ops.elementwise import clamp, div
-    from ..ops.reduce import norm
     return div(input, clamp(norm(input, p, dim, keepdim=True), min=eps))
 
 
@@ -229,10 +228,6 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     it: each input divided by its 2-norm (the norm clamped to ``eps`` outside
     the graph), then the products summed, ``((x1 / |x1|) * (x2 / |x2|)).sum(dim)``
     (checked bit for bit against torch 2.13's own function). Autocast: fp32."""
-    from ..ops.elementwise import div, mul
-    from ..ops.reduce import norm
-    from ..ops.shape import broadcast_tensors
-    from .._core import no_grad
     for pos, t in ((1, x1), (2, x2)):
         if not isinstance(t, Tensor):
             raise TypeError(f"cosine_similarity(): argument 'x{pos}' (position {pos}) must be "

@@ -13,6 +13,8 @@ import numpy as np
 from ...errors import FpemuValueError
 from .._core import no_grad
 from .._special import erf
+from ..ops.creation import empty
+from ..ops.inplace import write
 
 
 def calculate_gain(nonlinearity, param=None):
@@ -132,7 +134,6 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     with no_grad():
         tensor.uniform_(2 * lo - 1, 2 * hi - 1, generator=generator)
         vals = _erfinv(tensor._data.astype(np.float64)) * (std * math.sqrt(2.0)) + mean
-        from ..ops.inplace import write
         write(tensor, np.clip(vals, a, b))
     return tensor
 
@@ -140,7 +141,6 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
 def eye_(tensor):
     if tensor.dim() != 2:
         raise FpemuValueError("Only tensors with 2 dimensions are supported")
-    from ..ops.inplace import write
     with no_grad():
         return write(tensor, np.eye(*tensor.shape))
 
@@ -156,8 +156,6 @@ def orthogonal_(tensor, gain=1, generator=None):
                               f"{tensor.ndim}-D tensor of shape {tuple(tensor.shape)}")
     if tensor.numel() == 0:
         return tensor
-    from ..ops.creation import empty
-    from ..ops.inplace import write
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
     with no_grad():

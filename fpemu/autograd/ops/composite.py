@@ -15,11 +15,15 @@ import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._autocast import cast_inputs
-from .._core import Size, Tensor, _result, _store, bool_, int64, is_float
+from .._core import (
+    _result, _store, _sum_to, bool_, float32, int64, is_float, result_type, Size, Tensor,
+)
 from .._common import wrap_dim
-from .elementwise import bitwise_xor, div, isnan, lerp, logical_not, mul, sub, where
+from .elementwise import bitwise_xor, clone, div, isnan, lerp, logical_not, mul, sub, where
 from .reduce import _values_indices, mean, norm, sort, std, sum as _sum, var
 from .shape import cat, flip, gather, movedim, narrow, repeat, stack, transpose, unsqueeze
+from .creation import empty, full
+from .inplace import write_out
 
 
 def _tensor(name, x):
@@ -56,7 +60,6 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):  # noqa: A002
 
 def _expand_like(t, x, d):
     """A 0-d tensor or number for prepend / append: size 1 along ``dim``."""
-    from .creation import full
     value = t.item() if isinstance(t, Tensor) else t
     shape = list(x.shape)
     shape[d] = 1
@@ -92,7 +95,6 @@ def rot90(input, k=1, dims=(0, 1)):  # noqa: A002
         return flip(input, (d0, d1))
     if k == 3:
         return transpose(flip(input, (d0,)), d0, d1)
-    from .elementwise import clone
     return clone(input)
 
 
@@ -136,7 +138,6 @@ def combinations(input, r=2, with_replacement=False):  # noqa: A002
     if r < 0:
         raise FpemuRuntimeError(f"Expect a non-negative number, but got {r}")
     if r == 0:
-        from .creation import empty
         return empty(0, dtype=input.dtype)
     maker = itertools.combinations_with_replacement if with_replacement else \
         itertools.combinations
@@ -192,7 +193,6 @@ def dist(input, other, p=2):  # noqa: A002
 def copysign(input, other):  # noqa: A002
     """|input| with the sign of ``other`` (-0 and NaN signs included), exact;
     the gradient of input is ``g * copysign(x, y) / x`` (0 at x = 0)."""
-    from .._core import float32, result_type
     _tensor("copysign", input)
     a = input
     dt = result_type(input, other)
@@ -206,7 +206,6 @@ def copysign(input, other):  # noqa: A002
     def backward(g):
         with np.errstate(all="ignore"):
             ratio = np.where(X == 0, 0.0, res.astype(np.float64) / X)
-        from .._core import _sum_to
         gx = _sum_to(_store(g.astype(np.float64) * ratio, dt), a.shape, dt)
         gy = np.zeros(other.shape, g.dtype) if isinstance(other, Tensor) else None
         return gx, gy
@@ -243,7 +242,6 @@ def _named(pair, name, out=None):
     (a pair of tensors) when given."""
     if out is None:
         return _values_indices(*pair)
-    from .inplace import write_out
     return _values_indices(write_out(out[0], pair[0], name), write_out(out[1], pair[1], name))
 
 
@@ -265,12 +263,10 @@ def _median(x, dim, keepdim, ignore_nan, out=None):
     if dim is None:
         flat = x.reshape(-1)
         if flat.shape[0] == 0:
-            from .creation import full
             v = full((), float("nan"), dtype=x.dtype)
         else:
             v = _median_along(flat, 0, ignore_nan)[0].reshape(())
         if out is not None:
-            from .inplace import write_out
             return write_out(out, v, name)
         return v
     d = wrap_dim(dim, max(x.ndim, 1))

@@ -5,12 +5,14 @@ and permutations)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._core import (
-    Tensor, _result, _values_as, as_dtype, bool_, check_device, float32, float64, int64, is_float,
-    result_type, tensor, uint8,
+    _result, _values_as, as_dtype, bool_, check_device, float32, float64, int16, int32, int64,
+    int8, is_float, result_type, Tensor, tensor, uint8,
 )
 from .._state import State
 from .._common import shape_arg
@@ -321,7 +323,6 @@ def from_numpy(array):
         raise FpemuTypeError(f"expected np.ndarray (got {type(array).__name__})")
     kinds = {np.dtype(np.float32): float32, np.dtype(np.float64): float64,
              np.dtype(np.int64): int64, np.dtype(np.bool_): bool_, np.dtype(np.uint8): uint8}
-    from .._core import int8, int16, int32
     kinds.update({np.dtype(np.int32): int32, np.dtype(np.int16): int16,
                   np.dtype(np.int8): int8})
     dt = kinds.get(array.dtype)
@@ -357,7 +358,6 @@ def numel(x):
 def _checks_device(fn):
     """``fn`` refusing ``device=`` values torch would refuse on fpemu's
     machine (one CUDA device; ``_core.check_device``)."""
-    import functools
 
     @functools.wraps(fn)
     def factory(*args, **kwargs):

@@ -25,6 +25,7 @@ from .._core import Tensor
 from .linalg import bmm
 from .reduce import sum as _sum
 from .shape import diagonal, permute, reshape, squeeze, unsqueeze
+from .elementwise import mul
 
 _LETTERS = string.ascii_uppercase + string.ascii_lowercase     # torch's label order
 
@@ -237,7 +238,6 @@ def _sumproduct_pair(a, b, sum_dims):
     right-only)."""
     nd = a.ndim
     if not sum_dims:
-        from .elementwise import mul
         return mul(a, b)
     lro, lo, ro = [], [], []
     for d in range(nd):

@@ -31,12 +31,16 @@ from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
-from .._core import (Tensor, _result, _store, as_dtype, bool_, float64, is_float, opmath,
-                     result_type)
+from .._core import (
+    _result, _store, as_dtype, bool_, check_memory_format, float64, int64, is_float, opmath,
+    result_type, Tensor, to_dtype as _to,
+)
 from .. import _special
-from .._common import (broadcast_check, f64, float_dt, grad_part, int_binary, operand,
-                       t_or_number)
+from .._common import (
+    broadcast_check, f64, float_dt, grad_part, int_binary, operand, scalar_type, t_or_number,
+)
 from .inplace import apply_inplace, copy_into, resize_out
+from .._finfo import finfo
 
 _SQRT_2_PI = 0.7978845608028654
 _TWO_OVER_SQRT_PI = 1.1283791670955126
@@ -489,7 +493,6 @@ def nan_to_num(x, nan=0.0, posinf=None, neginf=None, out=None):
     _unary_tensor("nan_to_num", x)
     if not is_float(x.dtype):
         return _out(Tensor(x._data.copy(), x.dtype), out)
-    from .._finfo import finfo
     fi = finfo(x.dtype)
     vals = [nan, fi.max if posinf is None else posinf, fi.min if neginf is None else neginf]
     if x.dtype is float64:
@@ -527,7 +530,6 @@ def _unary_tensor(name, x):
 
 
 def _c10(dt):
-    from .._common import scalar_type
     return scalar_type(dt)
 
 
@@ -769,7 +771,6 @@ def _minmax(a, b, npop, name):
 
 
 def to_dtype(x, dtype):
-    from .._core import to_dtype as _to
     return _to(x, as_dtype(dtype, "to()"))
 
 
@@ -793,7 +794,6 @@ def where(cond, a=None, b=None):
 
 
 def _int64():
-    from .._core import int64
     return int64
 
 
@@ -829,7 +829,6 @@ def masked_fill(x, mask, value):
 
 
 def clone(x, memory_format=None):
-    from .._core import check_memory_format
     check_memory_format(x, memory_format, "clone()")
 
     def backward(g):

@@ -60,6 +60,7 @@ from .._core import (
 )
 from .._profile import get_profile
 from .._common import scalar_type
+from .linalg import mm_acc
 
 _FP8 = (float8_e4m3fn, float8_e5m2)
 _OUT = (float32, bfloat16, float16, float8_e4m3fn, float8_e5m2)
@@ -192,7 +193,6 @@ def _scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None,  # n
             # torch's CPU kernel: dequantize, then a float32 GEMM
             Ad = (A * sa).astype(np.float32)
             Bd = (B * sb).astype(np.float32)
-            from .linalg import mm_acc
             y = mm_acc(Ad, Bd, float32)
             if bias is not None:
                 y = (y + bias._data.astype(np.float32)).astype(np.float32)

@@ -6,16 +6,19 @@ layout allows, copies otherwise; advanced indexing copies."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._core import (
-    Tensor, _result, _store, _sum_to, as_dtype, bool_, int64, is_float, np_dtype, result_type,
-    to_dtype,
+    _result, _store, _sum_to, as_dtype, bool_, check_memory_format, int64, is_float, np_dtype,
+    result_type, Tensor, to_dtype,
 )
 from .._common import shape_arg, wrap_dim
 from .inplace import _needs_graph, apply_inplace, copy_into, write_out
+from .reduce import sum as _sum
 
 
 def _infer(shape, numel, what):
@@ -95,7 +98,6 @@ def reshape_as(x, other):
 def contiguous(x, memory_format=None):
     """The tensor itself if it is C-contiguous, else a contiguous copy (any
     ``memory_format``: fpemu keeps one layout, the values are the same)."""
-    from .._core import check_memory_format
     check_memory_format(x, memory_format, "contiguous()")
     if memory_format is not None and memory_format._name == "preserve_format":
         raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
@@ -215,7 +217,6 @@ def meshgrid(*tensors, indexing=None):
     """Coordinate grids of 1-D tensors (views, as torch's): ``indexing="ij"``
     (torch's default, with its warning when not given) or ``"xy"`` (the first
     two dims swapped)."""
-    import warnings
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tuple(tensors[0])
     if indexing is None:
@@ -560,7 +561,6 @@ def trace(x):
     if x.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {x.ndim}")
     (x,) = cast_inputs("trace", x)
-    from .reduce import sum as _sum
     return _sum(_diagonal(x, 0, 0, 1))
 
 

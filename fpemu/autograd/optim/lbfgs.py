@@ -19,6 +19,8 @@ import numpy as np
 
 from .._core import Tensor, enable_grad, is_float, no_grad, opmath
 from .optimizer import Optimizer, _check_lr
+from ..ops.creation import zeros
+from ..ops.shape import cat
 
 
 def _scalar(t):
@@ -188,8 +190,6 @@ class LBFGS(Optimizer):
         return self._numel_cache
 
     def _gather_flat_grad(self):
-        from ..ops.creation import zeros
-        from ..ops.shape import cat
         views = [p.grad.reshape(-1) if p.grad is not None
                  else zeros(p.numel(), dtype=p.dtype) for p in self._params]
         return cat(views, 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._core import tensor
-from .. import functional as F
+from .. import functional as F, init as _init
 from .. import init
 from ..parameter import Parameter
 from .linear import NonDynamicallyQuantizableLinear
@@ -184,7 +184,6 @@ class PReLU(Module):
             self.to(dtype)
 
     def reset_parameters(self):
-        from .. import init as _init
         _init.constant_(self.weight, self.init)
 
     def forward(self, input):  # noqa: A002

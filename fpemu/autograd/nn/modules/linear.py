@@ -8,6 +8,7 @@ from .. import functional as F
 from .. import init
 from .module import Module
 from .utils import _empty_param
+from ... import fp8
 
 
 class Identity(Module):
@@ -40,7 +41,6 @@ class Linear(Module):
         _reset_fan_in(self.weight, self.bias)
 
     def forward(self, input):  # noqa: A002
-        from ... import fp8
         recipe = fp8.active_recipe()
         if recipe is not None and not recipe.keeps_high_precision(self):
             return fp8.fp8_linear(self, input, recipe)

@@ -12,6 +12,7 @@ from ..._core import (
     no_grad, tensor, to_dtype,
 )
 from ..parameter import Buffer, Parameter
+from ...ops.inplace import copy_into
 
 
 class _IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
@@ -371,7 +372,6 @@ class Module:
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
                                + "\n\t".join(errors))
-        from ...ops.inplace import copy_into
         with no_grad():
             for k, target in own.items():
                 if k in state_dict:

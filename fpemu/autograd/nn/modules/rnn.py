@@ -27,6 +27,8 @@ from .. import functional as F
 from .. import init
 from .module import Module
 from .utils import _empty_param
+from ...ops.shape import cat, index_select, stack
+from ..utils.rnn import PackedSequence
 
 
 def _lstm_cell(pre, hh, h, c):
@@ -59,7 +61,6 @@ def _slice(state, lo, hi):
 
 
 def _cat(parts):
-    from ...ops.shape import cat
     parts = [p for p in parts if p is not None]
     return parts[0] if len(parts) == 1 else cat(parts, 0)
 
@@ -192,7 +193,6 @@ class RNNBase(Module):
         return _simple_cell(F.tanh if self.mode == "RNN_TANH" else F.relu)
 
     def forward(self, input, hx=None):  # noqa: A002
-        from ..utils.rnn import PackedSequence
         packed = isinstance(input, PackedSequence)
         lstm = self._gates == 4
         dirs = 2 if self.bidirectional else 1
@@ -253,11 +253,9 @@ class RNNBase(Module):
                 outs.append(_cat(steps))
                 hs.append(h)
                 cs.append(c)
-            from ...ops.shape import cat
             layer_in = outs[0] if dirs == 1 else cat(outs, 1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 layer_in = F.dropout(layer_in, self.dropout, True)
-        from ...ops.shape import stack
         h_n = stack(hs, 0)
         c_n = stack(cs, 0) if lstm else None
         if packed:
@@ -294,7 +292,6 @@ class RNNBase(Module):
 
 def _permute_hidden(hx, permutation, lstm):
     """The hidden state's batch (dim 1) reordered (``index_select``)."""
-    from ...ops.shape import index_select
     if lstm:
         return tuple(index_select(h, 1, permutation) for h in hx)
     return index_select(hx, 1, permutation)

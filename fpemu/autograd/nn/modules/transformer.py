@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from ..._core import Tensor, float32, tensor
+from ..._core import _store, float32, Tensor, tensor
 from ..._state import State
 from .. import functional as F
 from .. import init
@@ -27,6 +27,8 @@ from .dropout import Dropout
 from .linear import Linear
 from .module import Module
 from .normalization import LayerNorm
+from ..._autocast import is_autocast_enabled
+from ...ops.elementwise import where
 
 __all__ = ["Transformer", "TransformerDecoder", "TransformerDecoderLayer",
            "TransformerEncoder", "TransformerEncoderLayer"]
@@ -53,7 +55,6 @@ def _is_relu_or_gelu(activation):
 def generate_square_subsequent_mask(sz, device=None, dtype=None):
     """(sz, sz) float mask: 0 on and below the diagonal, -inf above."""
     dt = float32 if dtype is None else dtype
-    from ..._core import _store
     return Tensor(_store(np.triu(np.full((sz, sz), -np.inf), 1), dt), dt)
 
 
@@ -230,7 +231,6 @@ class TransformerEncoder(Module):
 
     def _pads_to_zero(self, src, mask, kpm):
         """torch's conditions for running the layers on a nested tensor."""
-        from ..._autocast import is_autocast_enabled
         first = self.layers[0]
         if not (self.use_nested_tensor and not first.training and src.ndim == 3
                 and kpm is not None and mask is None and not is_autocast_enabled()):
@@ -254,7 +254,6 @@ class TransformerEncoder(Module):
             output = mod(output, src_mask=mask, is_causal=is_causal,
                          src_key_padding_mask=kpm)
         if zero_pads:
-            from ...ops.elementwise import where
             output = where(tensor(kpm._data == 0).unsqueeze(-1), output, 0.0)
         if self.norm is not None:
             output = self.norm(output)

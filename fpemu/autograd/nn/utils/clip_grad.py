@@ -17,6 +17,9 @@ import types
 import warnings
 
 from ..._core import Tensor, no_grad, tensor
+from ...ops.elementwise import add, clamp, rdiv
+from ...ops.reduce import norm
+from ...ops.shape import stack
 
 _FOREACH_DEVICES = ("cuda", "cpu")
 
@@ -40,8 +43,6 @@ def _check_foreach(foreach, tensors):
 
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """The norm of the tensors' norms, as if they were one vector."""
-    from ...ops.reduce import norm
-    from ...ops.shape import stack
     tensors = _tensor_list(tensors)
     norm_type = float(norm_type)
     if not tensors:
@@ -59,7 +60,6 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
 
 def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     """Scale every gradient by ``clamp(max_norm / (total_norm + 1e-6), max=1)``."""
-    from ...ops.elementwise import add, clamp, rdiv
     params = _tensor_list(parameters)
     grads = [p.grad for p in params if p.grad is not None]
     max_norm = float(max_norm)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ..._core import Tensor, no_grad
+from ...ops.shape import cat
 
 
 def parameters_to_vector(parameters):
     """The parameters flattened and concatenated (a differentiable copy)."""
-    from ...ops.shape import cat
     ps = list(parameters)
     if not ps:
         raise RuntimeError("parameters_to_vector: no parameters given")

@@ -15,6 +15,8 @@ import collections
 import numpy as np
 
 from ..._core import Tensor, int64, is_float, tensor
+from ...ops.creation import full
+from ...ops.shape import cat, stack
 
 
 class PackedSequence(collections.namedtuple(
@@ -113,7 +115,6 @@ def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True)
                            f"the padded sequence ({x.shape[0]} steps)")
     T = int(L[0]) if L.size else 0
     sizes = np.array([(L > t).sum() for t in range(T)], np.int64)
-    from ...ops.shape import cat
     steps = [x[t, :int(sizes[t])] for t in range(T)]
     data = cat(steps, 0) if steps else x.reshape((0,) + tuple(x.shape[2:]))
     return PackedSequence(data, tensor(sizes, dtype=int64), sorted_indices, None)
@@ -132,8 +133,6 @@ def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_le
         T_out = int(total_length)
     else:
         T_out = T
-    from ...ops.creation import full
-    from ...ops.shape import cat, stack
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     feat = tuple(data.shape[1:])
     rows = []
@@ -166,8 +165,6 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="
     seqs = list(sequences)
     if not seqs:
         raise RuntimeError("received an empty list of sequences")
-    from ...ops.creation import full
-    from ...ops.shape import cat, stack
     T = max(s.shape[0] for s in seqs)
     padded = []
     for s in seqs:

@@ -40,6 +40,8 @@ from ..._core import Tensor, float64, tensor
 from ..._state import State
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler, _int64_seed
+from ..._rng import Generator
+from ...ops.shape import stack
 
 
 # ---------------------------------------------------------------- collation
@@ -72,7 +74,6 @@ def default_collate(batch):
     (torch's ``default_collate``)."""
     first = batch[0]
     if isinstance(first, Tensor):
-        from ...ops.shape import stack
         return stack(list(batch), 0)
     if isinstance(first, np.ndarray):
         if _BAD_NP.search(first.dtype.str):
@@ -138,7 +139,6 @@ class _Worker:
         iterable = isinstance(loader.dataset, IterableDataset)
         self.dataset = copy.deepcopy(loader.dataset) if iterable else loader.dataset
         self.info = WorkerInfo(worker_id, loader.num_workers, seed, self.dataset)
-        from ..._rng import Generator
         self.torch_state = Generator().manual_seed(seed).get_state()
         saved_py = random.getstate()
         random.seed(seed)

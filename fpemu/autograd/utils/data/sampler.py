@@ -11,6 +11,8 @@ import numpy as np
 
 from ..._rng import Generator
 from ..._state import State
+from ..._core import tensor
+from ...ops.creation import multinomial
 
 
 def _int64_seed(gen):
@@ -116,8 +118,6 @@ class WeightedRandomSampler(Sampler):
         self.replacement, self.generator = replacement, generator
 
     def __iter__(self):
-        from ...ops.creation import multinomial
-        from ..._core import tensor
         rand = multinomial(tensor(self.weights), self.num_samples, self.replacement,
                            generator=self.generator)
         yield from rand.tolist()
