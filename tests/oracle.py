@@ -143,6 +143,8 @@ class TableOracle:
         exactly, so no comparison here rounds."""
         ext = [float(v) for v in self.ext_values]
         n = len(ext)
+        # the midpoint above each grid value, as a Fraction (each made once)
+        mids = {}
         neg, nan_in, inf_in = [], [], []
         cols = {k: [] for k in ("i", "exact", "above_mid", "at_mid", "past_grid", "zero")}
         for v in q:
@@ -161,9 +163,11 @@ class TableOracle:
                 i -= 1
             while i + 1 < n and ext[i + 1] <= a:
                 i += 1
-            lo = ext[max(i, 0)]
-            hi = ext[min(max(i, 0) + 1, n - 1)]
-            mid = (Fraction(lo) + Fraction(hi)) / 2
+            j = max(i, 0)
+            lo = ext[j]
+            mid = mids.get(j)
+            if mid is None:
+                mid = mids[j] = (Fraction(lo) + Fraction(ext[min(j + 1, n - 1)])) / 2
             cols["i"].append(i)
             cols["exact"].append(lo == a)
             cols["above_mid"].append(a > mid)
