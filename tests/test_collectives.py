@@ -1407,3 +1407,45 @@ def test_gloo_fp16_nan_is_c10s_with_the_sign_of_x86s():
     assert [hex(v) for v in avg] == [hex(v) for v in want]
     mx = collectives.all_reduce([a, b], "fp16", "max")[0].view(np.uint32)
     assert hex(mx[1]) == "0xffc02000"           # std::max keeps own's NaN, bits and all
+
+
+def test_a_new_algorithm_is_one_table_entry(monkeypatch):
+    """An algorithm added as one ALGORITHM_TABLE entry runs through every
+    collective that takes ``algorithm=`` (all_reduce, reduce_scatter, DDP),
+    with the table's checks of its ops and parameters."""
+    from fpemu.collectives.algorithms import ALGORITHM_TABLE, Algorithm
+
+    def halving(V, fmt, op, scale, params, fname):
+        # ranks added in pairs, each sum rounded to the wire format
+        rows = [V[r].astype(np.float64) for r in range(V.shape[0])]
+        while len(rows) > 1:
+            rows = [fpemu.quantize(rows[i] + rows[i + 1], fmt).astype(np.float64)
+                    if i + 1 < len(rows) else rows[i] for i in range(0, len(rows), 2)]
+        return fpemu.quantize(rows[0], fmt)
+
+    monkeypatch.setitem(ALGORITHM_TABLE, "halving",
+                        Algorithm("halving", ("sum",), ("bf16",), (), halving))
+    x = np.float32([1.0, 2.0**-8, 3.0, 2.0**-8 + 2.0**-9])
+    xs = [x, x[::-1].copy(), np.float32([2.0**-8] * 4), np.float32([1.0] * 4)]
+    got = collectives.all_reduce(xs, "bf16", algorithm="halving")[0]
+    b = [fpemu.quantize(v, "bf16").astype(np.float64) for v in xs]
+    want = fpemu.quantize(fpemu.quantize(b[0] + b[1], "bf16").astype(np.float64)
+                          + fpemu.quantize(b[2] + b[3], "bf16").astype(np.float64), "bf16")
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    parts = collectives.reduce_scatter([v.reshape(4, 1) for v in xs], "bf16",
+                                       algorithm="halving")
+    np.testing.assert_array_equal(np.concatenate(parts).reshape(-1), want)
+    grads = [[v.reshape(2, 2)] for v in xs]
+    ddp = collectives.ddp_all_reduce(grads, "bf16", algorithm="halving")
+    exact = collectives.ddp_all_reduce(grads, "bf16", algorithm="exact")
+    assert len(ddp) == 1 and ddp[0].shape == (2, 2)
+    assert np.abs(ddp[0] - exact[0]).max() <= 2.0**-7     # one bf16 rounding apart at most
+    with pytest.raises(fpemu.errors.FpemuValueError,
+                       match="algorithm 'halving' has no op 'max' \\(its ops: sum\\)"):
+        collectives.all_reduce(xs, "bf16", "max", algorithm="halving")
+    with pytest.raises(fpemu.errors.FpemuValueError, match="covers bf16, not fp16"):
+        collectives.all_reduce(xs, "fp16", algorithm="halving")
+    with pytest.raises(fpemu.errors.FpemuValueError,
+                       match="parts= is a parameter of algorithm='ring' or 'tree', not "
+                             "'halving'"):
+        collectives.all_reduce(xs, "bf16", algorithm="halving", parts=[(4, 4)])

@@ -16,13 +16,14 @@ ROOT = pathlib.Path(fpemu.__file__).parent / "autograd"
 PKG = "fpemu.autograd"
 
 
-def _modules():
+def _modules(root=ROOT, pkg=PKG):
+    """module name -> path, for every module under ``root`` (package ``pkg``)."""
     out = {}
-    for p in ROOT.rglob("*.py"):
-        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+    for p in root.rglob("*.py"):
+        parts = list(p.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
-        out[".".join([PKG] + parts)] = p
+        out[".".join([pkg] + parts)] = p
     return out
 
 
@@ -148,13 +149,7 @@ SHARED = {"fpemu._jit", "fpemu._exact", "fpemu._callable"}
 
 
 def _all_modules():
-    out = {}
-    for p in PKG_ROOT.rglob("*.py"):
-        parts = list(p.relative_to(PKG_ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(["fpemu"] + parts)] = p
-    return out
+    return _modules(PKG_ROOT, "fpemu")
 
 
 def _owner(module):

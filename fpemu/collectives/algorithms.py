@@ -622,6 +622,9 @@ _NCCL_OP = ("{fname}(): the NCCL {name} model has no op {op!r} (ncclProd's order
             "modelled); use algorithm='gloo' or 'exact'")
 _NCCL_FMT = ("{fname}(): the NCCL {name} model covers {formats}, not {fmt}; pick one of "
              "those, or algorithm='exact'")
+_OP = "{fname}(): algorithm {name!r} has no op {op!r} (its ops: {ops}); use algorithm='exact'"
+_FMT = ("{fname}(): algorithm {name!r} covers {formats}, not {fmt}; pick one of those, or "
+        "algorithm='exact'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -641,8 +644,8 @@ class Algorithm:
     formats: object
     params: tuple
     run: Callable
-    op_refusal: str = _NCCL_OP
-    format_refusal: str = _NCCL_FMT
+    op_refusal: str = _OP
+    format_refusal: str = _FMT
     reads_float32: bool = False
     no_fp8: str = ""
 
@@ -659,10 +662,11 @@ ALGORITHM_TABLE = {a.name: a for a in (
                              "of those, or algorithm='exact'",
               reads_float32=True),
     Algorithm("ring", ("sum", "avg", "max", "min", "premul_sum"), NCCL_FORMATS,
-              ("parts", "ring"), _run_ring),
+              ("parts", "ring"), _run_ring, _NCCL_OP, _NCCL_FMT),
     Algorithm("tree", ("sum", "avg", "max", "min", "premul_sum"), NCCL_FORMATS,
-              ("parts", "trees", "gpus_per_node", "tree_pattern"), _run_tree),
-    Algorithm("nvls", ("sum",), NCCL_FORMATS, (), _run_nvls,
+              ("parts", "trees", "gpus_per_node", "tree_pattern"), _run_tree, _NCCL_OP,
+              _NCCL_FMT),
+    Algorithm("nvls", ("sum",), NCCL_FORMATS, (), _run_nvls, format_refusal=_NCCL_FMT,
               op_refusal="{fname}(): the NVLS model covers op='sum' only (NCCL runs NVLS for "
                          "sum, min and max, and never for avg or premul_sum: ncclNvlsSupported "
                          "in src/include/device.h; the switch's min / max are not modelled); "
@@ -687,7 +691,7 @@ def algorithm_of(algorithm, op, fmt, fname):
                               f"{', '.join(map(repr, OPS))}")
     op = op.lower()
     words = dict(fname=fname, name=alg.name, op=op, OP=op.upper(), fmt=fmt.name,
-                 formats=", ".join(alg.formats or ()))
+                 formats=", ".join(alg.formats or ()), ops=", ".join(alg.ops))
     if op not in alg.ops:
         raise FpemuValueError(alg.op_refusal.format(**words))
     if alg.formats is not None and fmt.name not in alg.formats:
