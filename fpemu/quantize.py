@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -212,6 +212,22 @@ def _fast_directed_encode_params(fmt: Format, mode: Rounding, flags: int):
 
 
 # ------------------------------------------------------------------------ Cast
+class Layout(NamedTuple):
+    """What a kernel sees of a format (``Cast.params``, by name): the
+    mantissa width, the exponents of the normal range, the bias, the largest
+    finite magnitude code, the infinity's and the NaN's magnitude codes (-1:
+    none) and the position of the sign bit."""
+
+    mantissa_bits: int
+    emin: int
+    emax: int
+    bias: int
+    max_code: int
+    inf_code: int
+    nan_code: int
+    sign_shift: int
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Cast:
     """One rounding configuration, checked once: the format, the rounding
@@ -288,6 +304,12 @@ class Cast:
                     _fast_rne_params(fmt, mode, flags), _fast_encode_params(fmt, mode, flags),
                     _fast_directed_params(fmt, mode, flags),
                     _fast_directed_encode_params(fmt, mode, flags))
+
+    @property
+    def layout(self) -> Layout:
+        """:attr:`params` by name (:class:`Layout`), for code outside the
+        kernels that reads them (``fpemu.torch``'s quantizers)."""
+        return Layout(*self.params)
 
     def seed_key(self, seed):
         """(64-bit key, index offset) of ``seed`` for stochastic rounding

@@ -310,3 +310,19 @@ def test_small_arrays_run_the_serial_twin_with_the_same_bits():
     twins = [t for t in _jit._SERIAL.values() if "quantize_rne_ieee" in t.py_func.__name__]
     assert twins and twins[0].py_func.__name__ == "quantize_rne_ieee_serial"
     assert not twins[0].targetoptions.get("parallel")
+
+
+def test_cast_names_its_kernel_parameters():
+    """Cast.layout reads the kernel parameters by name; each equals what the
+    format's definition says (e4m3fn: 3 mantissa bits, bias 7, largest
+    magnitude code 0x7E, NaN 0x7F, no infinity; e5m2: infinity 0x7C) and the
+    flag bits are named."""
+    from fpemu.quantize import Cast
+    e4 = Cast.of("e4m3fn").layout
+    assert (e4.mantissa_bits, e4.emin, e4.emax, e4.bias) == (3, -6, 8, 7)
+    assert (e4.max_code, e4.inf_code, e4.nan_code, e4.sign_shift) == (0x7E, -1, 0x7F, 7)
+    e5 = Cast.of("e5m2").layout
+    assert (e5.max_code, e5.inf_code, e5.sign_shift) == (0x7B, 0x7C, 7)
+    assert tuple(Cast.of("bf16").layout) == Cast.of("bf16").params
+    assert Cast.of("fp16", subnormals=False).flags & Cast.FLUSH
+    assert Cast.of("e4m3fnuz").flags & Cast.FNUZ and Cast.of("e8m0").flags & Cast.UNSIGNED

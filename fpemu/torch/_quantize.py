@@ -110,7 +110,9 @@ def _bits_of(sig, ex):
 def _rounded(u, cast, key, offset):
     """(magnitude code, negative, nan) of the float32 bits ``u`` (int32)
     rounded under ``cast``: ``_split32`` then ``_round32`` of fpemu._kernels."""
-    M, emin, emax, bias, maxmag, infmag = cast.params[:6]
+    L = cast.layout
+    M, emin, emax, bias = L.mantissa_bits, L.emin, L.emax, L.bias
+    maxmag, infmag = L.max_code, L.inf_code
     flags, mode = cast.flags, Rounding(cast.mode)
     neg = u < 0
     a = u & 0x7FFFFFFF
@@ -183,7 +185,8 @@ def _rounded(u, cast, key, offset):
 def _value_bits(mag, negative, nan, cast):
     """The float32 bits (int32) of magnitude codes ``mag``: ``_value32`` of
     fpemu._kernels, with the subnormal product replaced by exact shifts."""
-    M, emin, _, bias, _, infmag = cast.params[:6]
+    L = cast.layout
+    M, emin, bias, infmag = L.mantissa_bits, L.emin, L.bias, L.inf_code
     flags = cast.flags
     if emin >= -126 and not flags & NO_ZERO:
         normal = (mag << (23 - M)) + ((127 - bias) << 23)
@@ -286,7 +289,7 @@ def _wide_rne_bits(u, cast, out):
     0x7fc00000 (as every fpemu result does). In place after the first
     operation: on the CPU a new tensor's first write costs as much as the
     arithmetic (its pages are faulted in)."""
-    sh = 23 - cast.params[0]
+    sh = 23 - cast.layout.mantissa_bits
     nan = u.view(torch.float32).isnan()
     r = torch.bitwise_right_shift(u, sh, out=out)
     r &= 1
@@ -298,9 +301,10 @@ def _wide_rne_bits(u, cast, out):
 
 class _Plan(tuple):
     """What the tensor code reads of a configuration, as plain Python values:
-    (params, flags, mode, wide, has_nan, name, bits, code bytes, key, offset)."""
+    (layout, flags, mode, wide, has_nan, name, bits, code bytes, key, offset);
+    ``layout`` is :attr:`fpemu.Cast.layout` (the kernel parameters by name)."""
 
-    params, flags, mode, wide, has_nan, name, bits, code_bytes, key, offset = (
+    layout, flags, mode, wide, has_nan, name, bits, code_bytes, key, offset = (
         property(lambda self, i=i: self[i]) for i in range(10))
 
 
@@ -316,7 +320,7 @@ def _plan(fmt, rounding, subnormals, overflow, seed):
         pass
     cast = Cast.of(fmt, rounding, subnormals, overflow)
     f = cast.fmt
-    plan = _Plan((cast.params, cast.flags, int(cast.rounding), _wide_rne(cast), f.has_nan,
+    plan = _Plan((cast.layout, cast.flags, int(cast.rounding), _wide_rne(cast), f.has_nan,
                   f.name, f.bits, f.code_dtype.itemsize, *seed_key(seed, cast.rounding)))
     if seed is not None or cast.rounding is not Rounding.SR:     # seed=None: new bits each call
         try:
@@ -458,7 +462,8 @@ def _small_rne(cast):
     subnormal is at least 2**-125 (every fp16, fp8, fp6 and fp4 format), and
     saturates, or overflows to an infinity whose code follows the largest
     finite one (fp16, e5m2): :func:`_encode_small` then applies."""
-    M, emin, _, _, maxmag, inf = cast.params[:6]
+    L = cast.layout
+    M, emin, maxmag, inf = L.mantissa_bits, L.emin, L.max_code, L.inf_code
     overflow = Overflow(cast.flags & 3)
     return (Rounding(cast.mode) is Rounding.RNE
             and (overflow is Overflow.SATURATE
@@ -480,7 +485,8 @@ def _encode_small(u, cast, in_range=False):
     the largest), the sign, NaN. ``in_range``: the caller knows every value
     is finite and at most the format's largest in magnitude (then neither
     saturation nor NaN needs an operation)."""
-    M, emin, emax, bias, maxmag = cast.params[:5]
+    L = cast.layout
+    M, emin, emax, bias, maxmag = L.mantissa_bits, L.emin, L.emax, L.bias, L.max_code
     a = u & 0x7FFFFFFF
     if not in_range:
         nan = a > 0x7F800000
@@ -494,11 +500,12 @@ def _encode_small(u, cast, in_range=False):
         # inputs, clamped above, land there too; NaN is replaced below)
         top = maxmag if Overflow(cast.flags & 3) is Overflow.SATURATE else maxmag + 1
         mag = mag.clamp_(max=top)
+    s = L.sign_shift
     if cast.flags & FNUZ:
-        code = mag | ((u < 0) & (mag != 0)).to(torch.int32) << cast.params[7]
+        code = mag | ((u < 0) & (mag != 0)).to(torch.int32) << s
     else:
-        code = mag.bitwise_or_((u >> (31 - cast.params[7])) & (1 << cast.params[7]))
-    return code if in_range else code.masked_fill_(nan, cast.params[6])
+        code = mag.bitwise_or_((u >> (31 - s)) & (1 << s))
+    return code if in_range else code.masked_fill_(nan, L.nan_code)
 
 
 @torch.compiler.disable
@@ -532,15 +539,15 @@ def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, se
 
 
 def _encode(u, cast, layout, in_range=False):
-    p = layout.params
+    L = layout.layout
     dtype = _CODE_DTYPES[layout.code_bytes]
     if _small_rne(cast):
         return _by_pieces(lambda v, start: _encode_small(v, cast, in_range).to(dtype), u, dtype)
 
     def piece(v, start):
         mag, negative, nan = _rounded(v, cast, cast.key, cast.offset + start)
-        code = torch.where(negative, mag | _signed(1 << p[7], 32), mag)
-        code = torch.where(nan, _signed(p[6], 32), code)
+        code = torch.where(negative, mag | _signed(1 << L.sign_shift, 32), mag)
+        code = torch.where(nan, _signed(L.nan_code, 32), code)
         if dtype == torch.uint32:       # codes of 32-bit formats: through int64, no wrap
             return (code.to(torch.int64) & 0xFFFFFFFF).to(dtype)
         return code.to(dtype)
@@ -577,14 +584,14 @@ def decode(codes, fmt):
 
 def _decode_bits(c, cast):
     """The float32 bits (int32) of int64 codes ``c`` under ``cast``."""
-    p = cast.params
-    sign_shift = p[7]
+    L = cast.layout
+    sign_shift = L.sign_shift
     mag = (c & ((1 << sign_shift) - 1)).to(torch.int32)
     if cast.flags & UNSIGNED:
         negative = torch.zeros_like(mag, dtype=torch.bool)
     else:
         negative = ((c >> sign_shift) & 1) != 0
-    nan = (mag > p[4]) & (mag != p[5])
+    nan = (mag > L.max_code) & (mag != L.inf_code)
     if cast.flags & FNUZ:
         nan = nan | (negative & (mag == 0))
     return _value_bits(mag.contiguous(), negative, nan, cast)
@@ -600,7 +607,7 @@ def _decoded(c, cast):
     integer code) for formats of up to 16 bits, else the computation."""
     if cast.bits > 16:
         return _decode_bits(c.to(torch.int64), cast).view(torch.float32)
-    key = (cast.params, cast.flags, cast.bits, str(c.device))
+    key = (cast.layout, cast.flags, cast.bits, str(c.device))
     table = _TABLES.get(key)
     if table is None:
         every = torch.arange(1 << cast.bits, dtype=torch.int64, device=c.device)
