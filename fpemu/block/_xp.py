@@ -6,10 +6,10 @@ spelling gives kept the same (float32 arithmetic rounds once per operation
 in both):
 
 * **bit views** of float32 as int64, and clearing a float32's mantissa;
-* **ldexp / frexp**: ``x * 2**k`` for float32 ``x`` (NumPy's ``ldexp``;
-  in torch a multiplication by ``2**k`` built from its bits: one rounding,
-  the same), float64 ``m * 2**e``, a float64's binary exponent, and
-  ``floor(log2 n)`` of positive integers below ``2**24``;
+* **powers of two, ldexp / frexp**: ``2**k`` as a float32 (NumPy's
+  ``ldexp`` of 1; in torch built from its bits), float64 ``m * 2**e``, a
+  float64's binary exponent, and ``floor(log2 n)`` of positive integers
+  below ``2**24``;
 * **a float32 constant** to multiply by (a NumPy float32; in torch a Python
   float, which a float32 tensor multiplies in float32) and **a divisor on
   the operand's device**: CUDA turns a division by a Python number into a
@@ -56,8 +56,9 @@ class _NumPy:
         return (a.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
 
     @staticmethod
-    def ldexp(a, k):
-        return np.ldexp(a, np.asarray(k).astype(np.int32))
+    def pow2_f32(k):
+        """2**k as float32 (int k in -149 .. 127: each one is a float32)."""
+        return np.ldexp(np.float32(1), np.asarray(k).astype(np.int32))
 
     @staticmethod
     def ldexp64(m, e):
@@ -151,9 +152,6 @@ class _Torch:
 
     def clear_mantissa(self, a):
         return (a.view(self.torch.int32) & -0x800000).view(self.torch.float32)
-
-    def ldexp(self, a, k):
-        return a * self.pow2_f32(k)
 
     def ldexp64(self, m, e):
         return m * ((e.to(self.torch.int64) + 1023) << 52).view(self.torch.float64)

@@ -253,11 +253,13 @@ def _mx_rule(job):
     if job.inf_block == "nan":
         nan = nan | xp.isinf(job.amax_b)
     with xp.errstate():
-        # x / 2**e in float32: exact, except for values pushed below float32's
-        # normal range, which lie far below the element's smallest subnormal
-        # (they become 0 either way)
-        V = xp.ldexp(job.Bk, job.ex(-e))
-        top = xp.ldexp(job.amax_b, -e)
+        # x / 2**e in float32, as x * 2**-e (a float32 power of two, -e in
+        # -127 .. 127): exact, except for values pushed below float32's normal
+        # range, which lie far below the element's smallest subnormal (they
+        # become 0 either way); one rounding, as ldexp
+        p = xp.pow2_f32(-e)
+        V = job.Bk * job.ex(p)
+        top = job.amax_b * p
     m = xp.f32(job.elem.max)
     clipped = (top > clip_threshold(job.elem)) & ~nan
     return Scaled(xp.where(nan, 0xFF, e + 127), xp.clip_(V, -m, m), None, clipped, nan)
