@@ -120,25 +120,6 @@ class TensorBlocks:
 
 
 # ------------------------------------------------------------------ helpers
-def _const(v, like, dtype=torch.float32):
-    """A 0-d tensor holding ``v`` on ``like``'s device (a divisor: CUDA turns
-    a division by a Python number into a multiplication by its reciprocal)."""
-    return torch.tensor(v, dtype=dtype, device=like.device)
-
-
-def _pow2_f32(e):
-    """2**e as float32 (int tensor e in -149 .. 127), built from its bits."""
-    e = e.to(torch.int32)
-    normal = ((e + 127).clamp(1, 254) << 23)
-    sub = torch.ones_like(e) << (e + 149).clamp(0, 22)
-    return torch.where(e >= -126, normal, sub).view(torch.float32)
-
-
-def _pow2_f64(e):
-    """2**e as float64 (int tensor e in -1022 .. 1023), built from its bits."""
-    return ((e.to(torch.int64) + 1023) << 52).view(torch.float64)
-
-
 def _codes(t, fmt, **kw):
     """fpemu.torch.encode of float32 values: uint8 for formats of up to 8
     bits, else int32 (int64 for 32-bit codes, fp32 scales)."""
@@ -265,7 +246,7 @@ def _round_srn(v, elem: Format, n, draws):
         u = ((e + (127 - M)) << 23).view(torch.float32)
     else:
         e = ((a.view(torch.int64) >> 52) - 1023).clamp(min=elem.emin)
-        u = _pow2_f64(e - M)
+        u = _XP.ldexp64(1.0, e - M)
     t = a / u
     k = torch.floor(t)
     r = torch.floor((t - k).mul_(float(2**n)))
