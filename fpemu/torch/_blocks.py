@@ -208,7 +208,7 @@ _XP = array_namespace("torch")
 
 # ------------------------------------------------------------ element rounding
 def _srn_draws(n, seed, like):
-    """``fpemu.block._srn_draws`` (NumPy's PCG64 on the host), on ``like``'s
+    """:func:`fpemu.block.host.srn_draws` (NumPy's PCG64 on the host), on ``like``'s
     device in its block layout."""
     d = _host.srn_draws(n, seed, like.numel())
     d = d.astype(np.uint8 if n <= 8 else np.int32 if n <= 31 else np.int64)   # (fewer bytes)
@@ -216,7 +216,7 @@ def _srn_draws(n, seed, like):
 
 
 def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
-    """``fpemu.block._round_elements``: element codes (int64, V's layout);
+    """:func:`fpemu.block.host.round_elements`: element codes (int64, V's layout);
     with ``has_nan`` (some block has a NaN scale; its codes are replaced)
     NaNs round as 0, else a NaN element gets the element format's NaN."""
     safe = torch.where(V.isnan(), 0.0, V) if has_nan else V
@@ -231,7 +231,7 @@ def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
 
 
 def _round_srn(v, elem: Format, n, draws):
-    """``fpemu.block._round_srn``, every operation exact: in float64 (v holds
+    """:func:`fpemu.block.host.round_srn`, every operation exact: in float64 (v holds
     float32 values), or in float32 where the caller made sure that v is
     finite and at most elem's largest (:func:`_within`), that elem's
     smallest step ``2**(emin - M)`` is a normal float32 and that ``n <= 23``:
