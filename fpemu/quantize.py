@@ -378,14 +378,36 @@ class Cast:
         argument checks (callers that have checked already: fpemu.autograd's
         storage rounding). Deterministic modes only."""
         res = np.empty(x32.shape, np.float32) if out is None else out
-        if x32.size:
-            fast = self.fast_path("quantize")
-            if fast is not None:
-                run_kernel(fast[0], x32.reshape(-1), res.reshape(-1), *fast[1], inputs=1)
+        return self.round_into("quantize", x32, res)
+
+    def round_into(self, op, x, out, key=0, offset=0):
+        """``op`` ("quantize" or "encode") of the C-contiguous float32 or
+        float64 array ``x`` into ``out`` (C-contiguous, x's size, float32 or
+        the format's code dtype), with no argument checks: for callers that
+        checked the input already (no NaN into a format without one) and hold
+        stochastic rounding's ``(key, offset)`` (:meth:`seed_key`), such as
+        ``fpemu.torch``'s quantizers on a CPU tensor's own memory. ``out``
+        may be ``x`` itself's memory (each element is read before it is
+        written). Returns ``out``."""
+        if x.size:
+            flat, dst = x.reshape(-1), out.reshape(-1)
+            fast = self.fast_path(op)
+            if fast is not None and x.dtype == np.float32:
+                run_kernel(fast[0], flat, dst, *fast[1], inputs=1)
             else:
-                run_kernel(self.kernel("quantize", np.float32), x32.reshape(-1),
-                           res.reshape(-1), self.params, 0, 0, self.flags, inputs=1)
-        return res
+                run_kernel(self.kernel(op, x.dtype), flat, dst, self.params, key, offset,
+                           self.flags, inputs=1)
+        return out
+
+    def decode_into(self, codes, out):
+        """The float32 values of the C-contiguous codes ``codes`` (the
+        format's code dtype, every code valid: no check) into ``out``
+        (C-contiguous float32 of the same size). Returns ``out``."""
+        if codes.size:
+            p, flags = _kernel_params(self.fmt, Overflow.SATURATE, True)
+            run_kernel(_kernels.decode_kernel(flags), codes.reshape(-1), out.reshape(-1), p,
+                       inputs=1)
+        return out
 
 
 _CASTS = {}

@@ -129,11 +129,15 @@ def test_every_count_equals_fpemu_stats_on_the_captured_tensor():
     assert checked == len(mon.records) >= 3 * 4 * (8 + 8 + 6 * 4)
 
 
-def test_counting_on_the_device_gives_the_hosts_counts():
+def test_counting_on_the_device_gives_the_hosts_counts(monkeypatch):
     """count_on="device" (what a GPU tensor takes by default: fpemu.torch.stats,
     only the counts come back) against count_on="host" (fpemu's kernels), on
     the same training run repeated, under every scaling; a planted spike and
-    a GradScaler put values beyond the range and scales that are not 1."""
+    a GradScaler put values beyond the range and scales that are not 1. The
+    device's torch code is forced onto this CPU (whose own tensors go to
+    fpemu's kernels)."""
+    from fpemu.torch import _quantize
+    monkeypatch.setattr(_quantize, "CPU_KERNELS", False)
     for scaling in ("none", "current", "delayed", "mx", "nvfp4", "loss_scale"):
         runs = []
         for where in ("host", "device"):
@@ -153,12 +157,18 @@ def test_counting_on_the_device_gives_the_hosts_counts():
         ft.monitor(cnn(), count_on="gpu")
 
 
-def test_stats_on_the_device_equal_fpemu_stats_for_every_format_and_scale():
+@pytest.mark.parametrize("cpu_kernels", [False, True], ids=["torch-code", "numba"])
+def test_stats_on_the_device_equal_fpemu_stats_for_every_format_and_scale(cpu_kernels,
+                                                                          monkeypatch):
     """fpemu.torch.stats against fpemu.stats: random float32 bit patterns,
     values over every binade, zeros of both signs, infinities, NaN; float32,
     float64 (not float32 values) and float16 tensors; scales that keep the
     product a float32 number and scales that do not (1/3, 2**-300: those
-    elements are counted on the host)."""
+    elements are counted on the host). Both the device's torch code (forced
+    onto this CPU) and the CPU's own route (fpemu.stats on the tensor's
+    memory)."""
+    from fpemu.torch import _quantize
+    monkeypatch.setattr(_quantize, "CPU_KERNELS", cpu_kernels)
     rng = np.random.default_rng(0)
     u = rng.integers(0, 1 << 32, 1 << 13, dtype=np.uint64).astype(np.uint32).view(np.float32)
     g = (rng.standard_normal(1 << 12) * np.exp2(rng.integers(-150, 128, 1 << 12))).astype(

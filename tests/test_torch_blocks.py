@@ -23,6 +23,17 @@ from fpemu.errors import FpemuTypeError, FpemuValueError  # noqa: E402
 from fpemu.formats import Format  # noqa: E402
 from block_data import spread  # noqa: E402
 
+
+@pytest.fixture(autouse=True, params=["numba", "torch"])
+def cpu_path(request, monkeypatch):
+    """Every test twice: the element rounding of CPU tensors by fpemu's Numba
+    kernels (what the CPU runs) and by the element-wise torch code (what
+    CUDA and other devices run), forced onto the CPU."""
+    from fpemu.torch import _quantize
+    monkeypatch.setattr(_quantize, "CPU_KERNELS", request.param == "numba")
+    return request.param
+
+
 f32 = np.float32
 
 

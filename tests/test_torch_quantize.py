@@ -38,6 +38,16 @@ CUSTOM = (Format.custom(6, 9, name="e6m9"), Format.custom(8, 3, name="e8m3"),
 ALL = tuple(FORMATS) + CUSTOM
 
 
+@pytest.fixture(autouse=True, params=["numba", "torch"])
+def cpu_path(request, monkeypatch):
+    """Every test twice: CPU tensors through fpemu's Numba kernels (what the
+    CPU runs), and through the element-wise torch code (what CUDA and other
+    devices run), forced onto the CPU."""
+    from fpemu.torch import _quantize
+    monkeypatch.setattr(_quantize, "CPU_KERNELS", request.param == "numba")
+    return request.param
+
+
 def _bits(a):
     return np.ascontiguousarray(a, np.float32).view(np.uint32)
 

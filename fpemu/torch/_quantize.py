@@ -43,6 +43,8 @@ integer expression of them in float arithmetic (``docs/monitor.md``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..checks import seed_key
 from ..errors import FpemuTypeError, FpemuValueError
 from ..quantize import Cast
@@ -301,11 +303,13 @@ def _wide_rne_bits(u, cast, out):
 
 class _Plan(tuple):
     """What the tensor code reads of a configuration, as plain Python values:
-    (layout, flags, mode, wide, has_nan, name, bits, code bytes, key, offset);
-    ``layout`` is :attr:`fpemu.Cast.layout` (the kernel parameters by name)."""
+    (layout, flags, mode, wide, has_nan, name, bits, code bytes, key, offset,
+    cast); ``layout`` is :attr:`fpemu.Cast.layout` (the kernel parameters by
+    name), ``cast`` the :class:`fpemu.Cast` whose Numba kernels round CPU
+    tensors."""
 
-    layout, flags, mode, wide, has_nan, name, bits, code_bytes, key, offset = (
-        property(lambda self, i=i: self[i]) for i in range(10))
+    layout, flags, mode, wide, has_nan, name, bits, code_bytes, key, offset, cast = (
+        property(lambda self, i=i: self[i]) for i in range(11))
 
 
 _PLANS = {}
@@ -321,7 +325,7 @@ def _plan(fmt, rounding, subnormals, overflow, seed):
     cast = Cast.of(fmt, rounding, subnormals, overflow)
     f = cast.fmt
     plan = _Plan((cast.layout, cast.flags, int(cast.rounding), _wide_rne(cast), f.has_nan,
-                  f.name, f.bits, f.code_dtype.itemsize, *seed_key(seed, cast.rounding)))
+                  f.name, f.bits, f.code_dtype.itemsize, *seed_key(seed, cast.rounding), cast))
     if seed is not None or cast.rounding is not Rounding.SR:     # seed=None: new bits each call
         try:
             _PLANS[(fmt, rounding, subnormals, type(subnormals), overflow, seed)] = plan
@@ -378,6 +382,52 @@ def _by_pieces(fn, u, dtype, out=None):
     return res.view(u.shape)
 
 
+# ------------------------------------------------------------ CPU: Numba kernels
+#: Whether CPU tensors go through fpemu's Numba kernels (True) or through the
+#: element-wise torch code that other devices run (False: the tests set it to
+#: check that code on this CPU, bit for bit, where CI has no GPU).
+CPU_KERNELS = True
+
+
+def _on_cpu(t):
+    """Whether ``t`` lives in the host's memory, where fpemu's Numba kernels
+    (:meth:`fpemu.Cast.round_into`) run on it in place of the element-wise
+    tensor code: the same bits, one pass over memory on every core Numba
+    uses, instead of a few dozen torch operations."""
+    return CPU_KERNELS and isinstance(t, torch.Tensor) and t.device.type == "cpu"
+
+
+def _host_round(op, u, cast, out=None):
+    """``op`` ("quantize" or "encode") of the checked float32 bits ``u`` (a
+    contiguous int32 CPU tensor) by the Numba kernels, reading ``u``'s
+    memory in place and writing a new tensor (or ``out``) that NumPy sees
+    through the same buffer: no copy either way."""
+    x = u.view(torch.float32).numpy()
+    if op == "quantize":
+        res = torch.empty(u.shape, dtype=torch.float32) if out is None else out
+    else:
+        res = torch.empty(u.shape, dtype=_CODE_DTYPES[cast.code_bytes])
+    dst = res.detach().numpy()
+    if np.may_share_memory(x, dst) and x.ctypes.data != dst.ctypes.data:
+        x = x.copy()                    # out overlaps t at an offset: read before written
+    cast.cast.round_into(op, x, dst, cast.key, cast.offset)
+    return res
+
+
+def _host_decode(c, cast):
+    """The float32 values of valid codes ``c`` (an integer CPU tensor) by the
+    Numba decode kernel, on ``c``'s memory where it already holds the
+    format's code dtype."""
+    dtype = _CODE_DTYPES[cast.code_bytes]
+    c = c.detach()
+    if c.dtype != dtype:
+        c = (c & 0xFFFFFFFF if dtype == torch.uint32 and c.dtype == torch.int64 else c).to(dtype)
+    c = c.contiguous()
+    res = torch.empty(c.shape, dtype=torch.float32)
+    cast.cast.decode_into(c.numpy(), res.numpy())
+    return res
+
+
 # -------------------------------------------------------------------- public API
 @torch.compiler.disable
 def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
@@ -414,6 +464,8 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     """
     cast = _plan(fmt, rounding, subnormals, overflow, seed)
     out32 = None if out is None else _out_bits(out, t)
+    if _on_cpu(t):
+        return _host_round("quantize", _checked_bits(t, cast, "quantize"), cast, out)
     if cast.wide:
         u = _float32_bits(t, "quantize")
         if out32 is not None and out32.data_ptr() == u.data_ptr():
@@ -524,7 +576,10 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None)
     [56, 192, 126]
     """
     cast = _plan(fmt, rounding, subnormals, overflow, seed)
-    return _encode(_checked_bits(t, cast, "encode"), cast, _layout(fmt, subnormals, overflow))
+    u = _checked_bits(t, cast, "encode")
+    if _on_cpu(u):
+        return _host_round("encode", u, cast)
+    return _encode(u, cast, _layout(fmt, subnormals, overflow))
 
 
 def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None,
@@ -534,8 +589,10 @@ def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, se
     value is finite and at most the format's largest in magnitude (see
     :func:`_encode_small`)."""
     cast = _plan(fmt, rounding, subnormals, overflow, seed)
-    return _encode(t.contiguous().view(torch.int32), cast, _layout(fmt, subnormals, overflow),
-                   in_range)
+    u = t.contiguous().view(torch.int32)
+    if _on_cpu(u):
+        return _host_round("encode", u, cast)
+    return _encode(u, cast, _layout(fmt, subnormals, overflow), in_range)
 
 
 def _encode(u, cast, layout, in_range=False):
@@ -579,7 +636,7 @@ def decode(codes, fmt):
         first = "" if not bool(bad.any()) else f"; got {int(c[bad].reshape(-1)[0])}"
         _refuse(bad, f"fpemu.torch.decode(): {cast.name} codes are {cast.bits}-bit, "
                 f"in 0..{limit - 1}{first}")
-    return _decoded(c, cast)
+    return _decoded(codes.detach() if _on_cpu(codes) else c, cast)
 
 
 def _decode_bits(c, cast):
@@ -605,6 +662,8 @@ def _decoded(c, cast):
     """The float32 values of valid codes (any integer dtype): a lookup in the
     format's table of all its values (built once per device with the same
     integer code) for formats of up to 16 bits, else the computation."""
+    if _on_cpu(c):
+        return _host_decode(c, cast)
     if cast.bits > 16:
         return _decode_bits(c.to(torch.int64), cast).view(torch.float32)
     key = (cast.layout, cast.flags, cast.bits, str(c.device))

@@ -10,6 +10,7 @@ element for a power-of-two scale, but those pushed below float32's normal
 range or beyond its largest value) it is rounded by
 :func:`fpemu.torch.quantize` (bit for bit :func:`fpemu.quantize`); the few
 other elements go to the host's :func:`fpemu.stats`, and the two counts add.
+A CPU tensor is counted by :func:`fpemu.stats` itself, on its own memory.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ def stats(t, fmt, *, scale=1.0, overflow=None, log2_range=_host.LOG2_RANGE):
     x = t.detach().reshape(-1)
     if x.numel() == 0:
         return empty
+    if _q._on_cpu(x):           # the host's counting kernels on the tensor's own memory
+        if x.dtype not in (torch.float32, torch.float64):
+            x = x.to(torch.float32)                 # (narrower floats widen exactly)
+        return _host.stats(x.resolve_neg().numpy(), f, scale=scale, overflow=overflow,
+                           log2_range=log2_range)
     lo, hi = empty.log2_lo, empty.log2_lo + empty.hist.size
     x64 = x.to(torch.float64)
     finite = x64.isfinite()
