@@ -156,8 +156,10 @@ def run_plan(recipe, plan, X, state=None):
     if plan.block is None:
         scale, sinv = recipe.tensor_scale(plan, _f(_amax(X)), state)
         codes = _q.encode(X * float(scale), plan.elem, overflow="saturate")
-        return _per_row(codes, torch.full((R, 1), float(sinv), device=X.device), plan.elem,
-                        max(K, 1), plan.scale_rule)
+        q = _per_row(codes, torch.full((R, 1), float(sinv), device=X.device), plan.elem,
+                     max(K, 1), plan.scale_rule)
+        q.cache["tensor_sinv"] = np.float32(sinv)
+        return q
     if plan.rht:
         X = hadamard(X)
     q = _blocks.quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block, axis=1,
@@ -180,9 +182,10 @@ def transpose_operand(recipe, X, q, fmt, role, state=None):
     if plan.block is None:
         sinv0 = float(_q.decode_trusted(q.scales[:1, :1], _fp32))
         R, K = X.shape
-        return _per_row(q.codes.t().contiguous(),
-                        torch.full((K, 1), sinv0, device=X.device), fmt, max(1, R),
-                        q.scale_rule)
+        qt = _per_row(q.codes.t().contiguous(), torch.full((K, 1), sinv0, device=X.device),
+                      fmt, max(1, R), q.scale_rule)
+        qt.cache["tensor_sinv"] = np.float32(sinv0)
+        return qt
     if isinstance(q, _blocks.TensorBlocks) and isinstance(q.block, tuple) and \
             q.rounding == "rne":
         # 2-D tiles (NVFP4 and fp8-block weights, MXFP8 with block_2d_weights): the
@@ -238,6 +241,14 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
         return acc if alpha is None else acc * float(alpha)
     A = _q.decode_trusted(qa.codes, qa.elem)
     B = _q.decode_trusted(qb.codes, qb.elem)
+    if "tensor_sinv" in qa.cache and "tensor_sinv" in qb.cache:
+        # one K block and one scale per operand (the per-tensor recipes): the
+        # epilogue's part * (sa_i sb_j) has the same float32 product sa sb for
+        # every element, so it is one product by that number, in place
+        out = A @ B.t()
+        with np.errstate(all="ignore"):
+            s = qa.cache["tensor_sinv"] * qb.cache["tensor_sinv"]
+        return out.mul_(float(s))
     sa, sb = _q.decode_trusted(qa.scales, _fp32), _q.decode_trusted(qb.scales, _fp32)
     K, bk = A.shape[1], qa.block
     out = _fp8.k_block_epilogue(((j, A[:, s:s + bk] @ B[:, s:s + bk].t())
