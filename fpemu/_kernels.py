@@ -60,6 +60,10 @@ from ._jit import (ashr32, clz32, f32_from_ubits, f32_ubits, f64_bits, f64_from_
                    lshr32, pjit, shl32)
 
 RNE, RNA, RTZ, RUP, RDN, RTO, SR = range(7)
+#: the kernels' mode number of stochastic rounding drawing from Philox4x32-10
+#: (``rng="philox"``); SR draws from splitmix64. Every mode test below treats
+#: both as "the other mode" (the last branch), so only the draw differs.
+SR_PHILOX = 7
 OVF_INF, OVF_SATURATE, OVF_NAN = range(3)
 POLICY_MASK, FLUSH, FNUZ, UNSIGNED, NO_ZERO, NORMALIZE = 3, 4, 8, 16, 32, 64
 
@@ -79,13 +83,70 @@ _S31 = np.uint64(31)
 
 
 @jit
-def _random63(key, index):
-    """63 uniform random bits for element ``index`` under ``key``."""
+def _splitmix63(key, index):
+    """63 uniform random bits for element ``index`` under ``key`` (splitmix64)."""
     z = np.uint64(key) + np.uint64(index + 1) * _GOLDEN
     z = (z ^ (z >> _S30)) * _MIX1
     z = (z ^ (z >> _S27)) * _MIX2
     z = z ^ (z >> _S31)
     return np.int64(z >> _S1)
+
+
+# Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as
+# easy as 1, 2, 3", SC 2011; cuRAND's and PyTorch CUDA's generator): ten
+# rounds of two 32 x 32 -> 64-bit products over a 128-bit counter, the 64-bit
+# key bumped by the Weyl constants between rounds. Element i of a call takes
+# the block of counter (offset + i, 0) under the seed's 64-bit key: its first
+# two words make the draw.
+_PH_M0 = np.uint64(0xD2511F53)
+_PH_M1 = np.uint64(0xCD9E8D57)
+_PH_W0 = np.uint64(0x9E3779B9)
+_PH_W1 = np.uint64(0xBB67AE85)
+_M32 = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+
+
+@jit
+def philox4x32(c0, c1, c2, c3, k0, k1):
+    """The four 32-bit output words (uint64) of Philox4x32-10 for counter
+    words ``c0..c3`` and key words ``k0, k1`` (each below 2**32)."""
+    c0, c1, c2, c3 = np.uint64(c0), np.uint64(c1), np.uint64(c2), np.uint64(c3)
+    k0, k1 = np.uint64(k0), np.uint64(k1)
+    for _ in range(10):
+        p0 = _PH_M0 * c0
+        p1 = _PH_M1 * c2
+        c0, c1, c2, c3 = (((p1 >> _S32) ^ c1 ^ k0) & _M32, p1 & _M32,
+                          ((p0 >> _S32) ^ c3 ^ k1) & _M32, p0 & _M32)
+        k0 = (k0 + _PH_W0) & _M32
+        k1 = (k1 + _PH_W1) & _M32
+    return c0, c1, c2, c3
+
+
+@jit
+def _philox63(key, index):
+    """63 uniform random bits for element ``index`` under ``key``: the top 63
+    bits of Philox4x32-10's first two words (word 1 high)."""
+    k = np.uint64(key)
+    i = np.uint64(index)
+    w0, w1, _, _ = philox4x32(i & _M32, i >> _S32, 0, 0, k & _M32, k >> _S32)
+    return np.int64(((w1 << _S32) | w0) >> _S1)
+
+
+@jit
+def _random63(key, index, mode):
+    """63 uniform random bits for element ``index`` under ``key``, from the
+    generator of ``mode`` (SR: splitmix64, SR_PHILOX: Philox4x32-10)."""
+    if mode == SR_PHILOX:
+        return _philox63(key, index)
+    return _splitmix63(key, index)
+
+
+@pjit
+def random63_kernel(key, offset, mode, out):
+    """``out[i]`` = the 63-bit draw of element ``offset + i`` under ``key``
+    from the generator of ``mode`` (SR or SR_PHILOX)."""
+    for i in prange(out.size):
+        out[i] = _random63(key, offset + i, mode)
 
 
 # ----------------------------------------------------------------- input split
@@ -141,7 +202,7 @@ def _round(neg, e, sig, in_m, mode, p, key, index):
         up = rem << (63 - min(shift, 63))
         down = rem >> min(max(shift - 63, 0), 63)
         threshold = up if shift <= 63 else down
-        inc = _random63(key, index) < threshold
+        inc = _random63(key, index, mode) < threshold
     kept = kept + np.int64(inc)
     q = min(max(e, emin), emax)
     mag = ((q + p[3] - 1) << M) + kept
@@ -313,7 +374,7 @@ def _round32(neg, e, sig, special, frac_nz, mode, p, flags, key, index):
             up64 = r64 << (63 - min(sh, 63))
             down64 = r64 >> min(max(sh - 63, 0), 63)
             threshold = up64 if sh <= 63 else down64
-            inc = _random63(key, index) < threshold
+            inc = _random63(key, index, mode) < threshold
         kept = np.int32(kept + np.int32(inc))
     q = np.int32(min(max(e, emin), emax))
     mag = np.int32(shl32(np.int32(q + np.int32(p[3]) - _I1), M) + kept)

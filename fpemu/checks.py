@@ -161,10 +161,20 @@ MAX_OFFSET = 2**62   # offset + element index stays inside the kernels' int64
 
 
 def seed_key(seed, mode: Rounding):
-    """(64-bit key as int64, index offset) for stochastic rounding."""
+    """(64-bit key as int64, index offset) for stochastic rounding: the
+    first 64-bit word of NumPy's ``SeedSequence(seed)``. ``seed`` is an int
+    >= 0, a pair ``(seed, offset)``, or a list of ints >= 0 (NumPy's
+    entropy: ``fpemu.block``'s ``"srN"`` seeds of the fp8 recipes, a seed
+    and a call counter)."""
     if mode is not Rounding.SR:
         return 0, 0
     offset = 0
+    if isinstance(seed, list):
+        if not seed or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
+                               and s >= 0 for s in seed):
+            raise FpemuValueError(f"a list seed is NumPy's entropy, ints >= 0; got {seed!r}")
+        state = np.random.SeedSequence([int(s) for s in seed]).generate_state(1, np.uint64)[0]
+        return int(state.view(np.int64)), 0
     if isinstance(seed, tuple):
         if len(seed) != 2:
             raise FpemuValueError(f"seed must be an int or a pair (seed, offset), got {seed!r}")

@@ -20,10 +20,10 @@ from .checks import (as_format, no_nan_into, output_array, real_array, same_buff
                      seed_key)
 from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
-from .rounding import Overflow, Rounding, parse_overflow, parse_rounding
+from .rounding import Overflow, Rounding, parse_overflow, parse_rng, parse_rounding
 
 __all__ = ["Cast", "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify",
-           "not_in_format"]
+           "not_in_format", "stochastic_bits"]
 
 #: The classes :func:`classify` returns, in order.
 CLASSES = ("zero", "subnormal", "normal", "inf", "nan")
@@ -260,6 +260,7 @@ class Cast:
     fast_encode: Optional[tuple] = None
     fast_directed: Optional[tuple] = None
     fast_directed_encode: Optional[tuple] = None
+    rng: str = "splitmix64"
 
     # the bits of ``flags`` beyond the overflow policy (``flags & 3``), by name,
     # for code that reads them (fpemu.torch's quantizers)
@@ -268,19 +269,20 @@ class Cast:
     UNSIGNED = _kernels.UNSIGNED    #: no sign bit
     NO_ZERO = _kernels.NO_ZERO      #: no zero (e8m0)
     NORMALIZE = _kernels.NORMALIZE  #: subnormals below float32's range
+    SR_PHILOX = _kernels.SR_PHILOX  #: :attr:`kernel_mode` of stochastic rounding by Philox
 
     @staticmethod
-    def of(fmt, rounding="rne", subnormals=True, overflow=None) -> "Cast":
+    def of(fmt, rounding="rne", subnormals=True, overflow=None, rng=None) -> "Cast":
         """The cast for this configuration (built once; the arguments are
         those of :func:`quantize`)."""
-        key = (fmt, rounding, subnormals, type(subnormals), overflow)
+        key = (fmt, rounding, subnormals, type(subnormals), overflow, rng)
         try:
             return _CASTS[key]
         except KeyError:
             pass
         except TypeError:                       # an unhashable argument: check it, uncached
-            return Cast._build(fmt, rounding, subnormals, overflow)
-        cast = _CASTS[key] = Cast._build(fmt, rounding, subnormals, overflow)
+            return Cast._build(fmt, rounding, subnormals, overflow, rng)
+        cast = _CASTS[key] = Cast._build(fmt, rounding, subnormals, overflow, rng)
         return cast
 
     @staticmethod
@@ -295,7 +297,7 @@ class Cast:
             return cast
 
     @staticmethod
-    def _build(fmt, rounding, subnormals, overflow):
+    def _build(fmt, rounding, subnormals, overflow, rng=None):
         fmt = as_format(fmt)
         mode = parse_rounding(rounding)
         pol = _resolve_overflow(fmt, overflow)
@@ -303,7 +305,16 @@ class Cast:
         return Cast(fmt, mode, pol, bool(subnormals), params, flags, specialise(flags),
                     _fast_rne_params(fmt, mode, flags), _fast_encode_params(fmt, mode, flags),
                     _fast_directed_params(fmt, mode, flags),
-                    _fast_directed_encode_params(fmt, mode, flags))
+                    _fast_directed_encode_params(fmt, mode, flags), parse_rng(rng))
+
+    @property
+    def kernel_mode(self) -> int:
+        """The rounding mode as the kernels number it: the :class:`Rounding`
+        value, except stochastic rounding drawing from Philox4x32-10
+        (``rng="philox"``)."""
+        if self.rounding is Rounding.SR and self.rng == "philox":
+            return _kernels.SR_PHILOX
+        return int(self.rounding)
 
     @property
     def layout(self) -> Layout:
@@ -335,7 +346,7 @@ class Cast:
     def kernel(self, op, dtype):
         """The rounding kernel of ``op`` ("quantize" or "encode") for input
         ``dtype`` (float32 or float64)."""
-        return _kernels.rounding_kernel(op, np.dtype(dtype).str[1:], int(self.rounding),
+        return _kernels.rounding_kernel(op, np.dtype(dtype).str[1:], self.kernel_mode,
                                         self.kernel_flags)
 
     def _run(self, op, x, seed, out, dtype, fname):
@@ -427,7 +438,8 @@ def not_in_format(x, fmt: Format):
 
 
 @_masked
-def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
+def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None,
+             rng=None):
     """Round real values to a format; return the values as float32.
 
     Parameters
@@ -455,6 +467,12 @@ def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
         ``offset`` is the flat index of ``x[0]`` in a larger array, so that a
         chunk gets the same random bits as in one whole-array call. The bits of
         element ``i`` depend on ``(seed, offset + i)`` only, not on threads.
+    rng : {None, "splitmix64", "philox"}
+        Stochastic rounding only: the generator of those bits. None takes
+        ``"splitmix64"`` (fpemu's stream from the start, so earlier results
+        reproduce); ``"philox"`` is Philox4x32-10, cuRAND's and PyTorch
+        CUDA's generator. Both are counter-based: the same bits from the
+        Numba kernels, :mod:`fpemu.torch` and its Triton kernels.
     out : ndarray, optional
         float32, C-contiguous, of x's shape; written and returned.
 
@@ -472,11 +490,12 @@ def quantize(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.quantize(500.0, "e4m3fn", overflow="nan")
     array(nan, dtype=float32)
     """
-    return Cast.of(fmt, rounding, subnormals, overflow).quantize(x, seed=seed, out=out)
+    return Cast.of(fmt, rounding, subnormals, overflow, rng).quantize(x, seed=seed, out=out)
 
 
 @_masked
-def encode(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
+def encode(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None,
+           rng=None):
     """Round real values to a format; return the codes.
 
     Same arguments and semantics as :func:`quantize`. Codes are uint8 for
@@ -492,7 +511,7 @@ def encode(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None,
     >>> hex(int(fpemu.encode(65520.0, "fp16")))
     '0x7c00'
     """
-    return Cast.of(fmt, rounding, subnormals, overflow).encode(x, seed=seed, out=out)
+    return Cast.of(fmt, rounding, subnormals, overflow, rng).encode(x, seed=seed, out=out)
 
 
 def decode(codes, fmt):
@@ -528,6 +547,37 @@ def decode(codes, fmt):
     if flat.size:
         p, flags = _kernel_params(fmt, Overflow.SATURATE, True)
         run_kernel(_kernels.decode_kernel(flags), flat, out.reshape(-1), p, inputs=1)
+    return out
+
+
+def stochastic_bits(seed, size, *, rng=None):
+    """The 63 random bits (int64 >= 0) that stochastic rounding compares with
+    the dropped bits, for elements ``offset .. offset + size - 1`` of a call
+    with ``seed`` (an int, or ``(seed, offset)`` as in :func:`quantize`).
+
+    ``rng="splitmix64"`` (None): ``splitmix64(key + (i + 1) * 0x9E3779B97F4A7C15)
+    >> 1``; ``rng="philox"``: Philox4x32-10 of counter ``(i mod 2**32, i >>
+    32, 0, 0)`` under key ``(key mod 2**32, key >> 32)``, its words 1 and 0
+    as one 64-bit number, shifted right once; ``key`` is the seed's 64-bit
+    key (NumPy's ``SeedSequence(seed)``). :func:`quantize` rounds element
+    ``i`` up where its draw is below the dropped part read as a 63-bit
+    fraction; ``fpemu.block``'s ``"srN"`` takes the top N bits of the Philox
+    draw.
+
+    Examples
+    --------
+    >>> from fpemu.quantize import stochastic_bits
+    >>> stochastic_bits((7, 10), 3, rng="philox")[1] == stochastic_bits(7, 12, rng="philox")[11]
+    True
+    """
+    cast = Cast.of("bf16", "sr", rng=rng)
+    key, offset = seed_key(seed, Rounding.SR)
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
+        raise FpemuValueError(f"stochastic_bits(): size is a count of elements, an int >= 0; "
+                              f"got {size!r}")
+    out = np.empty(int(size), np.int64)
+    if out.size:
+        run_kernel(_kernels.random63_kernel, key, offset, cast.kernel_mode, out)
     return out
 
 
@@ -613,7 +663,7 @@ def ulp(x, fmt):
     return res.astype(np.float32).reshape(shape)
 
 
-def classify(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None):
+def classify(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, rng=None):
     """Class of each value once rounded to the format.
 
     Returns a string array of ``"zero"``, ``"subnormal"``, ``"normal"``,
@@ -626,7 +676,7 @@ def classify(x, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.classify([1.0, 1e-6, 1e-9, 7e4, float("nan")], "fp16")
     array(['normal', 'subnormal', 'zero', 'inf', 'nan'], dtype='<U9')
     """
-    cast = Cast.of(fmt, rounding, subnormals, overflow)
+    cast = Cast.of(fmt, rounding, subnormals, overflow, rng)
     if isinstance(x, np.ma.MaskedArray):
         res = cast.classify(x.filled(0), seed=seed)
         return np.ma.MaskedArray(res, mask=np.ma.getmaskarray(x).copy())

@@ -48,6 +48,26 @@ def parse_rounding(rounding) -> Rounding:
     return _parse(Rounding, rounding, "rounding mode", ROUNDING_NAMES)
 
 
+#: The generators of stochastic rounding (``rng=``): ``"splitmix64"`` (the
+#: default, fpemu's stream since its first release: earlier results
+#: reproduce) and ``"philox"`` (Philox4x32-10, the counter-based generator of
+#: cuRAND and of PyTorch on CUDA). Both give element ``i`` bits that depend on
+#: (seed, offset + i) only, computed where the data lies (Numba, torch,
+#: Triton): see docs/numeric-contract.md.
+RNGS = ("splitmix64", "philox")
+DEFAULT_RNG = "splitmix64"
+
+
+def parse_rng(rng) -> str:
+    """The generator name of ``rng=`` (None: :data:`DEFAULT_RNG`)."""
+    if rng is None:
+        return DEFAULT_RNG
+    if isinstance(rng, str) and rng.lower() in RNGS:
+        return rng.lower()
+    raise FpemuValueError(f"unknown stochastic-rounding generator rng={rng!r}; expected "
+                          f"{' or '.join(repr(r) for r in RNGS)} (or None: {DEFAULT_RNG!r})")
+
+
 def parse_overflow(overflow) -> Overflow:
     """Return the :class:`Overflow` for ``"inf"``, ``"saturate"`` or ``"nan"``."""
     return _parse(Overflow, overflow, "overflow policy",

@@ -124,7 +124,11 @@ dropped). With N uniform random bits ``R`` the magnitude is ``(k + 1) * u``
 when ``r + R >= 2**N``, else ``k * u``: up with probability ``r / 2**N``.
 ``R`` for the element at flat position ``i`` of the block layout (blocks
 in the order of the scales array, elements in order within a block) is the
-``i``-th draw of ``numpy.random.Generator(PCG64(seed)).integers(0, 2**N)``.
+top N bits of the ``i``-th 63-bit Philox4x32-10 draw of
+:func:`fpemu.quantize.stochastic_bits` (``rng="philox"``, the default, the
+same bits on every device), or with ``rng="pcg64"`` the ``i``-th draw of
+``numpy.random.Generator(PCG64(seed)).integers(0, 2**N)`` (earlier
+releases' stream).
 
 Random Hadamard transform
 -------------------------

@@ -11,11 +11,13 @@ import numpy as np
 from ..checks import real_array
 from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import format as lookup
+from ..rounding import parse_rng
 from .rules import SCALE_RULES, TENSOR_SCALE_RULES
 from .spec import INF_BLOCK, PRESETS, scales_shape
 
 __all__ = ["resolve_args", "check_block", "check_axis", "check_layout", "check_padding",
-           "check_tensor_amax", "check_inf_block", "srn_bits", "float32_input",
+           "check_tensor_amax", "check_inf_block", "srn_bits", "float32_input", "block_rng",
+           "SRN_RNGS",
            "check_scales", "check_tensor_scale", "lookup", "PAD_SLACK"]
 
 
@@ -161,6 +163,32 @@ def srn_bits(rounding, seed):
         raise FpemuValueError(f"quantize_blocks(): rounding={rounding!r} needs seed= (an "
                               "int), so that the random bits can be reproduced")
     return n
+
+
+#: The generators of ``rng=`` in :func:`fpemu.block.quantize_blocks`, by
+#: element rounding: ``"sr"`` takes those of :func:`fpemu.quantize`
+#: (splitmix64 by default); ``"srN"`` takes Philox4x32-10 (the default: drawn
+#: where the data lies, the same bits on every device) or NumPy's PCG64 (the
+#: stream of earlier releases, drawn on the host).
+SRN_RNGS = ("philox", "pcg64")
+
+
+def block_rng(rounding, rng):
+    """The checked ``rng=`` of a block quantizer (None: the mode's default)."""
+    if srn_bits_name(rounding):
+        if rng is None:
+            return "philox"
+        if isinstance(rng, str) and rng.lower() in SRN_RNGS:
+            return rng.lower()
+        raise FpemuValueError(f"quantize_blocks(): rounding={rounding!r} draws its bits from "
+                              f"rng='philox' (the default) or 'pcg64' (NumPy's stream, as "
+                              f"earlier releases); got rng={rng!r}")
+    return parse_rng(rng)
+
+
+def srn_bits_name(rounding):
+    """Whether ``rounding`` is spelled ``"srN"``."""
+    return isinstance(rounding, str) and bool(_SRN.match(rounding))
 
 
 def float32_input(x, fname):

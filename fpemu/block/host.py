@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import Format
-from ..quantize import decode, encode, quantize
+from ..quantize import decode, encode, quantize, stochastic_bits
 from . import checks
 from .rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, Scaled, array_namespace
 from .spec import BlockQuantized, exact_values
@@ -65,27 +65,34 @@ def to_blocks(X, block, axis):
 
 
 # ------------------------------------------------------------ element rounding
-def srn_draws(n, seed, size):
-    """The random bits of ``"srN"``: element i of the block layout takes draw i."""
-    gen = np.random.Generator(np.random.PCG64(seed))
-    return gen.integers(0, 2**n, size=size, dtype=np.uint64)
+def srn_draws(n, seed, size, rng="philox"):
+    """The random bits of ``"srN"``: element i of the block layout takes draw
+    i, the top ``n`` bits of :func:`fpemu.quantize.stochastic_bits` (Philox,
+    ``rng="philox"``) or the i-th of NumPy's ``PCG64(seed)`` integers below
+    ``2**n`` (``rng="pcg64"``, drawn in sequence: host only)."""
+    if rng == "pcg64":
+        gen = np.random.Generator(np.random.PCG64(seed))
+        return gen.integers(0, 2**n, size=size, dtype=np.uint64)
+    return (stochastic_bits(seed, size, rng="philox") >> (63 - n)).astype(np.uint64)
 
 
-def round_elements(V, elem, rounding, seed, has_nan=True, offset=0, draws=None):
+def round_elements(V, elem, rounding, seed, has_nan=True, offset=0, draws=None, rng=None):
     """V (float32, block layout) rounded to elem: codes (block layout). NaNs
     (only in blocks whose scale is NaN: their codes are replaced) round as 0.
     ``offset``: the flat position of V's first element in the whole block
-    layout (stochastic modes); ``draws``: V's share of the ``"srN"`` bits."""
+    layout (stochastic modes); ``draws``: V's share of the ``"srN"`` bits;
+    ``rng``: the generator (:func:`fpemu.block.checks.block_rng`)."""
     flat = V.reshape(-1)
     safe = np.where(np.isnan(flat), np.float32(0), flat) if has_nan else flat
     n = checks.srn_bits(rounding, seed)
     if n is not None:
         if draws is None:
-            draws = srn_draws(n, seed, flat.size)
+            draws = srn_draws(n, seed, flat.size, checks.block_rng(rounding, rng))
         vals = round_srn(safe.astype(np.float64), elem, n, draws.reshape(-1))
         codes = encode(vals, elem)
     else:
-        kw = {"seed": (seed, offset) if seed is not None else None} if rounding == "sr" else {}
+        kw = {"seed": (seed, offset) if seed is not None else None,
+              "rng": rng} if rounding == "sr" else {}
         codes = encode(safe, elem, rounding=rounding, overflow="saturate", **kw)
     return codes.reshape(V.shape)
 
@@ -120,7 +127,7 @@ class _HostOps:
     @staticmethod
     def round_elements(V, job, has_nan=True):
         return round_elements(V, job.elem, job.rounding, job.seed, has_nan, job.offset,
-                              job.draws)
+                              job.draws, job.rng)
 
 
 #: The host's rounding as the rules call it.
@@ -136,15 +143,14 @@ def _run_chunked(rule, job):
     candidates never exist for the whole array at once."""
     blen = job.Bk.shape[-1]
     B, a = job.Bk.reshape(-1, blen), job.amax_b.reshape(-1)
-    n = checks.srn_bits(job.rounding, job.seed)
-    draws = srn_draws(n, job.seed, B.size).reshape(B.shape) if n is not None else None
+    draws = None if job.draws is None else job.draws.reshape(B.shape)
     step = max(1, _CHUNK_ELEMENTS // blen)
     parts = []
     for lo in range(0, a.size, step):
         hi = min(a.size, lo + step)
         sub = Job(B[lo:hi], a[lo:hi], job.elem, job.scale_fmt, job.rule, job.rounding,
                   job.seed, job.tensor_amax, job.inf_block, _ex, _NP, OPS,
-                  draws=None if draws is None else draws[lo:hi], offset=lo * blen)
+                  draws=None if draws is None else draws[lo:hi], offset=lo * blen, rng=job.rng)
         parts.append(rule(sub))
     if not parts:
         return rule(job)
@@ -159,7 +165,8 @@ def _run_chunked(rule, job):
 
 # ------------------------------------------------------------------- public
 def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_rule=None,
-                    rounding="rne", seed=None, *, tensor_amax=None, inf_block="saturate"):
+                    rounding="rne", seed=None, *, tensor_amax=None, inf_block="saturate",
+                    rng=None):
     """Quantize to a block-scaled format; returns ``(codes, scales)`` as a
     :class:`BlockQuantized`.
 
@@ -186,6 +193,12 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         ``"srN"`` (``"sr8"``: 8 random bits per element, as ``cvt.rs``).
     seed : int
         For the stochastic modes.
+    rng : str, optional
+        Their generator: for ``"sr"`` those of :func:`fpemu.quantize`
+        (``"splitmix64"``, the default, or ``"philox"``); for ``"srN"``
+        ``"philox"`` (the default: Philox4x32-10, drawn where the data lies,
+        so ``fpemu.torch.quantize_blocks`` makes the same bits on its device)
+        or ``"pcg64"`` (NumPy's stream, the default of earlier releases).
     tensor_amax : float, optional
         NVFP4 rules: the amax the tensor scale is computed from (default:
         the amax of ``x``), e.g. the amax before a Hadamard transform.
@@ -209,7 +222,8 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     elem, scale_fmt, block, rule = checks.resolve_args(elem, scale_fmt, block, scale_rule)
     block = checks.check_block(block, "quantize_blocks")
     checks.check_inf_block(inf_block)
-    checks.srn_bits(rounding, seed)
+    n_sr = checks.srn_bits(rounding, seed)
+    rng = checks.block_rng(rounding, rng)
     amax_given = checks.check_tensor_amax(tensor_amax, rule)
     X32 = checks.float32_input(x, "quantize_blocks")
     ax = checks.check_layout(X32.shape, block, axis, "quantize_blocks")
@@ -219,14 +233,15 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     tensor_amax = amax_given
     if tensor_amax is None and rule in TENSOR_SCALE_RULES:
         tensor_amax = _f32(np.max(np.abs(X32))) if X32.size else _f32(0)    # NaN propagates
+    draws = None if n_sr is None else srn_draws(n_sr, seed, Bk.size, rng).reshape(Bk.shape)
     job = Job(Bk, amax_b, elem, scale_fmt, rule, rounding, seed, tensor_amax, inf_block, _ex,
-              _NP, OPS)
+              _NP, OPS, draws=draws, rng=rng)
     r = SCALE_RULES[rule]
     res = _run_chunked(r, job) if r.chunked else r(job)
     block_nan, codes = res.block_nan, res.codes
     has_nan = bool(block_nan.any())
     if codes is None:
-        codes = round_elements(res.V, elem, rounding, seed, has_nan)
+        codes = round_elements(res.V, elem, rounding, seed, has_nan, draws=draws, rng=rng)
     if has_nan:
         # a NaN-scaled block decodes to NaN whatever its codes: they keep only
         # the inputs' signs (a zero of each sign), so that -x mirrors x

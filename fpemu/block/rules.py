@@ -65,6 +65,7 @@ class Job:
     ops: Any
     draws: Any = None
     offset: int = 0
+    rng: Optional[str] = None
 
 
 class Scaled(NamedTuple):

@@ -22,9 +22,10 @@ layout, amaxes, element rounding):
 * the tensor scale of the two-level NVFP4 rules is computed on the host from
   the tensor amax (one number comes back), by the same scalar code as
   :mod:`fpemu.block`;
-* ``"srN"`` rounding draws its bits from NumPy's PCG64 stream, as
-  :mod:`fpemu.block` does (the same bits for the same seed); they are made
-  on the host and sent to the device, 8 bytes per element;
+* ``"srN"`` rounding draws its bits from Philox4x32-10 by element index,
+  on the device (the same bits as :mod:`fpemu.block` for the same seed);
+  with ``rng="pcg64"`` (NumPy's stream, earlier releases' default) they are
+  made on the host and sent to the device;
 * Four Over Six sums each block's squared errors in float64 in the fixed
   halving order of :func:`fpemu.block.halving_sum`.
 """
@@ -37,8 +38,10 @@ from ..block import checks as _checks
 from ..block import host as _host
 from ..block.rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, array_namespace
 from ..block.spec import BlockQuantized
+from ..checks import seed_key
 from ..errors import FpemuValueError
 from ..formats import Format
+from ..rounding import Rounding
 from . import _quantize as _q
 
 torch = _q.torch
@@ -199,7 +202,8 @@ class _DeviceOps:
 
     @staticmethod
     def round_elements(V, job, has_nan=True):
-        return _round_elements(V, job.elem, job.rounding, job.seed, job.draws, has_nan)
+        return _round_elements(V, job.elem, job.rounding, job.seed, job.draws, has_nan,
+                               job.rng)
 
 
 _OPS = _DeviceOps()
@@ -207,15 +211,24 @@ _XP = array_namespace("torch")
 
 
 # ------------------------------------------------------------ element rounding
-def _srn_draws(n, seed, like):
-    """:func:`fpemu.block.host.srn_draws` (NumPy's PCG64 on the host), on ``like``'s
-    device in its block layout."""
-    d = _host.srn_draws(n, seed, like.numel())
+def _srn_draws(n, seed, like, rng):
+    """:func:`fpemu.block.host.srn_draws` on ``like``'s device in its block
+    layout: Philox drawn there (the top ``n`` bits of each element's 63-bit
+    draw, :func:`fpemu.torch._quantize._philox63`), or NumPy's PCG64 drawn
+    on the host and sent (``rng="pcg64"``)."""
+    if rng == "philox":
+        key, offset = seed_key(seed, Rounding.SR)
+        if _q._on_cpu(like):                      # the Numba kernel, on the host's memory
+            d = torch.from_numpy(_host.srn_draws(n, seed, like.numel(), rng).view(np.int64))
+        else:
+            d = _q._philox63(key, offset, like.shape, like.device) >> (63 - n)
+        return d.view(like.shape)
+    d = _host.srn_draws(n, seed, like.numel(), rng)
     d = d.astype(np.uint8 if n <= 8 else np.int32 if n <= 31 else np.int64)   # (fewer bytes)
     return torch.from_numpy(d).to(like.device).view(like.shape)
 
 
-def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
+def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True, rng=None):
     """:func:`fpemu.block.host.round_elements`: element codes (int64, V's layout);
     with ``has_nan`` (some block has a NaN scale; its codes are replaced)
     NaNs round as 0, else a NaN element gets the element format's NaN."""
@@ -226,7 +239,8 @@ def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True):
             return _codes(_round_srn(safe, elem, n, draws), elem)
         return _codes(_round_srn(safe.to(torch.float64), elem, n, draws).to(torch.float32),
                       elem)          # (grid values of elem: float32 holds them)
-    kw = {"seed": (seed, 0) if seed is not None else None} if rounding == "sr" else {}
+    kw = {"seed": (seed, 0) if seed is not None else None,
+          "rng": rng} if rounding == "sr" else {}
     return _codes(safe, elem, rounding=rounding, overflow="saturate", **kw)
 
 
@@ -258,7 +272,8 @@ def _round_srn(v, elem: Format, n, draws):
 # ------------------------------------------------------------------- public
 @torch.compiler.disable
 def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_rule=None,
-                    rounding="rne", seed=None, *, tensor_amax=None, inf_block="saturate"):
+                    rounding="rne", seed=None, *, tensor_amax=None, inf_block="saturate",
+                    rng=None):
     """:func:`fpemu.block.quantize_blocks` on a tensor's own device.
 
     The arguments are those of :func:`fpemu.block.quantize_blocks` (a
@@ -279,6 +294,7 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     block = _checks.check_block(block, "quantize_blocks")
     _checks.check_inf_block(inf_block)
     n_sr = _checks.srn_bits(rounding, seed)
+    rng = _checks.block_rng(rounding, rng)
     amax_given = _checks.check_tensor_amax(tensor_amax, rule)
     X = _q._float32_bits(t, "quantize_blocks").view(torch.float32)
     ax = _checks.check_layout(tuple(X.shape), block, axis, "fpemu.torch.quantize_blocks",
@@ -303,13 +319,13 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         tensor_amax = np.float32(amax_b.max().item()) if X.numel() else np.float32(0)
         if np.isnan(tensor_amax):
             tensor_amax = np.float32(np.nan)
-    draws = _srn_draws(n_sr, seed, Bk) if n_sr is not None else None
+    draws = _srn_draws(n_sr, seed, Bk, rng) if n_sr is not None else None
     job = Job(Bk, amax_b, elem, scale_fmt, rule, rounding, seed, tensor_amax, inf_block, ex,
-              _XP, _OPS, draws=draws)
+              _XP, _OPS, draws=draws, rng=rng)
     scodes, V, codes, clipped, block_nan, tscale = SCALE_RULES[rule](job)
     has_nan = bool(block_nan.any())
     if codes is None:
-        codes = _round_elements(V, elem, rounding, seed, draws, has_nan)
+        codes = _round_elements(V, elem, rounding, seed, draws, has_nan, rng)
     if has_nan:
         # a NaN-scaled block keeps only its inputs' signs (module text of fpemu.block)
         signed0 = torch.signbit(Bk).to(torch.int64) << (elem.bits - 1)

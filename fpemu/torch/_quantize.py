@@ -85,6 +85,31 @@ def _random63(key, offset, shape, device):
     return _lsr64(z, 1)
 
 
+_PH_M0, _PH_M1 = 0xD2511F53, 0xCD9E8D57
+_PH_W0, _PH_W1 = 0x9E3779B9, 0xBB67AE85
+_M32 = 0xFFFFFFFF
+
+
+def _philox63(key, offset, shape, device):
+    """63 uniform random bits (int64 >= 0) for each element of a tensor of
+    ``shape``: element ``i`` takes Philox4x32-10 of counter ``(offset + i,
+    0)`` under the 64-bit ``key``, the top 63 bits of its first two words
+    (word 1 high), as fpemu's host kernels do (``rng="philox"``). The 32 x
+    32-bit products are int64 products: where one wraps past 2**63 its low
+    64 bits, which are all that is read, are still the product's."""
+    n = torch.arange(shape.numel(), device=device, dtype=torch.int64).view(shape) + offset
+    c0, c1 = n & _M32, n >> 32
+    c2 = c3 = torch.zeros_like(n)
+    k = key & ((1 << 64) - 1)
+    k0, k1 = k & _M32, k >> 32
+    for _ in range(10):
+        p0, p1 = c0 * _PH_M0, c2 * _PH_M1
+        c0, c1, c2, c3 = (((p1 >> 32) & _M32) ^ c1 ^ k0, p1 & _M32,
+                          ((p0 >> 32) & _M32) ^ c3 ^ k1, p0 & _M32)
+        k0, k1 = (k0 + _PH_W0) & _M32, (k1 + _PH_W1) & _M32
+    return (c1 << 31) | (c0 >> 1)
+
+
 def _leading_bit(sig):
     """floor(log2(sig)) of int32 ``sig`` in 1 .. 2**24 (anything for 0): the
     exponent field of its float32 conversion, which is exact below 2**24."""
@@ -115,7 +140,7 @@ def _rounded(u, cast, key, offset):
     L = cast.layout
     M, emin, emax, bias = L.mantissa_bits, L.emin, L.emax, L.bias
     maxmag, infmag = L.max_code, L.inf_code
-    flags, mode = cast.flags, Rounding(cast.mode)
+    flags, mode = cast.flags, Rounding(min(cast.mode, int(Rounding.SR)))
     neg = u < 0
     a = u & 0x7FFFFFFF
     ef = a >> 23
@@ -153,7 +178,8 @@ def _rounded(u, cast, key, offset):
             r64 = rem.to(torch.int64)
             threshold = torch.where(sh <= 63, r64 << (63 - sh.clamp(max=63)),
                                     r64 >> (sh - 63).clamp(0, 63))
-            inc = _random63(key, offset, u.shape, u.device) < threshold
+            draw = _philox63 if cast.mode == Cast.SR_PHILOX else _random63
+            inc = draw(key, offset, u.shape, u.device) < threshold
         kept = kept + inc.to(torch.int32)
     q = e.clamp(emin, emax)
     mag = (q + (bias - 1)) * (1 << M) + kept        # a product: the field may be -1 (e8m0)
@@ -315,20 +341,20 @@ class _Plan(tuple):
 _PLANS = {}
 
 
-def _plan(fmt, rounding, subnormals, overflow, seed):
+def _plan(fmt, rounding, subnormals, overflow, seed, rng=None):
     """The checked configuration (:class:`fpemu.Cast`) and stochastic
     rounding's key as plain Python values, built once per configuration."""
     try:
-        return _PLANS[(fmt, rounding, subnormals, type(subnormals), overflow, seed)]
+        return _PLANS[(fmt, rounding, subnormals, type(subnormals), overflow, seed, rng)]
     except (KeyError, TypeError):
         pass
-    cast = Cast.of(fmt, rounding, subnormals, overflow)
+    cast = Cast.of(fmt, rounding, subnormals, overflow, rng)
     f = cast.fmt
-    plan = _Plan((cast.layout, cast.flags, int(cast.rounding), _wide_rne(cast), f.has_nan,
+    plan = _Plan((cast.layout, cast.flags, cast.kernel_mode, _wide_rne(cast), f.has_nan,
                   f.name, f.bits, f.code_dtype.itemsize, *seed_key(seed, cast.rounding), cast))
     if seed is not None or cast.rounding is not Rounding.SR:     # seed=None: new bits each call
         try:
-            _PLANS[(fmt, rounding, subnormals, type(subnormals), overflow, seed)] = plan
+            _PLANS[(fmt, rounding, subnormals, type(subnormals), overflow, seed, rng)] = plan
         except TypeError:                                       # unhashable: not kept
             pass
     return plan
@@ -430,7 +456,8 @@ def _host_decode(c, cast):
 
 # -------------------------------------------------------------------- public API
 @torch.compiler.disable
-def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None):
+def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None,
+             rng=None):
     """Round a tensor to a format on its own device; return float32 values.
 
     The arguments and the result's bits are those of :func:`fpemu.quantize`
@@ -445,7 +472,7 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     t : torch.Tensor
         float32 (or a narrower float type, widened exactly; or float64 whose
         values are all float32), dense, on any device but ``meta``.
-    fmt, rounding, subnormals, overflow, seed
+    fmt, rounding, subnormals, overflow, seed, rng
         As in :func:`fpemu.quantize`.
     out : torch.Tensor, optional
         A contiguous float32 tensor of ``t``'s shape on ``t``'s device to
@@ -462,7 +489,7 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.torch.quantize(torch.tensor([500.0, 1 + 2**-4, -1e-8]), "e4m3fn").tolist()
     [448.0, 1.0, -0.0]
     """
-    cast = _plan(fmt, rounding, subnormals, overflow, seed)
+    cast = _plan(fmt, rounding, subnormals, overflow, seed, rng)
     out32 = None if out is None else _out_bits(out, t)
     if _on_cpu(t):
         return _host_round("quantize", _checked_bits(t, cast, "quantize"), cast, out)
@@ -517,7 +544,7 @@ def _small_rne(cast):
     L = cast.layout
     M, emin, maxmag, inf = L.mantissa_bits, L.emin, L.max_code, L.inf_code
     overflow = Overflow(cast.flags & 3)
-    return (Rounding(cast.mode) is Rounding.RNE
+    return (cast.mode == Rounding.RNE
             and (overflow is Overflow.SATURATE
                  or (overflow is Overflow.INF and inf == maxmag + 1))
             and not cast.flags & (FLUSH | UNSIGNED | NO_ZERO | NORMALIZE)
@@ -561,7 +588,7 @@ def _encode_small(u, cast, in_range=False):
 
 
 @torch.compiler.disable
-def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None):
+def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, rng=None):
     """Round a tensor to a format on its own device; return the codes.
 
     The codes of :func:`fpemu.encode`, bit for bit: ``torch.uint8`` for
@@ -575,20 +602,20 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None)
     >>> fpemu.torch.encode(torch.tensor([1.0, -2.0, 448.0]), "e4m3fn").tolist()
     [56, 192, 126]
     """
-    cast = _plan(fmt, rounding, subnormals, overflow, seed)
+    cast = _plan(fmt, rounding, subnormals, overflow, seed, rng)
     u = _checked_bits(t, cast, "encode")
     if _on_cpu(u):
         return _host_round("encode", u, cast)
     return _encode(u, cast, _layout(fmt, subnormals, overflow))
 
 
-def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None,
+def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, rng=None,
                    in_range=False):
     """:func:`encode` of a float32 tensor fpemu made, with no NaN where the
     format has none (no check, no host round trip). ``in_range``: every
     value is finite and at most the format's largest in magnitude (see
     :func:`_encode_small`)."""
-    cast = _plan(fmt, rounding, subnormals, overflow, seed)
+    cast = _plan(fmt, rounding, subnormals, overflow, seed, rng)
     u = t.contiguous().view(torch.int32)
     if _on_cpu(u):
         return _host_round("encode", u, cast)
