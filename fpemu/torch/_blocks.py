@@ -214,7 +214,7 @@ _XP = array_namespace("torch")
 def _srn_draws(n, seed, like, rng):
     """:func:`fpemu.block.host.srn_draws` on ``like``'s device in its block
     layout: Philox drawn there (the top ``n`` bits of each element's 63-bit
-    draw, :func:`fpemu.torch._quantize._philox63`), or NumPy's PCG64 drawn
+    draw, by the torch code of this package's quantizers), or NumPy's PCG64 drawn
     on the host and sent (``rng="pcg64"``)."""
     if rng == "philox":
         key, offset = seed_key(seed, Rounding.SR)

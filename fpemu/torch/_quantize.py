@@ -423,6 +423,29 @@ def _on_cpu(t):
     return CPU_KERNELS and isinstance(t, torch.Tensor) and t.device.type == "cpu"
 
 
+# --------------------------------------------------------- CUDA: Triton kernels
+#: The device types whose tensors go through the fused Triton kernels
+#: (``_triton.py``) where ``triton`` imports. The tests add "cpu" under
+#: ``TRITON_INTERPRET=1`` (Triton's interpreter) to run them on CI's CPU.
+TRITON_DEVICES = ("cuda",)
+_TRITON = None
+
+
+def _triton_for(t):
+    """The Triton kernels' module for a tensor on a :data:`TRITON_DEVICES`
+    device, where ``triton`` is installed; else None (the torch code runs)."""
+    global _TRITON
+    if not isinstance(t, torch.Tensor) or t.device.type not in TRITON_DEVICES:
+        return None
+    if _TRITON is None:
+        try:
+            from . import _triton as module
+        except ImportError:                 # no triton (the "cuda" extra): the torch code
+            module = False
+        _TRITON = module
+    return _TRITON or None
+
+
 def _host_round(op, u, cast, out=None):
     """``op`` ("quantize" or "encode") of the checked float32 bits ``u`` (a
     contiguous int32 CPU tensor) by the Numba kernels, reading ``u``'s
@@ -440,15 +463,21 @@ def _host_round(op, u, cast, out=None):
     return res
 
 
-def _host_decode(c, cast):
-    """The float32 values of valid codes ``c`` (an integer CPU tensor) by the
-    Numba decode kernel, on ``c``'s memory where it already holds the
-    format's code dtype."""
+def _as_code_dtype(c, cast):
+    """Valid codes ``c`` (any integer dtype) as a contiguous tensor of the
+    format's code dtype (uint8, uint16 or uint32), as the kernels read them."""
     dtype = _CODE_DTYPES[cast.code_bytes]
     c = c.detach()
     if c.dtype != dtype:
         c = (c & 0xFFFFFFFF if dtype == torch.uint32 and c.dtype == torch.int64 else c).to(dtype)
-    c = c.contiguous()
+    return c.contiguous()
+
+
+def _host_decode(c, cast):
+    """The float32 values of valid codes ``c`` (an integer CPU tensor) by the
+    Numba decode kernel, on ``c``'s memory where it already holds the
+    format's code dtype."""
+    c = _as_code_dtype(c, cast)
     res = torch.empty(c.shape, dtype=torch.float32)
     cast.cast.decode_into(c.numpy(), res.numpy())
     return res
@@ -493,6 +522,13 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     out32 = None if out is None else _out_bits(out, t)
     if _on_cpu(t):
         return _host_round("quantize", _checked_bits(t, cast, "quantize"), cast, out)
+    kernels = _triton_for(t)
+    if kernels is not None:
+        u = _checked_bits(t, cast, "quantize")
+        if out32 is not None and out32.data_ptr() == u.data_ptr():
+            u = u.clone()
+        res = torch.empty_like(u) if out32 is None else out32
+        return kernels.round_bits(u, cast, res, encode=False).view(torch.float32)
     if cast.wide:
         u = _float32_bits(t, "quantize")
         if out32 is not None and out32.data_ptr() == u.data_ptr():
@@ -604,9 +640,7 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None,
     """
     cast = _plan(fmt, rounding, subnormals, overflow, seed, rng)
     u = _checked_bits(t, cast, "encode")
-    if _on_cpu(u):
-        return _host_round("encode", u, cast)
-    return _encode(u, cast, _layout(fmt, subnormals, overflow))
+    return _encode_any(u, cast, _layout(fmt, subnormals, overflow))
 
 
 def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, rng=None,
@@ -616,10 +650,20 @@ def encode_trusted(t, fmt, *, rounding="rne", subnormals=True, overflow=None, se
     value is finite and at most the format's largest in magnitude (see
     :func:`_encode_small`)."""
     cast = _plan(fmt, rounding, subnormals, overflow, seed, rng)
-    u = t.contiguous().view(torch.int32)
+    return _encode_any(t.contiguous().view(torch.int32), cast, _layout(fmt, subnormals, overflow),
+                       in_range)
+
+
+def _encode_any(u, cast, layout, in_range=False):
+    """The codes of the float32 bits ``u`` on their device: Numba on the
+    CPU, Triton on CUDA, else the torch code."""
     if _on_cpu(u):
         return _host_round("encode", u, cast)
-    return _encode(u, cast, _layout(fmt, subnormals, overflow), in_range)
+    kernels = _triton_for(u)
+    if kernels is not None:
+        out = torch.empty(u.shape, dtype=_CODE_DTYPES[cast.code_bytes], device=u.device)
+        return kernels.round_bits(u, cast, out, encode=True)
+    return _encode(u, cast, layout, in_range)
 
 
 def _encode(u, cast, layout, in_range=False):
@@ -663,7 +707,8 @@ def decode(codes, fmt):
         first = "" if not bool(bad.any()) else f"; got {int(c[bad].reshape(-1)[0])}"
         _refuse(bad, f"fpemu.torch.decode(): {cast.name} codes are {cast.bits}-bit, "
                 f"in 0..{limit - 1}{first}")
-    return _decoded(codes.detach() if _on_cpu(codes) else c, cast)
+    kernels_read_codes = _on_cpu(codes) or _triton_for(codes) is not None
+    return _decoded(codes.detach() if kernels_read_codes else c, cast)
 
 
 def _decode_bits(c, cast):
@@ -691,6 +736,11 @@ def _decoded(c, cast):
     integer code) for formats of up to 16 bits, else the computation."""
     if _on_cpu(c):
         return _host_decode(c, cast)
+    kernels = _triton_for(c)
+    if kernels is not None:
+        c = _as_code_dtype(c, cast)
+        out = torch.empty(c.shape, dtype=torch.int32, device=c.device)
+        return kernels.decode_codes(c, cast, out).view(torch.float32)
     if cast.bits > 16:
         return _decode_bits(c.to(torch.int64), cast).view(torch.float32)
     key = (cast.layout, cast.flags, cast.bits, str(c.device))
