@@ -283,34 +283,6 @@ def test_out_receives_the_result_in_place_too():
     np.testing.assert_array_equal(_bits(y.numpy()), _bits(want))
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
-def test_under_torch_compile_the_same_bits():
-    """A compiled function that calls the quantizers among its own operations
-    gives fpemu's bits, for every format in nearest-even, to-odd and
-    stochastic rounding, the same function compiled again for each format
-    (where Dynamo turns constants that change into symbols: the case that
-    gave wrong bits, and once a crash, when the quantizers were compiled into
-    the graph on the CPU; they now run between graphs). A NaN into e2m1 is
-    refused there too."""
-    x0 = np.concatenate([_sample()[::60], np.float32([-np.inf, np.inf, 0.0, -0.0])])
-    for fmt in ALL:
-        x = torch.from_numpy(_inputs(fmt, x0))
-        for mode in ("rne", "rto", "sr"):
-            def f(x):
-                y = x * 1.0                          # an operation of the graph's own
-                return (fpemu.torch.quantize(y, fmt, rounding=mode, seed=5),
-                        fpemu.torch.decode(fpemu.torch.encode(y, fmt, rounding=mode, seed=5),
-                                           fmt))
-
-            want = _bits(fpemu.quantize(x.numpy(), fmt, rounding=mode, seed=5))
-            for got in torch.compile(f)(x):
-                bad = np.flatnonzero(_bits(got.numpy()) != want)
-                assert bad.size == 0, (fmt.name, mode, bad.size)
-    with pytest.raises(FpemuValueError, match="holds NaN and e2m1 has no NaN"):
-        torch.compile(lambda x: fpemu.torch.quantize(x * 1.0, "e2m1"))(
-            torch.tensor([1.0, float("nan")]))
-
-
 def test_bad_input_names_what_was_expected_and_the_fix():
     q = fpemu.torch.quantize
     with pytest.raises(FpemuTypeError, match="torch tensor.*got list.*fpemu.quantize"):

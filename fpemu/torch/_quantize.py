@@ -3,10 +3,13 @@
 :func:`quantize`, :func:`encode` and :func:`decode` give the same bits as
 :func:`fpemu.quantize`, :func:`fpemu.encode` and :func:`fpemu.decode` on
 every float32 input, for every format, rounding mode, overflow policy and
-subnormal setting, computed where the tensor lives (CPU or CUDA) with torch's
-element-wise integer operations on the float32 bits (``t.view(torch.int32)``):
-no copy to the host, no Numba, no floating-point arithmetic (so no
-flush-to-zero mode of any device or compiler can change a bit).
+subnormal setting, computed where the tensor lives: a CPU tensor by fpemu's
+Numba kernels on its own memory (:meth:`fpemu.Cast.round_into`), a CUDA tensor
+by one fused Triton kernel (``_triton.py``) where ``triton`` is installed,
+anything else with the torch code of this module: element-wise integer
+operations on the float32 bits (``t.view(torch.int32)``), no copy to the host,
+no floating-point arithmetic (so no flush-to-zero mode of any device or
+compiler can change a bit).
 
 The arithmetic is that of fpemu's float32 kernels (``fpemu/_kernels.py``:
 ``_split32``, ``_round32``, ``_value32``), written again for whole tensors:
@@ -33,20 +36,20 @@ is below the dropped bits read as a 63-bit fraction: the generator of
 :func:`fpemu.quantize`, so a seed gives the same bits on any device and in
 any chunking (``seed=(seed, offset)``).
 
-Under ``torch.compile`` the three functions run between graphs, as eager
-code (``torch.compiler.disable``: a graph break at each call), with the same
-bits. Compiled into the graph they gave wrong bits on the CPU (torch 2.13,
-Inductor's C++ code): once a compiled function was compiled again for another
-format, Dynamo made the format's constants symbols, and Inductor emitted an
-integer expression of them in float arithmetic (``docs/monitor.md``).
+Under ``torch.compile`` the three functions are custom operators, opaque in
+the graph (the end of this module).
 """
 
 from __future__ import annotations
+
+import ast
+import dataclasses
 
 import numpy as np
 
 from ..checks import seed_key
 from ..errors import FpemuTypeError, FpemuValueError
+from ..formats import Format
 from ..quantize import Cast
 from ..rounding import Overflow, Rounding
 from ._import import torch_module
@@ -484,7 +487,6 @@ def _host_decode(c, cast):
 
 
 # -------------------------------------------------------------------- public API
-@torch.compiler.disable
 def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, out=None,
              rng=None):
     """Round a tensor to a format on its own device; return float32 values.
@@ -494,7 +496,8 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     offset)`` for stochastic rounding, drawn per flat row-major index):
     ``fpemu.torch.quantize(t, f)`` equals ``fpemu.quantize(t.cpu().numpy(), f)``
     bit for bit, on the CPU and on CUDA, in eager mode and under
-    ``torch.compile`` (which runs it between graphs).
+    ``torch.compile`` (where it is the custom operator ``fpemu::quantize``,
+    one opaque kernel in the graph: no graph break).
 
     Parameters
     ----------
@@ -518,6 +521,8 @@ def quantize(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=Non
     >>> fpemu.torch.quantize(torch.tensor([500.0, 1 + 2**-4, -1e-8]), "e4m3fn").tolist()
     [448.0, 1.0, -0.0]
     """
+    if torch.compiler.is_compiling():
+        return _in_graph("quantize", t, fmt, rounding, subnormals, overflow, seed, rng, out)
     cast = _plan(fmt, rounding, subnormals, overflow, seed, rng)
     out32 = None if out is None else _out_bits(out, t)
     if _on_cpu(t):
@@ -623,7 +628,6 @@ def _encode_small(u, cast, in_range=False):
     return code if in_range else code.masked_fill_(nan, L.nan_code)
 
 
-@torch.compiler.disable
 def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None, rng=None):
     """Round a tensor to a format on its own device; return the codes.
 
@@ -638,6 +642,8 @@ def encode(t, fmt, *, rounding="rne", subnormals=True, overflow=None, seed=None,
     >>> fpemu.torch.encode(torch.tensor([1.0, -2.0, 448.0]), "e4m3fn").tolist()
     [56, 192, 126]
     """
+    if torch.compiler.is_compiling():
+        return _in_graph("encode", t, fmt, rounding, subnormals, overflow, seed, rng)
     cast = _plan(fmt, rounding, subnormals, overflow, seed, rng)
     u = _checked_bits(t, cast, "encode")
     return _encode_any(u, cast, _layout(fmt, subnormals, overflow))
@@ -683,7 +689,6 @@ def _encode(u, cast, layout, in_range=False):
     return _by_pieces(piece, u, dtype)
 
 
-@torch.compiler.disable
 def decode(codes, fmt):
     """The float32 values of a format's codes (an integer tensor), on the
     codes' device: :func:`fpemu.decode`, bit for bit.
@@ -694,6 +699,8 @@ def decode(codes, fmt):
     >>> fpemu.torch.decode(torch.tensor([0x7E, 0xFE, 0x01], dtype=torch.uint8), "e4m3fn").tolist()
     [448.0, -448.0, 0.001953125]
     """
+    if torch.compiler.is_compiling():
+        return _in_graph("decode", codes, fmt, "rne", True, "saturate", None, None)
     cast = _plan(fmt, "rne", True, "saturate", None)     # what decode reads of the format
     _check_tensor(codes, "decode")
     if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
@@ -756,3 +763,104 @@ def decode_trusted(codes, fmt):
     """:func:`decode` of codes fpemu itself made (no range check, no host
     round trip)."""
     return _decoded(codes, _plan(fmt, "rne", True, "saturate", None))
+
+
+# ---------------------------------------------------------- torch.compile: ops
+# Under torch.compile the three functions are custom operators (fpemu::quantize,
+# fpemu::encode, fpemu::decode): Inductor keeps each as one opaque call of the
+# eager function above (Numba on the CPU, Triton on CUDA), so no graph breaks at
+# them and no compiler rewrites their integer constants. (Compiled *into* the
+# graph, Inductor's C++ code once gave wrong bits: Dynamo made a format's
+# constants symbols and Inductor evaluated an integer expression of them in
+# floating point; docs/monitor.md.) The configuration travels as a string that
+# describes it completely (the format's fields, the mode, policy, subnormals,
+# seed and generator), so a graph cached on disk and loaded in another process
+# still means the same rounding.
+
+def _describe(fmt, rounding, subnormals, overflow, seed, rng):
+    """The configuration as a Python literal (checked: its errors come at
+    trace time, as they would in eager mode)."""
+    cast = Cast.of(fmt, rounding, subnormals, overflow, rng)
+    seed_key(seed, cast.rounding)
+    fields = tuple(sorted(dataclasses.asdict(cast.fmt).items()))
+    return repr((fields, cast.rounding.name.lower(), cast.subnormals,
+                 cast.overflow.name.lower(), seed, cast.rng))
+
+
+_CONFIGS = {}
+
+
+_ERRORS = {"FpemuValueError": FpemuValueError, "FpemuTypeError": FpemuTypeError}
+
+
+def _config(text):
+    """(fmt, rounding, subnormals, overflow, seed, rng) of a description; the
+    error of a configuration that eager mode refuses, raised when the
+    compiled code runs (raised while tracing, Dynamo would wrap it in an
+    error of its own)."""
+    cfg = _CONFIGS.get(text)
+    if cfg is None:
+        parsed = ast.literal_eval(text)
+        if parsed[0] == "error":
+            raise _ERRORS[parsed[1]](parsed[2])
+        fields, rounding, subnormals, overflow, seed, rng = parsed
+        cfg = _CONFIGS[text] = (Format(**dict(fields)), rounding, subnormals, overflow, seed,
+                                rng)
+    return cfg
+
+
+def _code_dtype_of(text):
+    """The codes' dtype of a description (uint8 for one that is an error)."""
+    parsed = ast.literal_eval(text)
+    if parsed[0] == "error":
+        return torch.uint8
+    return _CODE_DTYPES[Format(**dict(parsed[0])).code_dtype.itemsize]
+
+
+@torch._dynamo.assume_constant_result
+def _config_text(fmt, rounding, subnormals, overflow, seed, rng):
+    try:
+        return _describe(fmt, rounding, subnormals, overflow, seed, rng)
+    except (FpemuValueError, FpemuTypeError) as err:
+        return repr(("error", type(err).__name__, str(err)))
+
+
+def _in_graph(op, t, fmt, rounding, subnormals, overflow, seed, rng, out=None):
+    """The custom operator ``fpemu::<op>`` on ``t`` under this configuration."""
+    res = getattr(torch.ops.fpemu, op)(
+        t.detach(), _config_text(fmt, rounding, subnormals, overflow, seed, rng))
+    return res if out is None else out.copy_(res)
+
+
+@torch.library.custom_op("fpemu::quantize", mutates_args=())
+def _quantize_op(t: torch.Tensor, config: str) -> torch.Tensor:
+    fmt, rounding, subnormals, overflow, seed, rng = _config(config)
+    return quantize(t, fmt, rounding=rounding, subnormals=subnormals, overflow=overflow,
+                    seed=seed, rng=rng)
+
+
+@torch.library.custom_op("fpemu::encode", mutates_args=())
+def _encode_op(t: torch.Tensor, config: str) -> torch.Tensor:
+    fmt, rounding, subnormals, overflow, seed, rng = _config(config)
+    return encode(t, fmt, rounding=rounding, subnormals=subnormals, overflow=overflow,
+                  seed=seed, rng=rng)
+
+
+@torch.library.custom_op("fpemu::decode", mutates_args=())
+def _decode_op(codes: torch.Tensor, config: str) -> torch.Tensor:
+    return decode(codes, _config(config)[0])
+
+
+@_quantize_op.register_fake
+def _(t, config):
+    return torch.empty(t.shape, dtype=torch.float32, device=t.device)
+
+
+@_encode_op.register_fake
+def _(t, config):
+    return torch.empty(t.shape, dtype=_code_dtype_of(config), device=t.device)
+
+
+@_decode_op.register_fake
+def _(codes, config):
+    return torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
