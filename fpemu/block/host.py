@@ -9,13 +9,14 @@ import numpy as np
 
 from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import Format
+from .._jit import run_kernel
 from ..quantize import decode, encode, quantize, stochastic_bits
-from . import checks
+from . import _kernels, checks
 from .rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, Scaled, array_namespace
 from .spec import BlockQuantized, exact_values
 
 __all__ = ["quantize_blocks", "dequantize_blocks", "to_blocks", "round_elements", "srn_draws",
-           "round_srn", "OPS"]
+           "round_srn", "OPS", "scaled_values"]
 
 _f32 = np.float32
 _NP = array_namespace("numpy")
@@ -255,6 +256,36 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
         tensor_scale=res.tensor_scale, clipped=np.ascontiguousarray(sback(res.clipped)),
         rounding=rounding, shape=tuple(X32.shape),
         tensor_amax=tensor_amax if rule in TENSOR_SCALE_RULES else None)
+
+
+def scaled_values(codes, scale_values, elem, block, axis):
+    """The float32 products ``element value * block scale`` of a 2-D array's
+    codes (C-contiguous, ``elem``'s code dtype) and its block scales' values
+    (float32, the scales' shape), one float32 product each: 1-D blocks of
+    ``block`` along ``axis`` (0 or 1) or 2-D tiles (``block`` a pair). Exact
+    where every element times every scale is a float32 number
+    (``fpemu.torch``'s ``float32_exact``: every MX and NVFP4 pairing); the
+    GEMM operands of ``fpemu.torch.emulate`` on the CPU."""
+    rows, cols = codes.shape
+    by, bx = block if isinstance(block, tuple) else ((block, 1) if axis == 0 else (1, block))
+    table = _value_table(elem)
+    out = np.empty((rows, cols), np.float32)
+    if out.size:
+        run_kernel(_kernels.scaled_values, codes.reshape(-1), table,
+                   np.ascontiguousarray(scale_values, np.float32).reshape(-1), rows, cols, by,
+                   bx, out.reshape(-1), inputs=3)
+    return out
+
+
+_TABLES = {}
+
+
+def _value_table(elem):
+    """The float32 value of every code of ``elem`` (up to 16 bits)."""
+    table = _TABLES.get(elem)
+    if table is None:
+        table = _TABLES[elem] = decode(np.arange(1 << elem.bits).astype(elem.code_dtype), elem)
+    return table
 
 
 def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, axis=-1,

@@ -71,17 +71,24 @@ class TensorBlocks:
         self.cache = {}
 
     def t(self):
-        """The transpose of a 2-D array quantized in 2-D tiles: the same tiles,
-        codes and scales transposed (what quantizing the transposed array
-        gives, tile by tile, for a deterministic rounding)."""
-        if not isinstance(self.block, tuple) or len(self.shape) != 2:
-            raise FpemuValueError(f"TensorBlocks.t(): only a 2-D array in 2-D tiles can be "
-                                  f"transposed as it is; this one has block={self.block}, "
-                                  f"shape {self.shape}: quantize the transpose instead")
+        """The transpose of a 2-D array's blocks: the same blocks, codes and
+        scales transposed. 2-D tiles: what quantizing the transposed array
+        gives, tile by tile, for a deterministic rounding; 1-D blocks along
+        one axis: what quantizing the transposed array along the other axis
+        gives (the same blocks in the same order, so stochastic rounding's
+        draws too). The codes, scales and cached values are transposed views
+        of these (no copy: the kernels that read them make them contiguous
+        where they need to)."""
+        if len(self.shape) != 2:
+            raise FpemuValueError(f"TensorBlocks.t(): only a 2-D array's blocks can be "
+                                  f"transposed as they are; this one has shape {self.shape}: "
+                                  "quantize the transpose instead")
+        tiles = isinstance(self.block, tuple)
         q = TensorBlocks(
-            self.codes.t().contiguous(), self.scales.t().contiguous(),
-            clipped=None if self.clipped is None else self.clipped.t().contiguous(),
-            elem=self.elem, scale_fmt=self.scale_fmt, block=self.block[::-1], axis=None,
+            self.codes.t(), self.scales.t(),
+            clipped=None if self.clipped is None else self.clipped.t(),
+            elem=self.elem, scale_fmt=self.scale_fmt,
+            block=self.block[::-1] if tiles else self.block, axis=None if tiles else 1 - self.axis,
             scale_rule=self.scale_rule, tensor_scale=self.tensor_scale,
             tensor_amax=self.tensor_amax, rounding=self.rounding, shape=self.shape[::-1])
         q.cache = {k: v.t() for k, v in self.cache.items()}
@@ -146,10 +153,28 @@ def _within(t, fmt, rounding="rne", **kw):
 def _to_blocks(X, block, axis, in_place=False):
     """torch's ``fpemu.block._to_blocks``: X as (..., nblocks, block_len),
     zero padded; the function back to X's layout; the scales' shape; the
-    function ordering them. ``in_place`` (2-D tiles): the tiles as a view
-    (..., rows of tiles, tile rows, columns of tiles, tile columns) instead,
-    for rules that need neither the block order (stochastic rounding) nor
-    each block's elements along one axis (Four Over Six)."""
+    function ordering them. ``in_place``: the blocks as a view of X in its
+    own layout instead, for rules that need neither the block order
+    (stochastic rounding) nor each block's elements along the last axis
+    (Four Over Six): 2-D tiles as (..., rows of tiles, tile rows, columns of
+    tiles, tile columns), 1-D blocks along an axis other than the last as
+    (..., nblocks, block_len, ...) with that axis split in two (no copy
+    into the block layout: a transposed operand's blocks are read where they
+    lie)."""
+    if isinstance(block, int) and in_place:
+        shape = tuple(X.shape)
+        n = shape[axis]
+        nb = -(-n // block)
+        P = X
+        if nb * block != n:
+            pad = [0, 0] * (len(shape) - 1 - axis) + [0, nb * block - n]
+            P = torch.nn.functional.pad(X, pad)
+        Bk = P.reshape(shape[:axis] + (nb, block) + shape[axis + 1:])
+
+        def back_axis(A):
+            return A.reshape(shape[:axis] + (nb * block,) + shape[axis + 1:]).narrow(axis, 0, n)
+
+        return Bk, back_axis, shape[:axis] + (nb,) + shape[axis + 1:], (lambda S: S)
     if isinstance(block, int):
         Xm = X.movedim(axis, -1)
         lead = tuple(Xm.shape[:-1])
@@ -299,14 +324,19 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     X = _q._float32_bits(t, "quantize_blocks").view(torch.float32)
     ax = _checks.check_layout(tuple(X.shape), block, axis, "fpemu.torch.quantize_blocks",
                               noun="a tensor", fix0d="t.reshape(1)")
-    tiles = isinstance(block, tuple) and rule != "4over6" and not (
-        rounding == "sr" or n_sr is not None)
-    Bk, back, sshape, sback = _to_blocks(X, block, ax, in_place=tiles)
-    if tiles:
+    in_place = rule != "4over6" and not (rounding == "sr" or n_sr is not None) and (
+        isinstance(block, tuple) or ax != X.dim() - 1)
+    Bk, back, sshape, sback = _to_blocks(X, block, ax, in_place=in_place)
+    if in_place and isinstance(block, tuple):
         amax_b = Bk.abs().amax(dim=(-3, -1))                # NaN propagates
 
         def ex(t):
             return t.unsqueeze(-2).unsqueeze(-1)
+    elif in_place:                                          # 1-D blocks along ax (split)
+        amax_b = Bk.abs().amax(dim=ax + 1)
+
+        def ex(t):
+            return t.unsqueeze(ax + 1)
     else:
         amax_b = Bk.abs().amax(dim=-1)
 
@@ -412,9 +442,11 @@ def _dequantize(codes, scales, elem, scale_fmt, block, axis, tensor_scale, trust
         lead, (R, C), (ty, tx) = shape[:-2], shape[-2:], block
         out = (vals.view(lead + (R // ty, ty, C // tx, tx))
                * svals.unsqueeze(-2).unsqueeze(-1)).view(shape)
-    elif isinstance(block, int) and axis == len(shape) - 1 and shape[-1] % block == 0:
-        out = (vals.view(shape[:-1] + (shape[-1] // block, block))
-               * svals.unsqueeze(-1)).view(shape)
+    elif isinstance(block, int) and shape[axis] % block == 0:
+        # whole blocks along any axis: the axis split in two, each block times its
+        # scale by broadcasting
+        split = shape[:axis] + (shape[axis] // block, block) + shape[axis + 1:]
+        out = (vals.view(split) * svals.unsqueeze(axis + 1)).view(shape)
     else:
         out = vals * _expand_scales(svals, block, axis, shape)
     if tensor_scale is not None:

@@ -147,12 +147,17 @@ def quantize_operand(recipe, X, fmt, role, state=None):
     return run_plan(recipe, recipe.operand_plan(role, tuple(X.shape), fmt), X, state)
 
 
-def run_plan(recipe, plan, X, state=None):
+def run_plan(recipe, plan, X, state=None, transposed=False):
     """The device driver of an :class:`fpemu.autograd.fp8.OperandPlan`
     (``fpemu.autograd.fp8.run_plan`` is the host's): one scale for the
     tensor, or :func:`fpemu.torch.quantize_blocks` along K (fp32 block
-    scales as one decode scale per row and K block)."""
-    R, K = X.shape
+    scales as one decode scale per row and K block). ``transposed``: the
+    operand is ``X.T``, 1-D blocks read along X's first axis where X lies
+    (no transposed copy of X: the blocks, their codes and scales are the
+    same; :meth:`TensorBlocks.t`)."""
+    if transposed and (plan.block is None or plan.rht or not isinstance(plan.block, int)):
+        X, transposed = X.t().contiguous(), False
+    R, K = X.shape[::-1] if transposed else X.shape
     if plan.block is None:
         scale, sinv = recipe.tensor_scale(plan, _f(_amax(X)), state)
         codes = _q.encode(X * float(scale), plan.elem, overflow="saturate")
@@ -162,11 +167,15 @@ def run_plan(recipe, plan, X, state=None):
         return q
     if plan.rht:
         X = hadamard(X)
-    q = _blocks.quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block, axis=1,
-                                scale_rule=plan.scale_rule, rounding=plan.rounding,
-                                seed=plan.seed)
+    q = _blocks.quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block,
+                                axis=0 if transposed else 1, scale_rule=plan.scale_rule,
+                                rounding=plan.rounding, seed=plan.seed)
     if plan.scale_fmt.name != "fp32":
-        return q
+        if transposed:
+            _block_scaled(q)       # the GEMM's values, transposed with the codes (a view)
+        return q.t() if transposed else q
+    if transposed:
+        q = q.t()
     sinv = _q.decode_trusted(q.scales, _fp32)
     if isinstance(plan.block, tuple):                  # a tile's scale on each of its rows
         sinv = sinv.repeat_interleave(plan.block[0], dim=0)[:R]
@@ -192,13 +201,20 @@ def transpose_operand(recipe, X, q, fmt, role, state=None):
         # transpose's tiles are the same tiles, so its codes and scales are these,
         # transposed (the host recipe quantizes X.T again and gets them bit for bit)
         return q.t()
-    return run_plan(recipe, plan, X.t().contiguous(), state)
+    return run_plan(recipe, plan, X, state, transposed=True)
 
 
 # ----------------------------------------------------------------- GEMMs
 def _block_scaled(q):
     """Elements times their block scales, float32 (exact: see the module
     text), without the NVFP4 tensor scale (the epilogue's alpha has it)."""
+    if "scaled32" not in q.cache and _q._on_cpu(q.codes) and q.codes.dim() == 2 and \
+            q.elem.bits <= 16 and _blocks.float32_exact(q.elem, q.scale_fmt):
+        # on the CPU one Numba pass: each code's value times its block's scale
+        codes = q.codes.contiguous().numpy().view(q.elem.code_dtype)
+        svals = _q.decode_trusted(q.scales, q.scale_fmt).numpy()
+        q.cache["scaled32"] = torch.from_numpy(
+            _b.host.scaled_values(codes, svals, q.elem, q.block, q.axis))
     if "scaled32" not in q.cache:
         exact32 = _blocks.float32_exact(q.elem, q.scale_fmt)
         v = _blocks._dequantize(q.codes, q.scales, q.elem, q.scale_fmt, q.block, q.axis, None,
