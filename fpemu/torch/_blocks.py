@@ -134,8 +134,10 @@ def _codes(t, fmt, **kw):
     """fpemu.torch.encode of float32 values: uint8 for formats of up to 8
     bits, else int32 (int64 for 32-bit codes, fp32 scales)."""
     assert t.dtype == torch.float32
-    if fmt.bits <= 8:
+    if fmt.bits <= 8 and not _q._on_cpu(t):      # (the Numba kernels need no range hint)
         return _q.encode_trusted(t, fmt, in_range=_within(t, fmt, **kw), **kw)
+    if fmt.bits <= 8:
+        return _q.encode_trusted(t, fmt, **kw)
     return _q.encode_trusted(t, fmt, **kw).to(torch.int32 if fmt.bits <= 16 else torch.int64)
 
 

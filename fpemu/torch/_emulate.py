@@ -106,7 +106,11 @@ def _per_row(codes, sinv, fmt, bk, rule):
 
 
 def _amax(X):
-    return float(X.abs().max()) if X.numel() else 0.0
+    """max |X| (NaN if X holds one), in one read of X (no |X| tensor)."""
+    if not X.numel():
+        return 0.0
+    lo, hi = torch.aminmax(X)
+    return float(torch.maximum(-lo, hi).abs())
 
 
 def hadamard(X):
@@ -191,9 +195,11 @@ def transpose_operand(recipe, X, q, fmt, role, state=None):
     if plan.block is None:
         sinv0 = float(_q.decode_trusted(q.scales[:1, :1], _fp32))
         R, K = X.shape
-        qt = _per_row(q.codes.t().contiguous(), torch.full((K, 1), sinv0, device=X.device),
+        qt = _per_row(q.codes.t(), torch.full((K, 1), sinv0, device=X.device),
                       fmt, max(1, R), q.scale_rule)
         qt.cache["tensor_sinv"] = np.float32(sinv0)
+        if "values" in q.cache:            # the forward GEMM's decoded codes, transposed
+            qt.cache["values"] = q.cache["values"].t()
         return qt
     if isinstance(q, _blocks.TensorBlocks) and isinstance(q.block, tuple) and \
             q.rounding == "rne":
@@ -255,8 +261,7 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
         acc = _block_scaled(qa) @ _block_scaled(qb).t()
         alpha = recipe.epilogue(qa, qb)
         return acc if alpha is None else acc * float(alpha)
-    A = _q.decode_trusted(qa.codes, qa.elem)
-    B = _q.decode_trusted(qb.codes, qb.elem)
+    A, B = _values(qa), _values(qb)
     if "tensor_sinv" in qa.cache and "tensor_sinv" in qb.cache:
         # one K block and one scale per operand (the per-tensor recipes): the
         # epilogue's part * (sa_i sb_j) has the same float32 product sa sb for
@@ -272,6 +277,14 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
     if out is None:
         return torch.zeros(A.shape[0], B.shape[0], device=A.device)
     return out
+
+
+def _values(q):
+    """The element values of an fp32-scaled operand's codes (float32),
+    decoded once (a transposed operand shares them, transposed)."""
+    if "values" not in q.cache:
+        q.cache["values"] = _q.decode_trusted(q.codes, q.elem)
+    return q.cache["values"]
 
 
 # ------------------------------------------------------------ the layer
