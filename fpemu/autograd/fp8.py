@@ -169,7 +169,11 @@ class Recipe:
     def tensor_scale(self, plan, amax, state=None):
         """(scale, scale_inv) in float32 of a per-tensor plan (``plan.block``
         None) for an operand of this amax."""
-        raise NotImplementedError(f"{type(self).__name__} has no per-tensor scale")
+        raise NotImplementedError(
+            f"{type(self).__name__}.operand_plan returned a plan with block=None (one scale "
+            f"for the tensor) for role {plan.role!r}, but the recipe does not define "
+            "tensor_scale(plan, amax, state); define it (return the float32 scale and its "
+            "inverse), or give the plan a block")
 
     def epilogue(self, a, b):
         """The float32 factor ``alpha`` the GEMM's epilogue multiplies the
