@@ -281,7 +281,7 @@ def _float32_bits(t, fname):
         t = t32
     elif t.dtype != torch.float32:
         t = t.to(torch.float32)
-    return t.contiguous().view(torch.int32)
+    return t.resolve_neg().contiguous().view(torch.int32)
 
 
 def _refuse(bad, message):
