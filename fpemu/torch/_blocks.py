@@ -245,8 +245,12 @@ def _srn_draws(n, seed, like, rng):
     on the host and sent (``rng="pcg64"``)."""
     if rng == "philox":
         key, offset = seed_key(seed, Rounding.SR)
+        kernels = _q._triton_for(like)
         if _q._on_cpu(like):                      # the Numba kernel, on the host's memory
             d = torch.from_numpy(_host.srn_draws(n, seed, like.numel(), rng).view(np.int64))
+        elif kernels is not None:                 # one Triton kernel
+            d = kernels.philox_draws(torch.empty(like.shape, dtype=torch.int64,
+                                                 device=like.device), key, offset, n)
         else:
             d = _q._philox63(key, offset, like.shape, like.device) >> (63 - n)
         return d.view(like.shape)

@@ -29,7 +29,7 @@ import triton.language as tl
 from ..quantize import Cast
 from ..rounding import Overflow, Rounding
 
-__all__ = ["round_bits", "decode_codes", "BLOCK"]
+__all__ = ["round_bits", "decode_codes", "philox_draws", "BLOCK"]
 
 #: Elements per Triton program.
 BLOCK = 1024
@@ -248,6 +248,14 @@ def _decode_kernel(c_ptr, out_ptr, n, M: tl.constexpr, EMIN: tl.constexpr, BIAS:
     tl.store(out_ptr + idx, bits, mask=m)
 
 
+@triton.jit
+def _draws_kernel(out_ptr, n, key, offset, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    """The top 63 - SHIFT bits of each element's Philox draw (srN's bits)."""
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = idx < n
+    tl.store(out_ptr + idx, _philox63(key, idx + offset) >> SHIFT, mask=m)
+
+
 # ------------------------------------------------------------------ launchers
 def _grid(n):
     return (triton.cdiv(n, BLOCK),)
@@ -265,6 +273,15 @@ def round_bits(u, plan, out, encode):
             BIAS=L.bias, MAXMAG=L.max_code, INFMAG=L.inf_code, NANCODE=L.nan_code,
             SIGN_SHIFT=L.sign_shift, FLAGS=plan.flags, MODE=plan.mode, ENCODE=bool(encode),
             WIDE=plan.code_bytes == 4, BLOCK=BLOCK)
+    return out
+
+
+def philox_draws(out, key, offset, bits):
+    """The top ``bits`` bits of the 63-bit Philox draw of elements ``offset
+    ..`` under ``key`` into the int64 tensor ``out``. Returns ``out``."""
+    n = out.numel()
+    if n:
+        _draws_kernel[_grid(n)](out, n, key, offset, SHIFT=63 - bits, BLOCK=BLOCK)
     return out
 
 
