@@ -5,8 +5,21 @@ static output (see fpemu.lessons.interactive), as on the documentation site.
 """
 
 import os
+import sys
 
 os.environ["FPEMU_STATIC"] = "1"
+# fpemu.torch's Triton kernels run on CPU tensors under Triton's interpreter in the
+# tests (tests/test_triton_kernels.py); the doctest collection imports their module,
+# so the interpreter is chosen before anything defines them
+os.environ.setdefault("TRITON_INTERPRET", "1")
+# Under pytest-xdist the workers share the machine's cores: torch's own thread pool,
+# spinning between operations, starved Numba's threads in the same worker and the
+# other worker's (tests/test_torch_quantize.py took 49 s on 2 cores, 18 s with one
+# torch thread per worker). No test depends on torch's thread count.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if "torch" in sys.modules:                  # (imported already by a plugin)
+        sys.modules["torch"].set_num_threads(1)
 
 import importlib.util  # noqa: E402
 
