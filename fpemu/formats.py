@@ -26,6 +26,7 @@ The module holds data; rounding lives in :mod:`fpemu.quantize`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -254,9 +255,9 @@ class Format:
         """Exponent of the largest finite value."""
         return (self.max_code >> self.mantissa_bits) - self.bias
 
-    @property
+    @functools.cached_property
     def max(self) -> float:
-        """Largest finite value."""
+        """Largest finite value (computed once: every rounding asks for it)."""
         M = self.mantissa_bits
         frac = self.max_code & (2**M - 1)
         return float(Fraction(2**M + frac, 2**M) * Fraction(2) ** self.emax)

@@ -113,6 +113,10 @@ def _amax(X):
     return float(torch.maximum(-lo, hi).abs())
 
 
+#: TransformerEngine's signed 16 x 16 Hadamard matrix (float64), by device.
+_HADAMARD = {}
+
+
 def hadamard(X):
     """``fpemu.block.hadamard(X, 16, axis=1, signs="te")`` on X's device: each
     run of 16 values times TE's signed Hadamard matrix, exact, rounded once
@@ -124,7 +128,9 @@ def hadamard(X):
     host's exact computation."""
     R, K = X.shape
     runs = X.reshape(-1, 16)
-    H = torch.from_numpy(_b.hadamard_matrix(16, "te")).to(X.device)
+    H = _HADAMARD.get(X.device)
+    if H is None:
+        H = _HADAMARD[X.device] = torch.from_numpy(_b.hadamard_matrix(16, "te")).to(X.device)
     Y = (runs.to(torch.float64) @ H).to(torch.float32)
     # biased exponent fields, from each run's largest and smallest nonzero magnitude
     # bits; a float32 subnormal counts as field 1, whose last bit (2**-149) it
