@@ -27,10 +27,10 @@ import fpemu  # noqa: E402
 import fpemu.torch  # noqa: E402
 from fpemu.errors import FpemuValueError  # noqa: E402
 from fpemu.formats import FORMATS, Format  # noqa: E402
-from fpemu.quantize import Cast  # noqa: E402
 from fpemu.testing.strategies import edge_inputs  # noqa: E402
 from fpemu.torch import _quantize  # noqa: E402
 from fpemu.torch import _triton  # noqa: E402
+from test_torch_quantize import _policies  # noqa: E402
 
 MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto", "sr")
 CUSTOM = (Format.custom(6, 9, name="e6m9"), Format.custom(3, 0, nan_encoding="none",
@@ -61,13 +61,8 @@ def _configs(fmt):
     for mode in MODES:
         yield mode, True, None, None
     yield "sr", True, None, "philox"
-    for overflow in ("inf", "saturate", "nan"):
-        try:
-            Cast.of(fmt, "rne", True, overflow)
-        except FpemuValueError:
-            continue
-        for subnormals in (True, False):
-            yield "rne", subnormals, overflow, None
+    for kw in _policies(fmt):
+        yield "rne", kw["subnormals"], kw["overflow"], None
     yield "rtz", False, None, None
 
 
