@@ -181,5 +181,7 @@ def test_a_wrong_generator_is_named():
     with pytest.raises(FpemuValueError, match="rng='philox'.*'pcg64'"):
         block.quantize_blocks(np.ones(32, np.float32), "mxfp8", rounding="sr8", seed=1,
                               rng="mt19937")
+    with pytest.raises(FpemuValueError, match=r"srn_draws\(\): rng is one of"):
+        srn_draws(8, 1, 4, rng="splitmix64")
     with pytest.raises(FpemuValueError, match="expected 'splitmix64' or 'philox'"):
         fpemu.quantize(1.5, "bf16", rounding="sr", seed=1, rng="pcg64")

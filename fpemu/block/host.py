@@ -71,6 +71,8 @@ def srn_draws(n, seed, size, rng="philox"):
     i, the top ``n`` bits of :func:`fpemu.quantize.stochastic_bits` (Philox,
     ``rng="philox"``) or the i-th of NumPy's ``PCG64(seed)`` integers below
     ``2**n`` (``rng="pcg64"``, drawn in sequence: host only)."""
+    if rng not in checks.SRN_RNGS:
+        raise FpemuValueError(f"srn_draws(): rng is one of {checks.SRN_RNGS}, got {rng!r}")
     if rng == "pcg64":
         gen = np.random.Generator(np.random.PCG64(seed))
         return gen.integers(0, 2**n, size=size, dtype=np.uint64)
