@@ -398,7 +398,7 @@ class Cast:
         checked the input already (no NaN into a format without one) and hold
         stochastic rounding's ``(key, offset)`` (:meth:`seed_key`), such as
         ``fpemu.torch``'s quantizers on a CPU tensor's own memory. ``out``
-        may be ``x`` itself's memory (each element is read before it is
+        may be ``x``'s own memory (each element is read before it is
         written). Returns ``out``."""
         if x.size:
             flat, dst = x.reshape(-1), out.reshape(-1)
