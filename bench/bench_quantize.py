@@ -303,17 +303,26 @@ def targets(x, repeats):
             rows.append((f"encode {f} / torch .to(), 1T", r, ">= 1.0", r >= 1.0))
     except ImportError:
         print("  torch not installed: no encode / torch rows")
+    # issue 51: every deterministic mode within 1.3x rne's time; stochastic
+    # rounding's own target is against the device (issue 50), printed here
+    # as measured
     for op in ("encode", "quantize"):
         fn = getattr(fpemu, op)
         for f in FORMATS:
             worst, worst_mode = 1e9, ""
-            for mode in MODES[1:]:
-                r = paired(lambda: fn(x, f, rounding=mode, seed=1), lambda: fn(x, f), repeats)
+            for mode in MODES[1:-1]:
+                r = paired(lambda: fn(x, f, rounding=mode), lambda: fn(x, f), repeats)
                 if r < worst:
                     worst, worst_mode = r, mode
             t = 1 / worst
-            rows.append((f"{op} {f}: slowest mode ({worst_mode}) time / rne time, 1T", t,
-                         "<= 1.3", t <= 1.3))
+            rows.append((f"{op} {f}: slowest mode but sr ({worst_mode}) time / rne time, 1T",
+                         t, "<= 1.3", t <= 1.3))
+    sr_rows = []
+    for op in ("encode", "quantize"):
+        fn = getattr(fpemu, op)
+        for f in FORMATS:
+            r = paired(lambda: fn(x, f, rounding="sr", seed=1), lambda: fn(x, f), repeats)
+            sr_rows.append(f"{op} {f}: sr time / rne time, 1T {1 / r:6.2f}")
     for f in FORMATS:
         r = paired(lambda: fpemu.stats(x, f, scale=1024.0), lambda: fpemu.quantize(x, f),
                    repeats)
@@ -324,6 +333,7 @@ def targets(x, repeats):
         print(f"  {name:{width}s} {r:6.2f}  target {target:7s} {'met' if ok else 'MISSED'}")
     met = sum(r[3] for r in rows)
     print(f"  {met} of {len(rows)} targets met")
+    print("  (no target here: " + "; ".join(sr_rows) + ")")
 
 
 def masked_targets(args):

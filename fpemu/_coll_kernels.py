@@ -119,8 +119,8 @@ def _wire(v, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_m
     if kind == RNE_BF16:
         return _rne_bf16(v)
     if kind == RNE_IEEE:
-        return _rne_ieee_one(v, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
-                             ovf_sign)
+        return _rne_ieee_one(v, False, half, keep, one, sh, normal_bits, overflow_bits, magic,
+                             ovf_mag, ovf_sign)
     if kind == AS_IS_X86:
         return v
     if kind == RNE_IEEE_X86:
@@ -129,8 +129,8 @@ def _wire(v, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_m
             if u & np.uint32(0x1FFF) == np.uint32(0):        # one of fp16's NaNs
                 return v
             return f32_from_ubits(np.uint32(0x7FC00000))      # as fpemu.quantize casts it
-        return _rne_ieee_one(v, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
-                             ovf_sign)
+        return _rne_ieee_one(v, False, half, keep, one, sh, normal_bits, overflow_bits, magic,
+                             ovf_mag, ovf_sign)
     # fp32: the value itself, a NaN as the canonical 0x7fc00000 (as fpemu.quantize
     # gives it; the processor's inf - inf is 0xffc00000)
     return f32_from_ubits(np.uint32(0x7FC00000)) if v != v else v

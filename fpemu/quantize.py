@@ -330,18 +330,19 @@ class Cast:
     def fast_path(self, op):
         """(kernel, arguments) of the fast path of ``op`` ("quantize" or
         "encode") on float32 input, or None: nearest even
-        (``quantize_rne_ieee`` / ``encode_rne_ieee``) or another
-        deterministic mode (``directed_kernel``), where the format and policy
-        allow one."""
+        (``rne_kernel``) or another deterministic mode (``directed_kernel``),
+        where the format and policy allow one; a format with float32's
+        exponent range (bf16, tf32) takes the integer-only twin."""
+        wide = self.fmt.emin == -126        # float32's exponent range (see rne_kernel)
         if op == "quantize":
             if self.fast is not None:
-                return _kernels.quantize_rne_ieee, self.fast
+                return _kernels.rne_kernel(op, wide), self.fast
             args = self.fast_directed
         else:
             if self.fast_encode is not None:
-                return _kernels.encode_rne_ieee, self.fast_encode
+                return _kernels.rne_kernel(op, wide), self.fast_encode
             args = self.fast_directed_encode
-        return None if args is None else (_kernels.directed_kernel(op, self.rounding), args)
+        return None if args is None else (_kernels.directed_kernel(op, self.rounding, wide), args)
 
     def kernel(self, op, dtype):
         """The rounding kernel of ``op`` ("quantize" or "encode") for input

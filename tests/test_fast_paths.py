@@ -31,8 +31,11 @@ from fpemu.formats import Format
 from fpemu.quantize import Cast
 from oracle import round_to_ieee
 
+#: bf16, tf32 and e8m3 have float32's exponent range ("wide": their kernels
+#: round every finite input on the bits, subnormals included)
 FORMATS = {"bf16": "bf16", "fp16": "fp16", "e5m2": "e5m2", "e4m3fn": "e4m3fn",
-           "e6m9": Format.custom(6, 9, name="e6m9")}
+           "e6m9": Format.custom(6, 9, name="e6m9"), "tf32": "tf32",
+           "e8m3": Format.custom(8, 3, name="e8m3")}
 OVERFLOWS = (None, "saturate", "nan")
 
 
