@@ -113,6 +113,112 @@ def ring_fold(op, kind):
     return ring_fold_kernel
 
 
+@functools.lru_cache(maxsize=None)
+def tree_fold(op, kind):
+    """The kernel that reduces the rows of ``V`` up a tree into ``out``,
+    called as ``kernel(V, out, lo, hi, parent, child, root, shift, ...)``
+    (the wire arguments of :func:`ring_fold`): for the elements
+    ``lo[j]:hi[j]`` (a part), every rank starts from its own value on the
+    wire, then the pairs ``(parent[i], child[i])`` of part j's schedule
+    (``sched_lo[j]:sched_hi[j]``, a post-order walk: a child's subtree is
+    complete before its parent takes it) each set the parent's partial
+    result to ``reduce(parent's, child's)``, rounded to the wire, and the
+    root's is the part's result. Blocks of :data:`TREE_BLOCK` elements are
+    independent, one task each; a block's partial results live in one
+    (ranks x block) scratch array, each parent taking over the slot its
+    child's result is written in."""
+    op = int(op)
+    kind = int(kind)
+
+    @pjit
+    def tree_fold_kernel(V, out, lo_, hi_, sched_lo, sched_hi, parent, child, root, shift,
+                         normal_bits, overflow_bits, magic, ovf_mag, ovf_sign):
+        P = V.shape[0]
+        half = np.uint32((1 << (shift - 1)) - 1)
+        keep = ~np.uint32((1 << shift) - 1)
+        one = np.uint32(1)
+        sh = np.uint32(shift)
+        nblocks = np.zeros(lo_.size + 1, np.int64)
+        for j in range(lo_.size):
+            nblocks[j + 1] = nblocks[j] + (hi_[j] - lo_[j] + TREE_BLOCK - 1) // TREE_BLOCK
+        for t in prange(nblocks[lo_.size]):
+            j = 0
+            while nblocks[j + 1] <= t:
+                j += 1
+            lo = lo_[j] + (t - nblocks[j]) * TREE_BLOCK
+            hi = min(hi_[j], lo + TREE_BLOCK)
+            m = hi - lo
+            acc = np.empty((P, TREE_BLOCK), np.float32)
+            slot = np.arange(P)
+            for r in range(P):
+                for e in range(m):
+                    acc[r, e] = _wire(V[r, lo + e], kind, half, keep, one, sh, normal_bits,
+                                      overflow_bits, magic, ovf_mag, ovf_sign)
+            for i in range(sched_lo[j], sched_hi[j]):
+                p = slot[parent[i]]
+                c = slot[child[i]]
+                _hop(acc[p], acc[c], m, op, kind, half, keep, one, sh, normal_bits,
+                     overflow_bits, magic, ovf_mag, ovf_sign)
+                slot[parent[i]] = c               # the parent's result is in the child's slot
+            res = acc[slot[root[j]]]
+            for e in range(m):
+                out[lo + e] = res[e]
+
+    return tree_fold_kernel
+
+
+#: elements per task of :func:`tree_fold` (its scratch: ranks x block float32)
+TREE_BLOCK = 1024
+#: elements per task of :func:`column_sum`: each task reads every rank's
+#: stretch of them, long enough for the processor's prefetcher to stream
+COLUMN_BLOCK = 4096
+
+
+@functools.lru_cache(maxsize=None)
+def column_sum(kind):
+    """The kernel that sums the rows of ``V`` in float32, in rank order,
+    each value first put on the wire (NVLS's switch: float32 accumulation of
+    the ranks' wire values), into ``out``, called as ``kernel(V, out, shift,
+    ...)`` (the wire arguments of :func:`ring_fold`). Blocks of
+    :data:`COLUMN_BLOCK` elements are independent, one task each."""
+    kind = int(kind)
+
+    @pjit
+    def column_sum_kernel(V, out, shift, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign):
+        P, n = V.shape
+        half = np.uint32((1 << (shift - 1)) - 1)
+        keep = ~np.uint32((1 << shift) - 1)
+        one = np.uint32(1)
+        sh = np.uint32(shift)
+        for t in prange((n + COLUMN_BLOCK - 1) // COLUMN_BLOCK):
+            lo = t * COLUMN_BLOCK
+            hi = min(n, lo + COLUMN_BLOCK)
+            for e in range(lo, hi):
+                out[e] = _wire(V[0, e], kind, half, keep, one, sh, normal_bits, overflow_bits,
+                               magic, ovf_mag, ovf_sign)
+            nb = (hi - lo) // LANES
+            for r in range(1, P):
+                row = V[r]
+                for b in range(nb):                 # one vector each
+                    i0 = lo + b * LANES
+                    _add_wire(row[i0:i0 + LANES], out[i0:i0 + LANES], LANES, kind, half, keep,
+                              one, sh, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign)
+                t0 = lo + nb * LANES
+                _add_wire(row[t0:hi], out[t0:hi], hi - t0, kind, half, keep, one, sh,
+                          normal_bits, overflow_bits, magic, ovf_mag, ovf_sign)
+
+    return column_sum_kernel
+
+
+@jit
+def _add_wire(w, o, n, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag,
+              ovf_sign):
+    """``o[j] += wire(w[j])`` in float32 on ``n`` elements."""
+    for j in range(n):
+        o[j] = np.float32(o[j] + _wire(w[j], kind, half, keep, one, sh, normal_bits,
+                                       overflow_bits, magic, ovf_mag, ovf_sign))
+
+
 @jit
 def _wire(v, kind, half, keep, one, sh, normal_bits, overflow_bits, magic, ovf_mag, ovf_sign):
     """``v`` as a value of the wire format (see AS_IS, RNE_IEEE, RNE_BF16)."""

@@ -454,6 +454,85 @@ def test_nccl_tree_parts_run_their_own_tree():
     assert not np.array_equal(_bits(t0), _bits(t1))
 
 
+def _raw_float32(world, n, seed):
+    """float32 arrays as the ranks hold them before the cast to the wire
+    (full float32 precision, over 38 binades: fp16 subnormals to near its
+    largest), with NaNs, infinities and
+    zeros of both signs."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((world, n)) * np.exp2(rng.integers(-26, 12, (world, n)))
+         ).astype(np.float32)
+    flat = x.reshape(-1)
+    idx = rng.choice(flat.size, 40, replace=False)
+    flat[idx[:10]] = np.nan
+    flat[idx[10:20]] = np.inf
+    flat[idx[20:30]] = -np.inf
+    flat[idx[30:35]] = 0.0
+    flat[idx[35:]] = -0.0
+    return x
+
+
+def _equal_bits_any_nan(got, want, what):
+    """Bit for bit, but a NaN matches any NaN: the oracles' inf - inf is the
+    processor's default NaN, the emulator's the canonical one (the NaN bits
+    of an NCCL reduction are not modelled)."""
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+    ok = ~np.isnan(got)
+    assert ok.sum() > 0.9 * ok.size
+    np.testing.assert_array_equal(_bits(got)[ok], _bits(want)[ok], err_msg=what)
+
+
+def _wire_cast(x, fmt):
+    """The ranks' cast to the wire, by ml_dtypes / numpy (NaN: the quiet NaN
+    the emulator gives it, whatever its payload)."""
+    t = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp32": np.float32}[fmt]
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = x.astype(t).astype(np.float32)
+    w[np.isnan(w)] = np.nan
+    return w
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+def test_ring_tree_and_nvls_read_float32_arrays_as_the_ranks_cast_them(fmt):
+    """ring, tree and NVLS take a float32 array of the ranks (first axis the
+    rank) as it is and put each value on the wire as their kernels read it:
+    the same bits as the oracles on the values cast first, over several of
+    the kernels' blocks (``_coll_kernels.TREE_BLOCK``, ``COLUMN_BLOCK``) and
+    parts, with NaNs, infinities and signed zeros among the inputs."""
+    from fpemu import _coll_kernels
+    world, n = 6, 2 * _coll_kernels.COLUMN_BLOCK + 37
+    x = _raw_float32(world, n, seed=5)
+    w = _wire_cast(x, fmt)
+    # NVLS: float32 adds in rank order, one rounding to the wire at the end
+    acc = w[0].copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r in range(1, world):
+            acc += w[r]
+    want = _wire_cast(acc, fmt)
+    got = collectives.all_reduce(x, fmt, "sum", "nvls")[0]
+    _equal_bits_any_nan(got, want, "nvls")
+    # tree, two parts on NCCL's two trees, against the message-passing oracle
+    # on a slice per part (the oracle reduces element by element in Python)
+    m = _coll_kernels.TREE_BLOCK + 19
+    parts = [(n - m, n - m), (m, m)]
+    got = collectives.all_reduce(x, fmt, "sum", "tree", gpus_per_node=3, parts=parts)[0]
+    for (lo, hi), which in (((0, 300), 0), ((n - m - 150, n - m), 0), ((n - m, n), 1)):
+        down = collectives.nccl_tree(world, 3, which)
+        with np.errstate(invalid="ignore"):                         # inf - inf
+            want = _simulate_nccl_tree(list(w[:, lo:hi]), fmt, "sum", down)
+        _equal_bits_any_nan(got[lo:hi], want, f"tree {lo}:{hi}")
+    # ring: as the same arrays cast first (each hop's oracle: the simulation above)
+    parts = [(n, 40)]
+    want = collectives.all_reduce(list(w), fmt, "max", "ring", parts=parts)[0]
+    got = collectives.all_reduce(x, fmt, "max", "ring", parts=parts)[0]
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    k = 120
+    with np.errstate(invalid="ignore"):
+        want = _simulate_nccl_ring(list(w[:, :k]), fmt, "sum", [(k, 40)], list(range(world)))
+    got = collectives.all_reduce(x[:, :k].copy(), fmt, "sum", "ring", parts=[(k, 40)])
+    _equal_bits_any_nan(got[0], want[0], "ring")
+
+
 # -------------------------------------------------------------------- NVLS
 @pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
 def test_nvls_adds_in_float32_and_rounds_once(fmt):

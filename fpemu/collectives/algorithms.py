@@ -70,23 +70,61 @@ def gloo_ring_chunks(n, world, element_bytes, max_segment_bytes=GLOO_MAX_SEGMENT
     return np.minimum(np.arange(world + 1, dtype=np.int64) * per_rank * seg_elems, n)
 
 
-def _fold(V, fmt, op, lo, hi, start, step, order, x86=False):
-    """Runs ``lo[j]:hi[j]`` of the ranks' arrays folded along a ring (see
-    :func:`fpemu._coll_kernels.ring_fold`), each hop rounded to ``fmt``
-    (fp32, bf16 or fp16); ``x86``: fp32 and fp16 NaNs as gloo on an x86 CPU gives them."""
-    out = np.empty(V.shape[1], np.float32)
-    code = {"sum": _coll_kernels.SUM, "prod": _coll_kernels.PROD, "max": _coll_kernels.MAX,
-            "min": _coll_kernels.MIN,
-            "number_max": _coll_kernels.NUMBER_MAX,
-            "number_min": _coll_kernels.NUMBER_MIN}[op]
+#: the float32 bits below a wire format's payload: a float32 NaN whose bits
+#: there are zero is a NaN of that format, widened exactly (bf16: the top 16
+#: bits; fp16 as torch widens it: payload << 13)
+NAN_LOW_BITS = {"fp32": 0, "bf16": 0xFFFF, "fp16": 0x1FFF}
+
+
+def keep_wire_nans(a, out, fmt):
+    """Where the float32 array ``a`` holds a NaN that is already one of the
+    wire format's (its payload fits), put its bits into ``out`` (``a`` cast
+    to ``fmt``): a collective copies such a NaN, as torch.distributed does."""
+    low = NAN_LOW_BITS.get(fmt.name)
+    if low is None or a.dtype != np.float32:
+        return out
+    bits = a.reshape(-1).view(np.uint32)
+    nan = ((bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)) & \
+        ((bits & np.uint32(low)) == 0)
+    if nan.any():
+        out.reshape(-1).view(np.uint32)[nan] = bits[nan]
+    return out
+
+
+def _on_wire(V, fmt):
+    """The ranks' float32 arrays (ranks x elements) cast to the wire format,
+    as :mod:`fpemu.collectives` casts every rank's input, for the run
+    functions that read float32 (``reads_float32``) but need the wire values
+    themselves. Values already on the wire come back unchanged."""
+    return keep_wire_nans(V, quantize(V, fmt), fmt)
+
+
+_FOLD_OPS = {"sum": _coll_kernels.SUM, "prod": _coll_kernels.PROD, "max": _coll_kernels.MAX,
+             "min": _coll_kernels.MIN, "number_max": _coll_kernels.NUMBER_MAX,
+             "number_min": _coll_kernels.NUMBER_MIN}
+
+
+def _wire_kind(fmt, x86=False):
+    """(kind, wire arguments) of :mod:`fpemu._coll_kernels` for a wire
+    format (fp32, bf16 or fp16); ``x86``: fp32 and fp16 NaNs as gloo on an
+    x86 CPU gives them."""
     kind = {"fp32": _coll_kernels.AS_IS_X86 if x86 else _coll_kernels.AS_IS,
             "fp16": _coll_kernels.RNE_IEEE_X86 if x86 else _coll_kernels.RNE_IEEE,
             "bf16": _coll_kernels.RNE_BF16}.get(fmt.name, _coll_kernels.RNE_IEEE)
     args = Cast.of(fmt).fast if kind in (_coll_kernels.RNE_IEEE,
                                          _coll_kernels.RNE_IEEE_X86) else (
         1, np.uint32(0), np.uint32(0), np.float32(0), np.uint32(0), np.uint32(0))
+    return kind, args
+
+
+def _fold(V, fmt, op, lo, hi, start, step, order, x86=False):
+    """Runs ``lo[j]:hi[j]`` of the ranks' arrays folded along a ring (see
+    :func:`fpemu._coll_kernels.ring_fold`), each hop rounded to ``fmt``
+    (fp32, bf16 or fp16); ``x86``: fp32 and fp16 NaNs as gloo on an x86 CPU gives them."""
+    out = np.empty(V.shape[1], np.float32)
+    kind, args = _wire_kind(fmt, x86)
     as64 = [np.ascontiguousarray(a, np.int64) for a in (lo, hi, start, order)]
-    run_kernel(_coll_kernels.ring_fold(code, kind), V, out, as64[0], as64[1], as64[2],
+    run_kernel(_coll_kernels.ring_fold(_FOLD_OPS[op], kind), V, out, as64[0], as64[1], as64[2],
                np.int64(step), as64[3], *args, inputs=1)
     return out
 
@@ -328,6 +366,8 @@ def _nccl_ring_all_reduce(V, fmt, op, scale, parts, ring):
     P, n = V.shape
     k = nccl_ring_chunks(n, P, NCCL_FORMATS[fmt.name], parts)
     order = np.arange(P) if ring is None else np.asarray(ring, np.int64)
+    if fmt.name in NCCL_FP8 or op in ("avg", "premul_sum"):
+        V = _on_wire(V, fmt)                    # the kernel below casts as it reads
     W = _premultiplied(V, fmt, op, scale)
     if fmt.name not in NCCL_FP8:
         # one run per stretch of equal chunk index: the kernel (a hop of two
@@ -484,10 +524,16 @@ def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node, patter
     its own value with what each child sent, in ``tree.down`` order, each
     step rounded; the root's result is broadcast down (copies)."""
     P, n = V.shape
+    fp8 = fmt.name in NCCL_FP8
+    if fp8 or op in ("avg", "premul_sum"):
+        V = _on_wire(V, fmt)                    # the kernel below casts as it reads
     W = _premultiplied(V, fmt, op, scale)
     parts = _ring_parts(n, parts, "all_reduce")
     which = trees if trees is not None else [0 if i < -(-len(parts) // 2) else 1
                                              for i in range(len(parts))]
+    if not fp8:
+        return _tree_kernel(np.ascontiguousarray(W, np.float32), fmt, op, parts,
+                            [nccl_tree(P, gpus_per_node, t, pattern) for t in which])
     out = np.empty(n, np.float32)
     start = 0
     for (count, _), t in zip(parts, which):
@@ -508,6 +554,49 @@ def _nccl_tree_all_reduce(V, fmt, op, scale, parts, trees, gpus_per_node, patter
             return acc
         out[sl] = up(_tree_root(down))
         start += count
+    return out
+
+
+def _post_order(down, root):
+    """The (parent, child) pairs of a tree in the order ``up`` above reduces
+    them: each child's subtree first, a parent's children in ``down`` order."""
+    pairs, stack = [], [(root, 0)]
+    while stack:
+        r, i = stack.pop()
+        if i < len(down[r]):
+            stack.append((r, i + 1))
+            stack.append((down[r][i], 0))
+            if i:
+                pairs.append((r, down[r][i - 1]))
+        elif down[r]:
+            pairs.append((r, down[r][-1]))
+    return pairs
+
+
+def _tree_kernel(W, fmt, op, parts, downs):
+    """The tree all-reduce of fp32 / bf16 / fp16 in one kernel
+    (:func:`fpemu._coll_kernels.tree_fold`): the same reductions as ``up``
+    in :func:`_nccl_tree_all_reduce` (a hop of two wire values in float32,
+    rounded to the wire, is their exact sum rounded once)."""
+    lo, hi, slo, shi, parent, child, root = [], [], [], [], [], [], []
+    start = 0
+    for (count, _), down in zip(parts, downs):
+        r = _tree_root(down)
+        pairs = _post_order(down, r)
+        lo.append(start)
+        hi.append(start + count)
+        slo.append(len(parent))
+        parent.extend(p for p, _ in pairs)
+        child.extend(c for _, c in pairs)
+        shi.append(len(parent))
+        root.append(r)
+        start += count
+    kind, args = _wire_kind(fmt)
+    out = np.empty(W.shape[1], np.float32)
+    fold_op = {"max": "number_max", "min": "number_min"}.get(op, "sum")
+    as64 = [np.asarray(a, np.int64) for a in (lo, hi, slo, shi, parent, child, root)]
+    run_kernel(_coll_kernels.tree_fold(_FOLD_OPS[fold_op], kind), W, out, *as64, *args,
+               inputs=1)
     return out
 
 
@@ -591,10 +680,9 @@ def _run_nvls(V, fmt, op, scale, params, fname):
     # (multimem.ld_reduce.add.acc::f32, src/device/reduce_kernel.h) and rounds
     # once to the wire dtype; the switch's order of the adds is not
     # documented: rank order
-    acc = V[0].copy()
-    with np.errstate(invalid="ignore", over="ignore"):
-        for r in range(1, V.shape[0]):
-            acc += V[r]
+    kind, args = _wire_kind(fmt)
+    acc = np.empty(V.shape[1], np.float32)
+    run_kernel(_coll_kernels.column_sum(kind), V, acc, *args, inputs=1)
     return quantize(acc, fmt)
 
 
@@ -662,17 +750,18 @@ ALGORITHM_TABLE = {a.name: a for a in (
                              "of those, or algorithm='exact'",
               reads_float32=True),
     Algorithm("ring", ("sum", "avg", "max", "min", "premul_sum"), NCCL_FORMATS,
-              ("parts", "ring"), _run_ring, _NCCL_OP, _NCCL_FMT),
+              ("parts", "ring"), _run_ring, _NCCL_OP, _NCCL_FMT, reads_float32=True),
     Algorithm("tree", ("sum", "avg", "max", "min", "premul_sum"), NCCL_FORMATS,
               ("parts", "trees", "gpus_per_node", "tree_pattern"), _run_tree, _NCCL_OP,
-              _NCCL_FMT),
+              _NCCL_FMT, reads_float32=True),
     Algorithm("nvls", ("sum",), NCCL_FORMATS, (), _run_nvls, format_refusal=_NCCL_FMT,
               op_refusal="{fname}(): the NVLS model covers op='sum' only (NCCL runs NVLS for "
                          "sum, min and max, and never for avg or premul_sum: ncclNvlsSupported "
                          "in src/include/device.h; the switch's min / max are not modelled); "
                          "use algorithm='ring' or 'tree'",
               no_fp8="{fname}(): NCCL runs NVLS for fp32, bf16 and fp16, not {fmt} "
-                     "(ncclNvlsSupported); use algorithm='ring' or 'tree'"),
+                     "(ncclNvlsSupported); use algorithm='ring' or 'tree'",
+              reads_float32=True),
 )}
 ALGORITHMS = tuple(ALGORITHM_TABLE)
 #: the ops each algorithm has

@@ -15,7 +15,7 @@ import numpy as np
 from ..checks import as_format, real_array
 from ..errors import FpemuTypeError, FpemuValueError
 from ..quantize import quantize
-from .algorithms import NCCL_FP8, algorithm_of, check_params
+from .algorithms import NCCL_FP8, algorithm_of, check_params, keep_wire_nans
 from .grads import _in_the_name_of
 
 
@@ -54,24 +54,9 @@ def _ranks(xs, fmt, fname, cast=True):
                 f"torch.distributed requires); rank 0 has {shapes[0]} {dtypes[0]}, rank {r} "
                 f"has {shapes[r]} {dtypes[r]}")
     V = np.empty((len(arrays), arrays[0].size), np.float32)
-    low = _NAN_LOW_BITS.get(fmt.name)
     for r, a in enumerate(arrays):
-        quantize(a, fmt, out=V[r])
-        if low is not None and a.dtype == np.float32:
-            # a NaN that is already one of the wire format's (its payload fits)
-            # keeps its bits: a collective copies it, as torch.distributed does
-            bits = a.reshape(-1).view(np.uint32)
-            nan = ((bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)) & \
-                ((bits & np.uint32(low)) == 0)
-            if nan.any():
-                V[r].view(np.uint32)[nan] = bits[nan]
+        keep_wire_nans(a, quantize(a, fmt, out=V[r]), fmt)
     return fmt, V, shapes[0]
-
-
-#: the float32 bits below a wire format's payload: a float32 NaN whose bits
-#: there are zero is a NaN of that format, widened exactly (bf16: the top 16
-#: bits; fp16 as torch widens it: payload << 13)
-_NAN_LOW_BITS = {"fp32": 0, "bf16": 0xFFFF, "fp16": 0x1FFF}
 
 
 def _shared(out, world, shape=None):
