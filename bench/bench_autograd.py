@@ -5,7 +5,10 @@ fpemu runs under bf16 autocast (emulated CUDA); torch runs the same model in
 fp32 on the CPU, in the same process. Printed: median ms per step and the
 ratio fpemu / torch, against the target of at most 2x (threads equal) for
 every model, a tiny nanoGPT (2 layers of 64, 8 x 32 tokens) included: there
-torch's step takes a few ms, so the emulator's per-op overhead shows.
+torch's step takes a few ms, so the emulator's per-op overhead shows. Issue
+51 adds torch's own ``nn.TransformerEncoder`` and a GPT-2-style model
+written as tutorials write it (module per block, SDPA, gradient clipping,
+AdamW with fused=False), same target.
 
     python bench/bench_autograd.py [--repeats 20]
 """
@@ -73,8 +76,70 @@ def gpt(lib, vocab=65, n_layer=4, n_embd=128, n_head=4, block_size=64):
     return GPT()
 
 
-def make_step(lib, model, x, y, autocast):
-    opt = lib.optim.AdamW(model.parameters(), lr=1e-3)
+def encoder(lib):
+    """torch's own nn.TransformerEncoder: 2 layers of d 64, 4 heads."""
+    nn = lib.nn
+    layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
+    return nn.Sequential(nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False),
+                         nn.Linear(64, 64))
+
+
+def gpt2_tutorial(lib, vocab=96, n_layer=2, d=64, n_head=4, block_size=32):
+    """A GPT-2-style model written the way training tutorials write it: a
+    module per block with its own attention and MLP modules, separate q / k /
+    v projections, ``F.scaled_dot_product_attention``, dropout modules (p=0),
+    learned positions, an untied head."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (nn.Linear(d, d) for _ in range(3))
+            self.out = nn.Linear(d, d)
+            self.drop = nn.Dropout(0.0)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = (p(x).view(B, T, n_head, C // n_head).transpose(1, 2)
+                       for p in (self.q, self.k, self.v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.drop(self.out(y.transpose(1, 2).reshape(B, T, C)))
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.act, self.drop = nn.GELU(approximate="tanh"), nn.Dropout(0.0)
+
+        def forward(self, x):
+            return self.drop(self.proj(self.act(self.fc(x))))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.attn, self.ln2, self.mlp = nn.LayerNorm(d), Attention(), \
+                nn.LayerNorm(d), MLP()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+
+    class GPT2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block_size, d)
+            self.blocks = nn.Sequential(*[Block() for _ in range(n_layer)])
+            self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx):
+            pos = lib.arange(idx.shape[1])
+            return self.head(self.ln_f(self.blocks(self.tok(idx) + self.pos(pos))))
+
+    return GPT2()
+
+
+def make_step(lib, model, x, y, autocast, clip=None):
+    opt = lib.optim.AdamW(model.parameters(), lr=1e-3, fused=False)
     scaler = lib.amp.GradScaler("cuda" if autocast else "cpu")
 
     def step():
@@ -87,6 +152,9 @@ def make_step(lib, model, x, y, autocast):
             loss = lib.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y)
         opt.zero_grad()
         scaler.scale(loss).backward()
+        if clip is not None:
+            scaler.unscale_(opt)
+            lib.nn.utils.clip_grad_norm_(model.parameters(), clip)
         scaler.step(opt)
         scaler.update()
     return step
@@ -110,6 +178,10 @@ def main():
         "tiny nanoGPT (2x64, 8x32 tokens)": (
             lambda lib: gpt(lib, n_layer=2, n_embd=64, block_size=32),
             rng.integers(0, 65, (8, 32)), rng.integers(0, 65, 256)),
+        "nn.TransformerEncoder 2x64, 8x32 tokens": (
+            encoder, rng.standard_normal((8, 32, 64)), rng.integers(0, 64, 256)),
+        "GPT-2 tutorial style 2x64, clip 1.0": (
+            gpt2_tutorial, rng.integers(0, 96, (8, 32)), rng.integers(0, 96, 256)),
     }
     print(f"{'one training step':44s} {'torch fp32 ms':>14s} {'fpemu bf16 ms':>14s} "
           f"{'ratio':>7s}  target <= 2x")
@@ -117,10 +189,11 @@ def main():
         ft.manual_seed(0)
         torch.manual_seed(0)
         xdt = np.int64 if xs.dtype.kind == "i" else np.float32
+        clip = 1.0 if "clip" in name else None
         t_torch = timed(make_step(torch, build(torch), torch.tensor(xs.astype(xdt)),
-                                  torch.tensor(ys), False), args.repeats)
+                                  torch.tensor(ys), False, clip), args.repeats)
         t_ours = timed(make_step(ft, build(ft), ft.tensor(xs.astype(xdt)),
-                                 ft.tensor(ys), True), args.repeats)
+                                 ft.tensor(ys), True, clip), args.repeats)
         r = t_ours / t_torch
         print(f"{name:44s} {t_torch * 1e3:14.2f} {t_ours * 1e3:14.2f} "
               f"{r:6.1f}x  {'met' if r <= 2.0 else 'MISSED'}")

@@ -224,20 +224,22 @@ class inlining:
 
 
 _LAUNCH = threading.Lock()
-_threadsafe_layer = None
+#: Numba's threading layer and whether it is thread-safe (tbb, omp), read
+#: once after fpemu's first parallel launch (:func:`_note_layer`): before
+#: it, ``numba.threading_layer()`` raises, and asking on every launch cost
+#: a raised and caught exception per kernel call (a model whose arrays all
+#: run the serial twins never launches a parallel loop)
+_layer = None
+_threadsafe_layer = False
 
 
-def _layer_is_threadsafe() -> bool:
-    """True once Numba runs a thread-safe layer (tbb, omp); False before the
-    first parallel launch and for workqueue."""
-    global _threadsafe_layer
-    if _threadsafe_layer is None:
-        try:
-            layer = numba.threading_layer()
-        except ValueError:                           # no parallel launch yet
-            return False
-        _threadsafe_layer = layer in ("tbb", "omp")
-    return _threadsafe_layer
+def _note_layer():
+    global _layer, _threadsafe_layer
+    try:
+        layer = numba.threading_layer()
+    except ValueError:                           # the launch did not start the pool
+        return
+    _layer, _threadsafe_layer = layer, layer in ("tbb", "omp")
 
 
 #: arrays smaller than this run a kernel's serial twin (module note)
@@ -302,26 +304,16 @@ def run_kernel(kernel, *args, inputs=0):
         entry = _TWINS[id(kernel)] = (kernel, _serial_twin(kernel) if parallel else None)
     twin = entry[1]
     if twin is not None:
-        if _largest(args) < SERIAL_BELOW.get(_layer or _layer_name(), SERIAL_BELOW_DEFAULT):
+        if _largest(args) < SERIAL_BELOW.get(_layer, SERIAL_BELOW_DEFAULT):
             return twin(*args)
-    if _threadsafe_layer or _layer_is_threadsafe():
+    if _threadsafe_layer:
         return kernel(*args)
     with _LAUNCH:
-        return kernel(*args)
+        result = kernel(*args)
+    if _layer is None:
+        _note_layer()
+    return result
 
 
 #: id(kernel) -> (kernel, its serial twin or None for a serial kernel)
 _TWINS = {}
-
-
-_layer = None
-
-
-def _layer_name():
-    global _layer
-    if _layer is None:
-        try:
-            _layer = numba.threading_layer()
-        except ValueError:                           # no parallel launch yet
-            return None
-    return _layer

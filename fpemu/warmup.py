@@ -99,6 +99,12 @@ def workload():
         for n in (SMALL, LARGE):
             jobs.append((f"quantize {fmt} rne n={n}",
                          lambda x=_inputs(n), f=fmt: fpemu.quantize(x, f)))
+    # bf16 has float32's exponent range and takes the integer-only twins of
+    # the fast paths; fp16's 16-bit codes come from the narrow formats' own
+    for n in (SMALL, LARGE):
+        for mode in MODES[:-1]:
+            jobs.append((f"encode fp16 {mode} n={n}",
+                         lambda x=_inputs(n), m=mode: fpemu.encode(x, "fp16", rounding=m)))
     # in every mode but SR, bf16 and e4m3fn take the fast paths; formats of
     # their families that cannot (fp32: 23 mantissa bits; the MX element
     # formats: no NaN) take the generic 32-bit kernels, compiled here
