@@ -116,8 +116,10 @@ def ring_fold(op, kind):
 @functools.lru_cache(maxsize=None)
 def tree_fold(op, kind):
     """The kernel that reduces the rows of ``V`` up a tree into ``out``,
-    called as ``kernel(V, out, lo, hi, parent, child, root, shift, ...)``
-    (the wire arguments of :func:`ring_fold`): for the elements
+    called as ``kernel(V, out, lo, hi, sched_lo, sched_hi, parent, child,
+    root, shift, ...)`` (the wire arguments of :func:`ring_fold`; every
+    array int64, one entry per part but ``parent`` and ``child``, one per
+    pair of the schedules laid end to end): for the elements
     ``lo[j]:hi[j]`` (a part), every rank starts from its own value on the
     wire, then the pairs ``(parent[i], child[i])`` of part j's schedule
     (``sched_lo[j]:sched_hi[j]``, a post-order walk: a child's subtree is

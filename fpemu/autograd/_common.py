@@ -23,7 +23,9 @@ def broadcast_check(a, b):
     RuntimeError naming the first dim that differs, not numpy's ValueError)."""
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         return
-    sa, sb = tuple(a.shape), tuple(b.shape)
+    sa, sb = a._data.shape, b._data.shape
+    if sa == sb:
+        return
     n = max(len(sa), len(sb))
     pa, pb = (1,) * (n - len(sa)) + sa, (1,) * (n - len(sb)) + sb
     for k in range(n - 1, -1, -1):

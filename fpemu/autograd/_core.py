@@ -49,6 +49,16 @@ def result_type(*operands):
     """PyTorch's type promotion: tensors with dimensions first, then 0-dim
     tensors, then Python numbers; a lower group only counts if it is of a
     higher category (bool < integer < floating)."""
+    # the common case first: tensors of one floating dtype (any dims) give it
+    first = operands[0] if operands else None
+    if isinstance(first, Tensor):
+        d = first.dtype
+        if isinstance(d, Format) or d is float64:
+            for x in operands:
+                if not (isinstance(x, Tensor) and x.dtype is d):
+                    break
+            else:
+                return d
     groups = ([], [], [])
     for x in operands:
         if isinstance(x, Tensor):
@@ -818,8 +828,12 @@ def _result(array, dtype, parents, backward, saved=(), view_of=None, op=None, st
                    _base=view_of._base if view_of._base is not None else view_of)
     else:
         array = array if isinstance(array, np.ndarray) else np.asarray(array)
+        owns = array.base is None
         for p in parents:
-            if isinstance(p, Tensor) and np.may_share_memory(array, p._data):
+            # two arrays that each own their memory overlap only if they are
+            # one (the test below is cheap; may_share_memory costs a microsecond)
+            if isinstance(p, Tensor) and (array is p._data if owns and p._data.base is None
+                                          else np.may_share_memory(array, p._data)):
                 array = array.copy()
                 break
         t = Tensor(array, dtype)
