@@ -637,8 +637,18 @@ def _cmd_warmup(args) -> int:
     return 0
 
 
+def _no_launcher(script, command):
+    """``fpemu CMD torchrun ...``: the launcher goes first, fpemu after it."""
+    if os.path.basename(script) in ("torchrun", "torch.distributed.run", "accelerate",
+                                    "deepspeed", "mpirun", "srun"):
+        raise CliError(f"fpemu {command} runs one Python script in this process, not the "
+                       f"launcher {script!r}; put the launcher first: torchrun "
+                       f"--nproc_per_node N --no-python fpemu {command} ... train.py")
+
+
 def _cmd_monitor(args) -> int:
     from .tensorfiles import check_input, check_output_dir
+    _no_launcher(args.script, "monitor")
     check_input(args.script, "script")
     check_output_dir(args.out, "report folder")
     if args.every < 1:
@@ -653,11 +663,17 @@ def _cmd_monitor(args) -> int:
     if mon is None:
         raise CliError(f"{args.script} created no optimizer and called no "
                        "fpemu.torch.watch(model): there was no model to watch")
-    first = mon.first_overflow()
-    print(f"{len({r.step for r in mon.records})} steps recorded, {len(mon.records)} counts")
-    print("first overflow: " + (str(first) if first else "none (no value left any format's "
-                                "range, no inf or NaN)"))
-    print(f"report: {os.path.join(args.out, 'index.html')}")
+    if mon.report_path is None:          # a rank > 0 of a torch.distributed job
+        print(f"rank {mon.rank} of {mon.world}: {len(mon.local_records)} counts merged into "
+              "rank 0's report")
+    else:
+        first = mon.first_overflow()
+        ranks = f" ({mon.world} ranks merged)" if mon.world > 1 else ""
+        print(f"{len({r.step for r in mon.records})} steps recorded, {len(mon.records)} "
+              f"counts{ranks}")
+        print("first overflow: " + (str(first) if first else "none (no value left any format's "
+                                    "range, no inf or NaN)"))
+        print(f"report: {mon.report_path}")
     if mon.script_error is not None:
         err = mon.script_error
         _print_script_traceback(err, args.script)
@@ -676,6 +692,7 @@ def _cmd_monitor(args) -> int:
 
 def _cmd_emulate(args) -> int:
     from .tensorfiles import check_input
+    _no_launcher(args.script, "emulate")
     check_input(args.script, "script")
     from .torch import RECIPES, run_emulated_script as run_script
     if args.recipe.lower() not in RECIPES:

@@ -40,6 +40,9 @@ class Record:
     counted: int             # numel, or the sample size
     amax: float              # largest finite |value| of the tensor itself (unscaled)
     counts: object           # fpemu.stats.Counts
+    sharded: bool = False    # a shard of a DTensor (FSDP2): the ranks' counts add up
+    rank: int = 0            # the rank that counted it (0 without torch.distributed)
+    ranks: dict = None       # merged records only: {rank: that rank's Record}
 
     @property
     def overflowed(self) -> int:
@@ -80,6 +83,8 @@ class FirstOverflow:
     nonfinite: int           # real inf / NaN values in the tensor itself
     amax: float
     chain: list              # the modules that ran after it in the same pass
+    ranks: tuple = ()        # of a job's merged records: the ranks where it happened
+    world: int = 1           # the job's ranks (1 without torch.distributed)
 
     @property
     def real(self) -> bool:
@@ -90,7 +95,11 @@ class FirstOverflow:
         what = (f"{self.nonfinite} real inf/NaN value(s)" if self.real else
                 f"{self.overflowed} value(s) beyond the range of {', '.join(self.formats)} "
                 f"(amax {self.amax:.6g}, scaling {self.scaling})")
-        lines = [f"step {self.step}: {self.kind} of {self.module}: {what}"]
+        where = f"step {self.step}"
+        if self.world > 1:
+            where += (f", rank {self.ranks[0]}" if len(self.ranks) == 1 else
+                      f", ranks {', '.join(map(str, self.ranks))}") + f" of {self.world}"
+        lines = [f"{where}: {self.kind} of {self.module}: {what}"]
         if self.chain:
             direction = "backward" if self.kind == "activation_grad" else "forward"
             lines.append(f"  then flows ({direction}) through: " + " -> ".join(self.chain))
@@ -120,6 +129,40 @@ def _policy(fmt):
     range (inf, else NaN) from one that only rounds down to the largest value."""
     f = as_format(fmt)
     return "inf" if f.has_inf else ("nan" if f.has_nan else None)
+
+
+def _is_dtensor(t):
+    return type(t).__name__ == "DTensor" and hasattr(t, "to_local")
+
+
+def _shard_groups(t):
+    """The process groups across which the DTensor ``t`` is sharded (one per
+    mesh dimension with a ``Shard`` placement); ``None`` for any other tensor
+    (a plain one, or a DTensor replicated on every rank)."""
+    if not _is_dtensor(t):
+        return None
+    mesh = t.device_mesh
+    groups = [mesh.get_group(dim) for dim, pl in enumerate(t.placements) if pl.is_shard()]
+    return groups or None
+
+
+def _local_amax(torch, flat):
+    """The largest finite |value| of ``flat`` (0 when there is none)."""
+    if flat.numel() == 0:
+        return 0.0
+    fin = torch.isfinite(flat)
+    return float(torch.where(fin, flat.abs(), torch.zeros((), dtype=flat.dtype,
+                                                          device=flat.device)).max())
+
+
+def _global_amax(torch, local, groups):
+    """The whole tensor's amax from one shard: the shard's, then a MAX all-reduce
+    of that one float64 scalar across each sharding group (exact: a max)."""
+    a = torch.tensor([_local_amax(torch, local.reshape(-1))], dtype=torch.float64,
+                     device=local.device)
+    for g in groups:
+        torch.distributed.all_reduce(a, op=torch.distributed.ReduceOp.MAX, group=g)
+    return float(a.item())
 
 
 def _check_choice(name, value, allowed):
@@ -190,6 +233,9 @@ class Monitor:
         if not isinstance(model, torch.nn.Module):
             raise FpemuTypeError(f"monitor(): model must be a torch.nn.Module, got "
                                  f"{type(model).__name__}; pass the model you train")
+        ddp = getattr(torch.nn.parallel, "DistributedDataParallel", None)
+        if ddp is not None and isinstance(model, ddp):
+            model = model.module    # DDP's wrapper: the layers (and their names) are its module's
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise FpemuTypeError(f"monitor(): optimizer must be a torch.optim.Optimizer, got "
                                  f"{type(optimizer).__name__}")
@@ -223,7 +269,10 @@ class Monitor:
             raise FpemuValueError(f"monitor(): count_on must be 'auto', 'device' or 'host', "
                                   f"got {count_on!r}")
         self.count_on = count_on
-        self.records = []
+        self.records = []          # this rank's; after gather() on rank 0, the whole job's
+        self._own = self.records
+        self.rank, self.world = 0, 1
+        self.rank_records = None   # after gather() on rank 0: {rank: that rank's records}
         self.step = 0
         self._seq = 0
         self._saw_backward = False
@@ -236,6 +285,7 @@ class Monitor:
         self._warned_meta = False
         self.script_error = None
         self.script_exit = None
+        self.report_path = None     # where run_script's report went (None on ranks > 0)
 
     # -- hooks -------------------------------------------------------------------------
     def start(self):
@@ -339,31 +389,30 @@ class Monitor:
     def _record(self, kind, label, tensor, unscale=False):
         torch = self._torch
         t = tensor.detach()
-        if not t.is_floating_point() or t.numel() == 0:
+        shard_groups = _shard_groups(t)
+        sharded = shard_groups is not None
+        if sharded or _is_dtensor(t):
+            t = t.to_local()        # this rank's shard (FSDP2), or its replica
+        if not t.is_floating_point() or self._on_meta_warned(t, label):
             return
-        if t.device.type == "meta":
-            # a meta tensor has a shape and no values: nothing to count
-            if not self._warned_meta:
-                import warnings
-                warnings.warn(f"fpemu.torch.monitor: {label} is on the meta device (shapes "
-                              f"without values); its tensors are not counted. Move the model "
-                              f"to a real device (model.to_empty(device=...)) to count them.",
-                              stacklevel=2)
-                self._warned_meta = True
+        needs_amax = self.sample is not None or any(sc not in ("none", "loss_scale")
+                                                    for sc in self.scalings)
+        amax_raw = None
+        if sharded and needs_amax:
+            # the scalings follow the whole tensor's amax: every rank holding a shard takes
+            # part in one all-reduce of a scalar (as TransformerEngine's FSDP integration
+            # does), an empty shard too
+            amax_raw = _global_amax(torch, t, shard_groups)
+        if t.numel() == 0:
             return
         seq = self._seq
         self._seq += 1
         live = self._live_scale() if unscale else 1.0
         flat = t.reshape(-1)
-        if self.sample is not None or any(sc not in ("none", "loss_scale")
-                                          for sc in self.scalings):
+        if needs_amax and amax_raw is None:
             # the scale needs the amax before the counting, and a sample's amax is not the
             # tensor's; otherwise the counts give it (stats' amax is before its factor)
-            fin = torch.isfinite(flat)
-            amax_raw = float(torch.where(fin, flat.abs(), torch.zeros(
-                (), dtype=flat.dtype, device=flat.device)).max())
-        else:
-            amax_raw = None
+            amax_raw = _local_amax(torch, flat)
         idx = None
         if self.sample is not None and flat.numel() > self.sample:
             rng = np.random.default_rng([self.seed, self.step, seq])
@@ -376,7 +425,7 @@ class Monitor:
             for fname in self.formats:
                 f = as_format(fname)
                 src, scale, factor = self._scaled(scaling, kind, label, f, t, flat, amax_raw,
-                                                  live)
+                                                  live, sharded)
                 if fname in counted_all:
                     c = counted_all[fname]
                 else:
@@ -389,8 +438,9 @@ class Monitor:
                     c = found[fname]
                 if amax_raw is None:
                     amax_raw = c.amax
-                self.records.append(Record(self.step, seq, label, kind, fname, scaling, scale,
-                                           flat.numel(), counted, amax_raw / live, c))
+                self._own.append(Record(self.step, seq, label, kind, fname, scaling, scale,
+                                        flat.numel(), counted, amax_raw / live, c, sharded,
+                                        self._dist_rank()))
 
     def _count(self, src, names, factor):
         """{format name: Counts} of ``src * factor`` in each of ``names``, chunk
@@ -419,7 +469,23 @@ class Monitor:
             total = got if total is None else [a + b for a, b in zip(total, got)]
         return dict(zip(names, total))
 
-    def _scaled(self, scaling, kind, label, f, t, flat, amax_raw, live):
+    def _on_meta_warned(self, t, label):
+        """True for a meta tensor (a shape without values: nothing to count), warned once."""
+        if t.device.type != "meta":
+            return False
+        if not self._warned_meta:
+            warnings.warn(f"fpemu.torch.monitor: {label} is on the meta device (shapes "
+                          f"without values); its tensors are not counted. Move the model "
+                          f"to a real device (model.to_empty(device=...)) to count them.",
+                          stacklevel=3)
+            self._warned_meta = True
+        return True
+
+    def _dist_rank(self):
+        d = self._torch.distributed
+        return d.get_rank() if d.is_available() and d.is_initialized() else 0
+
+    def _scaled(self, scaling, kind, label, f, t, flat, amax_raw, live, sharded=False):
         """(values to classify, the scale to report, the factor stats() applies)."""
         torch = self._torch
         grad = kind in _GRAD_KINDS
@@ -446,8 +512,8 @@ class Monitor:
             y = flat.to(torch.float32) * torch.tensor(float(s), dtype=torch.float32,
                                                       device=flat.device)
             return y, float(s), 1.0
-        if scaling == "nvfp4":
-            return self._nvfp4(t, f), float("nan"), 1.0
+        if scaling == "nvfp4":      # (a shard's tensor scale is the whole tensor's)
+            return self._nvfp4(t, f, amax_raw if sharded else None), float("nan"), 1.0
         # MX: one power-of-two scale per block of the last dimension (rows never share one)
         x = t.to(torch.float64)
         last = x.shape[-1] if x.dim() else 1
@@ -466,9 +532,10 @@ class Monitor:
         y = y[:, :last].reshape(-1)
         return y, float("nan"), 1.0
 
-    def _nvfp4(self, t, f):
+    def _nvfp4(self, t, f, amax=None):
         """x times TransformerEngine's NVFP4 element encode scale, in float32
-        (see :mod:`fpemu.block`, rule ``"nvfp4"``), with ``f.max`` for 6."""
+        (see :mod:`fpemu.block`, rule ``"nvfp4"``), with ``f.max`` for 6; the
+        tensor scale from ``amax`` where given (a shard's: the whole tensor's)."""
         from ..block.rules import nvfp4_tensor_scale
         torch = self._torch
         f32 = np.float32
@@ -482,7 +549,10 @@ class Monitor:
         finite = torch.where(torch.isfinite(blocks), blocks.abs(),
                              torch.zeros((), dtype=blocks.dtype, device=blocks.device))
         bmax = finite.amax(dim=-1, keepdim=True)
-        amax_t = f32(finite.max().item()) if finite.numel() else f32(0)
+        if amax is not None:
+            amax_t = f32(amax)
+        else:
+            amax_t = f32(finite.max().item()) if finite.numel() else f32(0)
         S, Sdec = nvfp4_tensor_scale(amax_t, 448.0, f.max)
         flt_max = torch.tensor(float(np.finfo(np.float32).max), device=x.device)
         # TE's current rule: amax times fp32(S * fp32(1 / 6)) (fpemu.block, "nvfp4")
@@ -493,6 +563,51 @@ class Monitor:
         enc = torch.minimum(1.0 / (ds * torch.tensor(float(Sdec), device=x.device)), flt_max)
         y = (blocks * enc).reshape(rows.shape)[:, :last].reshape(-1)
         return y
+
+    # -- many processes ----------------------------------------------------------------
+    @property
+    def local_records(self) -> list:
+        """This rank's own records (the same as :attr:`records` in one process)."""
+        return self._own
+
+    def gather(self, timeout=None):
+        """Combine every rank's counts into the whole job's, on rank 0.
+
+        Under ``torch.distributed`` (any backend, ``torchrun`` or spawned
+        processes) each rank counts its own tensors; this is the one
+        collective the monitor makes outside sharded tensors' amax (see the
+        class text), and every rank must call it, at the same point (as
+        :meth:`report` does). Only the small count vectors travel (pickled,
+        over a gloo group made for it, whatever the job's backend). On rank 0
+        :attr:`records` become the job's, one per tensor: the ranks' counts
+        added up for activations, their gradients, weight gradients (each
+        rank's local one under DDP) and any shard of a DTensor (FSDP2), a
+        replicated tensor's (a DDP weight, Adam's moments) counted once, from
+        rank 0; :attr:`rank_records` keeps each rank's own. Without a process
+        group of two or more ranks it does nothing; once the group is
+        destroyed, the last merge stays. ``timeout`` (seconds; default
+        ``FPEMU_MERGE_TIMEOUT`` or 600) bounds the wait for slower ranks.
+        Returns ``self``.
+        """
+        import datetime
+        torch = torch_module()
+        d = torch.distributed
+        if not (d.is_available() and d.is_initialized()) or d.get_world_size() < 2:
+            return self
+        rank, world = d.get_rank(), d.get_world_size()
+        secs = float(timeout if timeout is not None
+                     else os.environ.get("FPEMU_MERGE_TIMEOUT", 600))
+        group = d.new_group(backend="gloo", timeout=datetime.timedelta(seconds=secs))
+        got = [None] * world if rank == 0 else None
+        try:
+            d.gather_object((rank, self._own), got, dst=0, group=group)
+        finally:
+            d.destroy_process_group(group)
+        self.rank, self.world = rank, world
+        if rank == 0:
+            self.rank_records = {r: recs for r, recs in got}
+            self.records = _merge_ranks(self.rank_records)
+        return self
 
     # -- results -----------------------------------------------------------------------
     def rows(self) -> list:
@@ -517,6 +632,11 @@ class Monitor:
         doc = {"formats": list(self.formats), "scalings": list(self.scalings),
                "every": self.every, "sample": self.sample, "seed": self.seed,
                "rows": [{k: clean(v) for k, v in r.items()} for r in self.rows()]}
+        if self.rank_records is not None:       # the job's rows, then each rank's own
+            doc["world"] = self.world
+            doc["rank_rows"] = [{"rank": rank, **{k: clean(v) for k, v in rec.row().items()}}
+                                for rank, recs in sorted(self.rank_records.items())
+                                for rec in recs]
         with open(path, "w") as fh:
             json.dump(doc, fh, indent=1)
         return path
@@ -536,16 +656,21 @@ class Monitor:
             nonfinite = r.counts.counts["nan"] + r.counts.counts["inf"]
             over = r.overflowed
             if nonfinite or over:
-                hit = hits.setdefault(r.seq, {"r": r, "formats": [], "over": 0, "nf": nonfinite})
+                hit = hits.setdefault((r.step, r.seq), {"r": r, "formats": [], "over": 0,
+                                                        "nf": nonfinite, "ranks": set()})
                 if over:
                     hit["formats"].append(r.format)
                     hit["over"] = max(hit["over"], over)
+                for rank, own in (r.ranks or {}).items():
+                    if own.overflowed or own.counts.counts["nan"] + own.counts.counts["inf"]:
+                        hit["ranks"].add(rank)
         if not hits:
             return None
         first = hits[min(hits)]
         r = first["r"]
         return FirstOverflow(r.step, r.module, r.kind, first["formats"], scaling, first["over"],
-                             first["nf"], r.amax, self._chain(r))
+                             first["nf"], r.amax, self._chain(r), tuple(sorted(first["ranks"])),
+                             self.world if self.rank_records is not None else 1)
 
     def _chain(self, r):
         phase = {"activation": "forward", "activation_grad": "backward"}.get(r.kind)
@@ -564,15 +689,84 @@ class Monitor:
 
     def report(self, out_dir, **kwargs):
         """Write the HTML report (figures, verdicts) into ``out_dir``; returns the path
-        of ``index.html``. See :func:`fpemu.torch._report.write_report`."""
+        of ``index.html``. See :func:`fpemu.torch._report.write_report`.
+
+        Under ``torch.distributed`` every rank calls it: the counts are merged
+        (:meth:`gather`) and rank 0 writes the job's one report; the other
+        ranks write nothing and return ``None``. Should the merge fail (a rank
+        that died, or a timeout), each rank writes its own counts into
+        ``out_dir/rank<N>`` with a warning."""
         from ..tensorfiles import check_output_dir
         from ._report import write_report
         check_output_dir(out_dir, "report folder")
+        try:
+            self.gather()
+        except Exception as err:     # noqa: BLE001 - gloo's errors have several types
+            rank = self._dist_rank()
+            out_dir = os.path.join(out_dir, f"rank{rank}")
+            self.records, self.rank_records, self.world = self._own, None, 1
+            warnings.warn(f"fpemu.torch.monitor: rank {rank} could not merge its counts with "
+                          f"the other ranks' ({type(err).__name__}: {err}); writing this "
+                          f"rank's own report to {out_dir}", stacklevel=2)
+        else:
+            if self.world > 1 and self.rank != 0:
+                return None
+            if self.world == 1 and _torchrun_world() > 1:
+                # torchrun's processes with no process group: one report per rank
+                out_dir = os.path.join(out_dir, f"rank{os.environ.get('RANK', '0')}")
         try:
             return write_report(self, out_dir, **kwargs)
         except OSError as err:          # a full disk, a folder removed meanwhile
             raise FpemuValueError(f"cannot write the report into {out_dir}: "
                                   f"{(err.strerror or str(err)).lower()}") from None
+
+
+#: the kinds whose ranks hold different tensors (each rank's batch, its local gradients):
+#: their counts add up across ranks; a weight or an optimizer moment does only when sharded
+_PER_RANK_KINDS = ("activation", "activation_grad", "weight_grad")
+
+
+def _torchrun_world():
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
+def _merge_ranks(rank_records):
+    """One Record per tensor of the job from each rank's records (see
+    :meth:`Monitor.gather`); a module that runs twice in a step keeps its two
+    records apart (the n-th of a rank goes with the n-th of the others)."""
+    parts, order = {}, []
+    for rank in sorted(rank_records):
+        seen = {}
+        for r in rank_records[rank]:
+            base = (r.step, r.module, r.kind, r.format, r.scaling)
+            n = seen[base] = seen.get(base, -1) + 1
+            key = base + (n,)
+            if key not in parts:
+                parts[key] = {}
+                order.append(key)
+            parts[key][rank] = r
+    merged = []
+    for key in order:
+        by_rank = parts[key]
+        first = by_rank[min(by_rank)]
+        add = first.sharded or first.kind in _PER_RANK_KINDS
+        recs = list(by_rank.values()) if add else [first]
+        counts = recs[0].counts
+        for r in recs[1:]:
+            counts = counts + r.counts
+        scales = {r.scale for r in by_rank.values() if r.scale == r.scale}
+        scale = scales.pop() if len(scales) == 1 and all(
+            r.scale == r.scale for r in by_rank.values()) else float("nan")
+        amaxes = [r.amax for r in by_rank.values() if r.amax == r.amax]
+        merged.append(Record(first.step, first.seq, first.module, first.kind, first.format,
+                             first.scaling, scale, sum(r.numel for r in recs),
+                             sum(r.counted for r in recs), max(amaxes, default=float("nan")),
+                             counts, first.sharded, None, by_rank))
+    merged.sort(key=lambda r: (r.step, r.seq))
+    return merged
 
 
 def monitor(model, optimizer=None, **kwargs) -> Monitor:
@@ -684,10 +878,28 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
     check_output_dir(out, "report folder")               # and where the report goes
     _PENDING["settings"] = dict(settings)
     _ACTIVE.clear()
+    dist = torch.distributed
+    real_destroy = dist.destroy_process_group if dist.is_available() else None
+
+    def destroy(group=None, *args, **kwargs):
+        # a torchrun script's last line: merge the ranks' counts while the group lives
+        if group is None:
+            for m in _ACTIVE:
+                try:
+                    m.gather()
+                except Exception as err:    # noqa: BLE001 - reported by report() below
+                    warnings.warn(f"fpemu monitor: the ranks' counts could not be merged "
+                                  f"({type(err).__name__}: {err})", stacklevel=2)
+        return real_destroy(group, *args, **kwargs)
+
+    if real_destroy is not None:
+        dist.destroy_process_group = destroy
     try:
         # sys.exit(n), or a run that dies (of a NaN, say): the report is written all the same
         error, exit_code = run_hooked(path, argv, watch, lambda: bool(_ACTIVE))
     finally:
+        if real_destroy is not None:
+            dist.destroy_process_group = real_destroy
         _PENDING.clear()
         for mon in _ACTIVE:
             mon.stop()
@@ -695,7 +907,8 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
     if mon is not None:
         mon.script_error = error
         mon.script_exit = exit_code
-        mon.report(out)
+        # every rank calls it: rank 0 writes the job's report, the others None
+        mon.report_path = mon.report(out)
     if error is not None and (reraise or mon is None):
         raise error
     return mon

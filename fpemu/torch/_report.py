@@ -123,6 +123,54 @@ def _modules(mon, kind):
     return seen + sorted(have - set(seen))
 
 
+#: rows of the per-rank table at most (the rest are in rows.json)
+RANK_TABLE_ROWS = 60
+
+
+def _rank_table(mon, scaling):
+    """HTML of the per-rank table: for each layer, tensor kind and format whose
+    ranks counted differently (over every recorded step), each rank's flushed
+    share and overflow count."""
+    ranks = sorted(mon.rank_records)
+    acc = {}                 # (module, kind, format) -> {rank: [flushed, nonzero, overflow]}
+    for r in mon.records:
+        if r.scaling != scaling or not r.ranks:
+            continue
+        cell = acc.setdefault((r.module, r.kind, r.format), {})
+        for rank, own in r.ranks.items():
+            c = own.counts.counts
+            v = cell.setdefault(rank, [0, 0, 0])
+            v[0] += c["flushed"]
+            v[1] += own.counts.total - c["zero"] - c["nan"] - c["inf"]
+            v[2] += own.overflowed
+    differ = [(k, v) for k, v in acc.items()
+              if len({tuple(x) for x in v.values()}) > 1 or len(v) < len(ranks)]
+    out = ["<h2>Per rank</h2>"]
+    if not differ:
+        out.append("<p>Every rank counted the same values in every recorded tensor.</p>")
+        return out
+    out.append(f"<p>The tensors whose ranks counted differently, over the {len(ranks)} ranks "
+               "and every recorded step (scaling " + html.escape(scaling) + "): the share of "
+               "nonzero values flushed to zero / the values that overflow, per rank; a "
+               "dash where a rank recorded none.</p>")
+    out.append("<table><tr><th>layer</th><th>tensor</th><th>format</th>"
+               + "".join(f"<th>rank {k}</th>" for k in ranks) + "</tr>")
+    for (module, kind, fmt), v in differ[:RANK_TABLE_ROWS]:
+        cells = []
+        for k in ranks:
+            if k not in v:
+                cells.append("<td>-</td>")
+                continue
+            fl, nz, ov = v[k]
+            cells.append(f"<td>{(fl / nz if nz else 0.0):.2%} / {ov}</td>")
+        out.append(f"<tr><td>{html.escape(module)}</td><td>{kind.replace('_', ' ')}</td>"
+                   f"<td><code>{fmt}</code></td>{''.join(cells)}</tr>")
+    out.append("</table>")
+    if len(differ) > RANK_TABLE_ROWS:
+        out.append(f"<p>{len(differ) - RANK_TABLE_ROWS} more rows in rows.json.</p>")
+    return out
+
+
 def write_report(mon, out_dir, kind="activation_grad", scaling=None, dpi=110):
     """Write ``out_dir/index.html`` with its figures (PNG and SVG); returns its path."""
     import matplotlib.pyplot as plt
@@ -201,10 +249,15 @@ def write_report(mon, out_dir, kind="activation_grad", scaling=None, dpi=110):
         save(fig, "amax", "The largest magnitude of each layer's activations and gradients per "
              "step: what per-tensor scaling follows.")
     rows = [(f, *verdict(mon, f, scaling)) for f in mon.formats]
+    merged = getattr(mon, "rank_records", None) is not None
     first = mon.first_overflow(scaling)
     sampled = sorted({(r.kind, r.counted) for r in mon.records if r.counted < r.numel})
-    body = [f"<h1>fpemu monitor: {html.escape(type(mon.model).__name__)}</h1>",
-            f"<p>{len(steps)} steps recorded (every {mon.every}), {len(modules)} layers, "
+    job = (f"{mon.world} ranks: each rank's counts added up per tensor (activations, "
+           "gradients, the shards of sharded tensors), a replicated weight's and optimizer "
+           "state's counted once (rank 0's). " if merged else "")
+    body = [f"<h1>fpemu monitor: {html.escape(type(mon.model).__name__)}"
+            + (f" ({mon.world} ranks)" if merged else "") + "</h1>",
+            f"<p>{job}{len(steps)} steps recorded (every {mon.every}), {len(modules)} layers, "
             f"formats {', '.join(mon.formats)}, scaling {', '.join(mon.scalings)}. "
             + (f"Each tensor larger than {mon.sample} elements was counted on a seeded uniform "
                f"sample of {mon.sample} elements (seed {mon.seed})."
@@ -218,13 +271,17 @@ def write_report(mon, out_dir, kind="activation_grad", scaling=None, dpi=110):
     body.append("<h2>First overflow</h2>")
     body.append(f"<pre>{html.escape(str(first))}</pre>" if first else
                 "<p>No recorded tensor overflows any format and none holds inf or NaN.</p>")
+    if merged:
+        body.extend(_rank_table(mon, scaling))
     body.append("<h2>Figures</h2>")
     for stem, caption in figs:
         body.append(f'<figure><img src="{stem}.png" alt="{html.escape(stem)}" '
                     f'style="max-width:100%"><figcaption>{html.escape(caption)} '
                     f'<a href="{stem}.svg">SVG</a></figcaption></figure>')
     body.append("<p>The counts behind these figures, one row per step, module, tensor kind, "
-                'format and scaling: <a href="rows.json">rows.json</a>.</p>')
+                'format and scaling: <a href="rows.json">rows.json</a>'
+                + (" (the job's rows, then each rank's own under <code>rank_rows</code>)"
+                   if merged else "") + ".</p>")
     mon.to_json(os.path.join(out_dir, "rows.json"))
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>fpemu monitor</title>"
             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
