@@ -576,3 +576,100 @@ def test_cli_shows_a_script_that_fails_before_its_optimizer(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "names a model of fpemu.accumulate" in err and "'bogus'" in err
     assert "loss" not in out                       # refused before the script ran
+
+
+RANKS_SCRIPT = '''
+import argparse
+import torch
+import torch.distributed as dist
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--steps", type=int, default=3)
+ap.add_argument("--recipe", default=None, help="emulate inside the script (else the CLI does)")
+ap.add_argument("--save", default=None)
+ap.add_argument("--save-after", type=int, default=2)
+ap.add_argument("--load", default=None)
+args = ap.parse_args()
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+model = torch.nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+emu = None
+if args.recipe:
+    import fpemu.torch
+    emu = fpemu.torch.emulate(model, args.recipe)
+start = 0
+if args.load:
+    ck = torch.load(f"{args.load}/rank{rank}.pt")
+    model.module.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    emu.load_state_dict(ck["emu"])
+    start = ck["step"]
+for step in range(start, args.steps):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    x, y = torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    print(f"rank {rank} step {step} loss {loss.item().hex()} emulated "
+          f"{'forward' in model.module[0].__dict__}", flush=True)
+    if args.save and step + 1 == args.save_after:
+        torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                    "emu": emu.state_dict(), "step": step + 1}, f"{args.save}/rank{rank}.pt")
+dist.destroy_process_group()
+'''
+
+
+def _losses(out):
+    """{(rank, step): (loss as float.hex, emulated)} of the job's lines (the
+    ranks share torchrun's stdout: a line's newline can land after another's)."""
+    import re
+    return {(int(r), int(s)): (h, e) for r, s, h, e in re.findall(
+        r"rank (\d+) step (\d+) loss (-?0x[0-9a-f.]+p[+-]\d+) emulated (True|False)", out)}
+
+
+def test_delayed_scaling_state_saves_and_resumes_per_rank_under_torchrun(tmp_path):
+    """Two DDP ranks under ``torchrun``, every Linear under delayed scaling
+    (each rank's amax histories its own): a job saved after two steps (the
+    model, Adam and ``emu.state_dict()`` per rank) and resumed in a new job
+    takes the third step bit for bit as the uninterrupted job on each rank."""
+    from torchrun_jobs import torchrun
+    script = tmp_path / "train.py"
+    script.write_text(RANKS_SCRIPT)
+    (tmp_path / "ck").mkdir()
+    whole = _losses(torchrun(2, [str(script), "--recipe", "delayed", "--save", "ck"],
+                             tmp_path))
+    assert len(whole) == 6 and all(e == "True" for _, e in whole.values())
+    assert whole[(0, 2)] != whole[(1, 2)]                  # the ranks' own batches
+    states = [torch.load(tmp_path / "ck" / f"rank{r}.pt")["emu"] for r in (0, 1)]
+    assert set(states[0]["layers"]) == {"0", "2"}          # the model's names, not DDP's
+    h = [s["layers"]["0"]["input"]["amax_history"] for s in states]
+    assert not torch.equal(h[0], h[1])                     # a state per rank
+    resumed = _losses(torchrun(2, [str(script), "--recipe", "delayed", "--load", "ck"],
+                               tmp_path))
+    assert set(resumed) == {(0, 2), (1, 2)}
+    for key, got in resumed.items():
+        assert got == whole[key], key
+
+
+def test_fpemu_emulate_under_torchrun_emulates_each_ranks_model(tmp_path):
+    """``torchrun --no-python fpemu emulate --recipe mxfp8 train.py``, 2 DDP
+    ranks: each rank's model runs emulated, and rank 0's first loss is this
+    process's emulation of its batch, bit for bit."""
+    from torchrun_jobs import fpemu_cli, torchrun
+    script = tmp_path / "train.py"
+    script.write_text(RANKS_SCRIPT)
+    got = _losses(torchrun(2, ["--no-python", *fpemu_cli(), "emulate", "--recipe", "mxfp8",
+                               str(script), "--steps", "1"], tmp_path))
+    assert set(got) == {(0, 0), (1, 0)} and all(e == "True" for _, e in got.values())
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 8))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
+    with fpemu.torch.emulate(model, "mxfp8"):
+        loss = ((model(x) - y) ** 2).mean()
+    assert got[(0, 0)][0] == loss.item().hex()

@@ -480,6 +480,8 @@ class Emulation(_WeakPickle):
         if not isinstance(model, torch.nn.Module):
             raise FpemuTypeError(f"emulate() takes a torch.nn.Module, got "
                                  f"{type(model).__name__}")
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module    # the layers' names are the model's own on every rank
         self._model = weakref.ref(model)     # no cycle through the model: see _Layer
         self.recipe = recipe_of(recipe)
         _check_accumulation(self.recipe, accumulation)

@@ -136,15 +136,17 @@ def _rank_table(mon, scaling):
     for r in mon.records:
         if r.scaling != scaling or not r.ranks:
             continue
-        cell = acc.setdefault((r.module, r.kind, r.format), {})
+        cell = acc.setdefault((r.sharded, r.module, r.kind, r.format), {})
         for rank, own in r.ranks.items():
             c = own.counts.counts
             v = cell.setdefault(rank, [0, 0, 0])
             v[0] += c["flushed"]
             v[1] += own.counts.total - c["zero"] - c["nan"] - c["inf"]
             v[2] += own.overflowed
-    differ = [(k, v) for k, v in acc.items()
-              if len({tuple(x) for x in v.values()}) > 1 or len(v) < len(ranks)]
+    # the tensors each rank holds whole first (activations, local gradients), then shards
+    differ = sorted(((k, v) for k, v in acc.items()
+                     if len({tuple(x) for x in v.values()}) > 1 or len(v) < len(ranks)),
+                    key=lambda kv: kv[0][0])
     out = ["<h2>Per rank</h2>"]
     if not differ:
         out.append("<p>Every rank counted the same values in every recorded tensor.</p>")
@@ -152,10 +154,11 @@ def _rank_table(mon, scaling):
     out.append(f"<p>The tensors whose ranks counted differently, over the {len(ranks)} ranks "
                "and every recorded step (scaling " + html.escape(scaling) + "): the share of "
                "nonzero values flushed to zero / the values that overflow, per rank; a "
-               "dash where a rank recorded none.</p>")
+               "dash where a rank recorded none. The tensors each rank holds whole come "
+               "first, then the shards of sharded ones (each rank's own part).</p>")
     out.append("<table><tr><th>layer</th><th>tensor</th><th>format</th>"
                + "".join(f"<th>rank {k}</th>" for k in ranks) + "</tr>")
-    for (module, kind, fmt), v in differ[:RANK_TABLE_ROWS]:
+    for (sharded, module, kind, fmt), v in differ[:RANK_TABLE_ROWS]:
         cells = []
         for k in ranks:
             if k not in v:
@@ -163,7 +166,8 @@ def _rank_table(mon, scaling):
                 continue
             fl, nz, ov = v[k]
             cells.append(f"<td>{(fl / nz if nz else 0.0):.2%} / {ov}</td>")
-        out.append(f"<tr><td>{html.escape(module)}</td><td>{kind.replace('_', ' ')}</td>"
+        what = kind.replace("_", " ") + (" (shard)" if sharded else "")
+        out.append(f"<tr><td>{html.escape(module)}</td><td>{what}</td>"
                    f"<td><code>{fmt}</code></td>{''.join(cells)}</tr>")
     out.append("</table>")
     if len(differ) > RANK_TABLE_ROWS:
