@@ -92,6 +92,13 @@ def check_output_dir(path, what: str = "output folder") -> str:
         top = os.path.dirname(top)
     try:
         os.makedirs(path)
+    except FileExistsError:
+        if os.path.isdir(path):
+            # made meanwhile by another process checking it too (the ranks of a
+            # torchrun job): it can be created; the other process removes it again
+            return name
+        raise FpemuValueError(f"the {what} {name} is a file, not a folder; pass a folder "
+                              f"name (it is created if missing)") from None
     except OSError as err:
         raise FpemuValueError(f"cannot create the {what} {name}: {_why(err)}; pass a folder "
                               f"you can write to") from None
