@@ -463,14 +463,18 @@ def test_ddp_over_gloo_averages_each_ranks_emulated_gradients():
             np.testing.assert_array_equal(res[f"reduced.0.{i}"][r], want)
 
 
-def test_fsdp2_over_gloo_reduces_each_ranks_emulated_gradients():
+@pytest.mark.parametrize("recipe", ["nvfp4", "current"])
+def test_fsdp2_over_gloo_reduces_each_ranks_emulated_gradients(recipe):
     """Two processes, fully_shard, every Linear under NVFP4 (RHT, stochastic
-    rounding of the gradients): the whole gradients gathered are the sum of
-    this process's emulated per-rank gradients, divided by 2."""
+    rounding of the gradients, a tensor scale) or per-tensor current scaling:
+    the whole gradients gathered are the sum of this process's emulated
+    per-rank gradients of the unsharded model, divided by 2. The per-tensor
+    amaxes are the whole weights' (FSDP2 gathers a weight before the emulated
+    layer quantizes it): a shard's amax would change the bits."""
     from fpemu.reference import _gloo
-    cfg = _spawn_cfg(emulate="nvfp4", param_dtype="float32", reduce_dtype="float32")
+    cfg = _spawn_cfg(emulate=recipe, param_dtype="float32", reduce_dtype="float32")
     res = _gloo.run_fsdp(cfg, 2, timeout=120)
-    local = _local(cfg, 2, "nvfp4")
+    local = _local(cfg, 2, recipe)
     for i in range(len(local[0])):
         want = (local[0][i] + local[1][i]) / np.float32(2)
         for r in range(2):

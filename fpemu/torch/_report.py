@@ -129,8 +129,8 @@ RANK_TABLE_ROWS = 60
 
 def _rank_table(mon, scaling):
     """HTML of the per-rank table: for each layer, tensor kind and format whose
-    ranks counted differently (over every recorded step), each rank's flushed
-    share and overflow count."""
+    ranks flushed or overflowed different numbers of values (over every
+    recorded step), each rank's flushed share and overflow count."""
     ranks = sorted(mon.rank_records)
     acc = {}                 # (module, kind, format) -> {rank: [flushed, nonzero, overflow]}
     for r in mon.records:
@@ -145,13 +145,15 @@ def _rank_table(mon, scaling):
             v[2] += own.overflowed
     # the tensors each rank holds whole first (activations, local gradients), then shards
     differ = sorted(((k, v) for k, v in acc.items()
-                     if len({tuple(x) for x in v.values()}) > 1 or len(v) < len(ranks)),
+                     if len({(x[0], x[2]) for x in v.values()}) > 1 or len(v) < len(ranks)),
                     key=lambda kv: kv[0][0])
     out = ["<h2>Per rank</h2>"]
     if not differ:
-        out.append("<p>Every rank counted the same values in every recorded tensor.</p>")
+        out.append("<p>Every rank flushed and overflowed as many values as the others in every "
+                   "recorded tensor.</p>")
         return out
-    out.append(f"<p>The tensors whose ranks counted differently, over the {len(ranks)} ranks "
+    out.append(f"<p>The tensors whose ranks flushed or overflowed different numbers of values, "
+               f"over the {len(ranks)} ranks "
                "and every recorded step (scaling " + html.escape(scaling) + "): the share of "
                "nonzero values flushed to zero / the values that overflow, per rank; a "
                "dash where a rank recorded none. The tensors each rank holds whole come "
