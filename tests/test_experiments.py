@@ -43,6 +43,9 @@ def test_unknown_parameter_and_experiment_say_what_exists():
         experiments.run("nope")
     with pytest.raises(ValueError, match="loss_scaling: steps must be an int >= 1, got 0"):
         experiments.run("loss_scaling", steps=0)
+    with pytest.raises(ValueError, match="loss_scaling: scaler must be one of torch, deepspeed, "
+                                         "megatron, apex, got 'amp'"):
+        experiments.run("loss_scaling", scaler="amp", steps=1)
     with pytest.raises(ValueError, match="attention: temperature must be a finite number > 0"):
         experiments.run("attention", temperature=float("nan"))
     with pytest.raises(ValueError, match="spike_step must be below steps \\(10\\), got 40"):
@@ -128,6 +131,41 @@ def test_loss_scale_trajectory_follows_the_gradscaler_rules(quick):
             if clean == c.growth_interval:
                 s, clean = s * 2.0, 0
     assert set(r.numbers["skipped_at"]) >= set(c.spikes)
+
+
+@pytest.mark.parametrize("kind", ["deepspeed", "megatron", "apex"])
+def test_the_frameworks_scalers_in_the_loop_follow_their_rules(kind):
+    """Oracle: each framework's rule written out here (hysteresis 2 refilled
+    at a growth, floor 1; APEX's ceiling 2**24; DeepSpeed counts its window
+    from the step after an overflow, so it grows one clean step later), on
+    the experiment's own skips."""
+    c = dict(steps=60, spikes=(5, 6, 7, 30), growth_interval=4, width=8, batch=32,
+             init_scale=2.0 ** 20)
+    r = experiments.run("loss_scaling", scaler=kind, **c)
+    scales, skipped = r.data["scales"], r.data["skipped"]
+    s, clean, hyst = c["init_scale"], 0, 2
+    grew, last_overflow = 0, -1
+    for step in range(c["steps"]):
+        assert scales[step] == s, step
+        if skipped[step]:
+            clean, last_overflow = 0, step
+            if kind == "apex":
+                s = s / 2
+            else:
+                hyst -= 1
+                if hyst <= 0:
+                    s = max(s / 2, 1.0)
+        elif kind == "deepspeed":
+            stable = step - last_overflow - 1
+            if stable > 0 and stable % c["growth_interval"] == 0:
+                s, hyst = s * 2, 2
+                grew += 1
+        else:
+            clean += 1
+            if clean == c["growth_interval"]:
+                s, clean, hyst = (min(s * 2, 2.0 ** 24) if kind == "apex" else s * 2), 0, 2
+                grew += 1
+    assert set(c["spikes"]) <= set(r.numbers["skipped_at"]) and grew >= 2
 
 
 def test_range_precision_attention_fp8_accumulation_sr(quick):

@@ -5,6 +5,16 @@ state machine, bit for bit: ``docs/autograd.md``). At a few chosen steps the
 batch's targets are multiplied by a large factor, an outlier batch whose
 scaled gradients overflow fp16. The scaler skips those steps and halves the
 scale; after ``growth_interval`` clean steps it doubles it again.
+
+``scaler`` runs the same loop under another framework's scaler, with the
+same initial scale and growth interval: ``"deepspeed"``
+(:class:`fpemu.collectives.DeepSpeedLossScaler`, hysteresis 2, minimum 1),
+``"megatron"`` (:class:`fpemu.loss_scaling.MegatronGradScaler`, hysteresis
+2, minimum 1) or ``"apex"`` (:class:`fpemu.loss_scaling.ApexLossScaler`,
+maximum 2**24). These scale the loss, check the float32 gradients for inf
+and NaN, and skip the step or unscale them (times the float32 reciprocal of
+the scale, exact for these powers of two) before Adam steps, as their
+frameworks do.
 """
 
 from __future__ import annotations
@@ -33,6 +43,12 @@ class Config:
     batch: int = 128
     lr: float = 1e-3
     seed: int = 0
+    scaler: str = "torch"                    # torch, deepspeed, megatron or apex
+
+
+#: the scalers ``scaler`` names, and the framework each is from
+SCALERS = {"torch": "PyTorch GradScaler", "deepspeed": "DeepSpeed DynamicLossScaler",
+           "megatron": "Megatron-core DynamicGradScaler", "apex": "APEX amp LossScaler"}
 
 
 QUICK = dict(steps=30, spikes=(5, 6, 20), growth_interval=4, width=8, batch=32)
@@ -40,9 +56,54 @@ QUICK = dict(steps=30, spikes=(5, 6, 20), growth_interval=4, width=8, batch=32)
 
 def setup(c):
     return (f"MLP ({c.depth} x {c.width}, tanh), fp16 autocast, Adam lr {c.lr:g}, batch "
-            f"{c.batch}, {c.steps} steps; GradScaler(init_scale={c.init_scale:g}, "
-            f"growth_interval={c.growth_interval}); targets x {c.spike_factor:g} at steps "
-            f"{', '.join(map(str, c.spikes))}.")
+            f"{c.batch}, {c.steps} steps; {SCALERS.get(c.scaler, c.scaler)} (initial scale "
+            f"{c.init_scale:g}, growth interval {c.growth_interval}); targets x "
+            f"{c.spike_factor:g} at steps {', '.join(map(str, c.spikes))}.")
+
+
+class _Framework:
+    """A framework's scaler driven by hand: scale the loss, check the float32
+    gradients, skip or unscale, update."""
+
+    def __init__(self, torch, kind, c):
+        from ..collectives import DeepSpeedLossScaler
+        from ..loss_scaling import ApexLossScaler, MegatronGradScaler
+        self.torch = torch
+        if kind == "deepspeed":
+            self.s = DeepSpeedLossScaler(init_scale=c.init_scale, scale_window=c.growth_interval,
+                                         min_scale=1.0, delayed_shift=2)
+        elif kind == "megatron":
+            self.s = MegatronGradScaler(initial_scale=c.init_scale, min_scale=1.0,
+                                        growth_interval=c.growth_interval, hysteresis=2)
+        else:
+            self.s = ApexLossScaler(init_scale=c.init_scale, scale_window=c.growth_interval)
+
+    def get_scale(self):
+        return float(self.s.cur_scale if hasattr(self.s, "cur_scale") else self.s.scale)
+
+    def scale(self, loss):
+        return loss * self.get_scale()
+
+    def step(self, opt):
+        """Skip the step on an inf or NaN gradient (returns True), else
+        unscale the gradients and step; the scaler updates either way."""
+        torch = self.torch
+        used = self.get_scale()
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        found_inf = any(not bool(torch.isfinite(gr).all()) for gr in grads)
+        if hasattr(self.s, "update_scale"):
+            self.s.update_scale(found_inf)              # DeepSpeed: skips every overflow
+            skip = found_inf
+        else:
+            skip = self.s.update(found_inf)
+        if skip:
+            return True
+        inv = float(np.float32(1.0) / np.float32(used))
+        with torch.no_grad():
+            for gr in grads:
+                gr.mul_(inv)
+        opt.step()
+        return False
 
 
 def run(config=None, **overrides):
@@ -51,8 +112,15 @@ def run(config=None, **overrides):
     c = _base.make_config(Config, config, **overrides)
     X, y = _base.regression_data(c.batch * 8, 16, 8, c.seed)
     model = _base.mlp(torch, 16, c.width, c.depth, 8, seed=c.seed)
+    if c.scaler not in SCALERS:
+        from ..errors import FpemuValueError
+        raise FpemuValueError(f"loss_scaling: scaler must be one of {', '.join(SCALERS)}, got "
+                              f"{c.scaler!r}")
     opt = torch.optim.Adam(model.parameters(), lr=c.lr)
-    scaler = torch.amp.GradScaler(init_scale=c.init_scale, growth_interval=c.growth_interval)
+    if c.scaler == "torch":
+        scaler = torch.amp.GradScaler(init_scale=c.init_scale, growth_interval=c.growth_interval)
+    else:
+        scaler = _Framework(torch, c.scaler, c)
     Xt = torch.tensor(X)
     scales, skipped, losses = [], [], []
     for step in range(c.steps):
@@ -64,10 +132,14 @@ def run(config=None, **overrides):
         loss = torch.nn.functional.mse_loss(out.float(), torch.tensor(target.astype(np.float32)))
         used = scaler.get_scale()
         scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        if c.scaler == "torch":
+            scaler.step(opt)
+            scaler.update()
+            skip = scaler.get_scale() < used        # a backoff happens exactly on inf / NaN
+        else:
+            skip = scaler.step(opt)
         scales.append(used)
-        skipped.append(scaler.get_scale() < used)   # a backoff happens exactly on inf / NaN
+        skipped.append(skip)
         losses.append(float(loss.item()))
     scales_a = np.array(scales)
     grew = int(np.sum(scales_a[1:] > scales_a[:-1]))
@@ -83,13 +155,22 @@ def run(config=None, **overrides):
         "final_scale": float(scaler.get_scale()),
         "min_scale": float(scales_a.min()),
         "max_scale": float(scales_a.max()),
+        "final_loss": float(np.mean(losses[-10:])),    # (the last 10 steps' mean)
     }
-    conclusion = (
-        f"Of {c.steps} steps, {sk.size} were skipped ({numbers['spike_steps_skipped']} at the "
-        f"outlier batches, {numbers['other_steps_skipped']} elsewhere); each halved the scale, "
-        f"and {grew} growths after {c.growth_interval} clean steps each took it back up, from "
-        f"{_base.num(numbers['min_scale'])} to {_base.num(numbers['final_scale'])}. "
-        f"A skipped step costs one batch; the weights never see an inf or a NaN.")
+    if c.scaler == "torch":
+        conclusion = (
+            f"Of {c.steps} steps, {sk.size} were skipped ({numbers['spike_steps_skipped']} at "
+            f"the outlier batches, {numbers['other_steps_skipped']} elsewhere); each halved the "
+            f"scale, and {grew} growths after {c.growth_interval} clean steps each took it back "
+            f"up, from {_base.num(numbers['min_scale'])} to "
+            f"{_base.num(numbers['final_scale'])}. A skipped step costs one batch; the weights "
+            f"never see an inf or a NaN.")
+    else:
+        conclusion = (
+            f"{SCALERS[c.scaler]}: of {c.steps} steps, {sk.size} were skipped "
+            f"({numbers['spike_steps_skipped']} at the outlier batches); the scale ranged from "
+            f"{_base.num(numbers['min_scale'])} to {_base.num(numbers['max_scale'])} and ended "
+            f"at {_base.num(numbers['final_scale'])}.")
     data = {"scales": scales_a, "skipped": np.array(skipped), "losses": np.array(losses)}
     return _base.finish(__name__, c, numbers, conclusion,
                         data, _plot, t0)
