@@ -197,12 +197,12 @@ def test_controls_reject_bad_input():
         lessons.interact(lambda x: x, x=["a", "b"])
 
 
-def test_there_are_eleven_lessons():
+def test_the_lessons_in_order():
     names = [p.stem for p in NOTEBOOKS]
     assert names == ["01-anatomy-of-a-float", "02-rounding", "03-range-underflow-overflow",
                      "04-loss-scaling", "05-master-weights", "06-adam-epsilon",
                      "07-autocast-and-attention", "08-fp8-training", "09-claims-checked",
-                     "10-fp4-blocks", "11-many-ranks"]
+                     "10-fp4-blocks", "11-many-ranks", "13-test-your-kernel"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
