@@ -165,3 +165,32 @@ def test_powf_special_values_follow_c99():
 def test_rcp_approx_refuses_inputs_it_has_no_measurement_for():
     with pytest.raises(ValueError, match=r"\[1.70, 2.43\]"):
         _cuda_math.rcp_approx(np.float32([1.0]))
+
+
+def test_pow_of_float32_tensors_is_the_gpus_powf(data):
+    """``torch.pow`` of float32 CUDA tensors is powf (the random samples were
+    measured through torch.pow on the GPU): fpemu.autograd's pow under the
+    CUDA profile gives the GPU's bits, a tensor or a number as the exponent;
+    with the correctly rounded power it would not."""
+    import fpemu.autograd as ft
+    base, e, want = data["samples/base"], data["samples/exponent"], data["samples/powf"]
+    got = ft.pow(ft.tensor(base), ft.tensor(e)).numpy()
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    for beta in data["betas"]:
+        key = f"{float(beta):.9g}"
+        steps = data[f"steps/{key}"]
+        for t in steps[:5]:
+            g = ft.pow(ft.tensor(np.float32([beta])), float(t)).numpy()[0]
+            exact = np.float32(float(beta) ** float(t))
+            assert g.view(np.int32) != exact.view(np.int32)          # the GPU's, not exact
+            assert g == powf(beta, np.float32(t))
+    with np.errstate(all="ignore"):
+        cr = np.power(base.astype(np.float64), e.astype(np.float64)).astype(np.float32)
+    assert np.count_nonzero(cr.view(np.uint32) != want.view(np.uint32)) > 1000
+    # a 16-bit dtype: powf of the float32 values, rounded once to the dtype
+    h = ft.tensor(base[:2048]).to(ft.float16)
+    got16 = ft.pow(h, ft.tensor(e[:2048]).to(ft.float16)).numpy()
+    with np.errstate(all="ignore"):
+        want16 = powf(h.numpy().astype(np.float32),
+                      e[:2048].astype(np.float16).astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(got16.astype(np.float16).view(np.uint16), want16.view(np.uint16))
