@@ -238,7 +238,7 @@ def lessons_pages():
         if stale.stem not in names:
             stale.unlink()
     toc = ["# Lessons", "",
-           "Ten notebooks, each a question answered by running fpemu. They are executed "
+           f"{len(names)} notebooks, each a question answered by running fpemu. They are executed "
            "when this site is built; every one ends by asserting its key numbers, so a "
            "lesson that taught a wrong number would break the build. To run them yourself "
            "with live widgets: `pip install 'fpemu[lessons]'`, then `jupyter lab "
