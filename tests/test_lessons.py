@@ -202,8 +202,8 @@ def test_the_lessons_in_order():
     assert names == ["01-anatomy-of-a-float", "02-rounding", "03-range-underflow-overflow",
                      "04-loss-scaling", "05-master-weights", "06-adam-epsilon",
                      "07-autocast-and-attention", "08-fp8-training", "09-claims-checked",
-                     "10-fp4-blocks", "11-many-ranks", "13-test-your-kernel",
-                     "14-what-the-gpu-computes"]
+                     "10-fp4-blocks", "11-many-ranks", "12-your-model-in-fp8-and-fp4",
+                     "13-test-your-kernel", "14-what-the-gpu-computes"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
