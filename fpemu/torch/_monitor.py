@@ -224,6 +224,15 @@ class Monitor:
     A step is one training iteration: it ends when the next forward pass of
     ``model`` starts after a backward pass. Use it as a context manager
     (:func:`monitor`), or call :meth:`start` and :meth:`stop`.
+
+    Under ``torch.distributed`` each rank counts its own tensors (a DDP
+    model is watched through its ``module``; a DTensor parameter, gradient
+    or optimizer moment of FSDP2 as its local shard) and :meth:`gather` /
+    :meth:`report` merge the ranks' counts on rank 0. The only collective
+    within the steps is for a sharded tensor under a scaling that needs its
+    amax (``current``, ``delayed``, ``nvfp4``) or a sample: one MAX
+    all-reduce of a scalar per tensor and recorded step, so that the shard
+    is scaled by the whole tensor's amax.
     """
 
     def __init__(self, model, optimizer=None, formats=DEFAULT_FORMATS, scaling="none", every=1,
@@ -575,7 +584,7 @@ class Monitor:
 
         Under ``torch.distributed`` (any backend, ``torchrun`` or spawned
         processes) each rank counts its own tensors; this is the one
-        collective the monitor makes outside sharded tensors' amax (see the
+        collective the monitor makes beyond sharded tensors' amax (see the
         class text), and every rank must call it, at the same point (as
         :meth:`report` does). Only the small count vectors travel (pickled,
         over a gloo group made for it, whatever the job's backend). On rank 0
