@@ -28,7 +28,7 @@ demo: $(STAMP)
 # cores (fresh clone, idle), against 26 in one process; PYTEST_WORKERS=0 runs one.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --nbmake notebooks tests fpemu
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --nbmake --nbmake-timeout=1200 notebooks tests fpemu
 
 # flake8 over the package, the tests, the benchmarks and the scripts (setup.cfg).
 lint: $(STAMP)

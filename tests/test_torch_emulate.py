@@ -657,23 +657,3 @@ def test_delayed_scaling_state_saves_and_resumes_per_rank_under_torchrun(tmp_pat
     assert set(resumed) == {(0, 2), (1, 2)}
     for key, got in resumed.items():
         assert got == whole[key], key
-
-
-def test_fpemu_emulate_under_torchrun_emulates_each_ranks_model(tmp_path):
-    """``torchrun --no-python fpemu emulate --recipe mxfp8 train.py``, 2 DDP
-    ranks: each rank's model runs emulated, and rank 0's first loss is this
-    process's emulation of its batch, bit for bit."""
-    from torchrun_jobs import fpemu_cli, torchrun
-    script = tmp_path / "train.py"
-    script.write_text(RANKS_SCRIPT)
-    got = _losses(torchrun(2, ["--no-python", *fpemu_cli(), "emulate", "--recipe", "mxfp8",
-                               str(script), "--steps", "1"], tmp_path))
-    assert set(got) == {(0, 0), (1, 0)} and all(e == "True" for _, e in got.values())
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                                torch.nn.Linear(64, 8))
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
-    with fpemu.torch.emulate(model, "mxfp8"):
-        loss = ((model(x) - y) ** 2).mean()
-    assert got[(0, 0)][0] == loss.item().hex()
