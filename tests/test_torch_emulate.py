@@ -657,3 +657,54 @@ def test_delayed_scaling_state_saves_and_resumes_per_rank_under_torchrun(tmp_pat
     assert set(resumed) == {(0, 2), (1, 2)}
     for key, got in resumed.items():
         assert got == whole[key], key
+
+
+def test_fpemu_emulate_under_torchrun_emulates_each_ranks_model(tmp_path):
+    """``torchrun --no-python fpemu emulate --recipe mxfp8 train.py``, 2 DDP
+    ranks: each rank's model runs emulated, rank 0's first loss is this
+    process's emulation of its batch, bit for bit, and every rank exits (rank
+    0 once hung at exit freeing the script's DDP model: see
+    ``test_a_scripts_objects_live_until_the_next_script``)."""
+    from torchrun_jobs import fpemu_cli, torchrun
+    script = tmp_path / "train.py"
+    script.write_text(RANKS_SCRIPT)
+    got = _losses(torchrun(2, ["--no-python", *fpemu_cli(), "emulate", "--recipe", "mxfp8",
+                               str(script), "--steps", "1"], tmp_path))
+    assert set(got) == {(0, 0), (1, 0)} and all(e == "True" for _, e in got.values())
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 8))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
+    with fpemu.torch.emulate(model, "mxfp8"):
+        loss = ((model(x) - y) ** 2).mean()
+    assert got[(0, 0)][0] == loss.item().hex()
+
+
+def test_a_scripts_objects_live_until_the_next_script(tmp_path, monkeypatch):
+    """``fpemu emulate`` and ``fpemu monitor`` keep a script's globals after it
+    returns, exits or raises, as ``python script.py`` keeps them until the
+    interpreter exits: freeing a DDP model right after the script deadlocked
+    torch 2.13 (its Reducer joins gloo's worker threads holding the GIL while
+    a worker waits for the GIL). The next script's run frees them."""
+    import gc
+
+    from fpemu.torch._monitor import run_hooked
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "holder.py").write_text("refs = []\n")
+    body = ("import sys, weakref, holder\nclass Box:\n    pass\nbox = Box()\n"
+            "holder.refs.append(weakref.ref(box))\n")
+    endings = {"returns": "", "exits": "sys.exit(3)\n", "raises": "raise ValueError('x')\n"}
+    import holder
+    for i, (name, ending) in enumerate(endings.items()):
+        script = tmp_path / f"{name}.py"
+        script.write_text(body + ending)
+        error, code = run_hooked(str(script), [], lambda m, o: None, lambda: True)
+        assert (code, type(error).__name__) == {
+            "returns": (None, "NoneType"), "exits": (3, "NoneType"),
+            "raises": (None, "ValueError")}[name]
+        del error
+        gc.collect()
+        assert holder.refs[i]() is not None, f"the script that {name} lost its objects"
+        if i:
+            assert holder.refs[i - 1]() is None, "the previous script's objects were kept"

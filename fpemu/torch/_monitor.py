@@ -834,6 +834,18 @@ def _check_script(path, command):
                               "Python training script")
 
 
+#: The globals of the last script ``run_hooked`` ran, kept until the next one
+#: or the end of the process, as ``python script.py`` keeps a script's objects
+#: until the interpreter exits. Freeing them as soon as the script returns
+#: deadlocks torch (2.13) at times: a DDP model's ``Reducer`` destroys its gloo
+#: process group holding the GIL and joins the group's worker threads, while
+#: one of them waits for the GIL to free the last all-reduce's work (its
+#: thread-local state holds a Python object since torch stashes a context
+#: there in every backward). At interpreter exit a thread waiting for the GIL
+#: ends instead, so the same objects are freed there without a hang.
+_SCRIPT_GLOBALS: list = []
+
+
 def run_hooked(path, argv, attach, attached):
     """Run the script ``path`` as ``__main__`` with ``sys.argv = [path,
     *argv]``; while ``attached()`` is false, the first optimizer the script
@@ -860,16 +872,31 @@ def run_hooked(path, argv, attach, attached):
     old_argv = sys.argv
     sys.argv = [path, *argv]
     error = exit_code = None
+    _SCRIPT_GLOBALS.clear()         # the previous script's objects go now, not with this one's
     try:
-        runpy.run_path(path, run_name="__main__")
+        _SCRIPT_GLOBALS.append(runpy.run_path(path, run_name="__main__"))
     except SystemExit as ex:
         exit_code = ex.code
+        _keep_script_globals(ex.__traceback__, path)
     except Exception as err:
         error = err
+        _keep_script_globals(err.__traceback__, path)
     finally:
         sys.argv = old_argv
         torch.optim.Optimizer.__init__ = real_init
     return error, exit_code
+
+
+def _keep_script_globals(tb, path):
+    """Keep the globals of the script's module frame in a traceback (a script
+    that ended by ``sys.exit`` or an exception), as ``_SCRIPT_GLOBALS``."""
+    want = os.path.abspath(path)
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "<module>" and os.path.abspath(code.co_filename) == want:
+            _SCRIPT_GLOBALS.append(tb.tb_frame.f_globals)
+            return
+        tb = tb.tb_next
 
 
 def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
