@@ -665,3 +665,23 @@ def test_the_names_real_programs_reach_for():
     with pytest.raises(RuntimeError, match="enable_timing=True"):
         ft.cuda.Event().elapsed_time(end)
     assert ft.cuda.memory_reserved() == ft.cuda.max_memory_reserved() == 0
+
+
+def test_set_num_threads_takes_torchs_arguments():
+    """``torch.set_num_threads(2)`` ran into this module's own ``min`` (the
+    tensor reduction) and failed; bad values fail as torch's do."""
+    import numba
+    before = ft.get_num_threads()
+    try:
+        ft.set_num_threads(1)
+        assert ft.get_num_threads() == 1
+        ft.set_num_threads(10_000)          # more than there are: Numba's maximum
+        assert ft.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+    finally:
+        ft.set_num_threads(before)
+    for bad, says in ((0, "positive integer, got 0"), (-2, "positive integer, got -2"),
+                      (2.5, "an int, but got float"), (True, "an int, but got bool")):
+        with pytest.raises(RuntimeError, match=says):
+            ft.set_num_threads(bad)
+        with pytest.raises(RuntimeError):
+            torch.set_num_threads(bad)      # torch refuses the same values

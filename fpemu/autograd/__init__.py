@@ -19,6 +19,7 @@ tensor([2., 4., 6.])
 1.0
 """
 
+import builtins as _builtins
 import math as _math
 
 import numba
@@ -110,8 +111,16 @@ def use_deterministic_algorithms(mode, *, warn_only=False):
 
 
 def set_num_threads(n):
-    """Threads of fpemu's kernels (Numba's); the numbers do not depend on them."""
-    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    """Threads of fpemu's kernels (Numba's); the numbers do not depend on them.
+    At most Numba's ``NUMBA_NUM_THREADS`` (the machine's cores by default)."""
+    from ..errors import FpemuRuntimeError          # RuntimeError, as torch raises
+    if isinstance(n, _builtins.bool) or not isinstance(n, _builtins.int):
+        raise FpemuRuntimeError(f"set_num_threads expects an int, but got "
+                                f"{type(n).__name__}: pass a whole number of threads")
+    if n < 1:
+        raise FpemuRuntimeError(f"set_num_threads expects a positive integer, got {n}")
+    # builtins: this module's min, int and bool are torch's (a reduction, dtypes)
+    numba.set_num_threads(_builtins.min(n, numba.config.NUMBA_NUM_THREADS))
 
 
 def get_num_threads():
