@@ -6,7 +6,9 @@ measured by casting, when those packages are installed); the CLI reference is
 ``fpemu.cli.build_parser()``'s own help; the gallery runs the experiments and
 saves their figures; the fidelity page replays every committed trace folder
 with ``fpemu.reference.parity``; the lessons are the notebooks of
-``notebooks/``, copied here so that myst-nb executes them.
+``notebooks/``, executed here (nbclient, as myst-nb would) and written with
+their outputs, so that the gallery can show the figures of the lessons that
+draw their own.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import shutil
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1]
@@ -179,10 +180,15 @@ def gallery_page():
             "Every figure below is drawn by `fpemu.plotting` in the lecture style "
             "(large type, colour-blind-safe colours, text kept as text in the SVG) when "
             "this site is built; the numbers in the captions are computed, not written. "
-            "Each caption links to the figure's SVG.", ""]
+            "Each caption of an experiment's figure links to its SVG; the figures of the "
+            "lessons follow, as the executed lessons show them.", ""]
     for stem, caption in entries:
         body += [f"```{{figure}} gallery/{stem}.png", f":alt: {stem.replace('-', ' ')}", "",
                  caption + f" [SVG](gallery/{stem}.svg)", "```", ""]
+    body += ["## From the lessons", ""]
+    for stem, caption in lesson_figures():
+        body += [f"```{{figure}} gallery/{stem}.png", f":alt: {stem.replace('-', ' ')}", "",
+                 caption, "```", ""]
     _write(OUT / "gallery.md", "\n".join(body))
 
 
@@ -225,14 +231,30 @@ def fidelity_page():
 
 # -- lessons -------------------------------------------------------------------------
 
+#: the lessons whose figures the gallery shows: these draw figures of their own
+#: (the earlier lessons mostly draw the experiments' figures, which it shows already)
+GALLERY_LESSONS = ("12", "13", "14")
+
+
+def _execute_lesson(src: Path, folder: Path):
+    """The lesson notebook ``src`` executed in ``folder`` (a failing cell fails the
+    build, with its traceback), marked so that myst-nb does not run it again."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(src, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    nb.metadata["mystnb"] = {"execution_mode": "off"}
+    return nb
+
+
 def lessons_pages():
+    import nbformat
     folder = OUT / "lessons"
     folder.mkdir(parents=True, exist_ok=True)
     names = []
     for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")):
-        target = folder / nb.name
-        if not target.exists() or target.read_bytes() != nb.read_bytes():
-            shutil.copyfile(nb, target)
+        nbformat.write(_execute_lesson(nb, folder), folder / nb.name)
         names.append(nb.stem)
     for stale in folder.glob("*.ipynb"):
         if stale.stem not in names:
@@ -245,6 +267,36 @@ def lessons_pages():
            "notebooks/` (or `make lab`).", "",
            "```{toctree}", ":maxdepth: 1", ""] + [f"lessons/{n}" for n in names] + ["```", ""]
     _write(OUT / "lessons.md", "\n".join(toc))
+
+
+def lesson_figures():
+    """(stem of the PNG written into the gallery folder, caption) of every figure
+    the executed lessons of ``GALLERY_LESSONS`` show, in their order."""
+    import base64
+
+    import nbformat
+    figures = []
+    for path in sorted((OUT / "lessons").glob("[0-9][0-9]-*.ipynb")):
+        number = path.name[:2]
+        if number not in GALLERY_LESSONS:
+            continue
+        nb = nbformat.read(path, as_version=4)
+        section, k = "", 0
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                heads = [ln for ln in cell.source.splitlines() if ln.startswith("## ")]
+                section = heads[-1][3:].strip() if heads else section
+                continue
+            for out in cell.get("outputs", []):
+                png = out.get("data", {}).get("image/png")
+                if png is None:
+                    continue
+                k += 1
+                stem = f"lesson-{number}-{k}"
+                (OUT / "gallery" / f"{stem}.png").write_bytes(base64.b64decode(png))
+                figures.append((stem, f"Lesson {{doc}}`lessons/{path.stem}`, *{section}*: "
+                                      f"figure {k} of the lesson."))
+    return figures
 
 
 def generate(app=None):
