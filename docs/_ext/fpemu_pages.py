@@ -281,7 +281,7 @@ def lesson_figures():
         if number not in GALLERY_LESSONS:
             continue
         nb = nbformat.read(path, as_version=4)
-        section, k = "", 0
+        section, k = "opening", 0
         for cell in nb.cells:
             if cell.cell_type == "markdown":
                 heads = [ln for ln in cell.source.splitlines() if ln.startswith("## ")]
