@@ -11,8 +11,8 @@ export MPLBACKEND := Agg
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# After installing, compile the common kernels into Numba's cache (about two
-# minutes on two cores): a new user's first cells then load them.
+# After installing, compile the common kernels into Numba's cache (about 2.5
+# minutes on two cores, one process per core): a new user's first cells then load them.
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"

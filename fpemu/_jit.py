@@ -26,10 +26,23 @@ function compiled without ``parallel=True``, cached under its own name) when
 its largest array is smaller than :data:`SERIAL_BELOW` elements.
 Both compile from one body and give the same bits: every element is
 computed on its own.
+
+Many processes, one cache. Numba's on-disk cache file
+(``numba.core.caching.IndexDataCacheFile``) saves a new signature by reading
+the function's index, taking the first unused data-file number, writing the
+index back and then the data, with no lock. Two processes that compile two
+signatures of one kernel at once (two pytest-xdist workers, two ranks of a
+torchrun job, ``fpemu warmup``'s processes) can both take the number 1: one
+index entry is lost, and the surviving entry can point at the other
+signature's machine code, which a later process loads as its own. fpemu's
+kernels save and load their cache entries under an inter-process lock on
+``fpemu-cache.lock`` in the cache directory (:class:`_LockedCacheFile`), so
+each save sees the index as the last one left it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -40,7 +53,13 @@ import numpy as np
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import types
+from numba.core.caching import IndexDataCacheFile
 from numba.extending import intrinsic
+
+try:
+    import fcntl
+except ImportError:                              # Windows: Numba's unlocked cache
+    fcntl = None
 
 
 def _load_tbb_wheel():
@@ -83,15 +102,69 @@ def _compiling_inlined(dispatcher):
     return dispatcher
 
 
+#: the lock file's name, in each cache directory
+CACHE_LOCK = "fpemu-cache.lock"
+_THREAD_CACHE_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _cache_locked(directory):
+    """Hold the cache directory's inter-process lock (module note). Where the
+    lock file cannot be made (a read-only directory: Numba then only loads)
+    or the platform has no ``flock``, only this process's threads are
+    serialised."""
+    with _THREAD_CACHE_LOCK:
+        fd = None
+        if fcntl is not None:
+            try:
+                fd = os.open(os.path.join(directory, CACHE_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError:
+                fd = None
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)                     # closing releases the lock
+
+
+class _LockedCacheFile(IndexDataCacheFile):
+    """Numba's index-and-data cache file whose save (read the index, pick a
+    data file, write both) and load (read the index, then the data it names)
+    each run whole under :func:`_cache_locked`."""
+
+    def save(self, key, data):
+        with _cache_locked(self._cache_path):
+            super().save(key, data)
+
+    def load(self, key):
+        with _cache_locked(self._cache_path):
+            return super().load(key)
+
+    def flush(self):
+        with _cache_locked(self._cache_path):
+            super().flush()
+
+
+def _locked_cache(dispatcher):
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if type(cache_file) is IndexDataCacheFile:
+        cache_file.__class__ = _LockedCacheFile
+    return dispatcher
+
+
 def jit(fn):
-    """fpemu's jit: cached, no GIL, numpy's error model (module note)."""
-    return _compiling_inlined(numba.njit(cache=True, nogil=True, error_model="numpy")(fn))
+    """fpemu's jit: cached (under the lock of the module note), no GIL,
+    numpy's error model (module note)."""
+    return _compiling_inlined(_locked_cache(
+        numba.njit(cache=True, nogil=True, error_model="numpy")(fn)))
 
 
 def pjit(fn):
     """:func:`jit` with ``parallel=True`` (``prange`` loops)."""
-    return _compiling_inlined(numba.njit(cache=True, nogil=True, error_model="numpy",
-                                         parallel=True)(fn))
+    return _compiling_inlined(_locked_cache(
+        numba.njit(cache=True, nogil=True, error_model="numpy", parallel=True)(fn)))
 
 
 def _bitcast(src, dst, llvm_dst):

@@ -127,12 +127,19 @@ def cache_dir():
                                                   "__pycache__")
 
 
-def warmup(progress=None):
-    """Run the common set (:func:`workload`); returns [(label, seconds)].
-    ``progress``: called with each label and its time as it finishes."""
+def default_processes():
+    """How many processes :func:`warmup` compiles in: the cores this process
+    may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                       # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _run_items(items, progress):
     import warnings
     times = []
-    for label, fn in workload():
+    for label, fn in items:
         t = time.perf_counter()
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -142,3 +149,70 @@ def warmup(progress=None):
         if progress is not None:
             progress(label, dt)
     return times
+
+
+def _part(index, count):
+    """Run every count-th item of the workload from ``index`` on, printing
+    each item's time and label as it finishes (a child of :func:`warmup`)."""
+    def report(label, seconds):
+        print(f"{seconds!r}\t{label}", flush=True)
+    _run_items(workload()[index::count], report)
+
+
+def warmup(progress=None, processes=None):
+    """Run the common set (:func:`workload`); returns [(label, seconds)].
+    ``progress``: called with each label and its time as it finishes.
+
+    ``processes``: how many processes compile at once (default: one per
+    core, :func:`default_processes`). The Numba compiler holds a global lock,
+    so one process compiles one kernel at a time; with two or more the
+    workload is dealt out among child processes, which fill the one on-disk
+    cache (fpemu's kernels write it under a lock: ``fpemu._jit``). With
+    ``processes=1`` the set runs in this process, which then also has every
+    kernel loaded."""
+    processes = default_processes() if processes is None else processes
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ValueError(f"warmup: processes must be a positive int, got {processes!r}; "
+                         f"pass 1 to run in this process")
+    if processes == 1:
+        return _run_items(workload(), progress)
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+    lock = threading.Lock()
+    times = []
+    # stderr to files: a child's warnings must not fill a pipe nobody reads yet
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in range(processes)]
+    children = [subprocess.Popen(
+        [sys.executable, "-c", f"from fpemu.warmup import _part; _part({i}, {processes})"],
+        stdout=subprocess.PIPE, stderr=logs[i], text=True)
+        for i in range(processes)]
+
+    def read(child):
+        with child.stdout:
+            for line in child.stdout:
+                seconds, label = line.rstrip("\n").split("\t", 1)
+                with lock:
+                    times.append((label, float(seconds)))
+                    if progress is not None:
+                        progress(label, float(seconds))
+    readers = [threading.Thread(target=read, args=(c,), daemon=True) for c in children]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join()
+    statuses = [c.wait() for c in children]
+    errors = []
+    for log in logs:
+        with log:
+            log.seek(0)
+            errors.append(log.read())
+    failed = [(i, rc) for i, rc in enumerate(statuses) if rc != 0]
+    if failed:
+        i, rc = failed[0]
+        raise RuntimeError(f"fpemu warmup: process {i + 1} of {processes} exited with status "
+                           f"{rc}:\n{errors[i][-4000:]}\nrun `fpemu warmup --processes 1 -v` "
+                           f"to see the failing item in one process")
+    order = {label: k for k, (label, _) in enumerate(workload())}
+    return sorted(times, key=lambda t: order[t[0]])

@@ -135,7 +135,7 @@ AFTER_WARMUP = textwrap.dedent("""
     import numba.core.event as ev
     from numba.core import caching
     from fpemu.warmup import _mlp_step, warmup
-    warmup()
+    warmup(processes=1)
     loaded = []
     load = caching.Cache.load_overload
 
@@ -177,9 +177,57 @@ def test_warmup_covers_the_common_set():
 
 
 def test_warmup_command_reports_where_the_kernels_are(capsys):
+    """Two child processes (the default on a 2-core machine, asked for here
+    so that it holds on any): every item reported, in the workload's order."""
     from fpemu.cli import main
-    assert main(["warmup"]) == 0
+    assert main(["warmup", "--processes", "2", "-v"]) == 0
     out = capsys.readouterr().out
     from fpemu.warmup import cache_dir, workload
     assert f"fpemu warmup: {len(workload())} items in " in out
     assert cache_dir() in out
+    reported = [line.split(" s  ", 1)[1] for line in out.splitlines() if " s  " in line]
+    assert sorted(reported) == sorted(label for label, _ in workload())
+
+
+def test_warmup_refuses_no_processes(capsys):
+    import pytest
+    from fpemu.cli import main
+    from fpemu.warmup import warmup
+    with pytest.raises(ValueError, match="processes must be a positive int, got 0; pass 1"):
+        warmup(processes=0)
+    assert main(["warmup", "--processes", "0"]) == 2
+    assert "--processes must be 1 or more, got 0" in capsys.readouterr().err
+
+
+SAVER = textwrap.dedent("""
+    import os, sys, time
+    from numba.core.caching import IndexDataCacheFile
+    from fpemu._jit import _LockedCacheFile
+    cache, name, start, locked = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+    cls = _LockedCacheFile if locked else IndexDataCacheFile
+    f = cls(cache_path=cache, filename_base="kernel", source_stamp=("stamp", 1))
+    while not os.path.exists(start):
+        time.sleep(0.001)
+    for i in range(120):
+        f.save((name, i), f"machine code of {name} {i}")
+""")
+
+
+def test_two_processes_saving_signatures_of_one_kernel_lose_nothing(tmp_path):
+    """Two processes save 120 signatures each of one kernel into one cache at
+    the same time (as two pytest workers or two torchrun ranks compiling the
+    same kernel do). Numba's own cache file picks a data file by reading the
+    index without a lock: entries go missing and an index entry can name the
+    other process's data. Under fpemu's lock every signature loads its own."""
+    start = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path), name, str(start), "1"])
+             for name in ("a", "b")]
+    start.touch()
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    from numba.core.caching import IndexDataCacheFile
+    reader = IndexDataCacheFile(cache_path=str(tmp_path), filename_base="kernel",
+                                source_stamp=("stamp", 1))
+    wrong = {(name, i): reader.load((name, i)) for name in "ab" for i in range(120)
+             if reader.load((name, i)) != f"machine code of {name} {i}"}
+    assert wrong == {}, f"{len(wrong)} of 240 signatures lost or wrong, e.g. " \
+                        f"{sorted(wrong.items())[:3]}"
