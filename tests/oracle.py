@@ -141,7 +141,9 @@ class TableOracle:
         objects comparable with floats exactly, such as :class:`Sqrt`), and
         floats for ±0, ±inf and NaN. Python compares a Fraction with a float
         exactly, so no comparison here rounds."""
-        ext = [float(v) for v in self.ext_values]
+        ext = self.__dict__.get("_ext_list")
+        if ext is None:                  # a Python list for bisect, made once per oracle
+            ext = self._ext_list = [float(v) for v in self.ext_values]
         n = len(ext)
         # the midpoint above each grid value, as a Fraction (each made once)
         mids = {}

@@ -3,6 +3,7 @@ test vectors of Fasi et al. (2021), and MMA-Sim's bit-accurate results."""
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from fractions import Fraction
 
@@ -22,9 +23,14 @@ def _r(oracle, q, mode="rne"):
     return Fraction(float(oracle.value_of(oracle.round_exact([q], mode))[0]))
 
 
+@functools.lru_cache(maxsize=None)
+def _oracle(acc):
+    return TableOracle(SPECS[acc])
+
+
 def reference(model, a, b, acc, mode="rne"):
     """The model, step by step in exact rationals, rounding with the oracle."""
-    o = TableOracle(SPECS[acc])
+    o = _oracle(acc)
     prods = [Fraction(x) * Fraction(y) for x, y in zip(a, b)]
     if model == "exact":
         return _r(o, sum(prods, Fraction(0)), mode)
