@@ -98,8 +98,13 @@ def test_bernoulli(kw):
 
 
 @pytest.mark.parametrize("lib", [torch, ft], ids=["torch", "fpemu"])
-def test_validation_errors_are_torchs(lib):
+def test_validation_errors_are_torchs(lib, monkeypatch):
     D = lib.distributions
+    # torch's default (validation on, ``__debug__``); the first torch.compile
+    # in a process turns it off for good (torch._dynamo's TorchPatcher calls
+    # Distribution.set_default_validate_args(False)), and a compile test may
+    # have run earlier in this worker
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args", True)
     with pytest.raises(ValueError, match=r"Expected parameter scale \(Tensor of shape \(1,\)\) "
                                          "of distribution Normal.* GreaterThan"):
         D.Normal(lib.tensor([0.0]), lib.tensor([-1.0]))
