@@ -24,8 +24,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fpemu demo --out out
 
-# Two pytest workers (pytest-xdist): the suite takes about 17 minutes on two
-# cores (fresh clone, idle), against 26 in one process; PYTEST_WORKERS=0 runs one.
+# Two pytest workers (pytest-xdist): the tests take about 15 minutes on two
+# cores (fresh clone, idle; the install and warm-up before them about 4 more),
+# against 26 in one process; PYTEST_WORKERS=0 runs one. Whole files per worker
+# (--dist loadfile) measured no faster: 961 s against 922 s.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --nbmake --nbmake-timeout=1200 notebooks tests fpemu
