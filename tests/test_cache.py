@@ -231,3 +231,21 @@ def test_two_processes_saving_signatures_of_one_kernel_lose_nothing(tmp_path):
              if reader.load((name, i)) != f"machine code of {name} {i}"}
     assert wrong == {}, f"{len(wrong)} of 240 signatures lost or wrong, e.g. " \
                         f"{sorted(wrong.items())[:3]}"
+
+
+def test_every_fpemu_kernel_saves_under_the_lock():
+    """fpemu's jit swaps the lock into each dispatcher's cache file; if
+    Numba renames the attributes it reaches, the swap would silently do
+    nothing: every dispatcher fpemu made must carry the locked file."""
+    import gc
+
+    from numba.core.registry import CPUDispatcher
+
+    import fpemu.autograd  # noqa: F401  (its kernels too)
+    from fpemu._jit import _LockedCacheFile
+    kernels = [d for d in gc.get_objects() if isinstance(d, CPUDispatcher)
+               and d.py_func.__module__.startswith("fpemu")]
+    assert len(kernels) > 20
+    unlocked = [d.py_func.__qualname__ for d in kernels
+                if type(d._cache._cache_file) is not _LockedCacheFile]
+    assert unlocked == []
