@@ -198,11 +198,17 @@ def warmup(progress=None, processes=None):
                     if progress is not None:
                         progress(label, float(seconds))
     readers = [threading.Thread(target=read, args=(c,), daemon=True) for c in children]
-    for r in readers:
-        r.start()
-    for r in readers:
-        r.join()
-    statuses = [c.wait() for c in children]
+    try:
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join()
+        statuses = [c.wait() for c in children]
+    finally:                                     # interrupted: leave no child behind
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
     errors = []
     for log in logs:
         with log:

@@ -176,12 +176,21 @@ def test_warmup_covers_the_common_set():
         f"not covered by the warm-up: {res.stdout}")
 
 
-def test_warmup_command_reports_where_the_kernels_are(capsys):
+def test_warmup_command_reports_where_the_kernels_are():
     """Two child processes (the default on a 2-core machine, asked for here
-    so that it holds on any): every item reported, in the workload's order."""
-    from fpemu.cli import main
-    assert main(["warmup", "--processes", "2", "-v"]) == 0
-    out = capsys.readouterr().out
+    so that it holds on any): every item reported, in the workload's order.
+    The command runs in a session of its own, killed whole on a timeout."""
+    import signal
+    p = subprocess.Popen([sys.executable, "-m", "fpemu.cli", "warmup", "--processes", "2", "-v"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=900)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert p.returncode == 0, err[-4000:]
     from fpemu.warmup import cache_dir, workload
     assert f"fpemu warmup: {len(workload())} items in " in out
     assert cache_dir() in out
@@ -222,8 +231,14 @@ def test_two_processes_saving_signatures_of_one_kernel_lose_nothing(tmp_path):
     start = tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path), name, str(start), "1"])
              for name in ("a", "b")]
-    start.touch()
-    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    try:
+        start.touch()
+        assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     from numba.core.caching import IndexDataCacheFile
     reader = IndexDataCacheFile(cache_path=str(tmp_path), filename_base="kernel",
                                 source_stamp=("stamp", 1))
