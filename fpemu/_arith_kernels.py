@@ -129,16 +129,24 @@ def _to_odd(x, sticky):
 
 
 @functools.lru_cache(maxsize=None)
-def arith_kernel(op, mode, flags):
-    """The parallel loop ``kernel(a, b, c, out, p, key, offset) -> bad`` for
-    one operation, rounding mode and set of flags; ``bad`` counts operands
-    that are not values of the format (the caller raises; ``out`` then holds
-    no meaningful values). ``b`` and ``c`` are ignored where unused."""
+def arith_kernel(mode, flags):
+    """The parallel loop ``kernel(a, b, c, out, p, key, offset, op) -> bad``
+    for one rounding mode and set of flags; ``bad`` counts operands that are
+    not values of the format (the caller raises; ``out`` then holds no
+    meaningful values). ``b`` and ``c`` are ignored where ``op`` does not use
+    them.
 
-    arity = 1 if op == SQRT else 3 if op == FMA else 2
+    The mode and the flags are compiled in; the operation is read at run
+    time. A loop per operation as well ran add about 1.5x as fast
+    (``bench/bench_arith.py``) but compiled five times as often:
+    ``tests/test_arith.py`` (every operation, mode and format family) took
+    168 loops, 105 s of compiling, against 34 loops and 53 s. Reading the
+    mode at run time as well ran 5x slower.
+    """
 
     @pjit
-    def kernel(a, b, c, out, p, key, offset):
+    def kernel(a, b, c, out, p, key, offset, op):
+        arity = 1 if op == SQRT else 3 if op == FMA else 2
         bad = 0
         for i in prange(out.size):
             x, ok_a = _operand(np.float64(a[i]), p, flags)

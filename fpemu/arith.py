@@ -78,8 +78,9 @@ def _elementwise(opname, values, fmt, rounding, subnormals, overflow, seed):
         if (opname == "fma" and fmt.name == "fp32" and mode is Rounding.RNE and flags == 0
                 and a.dtype == np.float32):
             return fma_fp32(a, b, c, out.reshape(-1)).reshape(shape)
-        kernel = _arith_kernels.arith_kernel(_arith_kernels.OPS[opname], int(mode), flags)
-        bad = run_kernel(kernel, a, b, c, out.reshape(-1), params, key, offset, inputs=3)
+        kernel = _arith_kernels.arith_kernel(int(mode), flags)
+        bad = run_kernel(kernel, a, b, c, out.reshape(-1), params, key, offset,
+                         _arith_kernels.OPS[opname], inputs=3)
         if bad:
             _report_bad(flat, fmt, opname)
         if not fmt.has_nan:
