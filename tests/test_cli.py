@@ -200,26 +200,8 @@ def test_seed_and_scale_arguments_are_checked(capsys):
         assert "expected an int >= 0" in capsys.readouterr().err
 
 
-def test_demo_writes_the_report_end_to_end(tmp_path, capsys):
-    """The README's first command, with reduced sizes."""
-    import html
-    import json
-
-    from fpemu.experiments import ORDER
-    assert cli.main(["demo", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert f"{len(ORDER)} experiments in" in out and "index.html" in out
-    page = (tmp_path / "index.html").read_text()
-    res = json.loads((tmp_path / "results.json").read_text())
-    assert [e["name"] for e in res["experiments"]] == list(ORDER)
-    for e in res["experiments"]:
-        assert f'<section id="{e["name"]}">' in page
-        assert e["conclusion"] in html.unescape(page)
-        for stem in e["figures"]:
-            for ext in ("svg", "png"):
-                assert (tmp_path / "figures" / f"{stem}.{ext}").stat().st_size > 1000
-            assert f'src="figures/{stem}.png"' in page
-    assert res["experiments"][3]["numbers"]["eps_in_fp16"] == 0.0
+# The demo (the README's first command, reduced sizes) runs once, as the README
+# writes it: tests/test_readme.py checks its report.
 
 
 def test_run_overrides_parameters_and_rejects_unknown_ones(capsys):

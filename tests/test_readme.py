@@ -64,3 +64,25 @@ def test_command_lines_run(line, scratch):
                        executable="/bin/bash", env=dict(os.environ), timeout=600)
     assert r.returncode == 0, f"{line}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     assert r.stdout.strip(), line
+    if line.startswith("fpemu demo "):
+        _check_demo_report(scratch / line.split("--out ")[1].split()[0], r.stdout)
+
+
+def _check_demo_report(folder, out):
+    """The demo wrote every experiment into one page, with its figures."""
+    import html
+    import json
+
+    from fpemu.experiments import ORDER
+    assert f"{len(ORDER)} experiments in" in out and "index.html" in out
+    page = (folder / "index.html").read_text()
+    res = json.loads((folder / "results.json").read_text())
+    assert [e["name"] for e in res["experiments"]] == list(ORDER)
+    for e in res["experiments"]:
+        assert f'<section id="{e["name"]}">' in page
+        assert e["conclusion"] in html.unescape(page)
+        for stem in e["figures"]:
+            for ext in ("svg", "png"):
+                assert (folder / "figures" / f"{stem}.{ext}").stat().st_size > 1000
+            assert f'src="figures/{stem}.png"' in page
+    assert res["experiments"][3]["numbers"]["eps_in_fp16"] == 0.0
