@@ -171,22 +171,73 @@ def test_gloo_kernel_casts_float32_ranks_as_quantize_does(fmt):
         assert np.isnan(raw[0]).sum() > 100
 
 
+# The live tests below run real gloo processes. Starting them takes seconds
+# (each imports torch), so each world size starts once: _live(world) runs the
+# inputs of every live test of that world, each in its own dtype and through
+# its own collectives, in one start, and the tests read their parts. They
+# share one xdist group, so that one pytest worker starts each world.
+live = pytest.mark.xdist_group("gloo-live")
+_LIVE = {}
+
+
+def _live_cases(world):
+    """{key: (sent array, torch dtype, collectives)} of every live test of ``world``."""
+    cases = {}
+    if world == 3:
+        cases["many"] = (_many_segments_input(), "bfloat16",
+                         ["all_reduce.sum", "reduce_scatter.sum"])
+    for dtype, fmt, w in AVG_PRODUCT:
+        if w == world:
+            cases[f"avgprod-{fmt}"] = (_avg_product_input(fmt, w), dtype,
+                                       ["all_reduce.avg", "all_reduce.product"])
+    for dtype, fmt, w in NAN_BITS:
+        if w == world:
+            _, sent, which = _nan_case(fmt, w)
+            cases[f"nan-{fmt}"] = (sent, dtype, which)
+    return cases
+
+
+def _live(world):
+    """What each rank of ``world`` real gloo processes holds after the
+    collectives of :func:`_live_cases` (run once per world and process)."""
+    if world not in _LIVE:
+        from fpemu.reference import _gloo
+        cases = _live_cases(world)
+        _LIVE[world] = _gloo.run({k: c[0] for k, c in cases.items()},
+                                 {k: c[1] for k, c in cases.items()},
+                                 {k: c[2] for k, c in cases.items()}, world, timeout=120)
+    return _LIVE[world]
+
+
+def _many_segments_input():
+    return _values(3, 3_300_000, "bf16", seed=5)      # 6.6 MB of bf16: 9 segments of the ring
+
+
 @needs_torch
+@live
 def test_live_gloo_all_reduce_of_many_segments_matches_bit_for_bit():
-    from fpemu.reference import _gloo
-    n = 3_300_000                      # 6.6 MB of bf16: 9 segments of the 3-rank ring
-    x = _values(3, n, "bf16", seed=5)
-    t0 = time.perf_counter()
-    got = _gloo.run({"x": x}, "bfloat16", ["all_reduce.sum", "reduce_scatter.sum"], 3,
-                    timeout=90)
-    assert time.perf_counter() - t0 < 90
+    x = _many_segments_input()
+    got = _live(3)
     model = collectives.all_reduce(list(x), "bf16")
     scatter = collectives.reduce_scatter(list(x), "bf16")
     assert not np.array_equal(_bits(model[0]), _bits(collectives.all_reduce(
         list(x), "bf16", algorithm="exact")[0]))
     for r in range(3):
-        np.testing.assert_array_equal(_bits(got["all_reduce.sum.x"][r]), _bits(model[r]))
-        np.testing.assert_array_equal(_bits(got["reduce_scatter.sum.x"][r]), _bits(scatter[r]))
+        np.testing.assert_array_equal(_bits(got["all_reduce.sum.many"][r]), _bits(model[r]))
+        np.testing.assert_array_equal(_bits(got["reduce_scatter.sum.many"][r]),
+                                      _bits(scatter[r]))
+
+
+def test_gloo_run_refuses_inputs_without_a_dtype_or_collectives():
+    from fpemu.reference import _gloo
+    x = {"a": np.zeros((2, 4), np.float32), "b": np.zeros((2, 4), np.float32)}
+    with pytest.raises(ValueError, match=r"dtype_name names inputs \['a'\]; the inputs are "
+                                         r"\['a', 'b'\]: give one entry for each"):
+        _gloo.run(x, {"a": "float32"}, ["all_reduce.sum"], 2)
+    with pytest.raises(ValueError, match=r"which names inputs \['a', 'b', 'c'\]"):
+        _gloo.run(x, "float32", {"a": [], "b": [], "c": []}, 2)
+    with pytest.raises(ValueError, match=r"unknown collectives \['all_reduce.mean'\]"):
+        _gloo.run(x, "float32", {"a": ["all_reduce.mean"], "b": []}, 2)
 
 
 @needs_torch
@@ -1188,21 +1239,27 @@ def test_bad_input_is_refused_with_the_fix(call, match):
 
 
 # ------------------------------------------------ gloo's avg and product, the issue's corners
+AVG_PRODUCT = [("bfloat16", "bf16", 3), ("float16", "fp16", 2), ("float32", "fp32", 4)]
+
+
+def _avg_product_input(fmt, world):
+    x = _values(world, 40_000, fmt, seed=9)
+    x[:, :8] = [[1, 2, 7, 0.0, -0.0, 3, 1e-3, 65504.0]] * world       # zeros, an fp16 overflow
+    return x
+
+
 @needs_torch
-@pytest.mark.parametrize("dtype,fmt,world", [("bfloat16", "bf16", 3), ("float16", "fp16", 2),
-                                             ("float32", "fp32", 4)])
+@live
+@pytest.mark.parametrize("dtype,fmt,world", AVG_PRODUCT)
 def test_live_gloo_avg_and_product_match_bit_for_bit(dtype, fmt, world):
     """torch 2.13's gloo has AVG (the ring's sum divided by the world size in
     the dtype) and PRODUCT (the same ring, multiplying): real processes."""
-    from fpemu.reference import _gloo
-    x = _values(world, 40_000, fmt, seed=9)
-    x[:, :8] = [[1, 2, 7, 0.0, -0.0, 3, 1e-3, 65504.0]] * world       # zeros, an fp16 overflow
-    got = _gloo.run({"x": x}, dtype, ["all_reduce.avg", "all_reduce.product"], world,
-                    timeout=90)
+    x = _avg_product_input(fmt, world)
+    got = _live(world)
     for op in ("avg", "product"):
         model = collectives.all_reduce(list(x), fmt, op)[0]
         for r in range(world):
-            rec = got[f"all_reduce.{op}.x"][r]
+            rec = got[f"all_reduce.{op}.avgprod-{fmt}"][r]
             both_nan = np.isnan(rec) & np.isnan(model)
             np.testing.assert_array_equal(np.where(both_nan, 0, _bits(rec)),
                                           np.where(both_nan, 0, _bits(model)), err_msg=op)
@@ -1331,10 +1388,30 @@ def _fp16_codes(x):
     return h.view(np.float16)
 
 
+NAN_BITS = [("float32", "fp32", 2), ("float32", "fp32", 3), ("bfloat16", "bf16", 3),
+            ("float16", "fp16", 2), ("float16", "fp16", 3)]
+
+
+def _nan_case(fmt, world):
+    """(the ranks' values, what the processes are sent, the collectives): fp16
+    is sent as its codes, NaN payloads included."""
+    x = _nan_inputs(world, fmt)
+    which = ["all_reduce.sum", "all_gather"] if fmt != "bf16" else ["all_reduce.sum"]
+    if fmt != "fp16":
+        return x, x, which
+    which.append("all_reduce.avg")
+    codes = _fp16_codes(x)
+    h = codes.view(np.uint16).astype(np.uint32)
+    x = codes.astype(np.float32)            # the numbers; the NaNs by their bits:
+    nan = (h & 0x7C00) == 0x7C00
+    x.view(np.uint32)[nan] = (((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13))[nan]
+    assert np.array_equal(_fp16_codes(x).view(np.uint16), codes.view(np.uint16))
+    return x, codes, which
+
+
 @needs_torch
-@pytest.mark.parametrize("dtype,fmt,world", [("float32", "fp32", 2), ("float32", "fp32", 3),
-                                             ("bfloat16", "bf16", 3), ("float16", "fp16", 2),
-                                             ("float16", "fp16", 3)])
+@live
+@pytest.mark.parametrize("dtype,fmt,world", NAN_BITS)
 def test_live_gloo_nan_bits_in_sums_and_copies(dtype, fmt, world):
     """Copies keep a NaN's bits; an fp32 sum gives the NaN SSE's addss gives
     (the own value's NaN before the received one's, quieted; inf - inf the
@@ -1343,27 +1420,18 @@ def test_live_gloo_nan_bits_in_sums_and_copies(dtype, fmt, world):
     the harness makes its bf16 tensors with torch's float32 -> bf16 cast,
     which writes a NaN as 0xffff on this CPU; fp16 tensors are made from
     their codes.)"""
-    from fpemu.reference import _gloo
-    x = _nan_inputs(world, fmt)
-    which = ["all_reduce.sum", "all_gather"] if fmt != "bf16" else ["all_reduce.sum"]
-    if fmt == "fp16":
-        which.append("all_reduce.avg")
-        codes = _fp16_codes(x)
-        h = codes.view(np.uint16).astype(np.uint32)
-        x = codes.astype(np.float32)            # the numbers; the NaNs by their bits:
-        nan = (h & 0x7C00) == 0x7C00
-        x.view(np.uint32)[nan] = (((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13))[nan]
-        assert np.array_equal(_fp16_codes(x).view(np.uint16), codes.view(np.uint16))
-    got = _gloo.run({"x": codes if fmt == "fp16" else x}, dtype, which, world, timeout=90)
+    x, _, which = _nan_case(fmt, world)
+    got = {name: _live(world)[f"{name}.nan-{fmt}"] for name in which}
     model = {"all_reduce.sum": collectives.all_reduce(list(x), fmt)[0]}
     if fmt != "bf16":
         model["all_gather"] = collectives.all_gather(list(x), fmt)[0]
     if fmt == "fp16":
         model["all_reduce.avg"] = collectives.all_reduce(list(x), fmt, "avg")[0]
-        signs = got["all_reduce.sum.x"][0].view(np.uint32)[np.isnan(got["all_reduce.sum.x"][0])]
+        signs = got["all_reduce.sum"][0].view(np.uint32)[np.isnan(got["all_reduce.sum"][0])]
         assert len(set((signs >> 31).tolist())) == 2          # NaNs of both signs came out
+    assert sorted(model) == sorted(got)
     for name, ours in model.items():
-        rec = got[f"{name}.x"][0]
+        rec = got[name][0]
         assert np.isnan(rec).sum() > 5, name
         np.testing.assert_array_equal(_bits(ours), _bits(rec), err_msg=name)
 

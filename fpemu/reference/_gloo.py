@@ -31,7 +31,7 @@ COLLECTIVES = {
 }
 
 
-def _worker(rank, world, init_file, dtype_name, arrays, which, out_dir, timeout, die_rank):
+def _worker(rank, world, init_file, dtypes, arrays, which, out_dir, timeout, die_rank):
     import torch
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
@@ -39,10 +39,10 @@ def _worker(rank, world, init_file, dtype_name, arrays, which, out_dir, timeout,
     if rank == die_rank:
         os._exit(3)                 # a peer that dies after joining (tests of that path)
     try:
-        dtype = getattr(torch, dtype_name)
         res = {}
         for key, x in arrays.items():
-            for name in which:
+            dtype = getattr(torch, dtypes[key])
+            for name in which[key]:
                 kind, op = COLLECTIVES[name]
                 # a copy: a float32 tensor would share the input's memory, and the
                 # collective writes into it
@@ -134,18 +134,27 @@ def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None):
     """``{f"{collective}.{key}": [rank 0's result, rank 1's, ...]}`` for each
     input ``arrays[key]`` (an array whose first axis is the rank) and each
     collective in ``which`` (names of :data:`COLLECTIVES`), run by ``world``
-    gloo processes on tensors of torch dtype ``dtype_name``. ``die_rank``:
-    that rank exits right after joining the group (to test that the others
-    fail instead of hanging)."""
+    gloo processes on tensors of torch dtype ``dtype_name``. ``dtype_name``
+    and ``which`` may instead be dicts keyed like ``arrays``: each input in
+    a dtype and through collectives of its own, all in one start of the
+    processes (which takes seconds). ``die_rank``: that rank exits right
+    after joining the group (to test that the others fail instead of
+    hanging)."""
     for key, x in arrays.items():
         if len(x) != world:
             raise ValueError(f"input {key!r} has {len(x)} ranks, the world has {world}")
-    unknown = [w for w in which if w not in COLLECTIVES]
+    dtypes = dtype_name if isinstance(dtype_name, dict) else dict.fromkeys(arrays, dtype_name)
+    which = which if isinstance(which, dict) else {key: list(which) for key in arrays}
+    for what, given in (("dtype_name", dtypes), ("which", which)):
+        if set(given) != set(arrays):
+            raise ValueError(f"{what} names inputs {sorted(given)}; the inputs are "
+                             f"{sorted(arrays)}: give one entry for each")
+    unknown = sorted({w for names in which.values() for w in names if w not in COLLECTIVES})
     if unknown:
         raise ValueError(f"unknown collectives {unknown}; known: {', '.join(COLLECTIVES)}")
 
     def args(tmp):
-        return (world, os.path.join(tmp, "rendezvous"), dtype_name, arrays, which, tmp, timeout,
+        return (world, os.path.join(tmp, "rendezvous"), dtypes, arrays, which, tmp, timeout,
                 die_rank)
     return _spawn(_worker, world, args, timeout, "gloo")
 
