@@ -24,13 +24,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fpemu demo --out out
 
-# Two pytest workers (pytest-xdist): the tests take about 15 minutes on two
-# cores (fresh clone, idle; the install and warm-up before them about 4 more),
-# against 26 in one process; PYTEST_WORKERS=0 runs one. Whole files per worker
-# (--dist loadfile) measured no faster: 961 s against 922 s.
+# Two pytest workers (pytest-xdist); PYTEST_WORKERS=0 runs one. Tests marked
+# with an xdist_group run on one worker (--dist loadgroup): those that start
+# the same processes or compile the same kernels, which two workers would each
+# do. Whole files per worker (--dist loadfile) measured no faster.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --nbmake --nbmake-timeout=1200 notebooks tests fpemu
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --nbmake \
+		--nbmake-timeout=1200 notebooks tests fpemu
 
 # flake8 over the package, the tests, the benchmarks and the scripts (setup.cfg).
 lint: $(STAMP)
