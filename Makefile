@@ -24,10 +24,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fpemu demo --out out
 
-# Two pytest workers (pytest-xdist); PYTEST_WORKERS=0 runs one. Tests marked
-# with an xdist_group run on one worker (--dist loadgroup): those that start
-# the same processes or compile the same kernels, which two workers would each
-# do. Whole files per worker (--dist loadfile) measured no faster.
+# Two pytest workers (pytest-xdist); PYTEST_WORKERS=0 runs one. With --dist
+# loadgroup, conftest.py sends each of the files whose tests compile the same
+# kernels or start the same processes to one worker whole, and deals the
+# other tests one at a time. (Whole files for every file, --dist loadfile,
+# measured no faster.)
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --nbmake \

@@ -36,3 +36,32 @@ if importlib.util.find_spec("tensorboard") is None:
 
 # tests/test_testing.py runs a project's test file in this process
 pytest_plugins = ["pytester"]
+
+
+# make test runs two pytest-xdist workers. The files below each go to one
+# worker whole (the tests of other files are dealt one at a time): their tests
+# compile the same kernels (one per mode and format family; two workers
+# compiled the same ones side by side, about 145 s of the suite's 1650), share
+# a module fixture (test_gpu_check's 40 s dry run ran once in each worker) or
+# start the same gloo processes (test_collectives). pytest-xdist's own
+# xdist_group mark does not reach its scheduler under pytest 9 (it renames
+# item._nodeid, which pytest 9 no longer reads), hence this hook: it replaces
+# the scheduler of --dist loadgroup, which make test passes, by LoadScope
+# scheduling on these groups. The largest groups are dealt first.
+WHOLE_FILES = ("tests/test_arith.py", "tests/test_quantize.py", "tests/test_explain_stats.py",
+               "tests/test_collectives.py", "tests/test_accumulate.py",
+               "tests/test_torch_quantize.py", "tests/test_fast_paths.py",
+               "tests/test_cuda_casts.py", "tests/test_gpu_check.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WholeFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return path if path in WHOLE_FILES else nodeid
+
+    return WholeFiles(config, log)

@@ -17,10 +17,6 @@ import pytest
 import fpemu
 from oracle import MODES, SPECS, Sqrt, TableOracle, round_to_ieee
 
-#: one pytest worker runs the file (make test's --dist loadgroup): its kernels,
-#: one per rounding mode and format family, compile once instead of in each
-pytestmark = pytest.mark.xdist_group("arith")
-
 SMALL = ["e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3", "e3m4", "e2m3", "e3m2", "e2m1",
          "e8m0"]
 OPS = {"add": fpemu.add, "sub": fpemu.sub, "mul": fpemu.mul, "div": fpemu.div,

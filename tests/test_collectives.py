@@ -174,9 +174,9 @@ def test_gloo_kernel_casts_float32_ranks_as_quantize_does(fmt):
 # The live tests below run real gloo processes. Starting them takes seconds
 # (each imports torch), so each world size starts once: _live(world) runs the
 # inputs of every live test of that world, each in its own dtype and through
-# its own collectives, in one start, and the tests read their parts. They
-# share one xdist group, so that one pytest worker starts each world.
-live = pytest.mark.xdist_group("gloo-live")
+# its own collectives, in one start, and the tests read their parts. Under
+# make test one pytest worker runs this file (conftest.py), so each world
+# starts once.
 _LIVE = {}
 
 
@@ -214,7 +214,6 @@ def _many_segments_input():
 
 
 @needs_torch
-@live
 def test_live_gloo_all_reduce_of_many_segments_matches_bit_for_bit():
     x = _many_segments_input()
     got = _live(3)
@@ -1249,7 +1248,6 @@ def _avg_product_input(fmt, world):
 
 
 @needs_torch
-@live
 @pytest.mark.parametrize("dtype,fmt,world", AVG_PRODUCT)
 def test_live_gloo_avg_and_product_match_bit_for_bit(dtype, fmt, world):
     """torch 2.13's gloo has AVG (the ring's sum divided by the world size in
@@ -1410,7 +1408,6 @@ def _nan_case(fmt, world):
 
 
 @needs_torch
-@live
 @pytest.mark.parametrize("dtype,fmt,world", NAN_BITS)
 def test_live_gloo_nan_bits_in_sums_and_copies(dtype, fmt, world):
     """Copies keep a NaN's bits; an fp32 sum gives the NaN SSE's addss gives

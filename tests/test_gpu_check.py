@@ -21,9 +21,6 @@ import gpu_check  # noqa: E402
 
 import torch  # noqa: E402  (installed by `make`, the dev extras)
 
-#: one pytest worker runs the file: its dry run (a module fixture, 40 s) runs once
-pytestmark = pytest.mark.xdist_group("gpu-check")
-
 
 def _run(out, *extra, timeout=600):
     return subprocess.run([sys.executable, SCRIPT, "--host", "--small", "--out", str(out),
