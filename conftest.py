@@ -54,6 +54,13 @@ WHOLE_FILES = ("tests/test_arith.py", "tests/test_quantize.py", "tests/test_expl
                "tests/test_cuda_casts.py", "tests/test_gpu_check.py")
 
 
+def scope_of(nodeid):
+    """The unit of work a test travels to a worker in: its whole file for the
+    files above, else the test alone."""
+    path = nodeid.split("::", 1)[0]
+    return path if path in WHOLE_FILES else nodeid
+
+
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
@@ -61,7 +68,6 @@ def pytest_xdist_make_scheduler(config, log):
 
     class WholeFiles(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            path = nodeid.split("::", 1)[0]
-            return path if path in WHOLE_FILES else nodeid
+            return scope_of(nodeid)
 
     return WholeFiles(config, log)
