@@ -42,8 +42,9 @@ pytest_plugins = ["pytester"]
 # worker whole (the tests of other files are dealt one at a time): their tests
 # compile the same kernels (one per mode and format family; two workers
 # compiled the same ones side by side, about 145 s of the suite's 1650), share
-# a module fixture (test_gpu_check's 40 s dry run ran once in each worker) or
-# start the same gloo processes (test_collectives). pytest-xdist's own
+# a module fixture (test_gpu_check's 40 s dry run ran once in each worker;
+# test_readme's scratch folder, where the python blocks write the files that
+# the command lines read) or start the same gloo processes (test_collectives). pytest-xdist's own
 # xdist_group mark does not reach its scheduler under pytest 9 (it renames
 # item._nodeid, which pytest 9 no longer reads), hence this hook: it replaces
 # the scheduler of --dist loadgroup, which make test passes, by LoadScope
@@ -51,7 +52,7 @@ pytest_plugins = ["pytester"]
 WHOLE_FILES = ("tests/test_arith.py", "tests/test_quantize.py", "tests/test_explain_stats.py",
                "tests/test_collectives.py", "tests/test_accumulate.py",
                "tests/test_torch_quantize.py", "tests/test_fast_paths.py",
-               "tests/test_cuda_casts.py", "tests/test_gpu_check.py")
+               "tests/test_cuda_casts.py", "tests/test_gpu_check.py", "tests/test_readme.py")
 
 
 def scope_of(nodeid):

@@ -38,21 +38,31 @@ def scratch(tmp_path_factory):
     return tmp_path_factory.mktemp("readme")
 
 
-def test_python_blocks_run(scratch, monkeypatch, capsys):
-    monkeypatch.chdir(scratch)
-    namespace = {"__name__": "readme"}
-    for i, code in enumerate(PYTHON):
-        exec(compile(code, f"README.md python block {i + 1}", "exec"), namespace)
+def _run_python_blocks(folder):
+    """The python blocks in order, in one namespace, in ``folder`` (they
+    write files that the command lines read: grads.npy, weight.npy)."""
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        namespace = {"__name__": "readme"}
+        for i, code in enumerate(PYTHON):
+            exec(compile(code, f"README.md python block {i + 1}", "exec"), namespace)
+    finally:
+        os.chdir(here)
+
+
+def test_python_blocks_run(scratch, capsys):
+    _run_python_blocks(scratch)
     out = capsys.readouterr().out
     assert "0.1 in bf16" in out and "1e-400 in bf16" in out
     assert (scratch / "grads.npy").exists()
 
 
 @pytest.mark.parametrize("line", [s for s in SHELL if s.startswith("fpemu ")])
-def test_command_lines_run(line, scratch):
-    if not (scratch / "grads.npy").exists():                     # run alone: make the file
-        import numpy as np
-        np.save(scratch / "grads.npy", np.random.default_rng(1).standard_normal(1000) * 1e-6)
+def test_command_lines_run(line, scratch, capsys):
+    if not (scratch / "weight.npy").exists():     # the python blocks ran elsewhere, or not yet
+        _run_python_blocks(scratch)
+        capsys.readouterr()
     if line.startswith("fpemu parity traces"):
         traces = scratch / "traces"
         if not traces.exists():                                  # made by the record line
