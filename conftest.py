@@ -46,7 +46,8 @@ pytest_plugins = ["pytester"]
 # test_readme's scratch folder, where the python blocks write the files that
 # the command lines read) or start the same gloo processes (test_collectives). pytest-xdist's own
 # xdist_group mark does not reach its scheduler under pytest 9 (it renames
-# item._nodeid, which pytest 9 no longer reads), hence this hook: it replaces
+# item._nodeid, which pytest 9 no longer reads: pytest-dev/pytest-xdist issue
+# 1386, open as of xdist 3.8.0), hence this hook: it replaces
 # the scheduler of --dist loadgroup, which make test passes, by LoadScope
 # scheduling on these groups. The largest groups are dealt first.
 WHOLE_FILES = ("tests/test_arith.py", "tests/test_quantize.py", "tests/test_explain_stats.py",
