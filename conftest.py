@@ -39,17 +39,17 @@ pytest_plugins = ["pytester"]
 
 
 # make test runs two pytest-xdist workers. The files below each go to one
-# worker whole (the tests of other files are dealt one at a time): their tests
-# compile the same kernels (one per mode and format family; two workers
+# worker whole (the tests of other files are dealt one at a time). Their tests
+# compile the same kernels (one per mode and format family: two workers
 # compiled the same ones side by side, about 145 s of the suite's 1650), share
 # a module fixture (test_gpu_check's 40 s dry run ran once in each worker;
 # test_readme's scratch folder, where the python blocks write the files that
-# the command lines read) or start the same gloo processes (test_collectives). pytest-xdist's own
-# xdist_group mark does not reach its scheduler under pytest 9 (it renames
-# item._nodeid, which pytest 9 no longer reads: pytest-dev/pytest-xdist issue
-# 1386, open as of xdist 3.8.0), hence this hook: it replaces
-# the scheduler of --dist loadgroup, which make test passes, by LoadScope
-# scheduling on these groups. The largest groups are dealt first.
+# the command lines read) or start the same gloo processes (test_collectives).
+# pytest-xdist's own xdist_group mark does not reach its scheduler under
+# pytest 9: xdist renames item._nodeid, which pytest 9 no longer reads
+# (pytest-dev/pytest-xdist issue 1386, open as of xdist 3.8.0). Hence this
+# hook: it replaces the scheduler of --dist loadgroup, which make test passes,
+# by LoadScope scheduling on these groups; the largest groups are dealt first.
 WHOLE_FILES = ("tests/test_arith.py", "tests/test_quantize.py", "tests/test_explain_stats.py",
                "tests/test_collectives.py", "tests/test_accumulate.py",
                "tests/test_torch_quantize.py", "tests/test_fast_paths.py",
