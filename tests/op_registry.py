@@ -24,10 +24,14 @@ broadcasting, 0-d and empty tensors where the op accepts them.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from typing import Callable, Optional
 
 import numpy as np
 
+# The generator the sample builders draw from; Op.draw seeds it anew for each
+# op, so that an op's samples do not depend on which tests ran before it in
+# the process (pytest-xdist deals these tests to its workers one at a time).
 R = np.random.default_rng(1234)
 
 
@@ -60,6 +64,13 @@ class Op:
     @property
     def short(self):
         return self.name.rsplit(".", 1)[1]
+
+    def draw(self):
+        """The op's samples, drawn from ``R`` seeded by the op's name: the
+        same inputs in every run and for every test that draws them."""
+        global R
+        R = np.random.default_rng(zlib.crc32(self.name.encode()))
+        return self.samples()
 
     def run(self, lib, *args, **kwargs):
         if self.call is not None:

@@ -147,7 +147,7 @@ CASES = [op for op in OPS if op.compare != "internal"]
 
 @pytest.mark.parametrize("op", CASES, ids=[op.name for op in CASES])
 def test_op_against_torch(op):
-    for args, kwargs in op.samples():
+    for args, kwargs in op.draw():
         pairs = [_both(a, op.grad) for a in args]
         targs = [p[0] for p in pairs]
         fargs = [p[1] for p in pairs]
@@ -182,7 +182,7 @@ def test_op_in_bfloat16_against_torch(op):
     """The same samples as bfloat16 tensors: both round the float32 opmath
     result once to bfloat16; torch's SIMD exp / log / sin may sit one bf16
     ulp away from the correctly rounded value fpemu computes."""
-    for args, kwargs in op.samples():
+    for args, kwargs in op.draw():
         targs = [torch.tensor(a).bfloat16() if isinstance(a, np.ndarray) else a for a in args]
         with ft.use_profile(CPU):
             fargs = [ft.tensor(a).to(ft.bfloat16) if isinstance(a, np.ndarray) else a
@@ -212,7 +212,7 @@ def _autocast_names():
     for op in CASES:
         seen.clear()
         with ft.use_profile(CPU), ft.autocast("cpu", policy=recorder):
-            for args, kwargs in op.samples():
+            for args, kwargs in op.draw():
                 op.run(ft, *[_both(a, False)[1] for a in args], **kwargs)
         out[op.name] = tuple(dict.fromkeys(seen))
     return out
