@@ -99,12 +99,12 @@ def test_normal_and_uniform():
     tl, ts = torch.from_numpy(loc).requires_grad_(), torch.from_numpy(sc).requires_grad_()
     fl, fs = ft.tensor(loc, requires_grad=True), ft.tensor(sc, requires_grad=True)
     td, fd = torch.distributions.Normal(tl, ts), ft.distributions.Normal(fl, fs)
-    # Both formulas hold a log(scale). fpemu's is the exact logarithm rounded
-    # once (libm's, one element at a time, here); torch CPU's is Sleef's SIMD
-    # logf, within an ulp and not always the rounded one (about 7% of these
-    # scales, a figure that follows the CPU's vector path). So each library is
-    # held bit for bit to the same float32 formula fed its own log, and the two
-    # logs to an ulp of each other.
+    # Both formulas hold a log(scale). fpemu's is the float64 logarithm rounded
+    # once to float32 (for the oracle, libm's, one element at a time); torch
+    # CPU's is Sleef's SIMD logf, within an ulp and not always the rounded one
+    # (7 of these 64 scales here, a count that follows the CPU's vector path).
+    # So each library is held bit for bit to the same float32 formula fed its
+    # own log, and the two logs to an ulp of each other.
     exact_log = np.array([math.log(float(s)) for s in sc]).astype(np.float32)
     torch_log = torch.from_numpy(sc).log().numpy()
     _same(torch.from_numpy(exact_log), torch.from_numpy(torch_log), ulps=1)
