@@ -42,6 +42,7 @@ from ._core import (  # noqa: F401
     is_inference_mode_enabled, manual_seed, no_grad, result_type, seed, set_grad_enabled,
     set_rng_state, tensor, uint8,
 )
+from ._print import set_printoptions  # noqa: F401
 from ._profile import Profile, get_profile, set_profile, use_profile  # noqa: F401
 from ._rng import Generator  # noqa: F401
 from ._state import State as _State  # noqa: F401
