@@ -37,9 +37,12 @@ Steps, in order (``--steps`` picks some):
    committed data do not cover this GPU and torch version.
 
 Resumable: ``state.json`` in the results folder records each step done;
-a rerun skips them (``--redo STEP`` runs one again). A step that does not fit
-in what is left of the budget is skipped and said so; the GEMM probes stop
-case by case at the deadline and go on from there next time.
+a rerun skips them (``--redo STEP`` runs one again). A ``state.json`` this
+script cannot read is refused, not overwritten: delete it or pass a fresh
+``--out``. A step that does not fit in what is left of the budget is skipped
+and said so; the GEMM probes stop case by case at the deadline and go on from
+there next time. Every argument is checked before torch is imported or a
+step runs, and a bad one is refused (exit 2).
 
 The fit needs no GPU (and fpemu's Numba kernels compile from cold on a
 fresh machine), so on a GPU the probes are only recorded; ``--fit DIR`` then
@@ -63,14 +66,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import platform
 import re
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import traceback
+import zipfile
 
 import numpy as np
 
@@ -93,6 +99,58 @@ E2E_SHAPES = ((64, 32, 64), (64, 64, 10), (64, 64, 32), (10, 64, 64), (128, 32, 
 SPLIT_SHAPES = ((16, 64, 8192), (64, 128, 8192), (16, 64, 12288))
 # scenario groups that run on the CPU (gloo processes) on any machine
 HOST_GROUPS = ("collectives", "ddp", "fsdp", "zero")
+# what state.json records of a step
+STATUSES = ("done", "partial", "failed", "skipped")
+# the probe steps --fit fits, each recorded as <step>.json and <step>.npz
+PROBE_STEPS = ("gemm", "attention")
+
+
+class BadFile(Exception):
+    """A file of the results folder this script cannot use; the message says
+    which, what is wrong with it and what to do."""
+
+
+def _read_json(path, what, fix):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except OSError as err:
+        raise BadFile(f"{path}: {what} cannot be read ({err.strerror or err}); {fix}") from None
+    except ValueError as err:                   # JSONDecodeError, UnicodeDecodeError
+        raise BadFile(f"{path}: {what} is not JSON ({err}); {fix}") from None
+
+
+def load_state(path, fitting=False):
+    """A results folder's state.json ({} when there is none): {step: {status,
+    seconds, lines, ...}}, or BadFile saying what is wrong with it. A damaged
+    state is refused rather than written over with a fresh one: a results
+    folder is measurements, and whether a file this script did not write is
+    to be thrown away is for whoever runs it to say."""
+    fix = ("delete it (the fit does not need it)" if fitting else
+           "delete it to start afresh (every step runs again), or pass a fresh --out")
+    if not os.path.exists(path):
+        return {}
+    state = _read_json(path, "the resume state", fix)
+    expected = ("expected the JSON object this script writes, {step: {\"status\": one of "
+                f"{', '.join(STATUSES)}, \"seconds\": a number, \"lines\": a list}}}}")
+    if not isinstance(state, dict):
+        raise BadFile(f"{path}: {expected}, found a JSON {type(state).__name__}; {fix}")
+    for name, st in state.items():
+        if name not in STEPS:
+            found = f"a step {name!r} (the steps are {', '.join(STEPS)})"
+        elif not isinstance(st, dict):
+            found = f"step {name!r}: {json.dumps(st)[:80]}"
+        elif st.get("status") not in STATUSES:
+            found = f"step {name!r} with the status {st.get('status')!r}"
+        elif not isinstance(st.get("seconds", 0), (int, float)):
+            found = f"step {name!r} with the seconds {st['seconds']!r}"
+        elif not (isinstance(st.get("lines", []), list)
+                  and all(isinstance(t, str) for t in st.get("lines", []))):
+            found = f"step {name!r} with the lines {json.dumps(st['lines'])[:80]}"
+        else:
+            continue
+        raise BadFile(f"{path}: {expected}, found {found}; {fix}")
+    return state
 
 
 def slug(text):
@@ -113,20 +171,31 @@ class Run:
         # a GPU's results are committed; a host dry run's are not (out/ is ignored)
         self.out = args.fit or args.out or os.path.join(
             ROOT, "out" if args.host else "bench", "gpu_check", self.tag)
-        os.makedirs(self.out, exist_ok=True)
+        try:
+            os.makedirs(self.out, exist_ok=True)
+        except OSError as err:
+            raise BadFile(f"{self.out}: the results folder cannot be made ({err}); pass --out "
+                          "a folder this script can write in") from None
         self.state_path = os.path.join(self.out, "state.json")
-        self.state = {}
-        if os.path.exists(self.state_path):
-            with open(self.state_path) as fh:
-                self.state = json.load(fh)
+        self.state = load_state(self.state_path, fitting=bool(args.fit))
         self.deadline = time.monotonic() + args.budget_seconds
 
     def release(self):
         """The torch version of the recording (env.json), for fpemu's profile."""
+        version = self.env().get("torch") or self.torch.__version__
+        return str(version).split("+")[0]
+
+    def env(self):
+        """env.json ({} when there is none)."""
         path = self.path("env.json")
-        version = json.load(open(path))["torch"] if os.path.exists(path) else \
-            self.torch.__version__
-        return version.split("+")[0]
+        if not os.path.exists(path):
+            return {}
+        env = _read_json(path, "the recorded environment",
+                         "delete it (the env step writes it again)")
+        if not isinstance(env, dict):
+            raise BadFile(f"{path}: expected a JSON object, found a JSON {type(env).__name__}; "
+                          "delete it (the env step writes it again)")
+        return env
 
     def left(self):
         return self.deadline - time.monotonic()
@@ -145,11 +214,19 @@ class Run:
         """(npz path, its arrays recorded so far, json path, its metadata) of
         a probe step: what an earlier run recorded is kept and resumed."""
         path, meta_path = self.path(f"{name}.npz"), self.path(f"{name}.json")
-        done = dict(np.load(path)) if os.path.exists(path) else {}
+        fix = ("bring the folder back from the GPU run again" if self.args.fit else
+               f"delete {name}.npz and {name}.json to record the {name} probes again")
+        try:
+            done = dict(np.load(path)) if os.path.exists(path) else {}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            raise BadFile(f"{path}: the recorded {name} probes cannot be read "
+                          f"({type(err).__name__}: {err}); {fix}") from None
         meta = {"cases": {}}
         if os.path.exists(meta_path):
-            with open(meta_path) as fh:
-                meta = json.load(fh)
+            meta = _read_json(meta_path, f"the {name} probes' record", fix)
+            if not (isinstance(meta, dict) and isinstance(meta.get("cases"), dict)):
+                raise BadFile(f"{meta_path}: expected a JSON object with \"cases\", found "
+                              f"{json.dumps(meta)[:80]}; {fix}")
         meta.setdefault("small", self.args.small)
         return path, done, meta_path, meta
 
@@ -790,9 +867,7 @@ STEP_FUNCS = {"env": step_env, "traces": step_traces, "gemm": step_gemm,
 
 # ---------------------------------------------------------------- main
 def write_summary(run):
-    env = {}
-    if os.path.exists(run.path("env.json")):
-        env = json.load(open(run.path("env.json")))
+    env = run.env()
     lines = [f"# gpu-check: {run.tag}", "",
              f"{env.get('gpu', '?')}; torch {env.get('torch', '?')}, CUDA {env.get('cuda', '?')}, "
              f"driver {env.get('driver', '-')}; {env.get('date', '')}"
@@ -808,29 +883,124 @@ def write_summary(run):
         fh.write("\n".join(lines))
 
 
+def _budget(text):
+    """--budget-seconds: a finite number of seconds, 0 or more (float()
+    alone takes -5, nan and inf, and the run then went on)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds, 0 or more (0 skips every step), got "
+            f"{text!r}; e.g. --budget-seconds 480, the default")
+    return value
+
+
+def _step_list(ap, option, text, empty_ok):
+    """The steps named in a comma-separated --steps or --redo."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names and not empty_ok:
+        ap.error(f"argument {option}: expected a comma-separated list of steps, got {text!r}; "
+                 f"the steps are {', '.join(STEPS)} (leave {option} out to run them all)")
+    unknown = [s for s in names if s not in STEPS]
+    if unknown:
+        ap.error(f"argument {option}: unknown step(s) {', '.join(unknown)} in {text!r}; "
+                 f"the steps are {', '.join(STEPS)}")
+    return names
+
+
+def _writable_folder(ap, option, path):
+    """Make the folder ``path`` if missing and check that a file can be
+    written in it (os.access says yes to root where the filesystem says no)."""
+    if path == "":
+        ap.error(f"argument {option}: expected a folder, got ''; pass a folder's path "
+                 "(it is made if missing)")
+    if os.path.exists(path) and not os.path.isdir(path):
+        ap.error(f"argument {option}: expected a folder, got {path!r}, which is a file; pass "
+                 "a folder (it is made if missing)")
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as err:
+        ap.error(f"argument {option}: expected a folder this script can write in, got {path!r}: "
+                 f"{err.strerror or err}; pass a writable folder")
+
+
+def _recorded_folder(ap, args):
+    """--fit's folder: one a GPU run recorded probes in, fitted in place."""
+    ignored = [f"{o} {v!r}" for o, v in (("--out", args.out), ("--steps", args.steps),
+                                         ("--redo", args.redo)) if v is not None]
+    if ignored:
+        ap.error(f"argument --fit: fits the GEMM and attention probes of its folder in place, "
+                 f"so {' and '.join(ignored)} would be ignored; drop "
+                 f"{' and '.join(i.split()[0] for i in ignored)}")
+    folder = args.fit
+    what = ("the folder a GPU run of this script recorded (bench/gpu_check/<gpu>-torch<version>, "
+            "unpacked from the run's tarball)")
+    if not os.path.isdir(folder):
+        ap.error(f"argument --fit: expected {what}, got {folder!r}, which "
+                 + ("is not a folder" if os.path.exists(folder) else "does not exist"))
+    if not any(os.path.isfile(os.path.join(folder, f"{step}.{ext}"))
+               for step in PROBE_STEPS for ext in ("json", "npz")):
+        ap.error(f"argument --fit: expected {what}, got {folder!r}, which holds no recorded "
+                 "probes (no gemm.json, gemm.npz, attention.json or attention.npz)")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        ap.error(f"argument --fit: expected a folder this script can write in (the fit writes "
+                 f"its results there), got {folder!r}: {err.strerror or err}; copy it "
+                 "somewhere writable")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", help="results folder (default bench/gpu_check/<device>-torch<v>; "
-                    "with --host out/gpu_check/...)")
-    ap.add_argument("--budget-seconds", type=float, default=480.0)
+    ap.add_argument("--out", help="results folder, made if missing (default "
+                    "bench/gpu_check/<device>-torch<v>; with --host out/gpu_check/...)")
+    ap.add_argument("--budget-seconds", type=_budget, default=480.0,
+                    help="seconds to spend, 0 or more (default 480)")
     ap.add_argument("--host", action="store_true", help="run on the CPU, CPU torch standing in")
     ap.add_argument("--small", action="store_true", help="small sizes (the dry run)")
-    ap.add_argument("--steps", default=",".join(STEPS), help="comma-separated, in order")
-    ap.add_argument("--redo", default="", help="steps to run again though done")
-    ap.add_argument("--traces-root", default=os.path.join(ROOT, "tests", "reference"))
+    ap.add_argument("--steps", help="comma-separated steps to run, always in the order "
+                    f"{', '.join(STEPS)} (default: all)")
+    ap.add_argument("--redo", help="comma-separated steps of --steps to run again though done")
+    ap.add_argument("--traces-root", default=os.path.join(ROOT, "tests", "reference"),
+                    help="the trace folders' folder, for the traces step (default "
+                    "tests/reference)")
     ap.add_argument("--fit-on-device", action="store_true",
                     help="fit fpemu's models on the GPU machine too (default: record there, "
                          "fit on the host with --fit: the fit needs no GPU)")
     ap.add_argument("--fit", metavar="DIR",
                     help="on the host: fit fpemu's GEMM and attention models to the probes "
-                         "recorded in DIR (no recording)")
+                         "recorded in DIR (no recording; --out, --steps and --redo do not apply)")
     args = ap.parse_args(argv)
-    if args.fit:
+    # every argument is checked here, before torch is imported and anything is
+    # written: a bad one is refused in argparse's way (usage, the message, exit 2)
+    if args.fit is not None:
+        _recorded_folder(ap, args)
         args.host, args.redo, args.steps = True, "gemm,attention", "gemm,attention"
-    steps = [s for s in args.steps.split(",") if s]
-    unknown = [s for s in steps + [s for s in args.redo.split(",") if s] if s not in STEPS]
-    if unknown:
-        ap.error(f"unknown step(s) {', '.join(unknown)}; the steps are {', '.join(STEPS)}")
+    steps = _step_list(ap, "--steps", ",".join(STEPS) if args.steps is None else args.steps,
+                       empty_ok=False)
+    redo = _step_list(ap, "--redo", args.redo or "", empty_ok=True)
+    if set(redo) - set(steps):
+        ap.error(f"argument --redo: {', '.join(repr(s) for s in redo if s not in steps)} not "
+                 f"in --steps {','.join(steps)!r}, so not run; add it to --steps or leave "
+                 "--steps out")
+    args.redo = ",".join(redo)
+    if args.out is not None:
+        _writable_folder(ap, "--out", args.out)
+    if "traces" in steps and args.fit is None:
+        _writable_folder(ap, "--traces-root", args.traces_root)
+    try:
+        if args.out is not None or args.fit is not None:
+            load_state(os.path.join(args.fit or args.out, "state.json"), bool(args.fit))
+        return _run(args, steps)
+    except BadFile as err:
+        print(f"{ap.prog}: error: {err}", file=sys.stderr)
+        return 1
+
+
+def _run(args, steps):
     import torch
     if not args.host and not torch.cuda.is_available():
         sys.exit(f"gpu_check: torch {torch.__version__} sees no CUDA device; run on a GPU "
@@ -855,6 +1025,8 @@ def main(argv=None):
         t0 = time.monotonic()
         try:
             res = STEP_FUNCS[name](run)
+        except BadFile as err:              # a damaged record: its message is enough
+            res = {"status": "failed", "lines": [str(err)]}
         except Exception as err:                              # noqa: BLE001
             res = {"status": "failed", "lines": [f"{type(err).__name__}: {err}"]
                    + traceback.format_exc().strip().splitlines()[-6:]}

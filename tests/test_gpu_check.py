@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -182,3 +183,162 @@ def test_the_attention_fit_names_the_block_and_the_rounding_of_p():
     cands = gpu_check.attention_candidates(torch, case)
     a, b = cands["online block=all P rounded"], cands["P in fp32"]
     assert (a != b).sum() > 100
+
+
+# ------------------------------------------------------------ bad inputs
+# Each is refused in the argument checking, before torch is imported or any
+# step runs: a non-zero exit, the argument and the value given named, no
+# Python traceback, and within a few seconds.
+def _refused(*args, status=2):
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    seconds = time.monotonic() - t0
+    assert p.returncode == status, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr[-2000:]
+    assert p.stdout == "", p.stdout[-2000:]                  # no step started
+    assert seconds < 5, f"refused after {seconds:.1f} s: after the heavy imports?"
+    return p.stderr
+
+
+@pytest.mark.parametrize("value", ["-5", "nan", "inf", "-inf", "1e999", "soon", ""])
+def test_a_bad_budget_is_refused(tmp_path, value):
+    err = _refused("--host", "--small", "--out", str(tmp_path), "--steps", "env",
+                   f"--budget-seconds={value}")
+    assert "argument --budget-seconds" in err and repr(value) in err
+    assert "finite number of seconds, 0 or more" in err
+    assert not os.path.exists(tmp_path / "summary.md")
+
+
+@pytest.mark.parametrize("option, value", [("--steps", ""), ("--steps", ","),
+                                           ("--steps", "env,warp"), ("--redo", "warp")])
+def test_an_empty_or_unknown_step_list_is_refused(tmp_path, option, value):
+    err = _refused("--host", "--small", "--out", str(tmp_path), option, value)
+    assert f"argument {option}" in err and repr(value) in err
+    assert "the steps are env, traces, gemm" in err
+    assert not os.path.exists(tmp_path / "summary.md")
+
+
+def test_a_step_to_redo_that_is_not_run_is_refused(tmp_path):
+    err = _refused("--host", "--small", "--out", str(tmp_path), "--steps", "env",
+                   "--redo", "gemm")
+    assert "argument --redo" in err and "'gemm'" in err and "--steps" in err
+    assert not os.path.exists(tmp_path / "summary.md")
+
+
+def test_an_out_that_names_a_file_is_refused(tmp_path):
+    path = tmp_path / "results.txt"
+    path.write_text("not a folder")
+    err = _refused("--host", "--small", "--out", str(path), "--steps", "env")
+    assert "argument --out" in err and repr(str(path)) in err and "is a file" in err
+    err = _refused("--host", "--small", "--out", str(path / "sub"), "--steps", "env")
+    assert "argument --out" in err and repr(str(path / "sub")) in err
+    assert path.read_text() == "not a folder"
+
+
+def _unwritable(tmp_path, kind):
+    if kind == "read-only folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes in a read-only folder")
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o500)
+        return str(folder / "results")
+    # sysfs refuses a new folder to anyone, root included
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("no sysfs")
+    return "/sys/kernel/fpemu-gpu-check"
+
+
+@pytest.mark.parametrize("kind", ["read-only folder", "sysfs"])
+def test_an_out_that_cannot_be_written_is_refused(tmp_path, kind):
+    path = _unwritable(tmp_path, kind)
+    try:
+        err = _refused("--host", "--small", "--out", path, "--steps", "env")
+    finally:
+        if kind == "read-only folder":
+            (tmp_path / "ro").chmod(0o700)
+    assert "argument --out" in err and repr(path) in err and "writ" in err
+    assert not os.path.exists(path)
+
+
+def test_an_empty_out_or_fit_is_refused(tmp_path):
+    err = _refused("--host", "--small", "--out", "", "--steps", "env")
+    assert "argument --out" in err and "''" in err
+    err = _refused("--fit", "")
+    assert "argument --fit" in err and "''" in err
+
+
+def test_a_traces_root_that_names_a_file_is_refused(tmp_path):
+    path = tmp_path / "reference"
+    path.write_text("not a folder")
+    err = _refused("--host", "--small", "--out", str(tmp_path / "out"), "--steps", "traces",
+                   "--traces-root", str(path))
+    assert "argument --traces-root" in err and repr(str(path)) in err
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"env": {"status": "done"', "is not JSON"),
+    ("[]", "found a JSON list"),
+    ('{"env": 3}', "'env'"),
+    ('{"env": {"lines": []}}', "'env'"),
+    ('{"env": {"status": "finished"}}', "'finished'"),
+    ('{"warp": {"status": "done"}}', "'warp'"),
+    ('{"env": {"status": "done", "lines": "x"}}', "'env'"),
+])
+def test_a_damaged_state_is_refused_and_left_as_it_is(tmp_path, content, problem):
+    state = tmp_path / "state.json"
+    state.write_text(content)
+    err = _refused("--host", "--small", "--out", str(tmp_path), "--steps", "env", status=1)
+    assert str(state) in err and problem in err
+    assert "delete it" in err and "fresh --out" in err
+    assert state.read_text() == content
+    assert sorted(os.listdir(tmp_path)) == ["state.json"]
+
+
+def test_a_state_that_cannot_be_read_is_refused(tmp_path):
+    (tmp_path / "state.json").mkdir()
+    err = _refused("--host", "--small", "--out", str(tmp_path), "--steps", "env", status=1)
+    assert str(tmp_path / "state.json") in err and "cannot be read" in err and "delete it" in err
+    assert sorted(os.listdir(tmp_path)) == ["state.json"]
+
+
+def test_a_damaged_probe_record_fails_its_step_with_the_file_named(tmp_path):
+    """Found in the step (torch imported by then): the step fails with the
+    file, what is wrong and the fix, and no traceback; the file is kept."""
+    (tmp_path / "gemm.json").write_text('{"cases": ')
+    p = subprocess.run([sys.executable, SCRIPT, "--host", "--small", "--out", str(tmp_path),
+                        "--steps", "gemm"], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "Traceback" not in p.stdout + p.stderr and 'File "' not in p.stdout + p.stderr
+    assert f"{tmp_path / 'gemm.json'}: the gemm probes' record is not JSON" in p.stdout
+    assert "delete gemm.npz and gemm.json" in p.stdout
+    assert "## gemm: failed" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "gemm.json").read_text() == '{"cases": '
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "a file", "no probes"])
+def test_fit_on_a_folder_without_probes_is_refused_and_writes_nothing(tmp_path, kind):
+    folder = tmp_path / "nvidia-x-torch2.0"
+    if kind == "a file":
+        folder.write_text("not a folder")
+    elif kind != "missing":
+        folder.mkdir()
+        if kind == "no probes":
+            (folder / "env.json").write_text("{}")
+    before = sorted(os.listdir(folder)) if folder.is_dir() else None
+    err = _refused("--fit", str(folder))
+    assert "argument --fit" in err and repr(str(folder)) in err
+    assert "gemm.json" in err or kind in ("missing", "a file")
+    assert (sorted(os.listdir(folder)) if folder.is_dir() else None) == before
+    assert not os.path.exists(folder / "summary.md")
+    assert kind != "missing" or not os.path.exists(folder)
+
+
+@pytest.mark.parametrize("extra", [("--out", "elsewhere"), ("--steps", "gemm"),
+                                   ("--redo", "gemm")])
+def test_fit_with_an_option_it_would_ignore_is_refused(tmp_path, extra):
+    err = _refused("--fit", str(tmp_path), *extra)
+    assert "argument --fit" in err and extra[0] in err and repr(extra[1]) in err
+    assert os.listdir(tmp_path) == []
