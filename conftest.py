@@ -23,6 +23,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import importlib.util  # noqa: E402
 
+import pytest  # noqa: E402
+
 # fpemu.autograd.utils.tensorboard passes through to torch's SummaryWriter and
 # raises ImportError (with the fix) where tensorboard is not installed, as
 # torch.utils.tensorboard does: the doctest collection cannot import it there.
@@ -50,6 +52,8 @@ pytest_plugins = ["pytester"]
 # (pytest-dev/pytest-xdist issue 1386, open as of xdist 3.8.0). Hence this
 # hook: it replaces the scheduler of --dist loadgroup, which make test passes,
 # by LoadScope scheduling on these groups; the largest groups are dealt first.
+# The hook is optional: plain pytest without pytest-xdist (`python -m pytest
+# tests/test_reference.py`) does not know it, and would stop at start-up.
 WHOLE_FILES = ("tests/test_arith.py", "tests/test_quantize.py", "tests/test_explain_stats.py",
                "tests/test_collectives.py", "tests/test_accumulate.py",
                "tests/test_torch_quantize.py", "tests/test_fast_paths.py",
@@ -63,6 +67,7 @@ def scope_of(nodeid):
     return path if path in WHOLE_FILES else nodeid
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None

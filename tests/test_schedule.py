@@ -25,3 +25,19 @@ def test_the_whole_files_exist_and_only_their_tests_travel_together():
     assert conf.scope_of(lone) == lone
     nb = "notebooks/12-your-model-in-fp8-and-fp4.ipynb::12-your-model-in-fp8-and-fp4.ipynb"
     assert conf.scope_of(nb) == nb
+
+
+def test_plain_pytest_without_xdist_runs_a_file():
+    # The scheduler hook is pytest-xdist's: without the plugin, pytest must not
+    # stop at start-up on an unknown hook (INTERNALERROR), as it did before the
+    # hook was marked optional. `-p no:xdist` stands for an environment without it.
+    import subprocess
+    import sys
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "--no-header",
+         "tests/test_schedule.py", "-k", "whole_files_exist"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert "INTERNALERROR" not in out, out
+    assert proc.returncode == 0, out
+    assert "1 passed" in out, out
