@@ -152,24 +152,51 @@ class ApexLossScaler:
     Static (``loss_scale`` a number): the scale never changes and no step is
     skipped, even one whose gradients overflowed (APEX checks for overflow
     only when dynamic).
+
+    The dynamic scale starts at ``min(max_loss_scale, init_scale)``, as APEX's
+    does. Settings APEX would accept but that cannot be meant are refused: a
+    ``max_loss_scale`` or scale <= 0, a negative ``min_loss_scale``, a
+    ``min_loss_scale`` above the starting scale.
+
+    Examples
+    --------
+    >>> ApexLossScaler(init_scale=2.0 ** 30).scale
+    16777216.0
     """
 
     def __init__(self, loss_scale="dynamic", init_scale=2.0 ** 16, scale_factor=2.0,
                  scale_window=2000, min_loss_scale=None, max_loss_scale=2.0 ** 24):
         cls = type(self).__name__
+        self.max_loss_scale = _number("max_loss_scale", max_loss_scale, cls)
+        if not self.max_loss_scale > 0:
+            raise FpemuValueError(f"{cls}(): max_loss_scale must be > 0, got "
+                                  f"{self.max_loss_scale!r}; APEX's default is 2**24")
         if loss_scale == "dynamic":
             self.dynamic = True
-            self._scale = _number("init_scale", init_scale, cls)
+            init = _number("init_scale", init_scale, cls)
+            if not init > 0:
+                raise FpemuValueError(f"{cls}(): the scale must be > 0, got init_scale={init!r}")
+            # apex/amp/scaler.py: the dynamic scale starts at min(max_loss_scale, init_scale)
+            self._scale = min(self.max_loss_scale, init)
         else:
             self.dynamic = False
             self._scale = _number("loss_scale", loss_scale, cls)
-        if not self._scale > 0:
-            raise FpemuValueError(f"{cls}(): the scale must be > 0, got {self._scale!r}")
+            if not self._scale > 0:
+                raise FpemuValueError(f"{cls}(): the scale must be > 0, got {self._scale!r}")
         self.scale_factor = _number("scale_factor", scale_factor, cls)    # unused, as in APEX
         self.scale_window = _count("scale_window", scale_window, cls)
         self.min_loss_scale = (None if min_loss_scale is None
                                else _number("min_loss_scale", min_loss_scale, cls))
-        self.max_loss_scale = _number("max_loss_scale", max_loss_scale, cls)
+        if self.min_loss_scale is not None:
+            # 0 is APEX's "no floor" (its update tests the floor for truth)
+            if self.min_loss_scale < 0:
+                raise FpemuValueError(f"{cls}(): min_loss_scale must be >= 0 (0 or None: no "
+                                      f"floor), got {self.min_loss_scale!r}")
+            if self.dynamic and self.min_loss_scale > self._scale:
+                raise FpemuValueError(
+                    f"{cls}(): min_loss_scale={self.min_loss_scale!r} is above the starting "
+                    f"scale {self._scale!r} (min(max_loss_scale, init_scale)); pass a "
+                    f"min_loss_scale <= {self._scale!r} or a larger init_scale")
         self._unskipped = 0
 
     @property

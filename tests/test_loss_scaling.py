@@ -108,7 +108,8 @@ def _apex_transcription(loss_scale="dynamic", init_scale=2.0 ** 16, scale_window
     """apex/amp/scaler.py's LossScaler state and update_scale(), transcribed
     (its overflow flag set by the unscale step before)."""
     st = {"dynamic": loss_scale == "dynamic",
-          "scale": init_scale if loss_scale == "dynamic" else loss_scale, "unskipped": 0}
+          "scale": min(max_loss_scale, init_scale) if loss_scale == "dynamic" else loss_scale,
+          "unskipped": 0}
 
     def update_scale(has_overflow):
         if has_overflow and st["dynamic"]:
@@ -134,6 +135,7 @@ APEX_SETTINGS = [
     dict(init_scale=2.0 ** 3, scale_window=40, min_loss_scale=0.25),
     dict(init_scale=2.0 ** 3, scale_window=40, min_loss_scale=0),     # 0: no floor
     dict(loss_scale=128.0, scale_window=5),                   # static
+    dict(init_scale=2.0 ** 30, scale_window=7),               # starts at max_loss_scale, 2**24
 ]
 
 
@@ -195,3 +197,19 @@ def test_bad_settings_are_named():
         ApexLossScaler(loss_scale=0.0)
     with pytest.raises(FpemuValueError, match=r"init_scale must be finite"):
         ApexLossScaler(init_scale=float("inf"))
+    with pytest.raises(FpemuValueError, match=r"max_loss_scale must be > 0, got 0.0"):
+        ApexLossScaler(max_loss_scale=0)
+    with pytest.raises(FpemuValueError, match=r"min_loss_scale must be >= 0 .* got -1.0"):
+        ApexLossScaler(min_loss_scale=-1)
+    with pytest.raises(FpemuValueError, match=r"min_loss_scale=1024.0 is above the starting "
+                                              r"scale 8.0"):
+        ApexLossScaler(init_scale=8.0, min_loss_scale=1024.0)
+    with pytest.raises(FpemuValueError, match=r"the scale must be > 0, got init_scale=-2.0"):
+        ApexLossScaler(init_scale=-2.0)
+
+
+def test_apex_starts_at_the_smaller_of_init_and_max_scale():
+    # apex/amp/scaler.py: self._loss_scale = min(max_loss_scale, init_scale)
+    assert ApexLossScaler(init_scale=2.0 ** 30).scale == 2.0 ** 24
+    assert ApexLossScaler(init_scale=2.0 ** 30, max_loss_scale=2.0 ** 10).scale == 2.0 ** 10
+    assert ApexLossScaler(init_scale=2.0 ** 5).scale == 2.0 ** 5
