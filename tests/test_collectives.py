@@ -178,6 +178,9 @@ def test_gloo_kernel_casts_float32_ranks_as_quantize_does(fmt):
 # make test one pytest worker runs this file (conftest.py), so each world
 # starts once.
 _LIVE = {}
+#: torch's threads in each live process (torch.set_num_threads): three, so
+#: that a bf16 avg's division splits over threads on any machine
+LIVE_THREADS = 3
 
 
 def _live_cases(world):
@@ -194,6 +197,9 @@ def _live_cases(world):
         if w == world:
             _, sent, which = _nan_case(fmt, w)
             cases[f"nan-{fmt}"] = (sent, dtype, which)
+    for fmt, dtype in NAN_OPS_FORMATS:
+        for n in NAN_OPS_SIZES:
+            cases[f"nanops-{fmt}-{n}"] = (_nan_ops_input(fmt, world, n)[1], dtype, NAN_OPS)
     return cases
 
 
@@ -205,7 +211,8 @@ def _live(world):
         cases = _live_cases(world)
         _LIVE[world] = _gloo.run({k: c[0] for k, c in cases.items()},
                                  {k: c[1] for k, c in cases.items()},
-                                 {k: c[2] for k, c in cases.items()}, world, timeout=120)
+                                 {k: c[2] for k, c in cases.items()}, world, timeout=120,
+                                 threads=LIVE_THREADS)
     return _LIVE[world]
 
 
@@ -1202,6 +1209,11 @@ def test_inputs_are_cast_to_the_wire_format_and_gather_and_broadcast_copy():
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", "premul_sum", "exact"), "factor="),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", factor=2.0), "premul_sum"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", max_segment_bytes=0), ">= 1"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", "avg", threads=0),
+     r"threads must be an int >= 1 \(torch.get_num_threads\(\) in the ranks' processes\)"),
+    (lambda: collectives.reduce_scatter([np.ones(4)] * 2, "bf16", threads=2.0), "threads must"),
+    (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="ring", threads=2),
+     "threads= is a parameter of algorithm='gloo', not 'ring'"),
     (lambda: collectives.all_reduce([np.ones(3)] * 2, "bf16", algorithm="exact",
                                     max_segment_bytes=64), "parameter of algorithm='gloo'"),
     (lambda: collectives.reduce_scatter([np.ones(3)] * 2, "bf16"), "multiple of the world size"),
@@ -1391,12 +1403,14 @@ NAN_BITS = [("float32", "fp32", 2), ("float32", "fp32", 3), ("bfloat16", "bf16",
 
 
 def _nan_case(fmt, world):
-    """(the ranks' values, what the processes are sent, the collectives): fp16
-    is sent as its codes, NaN payloads included."""
+    """(the ranks' values, what the processes are sent, the collectives): bf16
+    and fp16 are sent as their codes, NaN payloads included."""
     x = _nan_inputs(world, fmt)
-    which = ["all_reduce.sum", "all_gather"] if fmt != "bf16" else ["all_reduce.sum"]
-    if fmt != "fp16":
+    which = ["all_reduce.sum", "all_gather"]
+    if fmt == "fp32":
         return x, x, which
+    if fmt == "bf16":           # bf16 values: the top half of each float32 is the code
+        return x, (x.view(np.uint32) >> 16).astype(np.uint16).view(ml_dtypes.bfloat16), which
     which.append("all_reduce.avg")
     codes = _fp16_codes(x)
     h = codes.view(np.uint16).astype(np.uint32)
@@ -1413,15 +1427,13 @@ def test_live_gloo_nan_bits_in_sums_and_copies(dtype, fmt, world):
     """Copies keep a NaN's bits; an fp32 sum gives the NaN SSE's addss gives
     (the own value's NaN before the received one's, quieted; inf - inf the
     default 0xffc00000); a bf16 sum c10's one NaN 0x7fc0; an fp16 sum c10's
-    0x7e00 with the sign of SSE's NaN. (The bf16 copies are not compared:
-    the harness makes its bf16 tensors with torch's float32 -> bf16 cast,
-    which writes a NaN as 0xffff on this CPU; fp16 tensors are made from
-    their codes.)"""
+    0x7e00 with the sign of SSE's NaN. (bf16 and fp16 tensors are made from
+    their codes: torch's float32 -> bf16 cast writes a NaN as 0xffff on this
+    CPU.)"""
     x, _, which = _nan_case(fmt, world)
     got = {name: _live(world)[f"{name}.nan-{fmt}"] for name in which}
-    model = {"all_reduce.sum": collectives.all_reduce(list(x), fmt)[0]}
-    if fmt != "bf16":
-        model["all_gather"] = collectives.all_gather(list(x), fmt)[0]
+    model = {"all_reduce.sum": collectives.all_reduce(list(x), fmt)[0],
+             "all_gather": collectives.all_gather(list(x), fmt)[0]}
     if fmt == "fp16":
         model["all_reduce.avg"] = collectives.all_reduce(list(x), fmt, "avg")[0]
         signs = got["all_reduce.sum"][0].view(np.uint32)[np.isnan(got["all_reduce.sum"][0])]
@@ -1443,6 +1455,74 @@ def test_copies_keep_a_nans_bits_when_it_is_one_of_the_wire_formats():
     f32 = np.array([0x7FA00001, 0xFFC00123], np.uint32).view(np.float32)
     got = collectives.all_gather([f32, f32], "fp32")[0].view(np.uint32)
     assert got.tolist() == [0x7FA00001, 0xFFC00123] * 2
+
+
+# ------------------------------------------- NaN bits of every gloo op, bf16 and fp16
+NAN_OPS_FORMATS = [("bf16", "bfloat16"), ("fp16", "float16")]
+#: 48: one thread's range, ATen's vector loop on [0, 32) and its scalar rest;
+#: 100,002: three threads' ranges of 33,334 (and gloo's ring in 2 P chunks)
+NAN_OPS_SIZES = [48, 100_002]
+NAN_OPS = [f"{kind}.{op}" for kind in ("all_reduce", "reduce_scatter")
+           for op in ("sum", "avg", "max", "min", "product")]
+
+
+def _nan_ops_input(fmt, world, n):
+    """(float32 values, the codes sent): random values of ``fmt`` with 15 %
+    NaNs (payloads quiet and signalling, both signs, the all-ones code) and
+    5 % infinities of both signs (inf - inf, inf * 0), on every rank. Both
+    are made from the codes, by integer operations (no CPU's NaN conversion)."""
+    rng = np.random.default_rng(70 + world + n)
+    x = (rng.standard_normal((world, n)) * 4).astype(np.float32)
+    if fmt == "bf16":
+        codes = x.astype(ml_dtypes.bfloat16).view(np.uint16).copy()
+        nans = [0x7FA1, 0xFFC3, 0x7FC5, 0xFF81, 0x7FC0, 0xFFC0, 0xFFFF, 0x7F81]
+        infs = [0x7F80, 0xFF80]
+    else:
+        codes = x.astype(np.float16).view(np.uint16).copy()
+        nans = [0x7D08, 0xFE61, 0x7E05, 0xFC01, 0x7E00, 0xFE00, 0x7FFF, 0xFDFF]
+        infs = [0x7C00, 0xFC00]
+    u = rng.random((world, n))
+    codes[u < 0.15] = rng.choice(nans, size=int((u < 0.15).sum()))
+    inf = (u >= 0.15) & (u < 0.2)
+    codes[inf] = rng.choice(infs, size=int(inf.sum()))
+    h = codes.astype(np.uint32)
+    if fmt == "bf16":
+        return (h << 16).view(np.float32), codes.view(ml_dtypes.bfloat16)
+    wide = codes.view(np.float16).astype(np.float32)
+    special = (h & 0x7C00) == 0x7C00
+    wide.view(np.uint32)[special] = (((h & 0x8000) << 16) | 0x7F800000
+                                     | ((h & 0x3FF) << 13))[special]
+    return wide, codes.view(np.float16)
+
+
+@needs_torch
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_live_gloo_nan_bits_of_every_op(fmt, world):
+    """Every op of all_reduce and reduce_scatter_tensor on bf16 and fp16
+    tensors full of NaNs (payloads, signs) and infinities, against real gloo
+    processes, code for code on every rank: max / min keep the finishing
+    rank's own NaN as it is (0x7fa1 stays 0x7fa1); a bf16 sum or product
+    gives 0x7fc0, an fp16 one 0x7e00 with the sign of x86's NaN; a bf16 avg
+    writes 0xffff where ATen's vector loop divides and 0x7fc0 in each
+    thread's scalar rest (three threads here)."""
+    got = _live(world)
+    seen = set()
+    for n in NAN_OPS_SIZES:
+        x, _ = _nan_ops_input(fmt, world, n)
+        for name in NAN_OPS:
+            kind, op = name.split(".")
+            model = getattr(collectives, kind)(list(x), fmt, op, threads=LIVE_THREADS)
+            for r in range(world):
+                rec = got[f"{name}.nanops-{fmt}-{n}"][r]
+                ours = model[r] if kind == "reduce_scatter" else model[0]
+                np.testing.assert_array_equal(_bits(ours), _bits(rec),
+                                              err_msg=f"{name} n={n} rank {r}")
+                seen.update(_bits(rec)[np.isnan(rec)].tolist())
+    # the NaNs that came out: kept payloads of both signs, c10's, ATen's vector one
+    want = ({0x7FA10000, 0xFFC30000, 0xFFFF0000, 0x7FC00000} if fmt == "bf16"
+            else {0x7FA10000, 0xFFCC2000, 0x7FC00000, 0xFFC00000})
+    assert want <= seen, sorted(map(hex, seen))
 
 
 # NCCL's channel split (scheduleCollTasksToPlan and calcCollChunking in
@@ -1551,6 +1631,51 @@ def test_gloo_fp16_nan_is_c10s_with_the_sign_of_x86s():
     assert [hex(v) for v in avg] == [hex(v) for v in want]
     mx = collectives.all_reduce([a, b], "fp16", "max")[0].view(np.uint32)
     assert hex(mx[1]) == "0xffc02000"           # std::max keeps own's NaN, bits and all
+
+
+def test_gloo_bf16_max_keeps_the_finishing_ranks_nan_and_avg_follows_atens_loop():
+    """Without processes. std::max(own, received) / std::min return own when
+    either is NaN, so the result is NaN where the rank that finishes the
+    chunk holds one, and it is that NaN's code. A bf16 avg's NaN is 0xffff
+    where ATen's vector loop (32 bf16 a step) divides, 0x7fc0 in the scalar
+    rest of each thread's range; the ranges are ATen's parallel_for split
+    (one below 32,768 elements; else ceil(n / t) each, t = min(threads,
+    ceil(n / 32768)))."""
+    f = lambda *b: np.array(b, np.uint32).view(np.float32)          # noqa: E731
+    # 2 ranks of 5: chunk [0, 4) ends at rank 0, chunk [4, 5) at rank 1
+    assert collectives.gloo_ring_chunks(5, 2, 2).tolist() == [0, 4, 5]
+    a = f(0x7FA10000, 0x3F800000, 0xFFC30000, 0x7FA00001, 0x3F800000)     # rank 0
+    b = f(0xFFC30000, 0x7FA10000, 0x40000000, 0x3F800000, 0xFF810000)     # rank 1
+    want = [0x7FA10000,     # own (rank 0) NaN, signalling, kept as it is
+            0x3F800000,     # own 1 over the received NaN: the NaN is dropped
+            0xFFC30000,     # own negative NaN
+            0x7FC00000,     # own float32 NaN that is no bf16 NaN: cast (fpemu's one NaN)
+            0xFF810000]     # chunk 1 ends at rank 1: its own NaN
+    for op in ("max", "min"):
+        got = collectives.all_reduce([a, b], "bf16", op)[0].view(np.uint32)
+        assert [hex(v) for v in got] == [hex(v) for v in want], op
+    assert collectives.all_reduce([b, a], "bf16", "max")[0].view(np.uint32)[4] == 0x3F800000
+
+    def avg_nans(n, threads, where):
+        x = np.ones(n, np.float32)
+        x[where] = np.nan
+        out = collectives.all_reduce([x, x], "bf16", "avg", threads=threads)[0]
+        return [hex(v) for v in out.view(np.uint32)[where]]
+    vec, rest = "0xffff0000", "0x7fc00000"
+    assert avg_nans(100, 1, [0, 95, 96, 99]) == [vec, vec, rest, rest]
+    assert avg_nans(30000, 8, [29983, 29984]) == [vec, rest]      # under the grain: one range
+    # 70,000 on 2 threads: [0, 35000) and [35000, 70000), vector loops to 34,976 and 69,976
+    at = [34975, 34976, 34999, 35000, 69975, 69976, 69999]
+    assert avg_nans(70000, 2, at) == [vec, rest, rest, vec, vec, rest, rest]
+    assert avg_nans(70000, 1, at) == [vec] * 6 + [rest]            # one range: 69,984
+    # 100,002 on 8 threads: min(8, 4) = 4 ranges of 25,001
+    assert avg_nans(100002, 8, [24991, 24992, 25001, 100001]) == [vec, rest, vec, rest]
+    assert [hex(v) for v in collectives.reduce_scatter(
+        [np.full(64, np.nan, np.float32)] * 2, "bf16", "avg")[1].view(np.uint32)[-1:]] == [vec]
+    # fp16's NaN is the same from either path
+    x = np.full(100, np.nan, np.float32)
+    assert set(collectives.all_reduce([x, x], "fp16", "avg", threads=3)[0].view(
+        np.uint32).tolist()) == {0x7FC00000}
 
 
 def test_a_new_algorithm_is_one_table_entry(monkeypatch):

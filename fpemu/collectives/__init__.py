@@ -63,10 +63,13 @@ Algorithms (``algorithm=``):
     is the ring's sum divided by the world size in the wire dtype (float32
     division, rounded once). Gloo has no ``premul_sum`` (torch raises
     "Cannot use ReduceOp.PREMUL_SUM with Gloo"). NaN bits (see
-    docs/collectives.md): copies keep a NaN of the wire format; an fp32 sum
-    or product gives x86's NaN (the own value's NaN, then the received one's,
-    quieted; inf - inf the default 0xffc00000); a bf16 sum 0x7fc0; an fp16
-    sum, product or average c10's 0x7e00 with the sign of x86's NaN.
+    docs/collectives.md): copies keep a NaN of the wire format; max and min
+    the finishing rank's own NaN, code for code; an fp32 sum or product
+    gives x86's NaN (the own value's NaN, then the received one's, quieted;
+    inf - inf the default 0xffc00000); a bf16 sum or product 0x7fc0; an
+    fp16 sum, product or average c10's 0x7e00 with the sign of x86's NaN; a
+    bf16 average ATen's 0xffff in its vector loop and 0x7fc0 in each
+    thread's scalar rest (``threads=``, torch's threads in the processes).
     Wire formats: fp32, bf16 and fp16 (the float dtypes gloo reduces here).
     ``reduce_scatter_tensor`` on gloo returns the slices of this all-reduce
     (observed with torch 2.13), and :func:`reduce_scatter` does the same.

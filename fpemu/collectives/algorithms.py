@@ -129,16 +129,57 @@ def _fold(V, fmt, op, lo, hi, start, step, order, x86=False):
     return out
 
 
-def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
+#: ATen's parallel_for grain (at::internal::GRAIN_SIZE): a TensorIterator
+#: kernel over fewer elements runs on one thread
+ATEN_GRAIN_SIZE = 32768
+#: bf16 elements per step of ATen's vectorized CPU loop (two AVX2 vectors of
+#: 16, ``vectorized_loop`` in aten/src/ATen/native/cpu/Loops.h), measured on
+#: an AVX-512 CPU (torch 2.13 runs its division kernel at AVX2 there)
+ATEN_BF16_STEP = 32
+
+
+def aten_thread_ranges(n, threads, grain=ATEN_GRAIN_SIZE):
+    """The ranges ``[(begin, end), ...]`` an elementwise ATen CPU kernel over
+    ``n`` contiguous elements gives its threads: one range when ``n`` is
+    below the grain or ``threads`` is 1, else ``t = min(threads,
+    ceil(n / grain))`` ranges of ``ceil(n / t)`` elements (ATen's
+    ``invoke_parallel`` in ATen/ParallelOpenMP.h)."""
+    if n < grain or threads == 1:
+        return [(0, n)]
+    t = min(threads, -(-n // grain))
+    chunk = -(-n // t)
+    return [(b, min(n, b + chunk)) for b in range(0, n, chunk)]
+
+
+def _threads(threads, fname):
+    if threads is None:
+        return 1
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
+        raise FpemuValueError(f"{fname}(): threads must be an int >= 1 (torch.get_num_threads() "
+                              f"in the ranks' processes), got {threads!r}")
+    return int(threads)
+
+
+def _gloo_all_reduce(V, fmt, op, max_segment_bytes, threads=1):
     P, n = V.shape
     bounds = gloo_ring_chunks(n, P, GLOO_FORMATS[fmt.name], max_segment_bytes)
     ring_op = {"avg": "sum", "product": "prod"}.get(op, op)
     out = _fold(V, fmt, ring_op, bounds[:-1], bounds[1:], np.arange(P) - 1 + P, -1,
                 np.arange(P), x86=True)
+    if op in ("max", "min"):
+        # std::max(own, received) is own when own is NaN and when received is:
+        # the result is NaN exactly where the rank that finishes the chunk
+        # (rank c for chunk c) holds a NaN, and it is that NaN as it entered
+        # the wire, bits and all (the kernel writes bf16's as 0x7fc0)
+        nan = np.flatnonzero(np.isnan(out))
+        if nan.size:
+            own = V[np.repeat(np.arange(P), np.diff(bounds))[nan], nan]
+            out[nan] = keep_wire_nans(own, quantize(own, fmt), fmt)
     if op == "avg":
-        # ProcessGroupGloo's AVG: the ring's sum, then divided by the world size
-        # in the tensor's dtype (float32 division, rounded once to bf16 / fp16;
-        # in fp32 the division is the rounding, and a NaN keeps its bits)
+        # ProcessGroupGloo's AVG: the ring's sum, then ``tensor /= size``
+        # (ProcessGroupGlooDetail.hpp), ATen's division in the tensor's
+        # dtype: float32 division, rounded once to bf16 / fp16 (in fp32 the
+        # division is the rounding, and a NaN keeps its bits)
         with np.errstate(invalid="ignore", over="ignore"):
             out = out / np.float32(P)
             if fmt.name != "fp32":
@@ -148,6 +189,14 @@ def _gloo_all_reduce(V, fmt, op, max_segment_bytes):
                 if fmt.name == "fp16" and nan.any():
                     # c10's conversion keeps the sign of divss's NaN
                     out.view(np.uint32)[nan] = sign[nan] | np.uint32(0x7FC00000)
+                if fmt.name == "bf16" and nan.any():
+                    # ATen's vector loop converts float32 -> bf16 writing a NaN
+                    # as 0xffff (cvtfp32_bf16, AVX2 / AVX-512); the scalar rest
+                    # of each thread's range goes through c10::BFloat16, 0x7fc0
+                    vec = np.zeros(n, bool)
+                    for b, e in aten_thread_ranges(n, threads):
+                        vec[b:b + (e - b) // ATEN_BF16_STEP * ATEN_BF16_STEP] = True
+                    out.view(np.uint32)[nan & vec] = np.uint32(0xFFFF0000)
     return out
 
 
@@ -663,7 +712,8 @@ def _exact_all_reduce(V, fmt, op, scale):
 
 # ---------------------------------------------------------------- the table
 def _run_gloo(V, fmt, op, scale, params, fname):
-    return _gloo_all_reduce(V, fmt, op, _segment_bytes(params.get("max_segment_bytes"), fname))
+    return _gloo_all_reduce(V, fmt, op, _segment_bytes(params.get("max_segment_bytes"), fname),
+                            _threads(params.get("threads"), fname))
 
 
 def _run_ring(V, fmt, op, scale, params, fname):
@@ -742,7 +792,7 @@ class Algorithm:
 ALGORITHM_TABLE = {a.name: a for a in (
     Algorithm("exact", OPS, None, (), _run_exact),
     Algorithm("gloo", ("sum", "avg", "product", "max", "min"), GLOO_FORMATS,
-              ("max_segment_bytes",), _run_gloo,
+              ("max_segment_bytes", "threads"), _run_gloo,
               op_refusal="{fname}(): gloo has no op {op!r} (torch raises 'Cannot use "
                          "ReduceOp.{OP} with Gloo'); multiply the arrays by the factor and "
                          "pass op='sum', or use algorithm='exact'",

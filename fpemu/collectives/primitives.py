@@ -92,7 +92,8 @@ def _reduce(xs, fmt, op, algorithm, factor, params, fname):
 
 
 def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
-               parts=None, ring=None, trees=None, gpus_per_node=None, tree_pattern=None):
+               threads=None, parts=None, ring=None, trees=None, gpus_per_node=None,
+               tree_pattern=None):
     """Every rank's result of an all-reduce of ``xs`` (one array per rank)
     with the wire format ``fmt`` (see the module note for the algorithms).
 
@@ -111,6 +112,13 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
         ``premul_sum`` only: every rank's array is multiplied by it.
     max_segment_bytes : int
         gloo only: the largest segment of the ring (gloo's default 1 MiB).
+    threads : int
+        gloo only: ``torch.get_num_threads()`` in the ranks' processes
+        (default 1, torchrun's ``OMP_NUM_THREADS=1``; a process started
+        otherwise has one per core). It splits ``avg``'s division over
+        threads, and with it the bits of a bf16 average's NaNs (0xffff in
+        ATen's vector loop, 0x7fc0 in each thread's scalar rest); nothing
+        else depends on it.
     parts : list of (count, chunk_count)
         ``"ring"`` and ``"tree"``: the channels' shares of the buffer and their chunk
         sizes in elements (see :func:`nccl_ring_chunks`); default one
@@ -138,14 +146,15 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
         the same values (every rank ends with the same bits).
     """
     out, world = _reduce(xs, fmt, op, algorithm, factor,
-                         dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring,
-                              trees=trees, gpus_per_node=gpus_per_node,
+                         dict(max_segment_bytes=max_segment_bytes, threads=threads, parts=parts,
+                              ring=ring, trees=trees, gpus_per_node=gpus_per_node,
                               tree_pattern=tree_pattern), "all_reduce")
     return _shared(out, world)
 
 
 def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
-                   parts=None, ring=None, trees=None, gpus_per_node=None, tree_pattern=None):
+                   threads=None, parts=None, ring=None, trees=None, gpus_per_node=None,
+                   tree_pattern=None):
     """Rank ``r``'s share of the reduction of ``xs``: slice ``r`` of ``world``
     equal slices along the first axis (``reduce_scatter_tensor``). The
     ranks' first axis must be a multiple of the world size."""
@@ -157,8 +166,8 @@ def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segm
             f"{world} (rank r gets slice r), got shape {np.shape(xs[0])}; pad the arrays, or "
             "flatten them and pad to a multiple")
     out, world = _reduce(xs, fmt, op, algorithm, factor,
-                         dict(max_segment_bytes=max_segment_bytes, parts=parts, ring=ring,
-                              trees=trees, gpus_per_node=gpus_per_node,
+                         dict(max_segment_bytes=max_segment_bytes, threads=threads, parts=parts,
+                              ring=ring, trees=trees, gpus_per_node=gpus_per_node,
                               tree_pattern=tree_pattern), "reduce_scatter")
     k = out.shape[0] // world
     out.setflags(write=False)

@@ -27,13 +27,19 @@ COLLECTIVES = {
     "all_reduce.avg": ("all_reduce", "AVG"),
     "all_reduce.product": ("all_reduce", "PRODUCT"),
     "reduce_scatter.sum": ("reduce_scatter", "SUM"),
+    "reduce_scatter.max": ("reduce_scatter", "MAX"),
+    "reduce_scatter.min": ("reduce_scatter", "MIN"),
+    "reduce_scatter.avg": ("reduce_scatter", "AVG"),
+    "reduce_scatter.product": ("reduce_scatter", "PRODUCT"),
     "all_gather": ("all_gather", None),
 }
 
 
-def _worker(rank, world, init_file, dtypes, arrays, which, out_dir, timeout, die_rank):
+def _worker(rank, world, init_file, dtypes, arrays, which, out_dir, timeout, die_rank, threads):
     import torch
     import torch.distributed as dist
+    if threads is not None:
+        torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout))
     if rank == die_rank:
@@ -67,18 +73,24 @@ def _worker(rank, world, init_file, dtypes, arrays, which, out_dir, timeout, die
 
 
 def _tensor(torch, x, dtype):
-    """Rank ``x`` as a tensor of ``dtype``: float16 arrays bit for bit (their
-    codes, NaN payloads included), others through torch's cast."""
+    """Rank ``x`` as a tensor of ``dtype``: float16 and bfloat16 arrays (numpy's
+    float16, ml_dtypes' bfloat16) bit for bit, from their codes (NaN payloads
+    included: torch's float32 -> bfloat16 cast writes every NaN as 0xffff on
+    an AVX-512 CPU), others through torch's cast."""
     x = np.array(x)
-    if x.dtype == np.float16 and dtype == torch.float16:
-        return torch.from_numpy(x.view(np.int16)).view(torch.float16).clone()
+    if x.dtype.itemsize == 2 and x.dtype.name == str(dtype).rpartition(".")[2]:
+        return torch.from_numpy(x.view(np.int16)).view(dtype).clone()
     return torch.from_numpy(x).to(dtype).clone()
 
 
 def _float32(torch, t):
     """``t`` widened to float32 exactly, NaN bits included (torch's own
-    ``half -> float`` writes every NaN as 0x7fffffff on some CPUs): fp16 by
-    integer operations on its codes (payload << 13), the others by ``float()``."""
+    ``half -> float`` writes a NaN as 0x7fffffff outside its vector loops):
+    fp16 and bf16 by integer operations on their codes (fp16: payload << 13;
+    bf16: the code in the top 16 bits), the others by ``float()``."""
+    if t.dtype == torch.bfloat16:
+        h = t.view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
+        return (h << 16).view(np.float32)
     if t.dtype != torch.float16:
         return t.float().numpy().copy()
     h = t.view(torch.int16).numpy().view(np.uint16)
@@ -130,7 +142,7 @@ def _spawn(worker, world, make_args, timeout, what):
     return {k: [results[r][k] for r in range(world)] for k in results[0]}
 
 
-def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None):
+def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None, threads=None):
     """``{f"{collective}.{key}": [rank 0's result, rank 1's, ...]}`` for each
     input ``arrays[key]`` (an array whose first axis is the rank) and each
     collective in ``which`` (names of :data:`COLLECTIVES`), run by ``world``
@@ -139,7 +151,9 @@ def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None):
     a dtype and through collectives of its own, all in one start of the
     processes (which takes seconds). ``die_rank``: that rank exits right
     after joining the group (to test that the others fail instead of
-    hanging)."""
+    hanging). ``threads``: each process calls ``torch.set_num_threads(threads)``
+    first (else torch's default, one thread per core): the threads of
+    ATen's kernels, which split an ``avg``'s division."""
     for key, x in arrays.items():
         if len(x) != world:
             raise ValueError(f"input {key!r} has {len(x)} ranks, the world has {world}")
@@ -155,7 +169,7 @@ def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None):
 
     def args(tmp):
         return (world, os.path.join(tmp, "rendezvous"), dtypes, arrays, which, tmp, timeout,
-                die_rank)
+                die_rank, threads)
     return _spawn(_worker, world, args, timeout, "gloo")
 
 
