@@ -13,7 +13,7 @@ import collections
 import numpy as np
 
 from .._autocast import cast_inputs
-from .._core import Tensor, _result, _store, bool_, int64, is_float, to_dtype
+from .._core import Tensor, _result, _store, bool_, float64, int64, is_float, to_dtype
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._common import f64, wrap_dim
 from .elementwise import _tensor_args, maximum, minimum, sqrt
@@ -264,19 +264,67 @@ def cumsum(x, dim, dtype=None):
     d = wrap_dim(dim, x.ndim)
     if not is_float(x.dtype):
         return Tensor(np.cumsum(x._data, axis=d).astype(np.int64).reshape(x.shape), int64)
-    res = _store(np.cumsum(f64(x), axis=d).reshape(x.shape), x.dtype)     # 0-d stays 0-d
+    # + 0.0: ATen's running sum starts at +0, so a prefix of -0s sums to +0
+    res = _store((np.cumsum(f64(x), axis=d) + 0.0).reshape(x.shape), x.dtype)   # 0-d stays 0-d
 
     def backward(g):
         G = g.astype(np.float64).reshape(res.shape if x.ndim else (1,))
-        return (_store(np.flip(np.cumsum(np.flip(G, d), axis=d), d).reshape(x.shape),
+        return (_store(np.flip(np.cumsum(np.flip(G, d), axis=d) + 0.0, d).reshape(x.shape),
                        x.dtype),)
     return _result(res, x.dtype, (x,), backward, op="cumsum")
+
+
+def _cumprod_backward(g, X, out, d, dt):
+    """ATen's ``cumprod_backward`` (FunctionsManual.cpp, its first-order path)
+    at its rounding points: ``w = output * grad`` rounded to the dtype; with no
+    zero in the input, ``reversed_cumsum(w) / input``, the cumulative sum kept
+    in the CPU kernel's accumulator (double for float32 / float64, float for
+    the 16-bit types) and rounded at every prefix; with zeros, the same before
+    the first zero, 0 after it, and at the first zero the sum of ``grad`` times
+    the running product of the inputs up to the second zero, times the output
+    before the zero. That one sum is float64 rounded once (ATen's CPU sum order
+    is not modelled here: ``docs/autograd.md``'s tier 2)."""
+    shape = X.shape
+    if X.size <= 1 or shape[d] == 1:
+        return _store(g.astype(np.float64).reshape(shape), dt)
+    acc = np.float64 if dt is float64 or getattr(dt, "name", "") == "fp32" else np.float32
+
+    def st(a):
+        return _store(a, dt).astype(np.float64)
+
+    def running(fn, a):           # ATen's cpu_cum_base_kernel: acc type, each prefix stored
+        return st(fn(a.astype(acc), axis=-1))
+
+    def reversed_cumsum(a):       # + 0.0: the running sum starts at +0 (-0 + +0 is +0)
+        return np.flip(running(np.cumsum, np.flip(a, -1)) + 0.0, -1)
+
+    G = np.moveaxis(g.astype(np.float64).reshape(shape), d, -1)
+    Xm = np.moveaxis(X, d, -1)
+    Om = np.moveaxis(np.asarray(out, np.float64).reshape(shape), d, -1)
+    w = st(Om * G)
+    zero = Xm == 0
+    with np.errstate(all="ignore"):
+        if not zero.any():
+            gx = st(reversed_cumsum(w) / Xm)
+        else:
+            seen = np.cumsum(zero, -1)                   # zeros up to and including i
+            before = seen == 0                           # [0, z1)
+            gx = np.where(before, st(reversed_cumsum(np.where(before, w, 0.0)) / Xm), 0.0)
+            upto2 = seen == 1                            # [z1, z2)
+            first = upto2 & (np.cumsum(upto2, -1) == 1)  # z1
+            between = upto2 & ~first                     # (z1, z2)
+            cp = running(np.cumprod, np.where(between, Xm, 1.0))
+            s = st(np.sum(st(cp * np.where(upto2, G, 0.0)), -1, keepdims=True))
+            z = np.argmax(first, -1)[..., None]
+            prev = np.where(z == 0, 1.0, np.take_along_axis(Om, np.maximum(z - 1, 0), -1))
+            gx = np.where(first, st(s * prev), gx)
+    return _store(np.moveaxis(gx, -1, d), dt)
 
 
 def cumprod(x, dim, *, dtype=None, out=None):
     """Running product along ``dim`` in float64, each prefix rounded once
     (torch's CPU kernel keeps the running product in double). The gradient
-    is torch's ``cumprod_backward``: exact where the input has zeros."""
+    is torch's ``cumprod_backward`` at its rounding points (``_cumprod_backward``)."""
     if dtype is not None:
         x = to_dtype(x, dtype)
     else:
@@ -293,25 +341,7 @@ def cumprod(x, dim, *, dtype=None, out=None):
     res = _store(P.reshape(x.shape), x.dtype)
 
     def backward(g):
-        G = np.moveaxis(g.astype(np.float64).reshape(X.shape), d, -1)
-        Xm = np.moveaxis(X, d, -1)
-        Pm = np.moveaxis(P, d, -1)
-        with np.errstate(all="ignore"):
-            # no zero before position i: sum_{j >= i} g_j P_j / x_i (P_j is 0
-            # from the first zero on, so only the terms before it count)
-            tail = np.flip(np.cumsum(np.flip(G * Pm, -1), -1), -1)
-            zero = Xm == 0
-            before = np.cumsum(zero, -1) - zero          # zeros strictly before i
-            gx = np.where(before == 0, np.where(zero, 0.0, tail / np.where(zero, 1.0, Xm)),
-                          0.0)
-            # at the first zero z: sum_{j >= z} g_j prod_{k <= j, k != z} x_k
-            first = zero & (before == 0)
-            if first.any():
-                Q = np.cumprod(np.where(first, 1.0, Xm), -1)
-                after = np.cumsum(first, -1) > 0                # j >= z
-                at_z = np.sum(np.where(after, G * Q, 0.0), -1, keepdims=True)
-                gx = np.where(first, at_z, gx)
-        return (_store(np.moveaxis(gx, -1, d).reshape(x.shape), x.dtype),)
+        return (_cumprod_backward(g, X, res, d, x.dtype).reshape(x.shape),)
     t = _result(res, x.dtype, (x,), backward, op="cumprod")
     return t if out is None else write_out(out, t, "cumprod")
 
@@ -368,15 +398,28 @@ def norm(x, p="fro", dim=None, keepdim=False):
 
     def backward(g):
         G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
+        # torch's norm_backward (FunctionsManual.cpp), case by case: where the
+        # zero-norm mask goes decides what a NaN or inf gradient becomes (p = 2
+        # masks self / norm, so a NaN gradient stays NaN; 1 < p != 2 masks
+        # grad / norm^(p-1), so it becomes 0)
         with np.errstate(all="ignore"):
+            sgn = np.where(np.isnan(X), 0.0, np.sign(X))      # torch's sgn(NaN) is 0
             if p in (np.inf, -np.inf):
-                hit = np.abs(X) == n
-                gx = G * np.sign(X) * hit / hit.sum(axis=axes, keepdims=True)
+                hit = (np.abs(X) == n) | np.isnan(X)
+                gx = sgn * ((G / hit.sum(axis=axes, keepdims=True)) * hit)
             elif p == 0:
                 gx = np.zeros_like(X)
+            elif p == 1:
+                gx = sgn * G
+            elif p == 2:
+                gx = G * np.where(n == 0, 0.0, X / n)
+            elif p < 1:
+                gx = (sgn * np.where(X == 0, 0.0, np.abs(X) ** (p - 1))) * G * \
+                    n ** (1 - p)
+            elif p < 2:
+                gx = sgn * np.abs(X) ** (p - 1) * np.where(n == 0, 0.0, G / n ** (p - 1))
             else:
-                gx = G * np.sign(X) * np.abs(X) ** (p - 1) / n ** (p - 1)
-                gx = np.where(n == 0, 0.0, gx)
+                gx = X * np.abs(X) ** (p - 2) * np.where(n == 0, 0.0, G / n ** (p - 1))
         return (_store(gx, x.dtype),)
     return _result(res, x.dtype, (x,), backward, saved=(x,), op="norm")
 

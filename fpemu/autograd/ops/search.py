@@ -69,17 +69,14 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False,  # noq
         raise FpemuRuntimeError(f"torch.searchsorted(): boundaries tensor ({seq.dtype}) and "
                                 f"input value tensor ({input.dtype}) should have the same "
                                 f"dtype: cast one to the other's")
-    side_np = "right" if right else "left"
-    # numpy's searchsorted orders NaN after +inf, as torch's comparisons do
-    if seq.ndim == 1:
-        res = np.searchsorted(S, vals, side=side_np)
-    elif vals.size == 0:
-        res = np.zeros(vals.shape, np.int64)
+    if np.size(vals) == 0:
+        res = np.zeros(np.shape(vals), np.int64)
+    elif seq.ndim == 1:
+        res = _bisect(S.reshape(1, -1), np.asarray(vals).reshape(1, -1), right).reshape(
+            np.shape(vals))
     else:
-        K = S.reshape(-1, S.shape[-1])
-        V = vals.reshape(K.shape[0], -1)
-        res = np.stack([np.searchsorted(k, v, side=side_np) for k, v in zip(K, V)]).reshape(
-            vals.shape)
+        K = S.reshape(int(np.prod(S.shape[:-1])), S.shape[-1])
+        res = _bisect(K, vals.reshape(K.shape[0], -1), right).reshape(vals.shape)
     dt = int32 if out_int32 else int64
     if out is not None and getattr(out, "dtype", None) is not dt:
         raise FpemuRuntimeError(f"torch.searchsorted(): output tensor's dtype is wrong, it can "
@@ -89,6 +86,29 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False,  # noq
                                 f"{out_int32}")
     t = Tensor(np.asarray(res).astype(dt.np_dtype), dt)
     return write_out(out, t, "searchsorted")
+
+
+def _bisect(K, V, right):
+    """ATen's binary search (Bucketization.cpp, ``cus_lower_bound`` /
+    ``cus_upper_bound``), every value of row r of ``V`` searched in row r of
+    ``K`` at once: ``start = mid + 1`` while ``!(mid_val >= val)`` (left) or
+    ``!(mid_val > val)`` (right). With NaN in the sequence or the values the
+    negated comparisons decide as torch's do (``[1, nan]`` searched for 2 gives
+    2), which a search that sorts NaN last (numpy's) does not."""
+    n = K.shape[-1]
+    start = np.zeros(V.shape, np.int64)
+    end = np.full(V.shape, n, np.int64)
+    rows = np.arange(K.shape[0])[:, None]
+    with np.errstate(invalid="ignore"):
+        while True:
+            live = start < end
+            if not live.any():
+                return start
+            mid = start + ((end - start) >> 1)
+            mid_val = K[rows, np.minimum(mid, n - 1)]
+            go = ~(mid_val > V) if right else ~(mid_val >= V)
+            start = np.where(live & go, mid + 1, start)
+            end = np.where(live & ~go, mid, end)
 
 
 def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):  # noqa: A002
@@ -160,6 +180,126 @@ def _unique_result(x, vals, inverse, counts, return_inverse, return_counts):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def _row_less(rows):
+    """The comparator of ATen's ``_unique_dim_cpu_template``: row a before row
+    b when, at the first position where ``a < b`` or ``a > b`` holds, it is
+    ``<``. A NaN compares neither way, so its position is passed over."""
+    def less(a, b):
+        ra, rb = rows[a], rows[b]
+        lt, gt = ra < rb, ra > rb
+        decided = np.flatnonzero(lt | gt)
+        return bool(decided.size) and bool(lt[decided[0]])
+    return less
+
+
+_THRESHOLD = 16     # libstdc++'s _S_threshold
+
+
+def _std_sort(n, less):
+    """The permutation that libstdc++'s ``std::sort`` (introsort: median of
+    three, unguarded partition, heap sort past depth 2 log2 n, a final
+    insertion sort) leaves when sorting 0..n-1 with ``less``. ATen sorts the
+    slices of ``unique(dim=...)`` with it; with NaN its comparator is no strict
+    weak order, and the order (so which rows come first, and which of equal
+    rows is kept) is this algorithm's, not any stable sort's. The scans stop at
+    the ends of the array where C++'s unguarded ones would not need to."""
+    a = list(range(n))
+
+    def cmp(i, j):
+        return less(a[i], a[j])
+
+    def sift_down(first, hole, length, value):          # std::__adjust_heap
+        top = hole
+        child = hole
+        while child < (length - 1) // 2:
+            child = 2 * (child + 1)
+            if less(a[first + child], a[first + child - 1]):
+                child -= 1
+            a[first + hole] = a[first + child]
+            hole = child
+        if (length & 1) == 0 and child == (length - 2) // 2:
+            child = 2 * (child + 1)
+            a[first + hole] = a[first + child - 1]
+            hole = child - 1
+        parent = (hole - 1) // 2                          # std::__push_heap
+        while hole > top and less(a[first + parent], value):
+            a[first + hole] = a[first + parent]
+            hole = parent
+            parent = (hole - 1) // 2
+        a[first + hole] = value
+
+    def heap_sort(first, last):                          # std::__partial_sort(f, l, l)
+        length = last - first
+        for parent in range((length - 2) // 2, -1, -1):  # std::__make_heap
+            sift_down(first, parent, length, a[first + parent])
+        while last - first > 1:                          # std::__sort_heap
+            last -= 1
+            value = a[last]
+            a[last] = a[first]
+            sift_down(first, 0, last - first, value)
+
+    def median_to_first(result, x, y, z):
+        if cmp(x, y):
+            pick = y if cmp(y, z) else (z if cmp(x, z) else x)
+        elif cmp(x, z):
+            pick = x
+        elif cmp(y, z):
+            pick = z
+        else:
+            pick = y
+        a[result], a[pick] = a[pick], a[result]
+
+    def partition(first, last, pivot):
+        while True:
+            while first < last and cmp(first, pivot):
+                first += 1
+            last -= 1
+            while last > pivot and cmp(pivot, last):
+                last -= 1
+            if not first < last:
+                return first
+            a[first], a[last] = a[last], a[first]
+            first += 1
+
+    def introsort(first, last, depth):
+        while last - first > _THRESHOLD:
+            if depth == 0:
+                heap_sort(first, last)
+                return
+            depth -= 1
+            mid = first + (last - first) // 2
+            median_to_first(first, first + 1, mid, last - 1)
+            cut = partition(first + 1, last, first)
+            introsort(cut, last, depth)
+            last = cut
+
+    def linear_insert(i, lo):                            # __unguarded_linear_insert
+        value = a[i]
+        while i > lo and less(value, a[i - 1]):
+            a[i] = a[i - 1]
+            i -= 1
+        a[i] = value
+
+    def insertion_sort(first, last):
+        for i in range(first + 1, last):
+            if less(a[i], a[first]):
+                value = a[i]
+                a[first + 1:i + 1] = a[first:i]
+                a[first] = value
+            else:
+                linear_insert(i, first)
+
+    if n > 1:
+        introsort(0, n, 2 * (n.bit_length() - 1))
+        if n > _THRESHOLD:
+            insertion_sort(0, _THRESHOLD)
+            for i in range(_THRESHOLD, n):
+                linear_insert(i, 0)
+        else:
+            insertion_sort(0, n)
+    return np.asarray(a, np.int64)
+
+
 def _unique_dim(x, dim, return_inverse, return_counts, consecutive):
     d = wrap_dim(dim, x.ndim)
     if x.ndim and x.shape[d] == 0:              # no slices: the input as it is
@@ -177,10 +317,16 @@ def _unique_dim(x, dim, return_inverse, return_counts, consecutive):
         group = np.cumsum(new) - 1
         picked = starts
     else:
-        # lexicographic order of the slices (first element most significant)
-        order = np.lexsort(rows.T[::-1]) if rows.shape[1] else np.arange(n)
+        if rows.dtype.kind == "f" and (np.isnan(rows).any() or np.signbit(rows[rows == 0]).any()):
+            # the order decides which rows come first (a NaN) or which of two
+            # equal rows is kept (-0 or +0): sort as ATen does
+            order = _std_sort(n, _row_less(rows))
+        else:
+            # lexicographic order of the slices (first element most significant)
+            order = np.lexsort(rows.T[::-1]) if rows.shape[1] else np.arange(n)
         s = rows[order]
-        new = np.r_[True, np.any(s[1:] != s[:-1], axis=1)] if n else np.zeros(0, bool)
+        with np.errstate(invalid="ignore"):     # at::equal: NaN equals nothing
+            new = np.r_[True, np.any(s[1:] != s[:-1], axis=1)] if n else np.zeros(0, bool)
         starts = np.flatnonzero(new)
         g = np.cumsum(new) - 1
         group = np.empty(n, np.int64)
