@@ -181,9 +181,30 @@ class SplitK:
             f"fpemu.accumulate.SplitK or (S, 'contiguous'); got {splitk!r}. For cuBLASLt's own "
             "choice use fpemu.cublaslt.splitk_decision")
 
+    def check(self, K, fname="matmul"):
+        """``K`` as an int, after refusing a K that is not an int >= 0 and a
+        split of K into more parts than K has elements (every part past the
+        K-th would be empty: such a split cannot be meant, and would only
+        cost memory and time)."""
+        if isinstance(K, (bool, np.bool_)) or not isinstance(K, (int, np.integer)):
+            raise FpemuTypeError(f"{fname}(): K must be an int >= 0 (the length of the "
+                                 f"reduction), got {type(K).__name__} {K!r}")
+        if K < 0:
+            raise FpemuValueError(f"{fname}(): K must be an int >= 0 (the length of the "
+                                  f"reduction), got {K!r}")
+        K = int(K)
+        if self.splits > max(K, 1):
+            raise FpemuValueError(
+                f"{fname}(): splitk={self.splits} splits K = {K} into more parts than K has "
+                f"elements; the limit is max(K, 1) = {max(K, 1)} (cuBLASLt splits K into a "
+                f"few runs of 128-wide k-tiles: {-(-K // self.tile)} here)")
+        return K
+
     def parts(self, K):
-        """The ``splits`` half-open K ranges ``(start, stop)``, in split order."""
-        tiles = -(-int(K) // self.tile)
+        """The ``splits`` half-open K ranges ``(start, stop)``, in split order
+        (K an int >= 0, at least ``splits`` unless K is 0)."""
+        K = self.check(K, "SplitK.parts")
+        tiles = -(-K // self.tile)
         q = -(-tiles // self.splits)
         return [(min(s * q * self.tile, K), min((s + 1) * q * self.tile, K))
                 for s in range(self.splits)]
@@ -353,6 +374,8 @@ def _run(plan: Plan, A, BT, C, paired, fname="matmul", check=True):
     """out[i, j] = dot(A[i], BT[j]) (or out[i] = dot(A[i], BT[i]) if paired)
     under ``plan``: float64 A (M, K), BT (N, K) and C, the accumulator's
     start, of the output's shape."""
+    if plan.splitk.splits > 1:
+        plan.splitk.check(A.shape[1], fname)
     if check:
         _check_operand(A, plan.fmt_a, "a", fname)
         _check_operand(BT, plan.fmt_b, "b", fname)
@@ -406,7 +429,10 @@ def _accumulate(plan: Plan, A, BT, C, paired):
 
 def _split_accumulate(plan: Plan, A, BT, shape, paired):
     """:func:`_accumulate` under ``plan.splitk``: each split's K range from
-    +0, the partial sums added in fp32 in split order (:class:`SplitK`)."""
+    +0, the partial sums added in fp32 in split order (:class:`SplitK`).
+    The empty splits are the last ones; the first adds +0 (a -0 sum becomes
+    +0), every further one adds +0 to a sum that is no -0: nothing, so the
+    loop stops there."""
     zero = np.zeros(shape)
     total = None
     for k0, k1 in plan.splitk.parts(A.shape[1]):
@@ -417,6 +443,8 @@ def _split_accumulate(plan: Plan, A, BT, shape, paired):
             part = np.zeros(shape, np.float32)          # an empty split: +0
         with np.errstate(all="ignore"):                   # inf - inf: NaN, as IEEE
             total = part if total is None else total + part   # binary32, round to nearest
+        if k1 == k0:
+            break
     return total
 
 

@@ -45,7 +45,14 @@ import numpy as np
 from .accumulate import SplitK
 from .errors import FpemuTypeError, FpemuValueError
 
-__all__ = ["SplitDecision", "splitk_decision", "TABLE", "WORKSPACES"]
+__all__ = ["SplitDecision", "UnrecordedSplitWarning", "splitk_decision", "TABLE", "WORKSPACES"]
+
+
+class UnrecordedSplitWarning(UserWarning):
+    """A GEMM ran unsplit because cuBLASLt's split of its shape is not
+    recorded (``splitk_decision(...).source == "unrecorded"``): the GPU may
+    split it, and then its last bits differ. Pass ``splitk=`` an int to choose,
+    or silence it with ``warnings.simplefilter("ignore", UnrecordedSplitWarning)``."""
 
 #: Where the decisions were recorded (the table's own metadata).
 TABLE = "H100 PCIe (114 SMs), driver 570.148.08, cuBLASLt 12.8.3.14, torch 2.7.1+cu128"
@@ -98,9 +105,17 @@ def _dtype_name(x, what, names):
     return names[s]
 
 
+#: The largest GEMM dimension: torch's sizes (and cuBLASLt's layouts) are int64.
+DIM_MAX = 2 ** 63 - 1
+
+
 def _dim(v, what):
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
-        raise FpemuTypeError(f"splitk_decision(): {what} must be an int >= 0, got {v!r}")
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise FpemuTypeError(f"splitk_decision(): {what} must be an int >= 0, got {v!r} "
+                             f"({type(v).__name__})")
+    if not 0 <= v <= DIM_MAX:
+        raise FpemuValueError(f"splitk_decision(): {what} must be an int in [0, 2**63 - 1] "
+                              f"(a tensor size), got {v!r}")
     return int(v)
 
 
@@ -133,6 +148,9 @@ def splitk_decision(M, N, K, a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn",
     'workspace0'
     """
     M, N, K = _dim(M, "M"), _dim(N, "N"), _dim(K, "K")
+    if not isinstance(fast, (bool, np.bool_)):
+        raise FpemuTypeError(f"splitk_decision(): fast must be a bool (use_fast_accum), got "
+                             f"{type(fast).__name__} {fast!r}")
     fa = _dtype_name(a_dtype, "a_dtype", _FMTS)
     fb = _dtype_name(b_dtype, "b_dtype", _FMTS)
     out = fa + 3 if out_dtype is None else _dtype_name(out_dtype, "out_dtype", _OUTS)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -79,11 +80,16 @@ def test_scaled_mm_under_the_cuda_profile_is_the_h200_bit_for_bit(cid):
     split = "auto"
     if case["fast"] and case["scales"] == "tensor":
         split = H200_SPLITS.get((case["M"], case["K"], case["N"]), "auto")
+    d = fpemu.cublaslt.splitk_decision(case["M"], case["N"], case["K"], case["dtype"],
+                                       case["dtype"], case["out"], fast=case["fast"])
     if split != "auto":
-        d = fpemu.cublaslt.splitk_decision(case["M"], case["N"], case["K"], case["dtype"],
-                                           case["dtype"], case["out"], fast=True)
         assert (d.splits, d.source) == (1, "unrecorded")
-    ours = gpu_check._scaled_mm_fpemu(torch, case, ins, split, False, "2.11.0")
+    # "auto" on a shape the table lacks, K over one k-tile: fpemu says it ran unsplit
+    warned = split == "auto" and d.source == "unrecorded" and case["K"] > 128
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", fpemu.cublaslt.UnrecordedSplitWarning)
+        ours = gpu_check._scaled_mm_fpemu(torch, case, ins, split, False, "2.11.0")
+    assert [type(w.message) for w in seen] == [fpemu.cublaslt.UnrecordedSplitWarning] * warned
     rec = GEMM_BITS[cid]
     np.testing.assert_array_equal(np.asarray(ours, np.float32).view(np.uint32), rec)
 

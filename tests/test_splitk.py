@@ -18,7 +18,7 @@ import fpemu
 import fpemu.autograd as ft
 from fpemu import accumulate, cublaslt
 from fpemu.accumulate import SplitK
-from fpemu.errors import FpemuValueError
+from fpemu.errors import FpemuTypeError, FpemuValueError
 
 import torch  # installed by `make` (the dev extras), as mmaemu, the oracle
 import mmaemu
@@ -124,6 +124,33 @@ def test_the_decision_refuses_what_it_does_not_know():
             cublaslt.splitk_decision(16, 64, 8192, **kwargs)
     with pytest.raises(TypeError, match="K must be an int >= 0, got 8192.0"):
         cublaslt.splitk_decision(16, 64, 8192.0)
+    # fast is use_fast_accum, a bool; a size is a tensor size (int64)
+    for fast in ("yes", None, 1):
+        with pytest.raises(FpemuTypeError, match=rf"fast must be a bool .*got .*{fast!r}"):
+            cublaslt.splitk_decision(16, 64, 8192, fast=fast)
+    with pytest.raises(FpemuValueError, match=r"M must be an int in \[0, 2\*\*63 - 1\]"):
+        cublaslt.splitk_decision(2 ** 70, 64, 8192)
+
+
+def test_auto_split_warns_where_the_table_lacks_the_shape():
+    # K over one k-tile and no recorded decision: the GPU may split it (an H200
+    # split 16x16x8192 three ways, tests/test_gpu_probes.py); fpemu runs one
+    # chain and says so. A recorded shape, or K within one k-tile, is quiet.
+    s = ft.tensor(1.0)
+    for (M, K, N), loud in (((16, 8192, 16), True), ((16, 176, 32), True),
+                            ((16, 8192, 64), False), ((16, 128, 32), False)):
+        a = ft.ones(M, K).to(ft.float8_e4m3fn)
+        b = ft.ones(N, K).to(ft.float8_e4m3fn).t()
+        with ft.use_profile(ft.Profile("cuda", "2.13.0")), warnings.catch_warnings(
+                record=True) as seen:
+            warnings.simplefilter("always")
+            ft._scaled_mm(a, b, s, s, out_dtype=ft.float32, use_fast_accum=True)
+            ft._scaled_mm(a, b, s, s, out_dtype=ft.float32, use_fast_accum=True, splitk=1)
+        kinds = [type(w.message) for w in seen]
+        assert kinds == [cublaslt.UnrecordedSplitWarning] * loud, (M, K, N, seen)
+        if loud:
+            text = str(seen[0].message)
+            assert f"{M}x{N}x{K}" in text and "ran as one chain" in text and "splitk=" in text
 
 
 # -------------------------------------------------------------- the split GEMM
@@ -242,6 +269,18 @@ def test_splitk_refuses_bad_input():
         accumulate.matmul(a, b, "fp32", c=1.0, splitk=2)
     with pytest.raises(FpemuValueError, match="tile must be an int >= 1"):
         SplitK(2, tile=0)
+    # more splits than K has elements cannot be meant (10**8 on K = 300 grew
+    # memory without bound: a list of 10**8 parts, a loop over them)
+    for huge in (10 ** 8, 2 ** 70, 301):
+        with pytest.raises(FpemuValueError, match=r"splitk=\d+ splits K = 300 into more parts "
+                                                  r"than K has elements; the limit is max\(K, "
+                                                  r"1\) = 300"):
+            accumulate.matmul(np.ones((2, 300)), np.ones((300, 3)), "fp32", splitk=huge)
+    assert accumulate.matmul(np.ones((2, 300)), np.ones((300, 3)), "fp32",
+                             splitk=300)[0, 0] == 300.0
+    for bad, err in ((-1, FpemuValueError), (1.5, FpemuTypeError), (True, FpemuTypeError)):
+        with pytest.raises(err, match=r"SplitK.parts\(\): K must be an int >= 0"):
+            SplitK(3).parts(bad)
     assert SplitK.of((3, "contiguous")) == SplitK(3) == SplitK.of(np.int64(3))
     assert accumulate.matmul(a, b, "fp32", c=1.0, splitk=1)[0, 0] == 257.0
     qa = ft.ones(16, 32).to(ft.float8_e4m3fn)

@@ -28,7 +28,11 @@ cuBLASLt, with the checks of torch's CUDA kernel:
   :class:`fpemu.accumulate.SplitK` forces a split (``1``: one chain). Split
   parts are 128-wide k-tiles, each part accumulated as above from +0, the
   parts added in fp32 before the epilogue; checked bit for bit against
-  mmaemu's ``splitk="auto"`` (``tests/test_splitk.py``);
+  mmaemu's ``splitk="auto"`` (``tests/test_splitk.py``). Where the table
+  does not hold the shape and K spans more than one k-tile, ``"auto"`` runs
+  one chain and warns (:class:`fpemu.cublaslt.UnrecordedSplitWarning`): the
+  GPU may split such a shape (an H200 split two of them), and mmaemu refuses
+  it; with one k-tile a split could only turn a -0 result into +0;
 * row-wise scales (``scale_a`` (M, 1), ``scale_b`` (1, N), float32) give each
   output its own ``alpha = fp32(scale_a[m] * scale_b[n])``, and a bias is
   added to y in float32 before the output rounding: these two follow the
@@ -49,6 +53,8 @@ split K: ``splitk`` must stay ``"auto"`` or 1 there.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -148,8 +154,15 @@ def _split_of(splitk, cpu, M, N, K, a_dt, b_dt, out_dtype, fast):
     if isinstance(splitk, str) and splitk == "auto":
         if cpu:
             return _acc.SplitK(1)
-        return cublaslt.splitk_decision(M, N, K, str(a_dt), str(b_dt), str(out_dtype),
-                                        fast=bool(fast)).splitk
+        d = cublaslt.splitk_decision(M, N, K, str(a_dt), str(b_dt), str(out_dtype),
+                                     fast=bool(fast))
+        if d.source == "unrecorded" and K > d.splitk.tile:
+            # more than one k-tile: a split the GPU may choose would change bits
+            warnings.warn(cublaslt.UnrecordedSplitWarning(
+                f"_scaled_mm(): {d.note}. It ran as one chain (splitk=1); pass splitk= an int "
+                f"to choose the split, or run make gpu-check on a GPU to record it"),
+                stacklevel=3)
+        return d.splitk
     split = _acc.SplitK.of(splitk, "_scaled_mm")
     if cpu and split.splits > 1:
         raise ValueError(f"_scaled_mm(): splitk={splitk!r} under the CPU profile: torch's CPU "
