@@ -160,15 +160,21 @@ def output_array(out, shape, dtype, fname):
 MAX_OFFSET = 2**62   # offset + element index stays inside the kernels' int64
 
 
-def seed_key(seed, mode: Rounding):
+def seed_key(seed, mode: Rounding, *, entropy=False):
     """(64-bit key as int64, index offset) for stochastic rounding: the
     first 64-bit word of NumPy's ``SeedSequence(seed)``. ``seed`` is an int
-    >= 0, a pair ``(seed, offset)``, or a list of ints >= 0 (NumPy's
-    entropy: ``fpemu.block``'s ``"srN"`` seeds of the fp8 recipes, a seed
-    and a call counter)."""
+    >= 0 or a pair ``(seed, offset)``; with ``entropy=True`` also a list of
+    ints >= 0 (NumPy's entropy: ``fpemu.block``'s ``"srN"`` seeds of the fp8
+    recipes, a seed and a call counter). The public functions take no list:
+    ``seed=[1, 2]`` would be read as entropy, other bits than ``(1, 2)``."""
     if mode is not Rounding.SR:
         return 0, 0
     offset = 0
+    if isinstance(seed, list) and not entropy:
+        fix = (f"for a seed and an offset pass a tuple, seed={tuple(seed)!r}" if len(seed) == 2
+               else "pass one int")
+        raise FpemuTypeError(f"seed must be None, an int >= 0 or a tuple (seed, offset), got "
+                             f"the list {seed!r}; {fix}")
     if isinstance(seed, list):
         if not seed or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
                                and s >= 0 for s in seed):

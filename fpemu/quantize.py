@@ -554,7 +554,8 @@ def decode(codes, fmt):
 def stochastic_bits(seed, size, *, rng=None):
     """The 63 random bits (int64 >= 0) that stochastic rounding compares with
     the dropped bits, for elements ``offset .. offset + size - 1`` of a call
-    with ``seed`` (an int, or ``(seed, offset)`` as in :func:`quantize`).
+    with ``seed`` (an int, or ``(seed, offset)`` as in :func:`quantize`, or a
+    list of ints >= 0: NumPy's entropy, as the fp8 recipes seed ``"srN"``).
 
     ``rng="splitmix64"`` (None): ``splitmix64(key + (i + 1) * 0x9E3779B97F4A7C15)
     >> 1``; ``rng="philox"``: Philox4x32-10 of counter ``(i mod 2**32, i >>
@@ -573,7 +574,7 @@ def stochastic_bits(seed, size, *, rng=None):
     True
     """
     cast = Cast.of("bf16", "sr", rng=rng)
-    key, offset = seed_key(seed, Rounding.SR)
+    key, offset = seed_key(seed, Rounding.SR, entropy=True)
     if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 0:
         raise FpemuValueError(f"stochastic_bits(): size is a count of elements, an int >= 0; "
                               f"got {size!r}")

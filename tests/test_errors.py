@@ -66,6 +66,11 @@ def test_bad_seed_and_out():
         fpemu.quantize(1.0, "bf16", rounding="sr", seed=-1)
     with pytest.raises(ValueError, match="offset"):
         fpemu.quantize(1.0, "bf16", rounding="sr", seed=(1, -5))
+    # a list is not a pair: NumPy would read [1, 2] as entropy, other bits than (1, 2)
+    with pytest.raises(TypeError, match=r"got the list \[1, 2\]; .* seed=\(1, 2\)"):
+        fpemu.quantize(1.0, "bf16", rounding="sr", seed=[1, 2])
+    with pytest.raises(TypeError, match=r"got the list \[7\]; pass one int"):
+        fpemu.encode([1.0], "bf16", rounding="sr", seed=[7])
     with pytest.raises(TypeError, match="out must have dtype float32, got float64"):
         fpemu.quantize([1.0, 2.0], "bf16", out=np.empty(2))
     with pytest.raises(ValueError, match=r"out has shape \(3,\), the input has \(2,\)"):

@@ -244,7 +244,7 @@ def _srn_draws(n, seed, like, rng):
     draw, by the torch code of this package's quantizers), or NumPy's PCG64 drawn
     on the host and sent (``rng="pcg64"``)."""
     if rng == "philox":
-        key, offset = seed_key(seed, Rounding.SR)
+        key, offset = seed_key(seed, Rounding.SR, entropy=True)     # a recipe's [seed, calls]
         kernels = _q._triton_for(like)
         if _q._on_cpu(like):                      # the Numba kernel, on the host's memory
             d = torch.from_numpy(_host.srn_draws(n, seed, like.numel(), rng).view(np.int64))
