@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+DEMOSTAMP := $(VENV)/.installed-demo
 DOCSTAMP := $(VENV)/.installed-docs
 export MPLBACKEND := Agg
 
@@ -13,15 +14,24 @@ $(BIN)/python:
 
 # After installing, compile the common kernels into Numba's cache (about 2.5
 # minutes on two cores, one process per core): a new user's first cells then load them.
+# make test installs the dev extra (the test tools, Triton, the peers the tests
+# check against); make demo only the demo extra (matplotlib, tqdm, PyTorch CPU),
+# which the dev extra includes.
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/fpemu warmup
+	touch $@ $(DEMOSTAMP)
+
+$(DEMOSTAMP): $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[demo]"
 	$(BIN)/fpemu warmup
 	touch $@
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMOSTAMP)
 	$(BIN)/fpemu demo --out out
 
 # Two pytest workers (pytest-xdist); PYTEST_WORKERS=0 runs one. With --dist

@@ -93,7 +93,26 @@ def _cmd_casts(args) -> int:
     return 0
 
 
+#: What ``fpemu demo`` imports beyond NumPy and Numba: the ``demo`` extra
+#: (the figures; the emulated GPT trains in PyTorch; tqdm's bar is optional).
+DEMO_NEEDS = ("matplotlib", "torch")
+#: The demo extra's size in a new virtual environment (measured with torch
+#: 2.13.0+cpu; the dev extra of make test is about 2.5 GB: README).
+DEMO_EXTRA_SIZE = "1.3 GB"
+
+
+def _missing(modules):
+    import importlib.util
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
 def _cmd_demo(args) -> int:
+    missing = _missing(DEMO_NEEDS)
+    if missing:
+        raise CliError(f"the demo needs {' and '.join(missing)}, which this environment lacks "
+                       f"(fpemu itself needs only NumPy and Numba); install the demo extra: "
+                       f"pip install 'fpemu[demo]' (matplotlib, tqdm and PyTorch, about "
+                       f"{DEMO_EXTRA_SIZE} on top), or from a checkout: make demo")
     from .tensorfiles import check_output_dir
     check_output_dir(args.out, "report folder")
     from .report import demo

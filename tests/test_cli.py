@@ -292,3 +292,22 @@ def test_blocks_on_npz_pt_and_safetensors(tmp_path, capsys):
     np.save(tmp_path / "d.npy", np.full((4, 64), 0.1))
     assert cli.main(["blocks", str(tmp_path / "d.npy")]) == 2
     assert "float32 cannot hold" in capsys.readouterr().err
+
+
+def test_demo_without_its_extra_names_the_extra(tmp_path):
+    # `pip install fpemu` brings NumPy and Numba alone: there `fpemu demo`
+    # names the extra to install, without a traceback and before writing
+    # anything. sys.modules[name] = None makes find_spec and import see the
+    # package as absent, as in an environment without it.
+    code = ("import sys\n"
+            "sys.modules['matplotlib'] = None\n"
+            "sys.modules['torch'] = None\n"
+            "from fpemu.cli import main\n"
+            f"sys.exit(main(['demo', '--quick', '--out', {str(tmp_path / 'report')!r}]))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "the demo needs matplotlib and torch" in res.stderr
+    assert "pip install 'fpemu[demo]'" in res.stderr and "make demo" in res.stderr
+    assert not (tmp_path / "report").exists()
