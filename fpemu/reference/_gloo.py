@@ -139,7 +139,8 @@ def _spawn(worker, world, make_args, timeout, what):
                 raise TimeoutError(f"the {world} {what} processes did not finish within "
                                    f"{timeout} s")
         results = [dict(np.load(os.path.join(tmp, f"rank{r}.npz"))) for r in range(world)]
-    return {k: [results[r][k] for r in range(world)] for k in results[0]}
+    # a key of a subgroup's run is in its ranks' files only (rank 0 is in every one)
+    return {k: [results[r][k] for r in range(world) if k in results[r]] for k in results[0]}
 
 
 def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None, threads=None):
@@ -174,41 +175,59 @@ def run(arrays, dtype_name, which, world, timeout=TIMEOUT, die_rank=None, thread
 
 
 # ---------------------------------------------------------------------- DDP
-def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout):
+def _ddp_train(torch, cfg, rank, group=None):
+    """This rank's local (``no_sync``) and reduced gradients of DDP over the
+    process group ``group`` (None: the default one), ``{"local.<it>.<param>":
+    ..., "reduced...": ...}``."""
+    dtype = getattr(torch, cfg["dtype"])
+    model = _mlp(torch, cfg).to(dtype)
+    if cfg.get("emulate"):                       # every Linear under an fpemu recipe
+        from fpemu.torch import emulate
+        emulate(model, cfg["emulate"])
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"],
+                                                    process_group=group)
+    if cfg["hook"] == "powerSGD":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        ddp.register_comm_hook(psgd.PowerSGDState(group, **cfg["powersgd"]),
+                               psgd.powerSGD_hook)
+    elif cfg["hook"]:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(group, getattr(default_hooks, cfg["hook"] + "_hook"))
+    res = {}
+    for it in range(cfg["iterations"]):
+        x, y = (t.to(dtype) for t in _batch(torch, cfg, it, rank))
+        for sync in (False, True):               # local gradients, then DDP's
+            ddp.zero_grad(set_to_none=True)
+            if sync:
+                ((ddp(x) - y) ** 2).mean().backward()
+            else:
+                with ddp.no_sync():
+                    ((ddp(x) - y) ** 2).mean().backward()
+            kind = "reduced" if sync else "local"
+            for i, p in enumerate(model.parameters()):
+                res[f"{kind}.{it}.{i}"] = p.grad.float().numpy().copy()
+    ddp = model = p = None       # noqa: F841 (released, see _release)
+    _release()
+    return res
+
+
+def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout, worlds=None):
     import torch
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout))
     try:
-        dtype = getattr(torch, cfg["dtype"])
-        model = _mlp(torch, cfg).to(dtype)
-        if cfg.get("emulate"):                       # every Linear under an fpemu recipe
-            from fpemu.torch import emulate
-            emulate(model, cfg["emulate"])
-        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"])
-        if cfg["hook"] == "powerSGD":
-            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
-            ddp.register_comm_hook(psgd.PowerSGDState(None, **cfg["powersgd"]),
-                                   psgd.powerSGD_hook)
-        elif cfg["hook"]:
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            ddp.register_comm_hook(None, getattr(default_hooks, cfg["hook"] + "_hook"))
-        res = {}
-        for it in range(cfg["iterations"]):
-            x, y = (t.to(dtype) for t in _batch(torch, cfg, it, rank))
-            for sync in (False, True):               # local gradients, then DDP's
-                ddp.zero_grad(set_to_none=True)
-                if sync:
-                    ((ddp(x) - y) ** 2).mean().backward()
-                else:
-                    with ddp.no_sync():
-                        ((ddp(x) - y) ** 2).mean().backward()
-                kind = "reduced" if sync else "local"
-                for i, p in enumerate(model.parameters()):
-                    res[f"{kind}.{it}.{i}"] = p.grad.float().numpy().copy()
+        if worlds is None:
+            res = _ddp_train(torch, cfg, rank)
+        else:                    # one DDP per world size, on the group of ranks 0 .. w - 1
+            res = {}
+            for w in worlds:
+                group = dist.new_group(list(range(w)))      # every rank takes part in this call
+                if rank < w:
+                    res.update({f"w{w}.{k}": v for k, v in _ddp_train(torch, cfg, rank,
+                                                                      group).items()})
+                dist.barrier()
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
-        ddp = model = p = None       # noqa: F841 (released, see _release)
-        _release()
     finally:
         dist.destroy_process_group()
 
@@ -223,6 +242,22 @@ def run_ddp(cfg, world, timeout=TIMEOUT):
     DDP's reduced ones, ``{"local.<it>.<param>": [per rank], "reduced...": ...}``."""
     return _spawn(_ddp_worker, world,
                   lambda tmp: (world, os.path.join(tmp, "rendezvous"), cfg, tmp, timeout),
+                  timeout, "DDP")
+
+
+def run_ddp_worlds(cfg, worlds, timeout=TIMEOUT):
+    """:func:`run_ddp` for several world sizes in one start of the processes
+    (importing torch takes seconds each): ``max(worlds)`` gloo processes,
+    and for each ``w`` in ``worlds`` one DDP on the process group of ranks
+    ``0 .. w - 1`` (``new_group``), from the same seed and batches.
+    ``{"w<w>.local.<it>.<param>": [w ranks], "w<w>.reduced...": ...}``."""
+    worlds = [int(w) for w in worlds]
+    if not worlds or min(worlds) < 1:
+        raise ValueError(f"worlds must be world sizes >= 1, got {worlds}")
+    world = max(worlds)
+    return _spawn(_ddp_worker, world,
+                  lambda tmp: (world, os.path.join(tmp, "rendezvous"), cfg, tmp, timeout,
+                               worlds),
                   timeout, "DDP")
 
 
