@@ -46,6 +46,7 @@ from ._print import set_printoptions  # noqa: F401
 from ._profile import Profile, get_profile, set_profile, use_profile  # noqa: F401
 from ._rng import Generator  # noqa: F401
 from ._state import State as _State  # noqa: F401
+from ._legacy import LegacyTensorType as _LegacyTensorType
 from .nn.functional import (  # noqa: F401
     layer_norm, log_softmax, rms_norm, softmax,
 )
@@ -58,7 +59,7 @@ from . import serialization  # noqa: F401
 # torch.linalg (the star import above bound ``linalg`` to ops.linalg, the matmuls)
 import fpemu.autograd.linalg as linalg  # noqa: E402,F401
 from .serialization import load, save  # noqa: F401
-from .ops.creation import zeros  # noqa: E402
+from .ops.creation import zeros  # noqa: E402,F401
 
 half = float16
 float = float32  # noqa: A001 - torch's alias
@@ -128,30 +129,17 @@ def get_num_threads():
     return numba.get_num_threads()
 
 
-class _FloatTensor:
-    """``torch.FloatTensor`` / ``LongTensor``: ``FloatTensor([1, 2])`` builds a
-    tensor of that dtype; ``isinstance(x, torch.FloatTensor)`` checks it."""
-
-    def __init__(self, dtype):
-        self.dtype = dtype
-
-    def __call__(self, *data):
-        if len(data) == 1 and not isinstance(data[0], (type(1), type(1.0))):
-            return tensor(data[0], dtype=self.dtype)
-        return zeros(*data, dtype=self.dtype)
-
-    def __instancecheck__(self, obj):
-        return isinstance(obj, Tensor) and obj.dtype is self.dtype
-
-
-FloatTensor = _FloatTensor(float32)
-DoubleTensor = _FloatTensor(float64)
-HalfTensor = _FloatTensor(float16)
-BFloat16Tensor = _FloatTensor(bfloat16)
-LongTensor = _FloatTensor(int64)
-IntTensor = _FloatTensor(int32)
-BoolTensor = _FloatTensor(bool_)
-ByteTensor = _FloatTensor(uint8)
+# torch's legacy typed tensor classes (the rules of torch.Tensor(...): _legacy.py)
+FloatTensor = _LegacyTensorType(float32, "FloatTensor")
+DoubleTensor = _LegacyTensorType(float64, "DoubleTensor")
+HalfTensor = _LegacyTensorType(float16, "HalfTensor")
+BFloat16Tensor = _LegacyTensorType(bfloat16, "BFloat16Tensor")
+LongTensor = _LegacyTensorType(int64, "LongTensor")
+IntTensor = _LegacyTensorType(int32, "IntTensor")
+ShortTensor = _LegacyTensorType(int16, "ShortTensor")
+CharTensor = _LegacyTensorType(int8, "CharTensor")
+BoolTensor = _LegacyTensorType(bool_, "BoolTensor")
+ByteTensor = _LegacyTensorType(uint8, "ByteTensor")
 
 
 class accelerator:

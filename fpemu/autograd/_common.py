@@ -101,7 +101,8 @@ def shape_arg(size, what="shape"):
 
 
 _C10_NAMES = {"fp32": "float", "float64": "double", "bf16": "c10::BFloat16", "fp16": "c10::Half",
-              "int64": "long int", "int32": "int", "bool": "bool"}
+              "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
+              "uint8": "unsigned char", "bool": "bool"}
 
 
 def c10_name(dt):
@@ -117,4 +118,5 @@ def scalar_type(dt):
     """The dtype as ATen's ScalarType names it (``BFloat16``, ``Float``)."""
     c10 = c10_name(dt).replace("c10::", "")
     return {"float": "Float", "double": "Double", "long int": "Long", "int": "Int",
+            "short int": "Short", "signed char": "Char", "unsigned char": "Byte",
             "bool": "Bool"}.get(c10, c10)

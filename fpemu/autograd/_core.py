@@ -319,17 +319,36 @@ def _check_saved(node):
 
 
 # --------------------------------------------------------------------- Tensor
+_LEGACY = object()          # an argument Tensor(...) was not given
+_DTYPE_CLASSES = frozenset((DType, TorchFormat, Format))
+
+
 class Tensor:
     """An array of values of one dtype, with a gradient and a graph.
 
     Build one with :func:`tensor`; ops are methods and functions of
-    :mod:`fpemu.autograd`.
+    :mod:`fpemu.autograd`. ``Tensor(2, 3)``, ``Tensor([1.0, 2.0])`` and the
+    other forms of torch's legacy constructor build float32 tensors by
+    torch's rules (:mod:`fpemu.autograd._legacy`).
     """
 
     __array_priority__ = 1000
     __hash__ = object.__hash__
 
-    def __init__(self, array, dtype, requires_grad=False, _vc=None, _base=None):
+    def __init__(self, array=_LEGACY, dtype=_LEGACY, /, *sizes, requires_grad=None, _vc=None,
+                 _base=None, **kwargs):
+        # fpemu builds tensors as Tensor(array, dtype); anything else is torch's
+        # legacy constructor, Tensor(2, 3) or Tensor([1.0, 2.0]) (fpemu/autograd/_legacy.py)
+        if dtype.__class__ not in _DTYPE_CLASSES and not isinstance(dtype, (DType, Format)):
+            from ._legacy import legacy_init
+            args = tuple(a for a in (array, dtype) if a is not _LEGACY) + sizes
+            if requires_grad is not None:
+                kwargs["requires_grad"] = requires_grad
+            legacy_init(self, None, args, kwargs)
+            return
+        if sizes or kwargs:
+            raise FpemuTypeError(f"Tensor(array, dtype, *, requires_grad): unexpected arguments "
+                                 f"{sizes or ''}{kwargs or ''}")
         self._data = array if isinstance(array, np.ndarray) else np.asarray(array)
         self.dtype = _CANON_ID.get(id(dtype)) or canonical(dtype)
         self._vc = [0] if _vc is None else _vc
@@ -590,7 +609,7 @@ class Tensor:
             raise FpemuRuntimeError("Only Tensors created explicitly by the user (graph "
                                     "leaves) support the deepcopy protocol at the moment.")
         new = type(self).__new__(type(self))
-        Tensor.__init__(new, self._data.copy(), self.dtype, self.requires_grad)
+        Tensor.__init__(new, self._data.copy(), self.dtype, requires_grad=self.requires_grad)
         new.__dict__.update({k: v for k, v in self.__dict__.items()
                              if k not in new.__dict__})
         if self._grad is not None:

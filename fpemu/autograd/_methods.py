@@ -68,6 +68,9 @@ def _type(self, dtype=None, non_blocking=False):
                  "int64": "Long", "int32": "Int", "bool": "Bool", "uint8": "Byte",
                  "int8": "Char", "int16": "Short"}
         return f"torch.{names.get(self.dtype.name, self.dtype.name)}Tensor"
+    if isinstance(getattr(dtype, "dtype", None), (DType, Format)) and not isinstance(
+            dtype, Tensor):
+        dtype = dtype.dtype                 # x.type(torch.LongTensor): a legacy type class
     if isinstance(dtype, str):
         table = {"torch.FloatTensor": float32, "torch.DoubleTensor": float64,
                  "torch.HalfTensor": float16, "torch.BFloat16Tensor": bfloat16,

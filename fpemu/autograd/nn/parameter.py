@@ -15,7 +15,8 @@ class Parameter(Tensor):
         if data is None:
             data = tensor(np.zeros(0, np.float32))
         src = data if isinstance(data, Tensor) else tensor(data)
-        super().__init__(src._data, src.dtype, requires_grad and is_float(src.dtype))
+        super().__init__(src._data, src.dtype,
+                         requires_grad=requires_grad and is_float(src.dtype))
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
