@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuValueError
@@ -184,20 +186,28 @@ def glu(input, dim=-1):  # noqa: A002
 
 
 # ------------------------------------------------------------------- softmax
-def _dim(dim, ndim, what):
-    if dim is None:
-        raise TypeError(f"{what}(): pass dim= explicitly (the implicit choice is deprecated "
-                        f"in PyTorch)")
+def _implicit_dim(name, ndim, stacklevel):
+    """torch's ``_get_softmax_dim`` (torch/nn/functional.py): without ``dim``,
+    softmax warns that the implicit choice is deprecated and takes dim 0 for
+    0-, 1- and 3-d inputs, else dim 1. ``stacklevel`` counts from here."""
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call "
+                  f"to include dim=X as an argument.", stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def _dim(dim, ndim):
     d = wrap_dim(dim, ndim)
     return d if ndim else None        # a 0-d tensor: softmax over itself
 
 
-def _softmax_input(op, x, dim, dtype):
+def _softmax_input(op, x, dim, dtype, stacklevel):
+    if dim is None:                   # torch takes the dim before the cast
+        dim = _implicit_dim(op, x.ndim, stacklevel + 1)
     if dtype is None:
         (x,) = cast_inputs(op, x)
     else:
         x = to_dtype(x, dtype)
-    return x, float_dt(x), _dim(dim, x.ndim, op), f64(x)
+    return x, float_dt(x), _dim(dim, x.ndim), f64(x)
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
@@ -208,7 +218,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     in float32, along the last dim ``e * (1 / sum)``, along another dim as
     :func:`_cpu_softmax_inner` says. The backward reads the stored output:
     ``y * (g - sum(g * y))``."""
-    x, dt, d, X = _softmax_input("softmax", input, dim, dtype)
+    x, dt, d, X = _softmax_input("softmax", input, dim, dtype, _stacklevel)
     with np.errstate(all="ignore"):
         e = np.exp(X - X.max(axis=d, keepdims=True, initial=-np.inf))
         if get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
@@ -238,6 +248,8 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     """softmax(-x)."""
+    if dim is None:
+        dim = _implicit_dim("softmin", input.ndim, _stacklevel)
     return softmax(neg(input), dim, dtype=dtype)
 
 
@@ -250,7 +262,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     exponentials and its logarithm are kept in the tensor's dtype before the
     subtraction; along another dim everything is float32, the sum in index
     order. The backward reads the stored output: ``g - exp(y) * sum(g)``."""
-    x, dt, d, X = _softmax_input("log_softmax", input, dim, dtype)
+    x, dt, d, X = _softmax_input("log_softmax", input, dim, dtype, _stacklevel)
     with np.errstate(all="ignore"):
         shifted = X - X.max(axis=d, keepdims=True, initial=-np.inf)
         total = np.exp(shifted).sum(axis=d, keepdims=True)

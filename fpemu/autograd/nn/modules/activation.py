@@ -205,7 +205,8 @@ class _SoftmaxBase(Module):
         self.__dict__.setdefault("dim", None)
 
     def forward(self, input):  # noqa: A002
-        return type(self)._fn(input, self.dim)
+        # _stacklevel: torch's; the implicit-dim warning names the module call's caller
+        return type(self)._fn(input, self.dim, _stacklevel=5)
 
     def extra_repr(self):
         return f"dim={self.dim}"
