@@ -670,6 +670,8 @@ for _op in OPS:
 METHOD_OPS = {
     "__radd__": E + "add", "__rsub__": E + "rsub", "__rmul__": E + "mul",
     "__rtruediv__": E + "rdiv", "__rpow__": E + "pow", "__rmatmul__": L + "matmul",
+    "__rdiv__": E + "rdiv", "__rmod__": E + "remainder", "__rfloordiv__": E + "floor_divide",
+    "__rand__": E + "bitwise_and", "__ror__": E + "bitwise_or", "__rxor__": E + "bitwise_xor",
     "__iadd__": E + "add", "__isub__": E + "sub", "__imul__": E + "mul",
     "__itruediv__": E + "div", "__setitem__": S + "setitem", "__iter__": S + "unbind",
     "softmax": F + "softmax", "log_softmax": F + "log_softmax", "where": E + "where",

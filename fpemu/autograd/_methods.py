@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..formats import Format
@@ -184,8 +186,111 @@ def _format(self, spec):
     return repr(self)
 
 
-def _rpow(self, base):
-    return O.pow(base, self)
+# -- the reflected operators (``2 + t`` calls ``t.__radd__(2)``), as torch defines them:
+# __radd__, __rmul__, __rand__, __ror__, __rxor__ are C methods of torch._C.TensorBase (they
+# refuse a self that is not a tensor, and a TypeError inside turns into NotImplemented);
+# __rsub__, __rtruediv__, __rpow__, __rmod__, __rfloordiv__, __rmatmul__ are Python functions
+# of torch/_tensor.py under _handle_torch_function_and_wrap_type_error_to_not_implemented
+# (a TypeError, wrong arguments included, turns into NotImplemented)
+
+def _not_implemented_on_type_error(fn):
+    def op(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except TypeError:
+            return NotImplemented
+    op.__name__ = op.__qualname__ = fn.__name__
+    op.__wrapped__ = fn
+    return op
+
+
+def _tensor_method(name, fn):
+    wrapped = _not_implemented_on_type_error(fn)
+
+    def op(self, *args, **kwargs):
+        if not isinstance(self, Tensor):
+            raise TypeError(f"descriptor '{name}' for 'Tensor' objects doesn't apply to a "
+                            f"'{type(self).__name__}' object")
+        return wrapped(self, *args, **kwargs)
+    op.__name__ = op.__qualname__ = name
+    op.__wrapped__ = fn
+    return op
+
+
+def _radd(self, other, *alpha_other, alpha=1):
+    if alpha_other:
+        # t.__radd__(2, 3): torch's deprecated add(Number alpha, Tensor other), self + 2 * 3
+        if len(alpha_other) != 1 or isinstance(other, Tensor) or \
+                not isinstance(other, (int, float, bool, np.number)):
+            raise TypeError("add(): the deprecated form is add(Number alpha, Tensor other)")
+        (other_t,) = alpha_other
+        warnings.warn("This overload of add is deprecated:\n\tadd(Number alpha, Tensor other)\n"
+                      "Consider using one of the following signatures instead:\n\t"
+                      "add(Tensor other, *, Number alpha = 1)", UserWarning, stacklevel=3)
+        return O.add(self, other_t, alpha=other)
+    return O.add(other, self) if alpha == 1 else O.add(self, other, alpha=alpha)
+
+
+def _rmul(self, other):
+    return O.mul(other, self)
+
+
+def _rsub(self, other):
+    return O.rsub(self, other)
+
+
+def _rdiv(self, other):
+    # torch: self.reciprocal() * other (two roundings); a self that is not a tensor
+    # raises its AttributeError there
+    return O.elementwise.rdiv(self, other) if isinstance(self, Tensor) else \
+        self.reciprocal() * other
+
+
+def _rpow(self, other):
+    return O.pow(other, self)
+
+
+def _rmod(self, other):
+    return O.remainder(other, self)
+
+
+def _rfloordiv(self, other):
+    return O.floor_divide(other, self)
+
+
+def _rmatmul(self, other):
+    if not isinstance(other, Tensor) or not isinstance(self, Tensor):
+        raise TypeError(f"matmul(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(other).__name__}")
+    return O.matmul(other, self)
+
+
+def _rand(self, other):
+    return O.bitwise_and(self, other)
+
+
+def _ror(self, other):
+    return O.bitwise_or(self, other)
+
+
+def _rxor(self, other):
+    return O.bitwise_xor(self, other)
+
+
+_REFLECTED = dict(
+    __radd__=_tensor_method("__radd__", _radd),
+    __rmul__=_tensor_method("__rmul__", _rmul),
+    __rand__=_tensor_method("__rand__", _rand),
+    __ror__=_tensor_method("__ror__", _ror),
+    __rxor__=_tensor_method("__rxor__", _rxor),
+    __rsub__=_not_implemented_on_type_error(_rsub),
+    __rtruediv__=_not_implemented_on_type_error(_rdiv),
+    __rdiv__=_not_implemented_on_type_error(_rdiv),
+    __rpow__=_not_implemented_on_type_error(_rpow),
+    __rmod__=_not_implemented_on_type_error(_rmod),
+    __rfloordiv__=_not_implemented_on_type_error(_rfloordiv),
+    __rmatmul__=_not_implemented_on_type_error(_rmatmul),
+)
 
 
 def _iadd(self, other):
@@ -216,17 +321,17 @@ def _iter(self):
 
 
 _METHODS = dict(
-    __add__=O.add, __radd__=lambda a, b: O.add(b, a), add=O.add,
-    __sub__=O.sub, __rsub__=lambda a, b: O.rsub(a, b), sub=O.sub, subtract=O.sub,
-    __mul__=O.mul, __rmul__=lambda a, b: O.mul(b, a), mul=O.mul, multiply=O.mul,
-    __truediv__=O.div, __rtruediv__=lambda a, b: O.elementwise.rdiv(a, b), div=O.div,
+    __add__=O.add, add=O.add,
+    __sub__=O.sub, sub=O.sub, subtract=O.sub,
+    __mul__=O.mul, mul=O.mul, multiply=O.mul,
+    __truediv__=O.div, div=O.div,
     divide=O.div, true_divide=O.div,
     __floordiv__=O.floor_divide, __mod__=O.remainder, remainder=O.remainder,
     floor_divide=O.floor_divide,
     __neg__=O.neg, neg=O.neg, negative=O.neg, __pos__=lambda self: self,
     __abs__=O.abs, abs=O.abs, sign=O.sign,
-    __pow__=O.pow, pow=O.pow, __rpow__=_rpow, square=O.square,
-    __matmul__=O.matmul, __rmatmul__=lambda a, b: O.matmul(b, a), matmul=O.matmul,
+    __pow__=O.pow, pow=O.pow, square=O.square,
+    __matmul__=O.matmul, matmul=O.matmul,
     mm=O.mm, bmm=O.bmm, addmm=O.addmm, baddbmm=O.baddbmm, mv=O.mv, dot=O.dot, outer=O.outer,
     __getitem__=O.getitem, __setitem__=_setitem, __iter__=_iter,
     __eq__=O.eq, __ne__=O.ne, __lt__=O.lt, __le__=O.le, __gt__=O.gt, __ge__=O.ge,
@@ -298,6 +403,7 @@ _METHODS = dict(
 )
 
 
+_METHODS.update(_REFLECTED)
 _METHODS["lerp"] = O.lerp
 _METHODS["lerp_"] = _inplace(O.lerp)
 

@@ -32,8 +32,8 @@ from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
 from .._core import (
-    _result, _store, as_dtype, bool_, check_memory_format, float64, int64, is_float, opmath,
-    result_type, Tensor, to_dtype as _to,
+    _result, _store, as_dtype, bool_, check_memory_format, float64, int64, is_float, np_dtype,
+    opmath, result_type, Tensor, to_dtype as _to,
 )
 from .. import _special
 from .._cuda_math import powf
@@ -301,6 +301,9 @@ def _pow_scalar_base(s, exponent):
     """``number ** tensor``: ``exp(exponent * log(s))`` in float64, rounded once."""
     if not isinstance(exponent, Tensor):
         raise TypeError("pow(): one of the arguments must be a Tensor")
+    if isinstance(s, (int, np.integer, np.bool_)) and not is_float(exponent.dtype) and \
+            result_type(s, exponent) is not bool_:
+        return _int_pow_scalar_base(int(s), exponent, result_type(s, exponent))
     dt = float_dt(exponent)
     E = f64(exponent)
     with np.errstate(all="ignore"):
@@ -311,6 +314,21 @@ def _pow_scalar_base(s, exponent):
         with np.errstate(all="ignore"):
             return (_store(g.astype(np.float64) * R * np.log(float(s)), dt),)
     return _result(res, dt, (exponent,), backward, saved=("out",), op="pow")
+
+
+def _int_pow_scalar_base(s, exponent, dt):
+    """``int ** integer tensor``: integers, as torch's ``powi`` (repeated
+    squaring that wraps around; a negative exponent gives 0, or 1 and -1 for
+    the bases 1 and -1). numpy's int64 power also squares and wraps, and the
+    product of wrapping multiplications does not depend on their order."""
+    E = exponent._data.astype(np.int64)
+    neg = E < 0
+    with np.errstate(all="ignore"):
+        R = np.power(np.int64(s), np.where(neg, 0, E))
+    R[neg] = 1 if s == 1 else 0
+    if s == -1:
+        R[neg] = np.where(E[neg] % 2 == 0, 1, -1)
+    return Tensor(R.astype(np_dtype(dt)), dt)
 
 
 def square(x):
