@@ -86,6 +86,15 @@ def compile(model=None, *args, **kwargs):  # noqa: A001 - torch's name
     return model
 
 
+def zero_(input):  # noqa: A002 - torch's name
+    """``torch.zero_(t)``: fill ``t`` with zeros in place; returns it."""
+    if not isinstance(input, Tensor):
+        from ..errors import FpemuTypeError
+        raise FpemuTypeError(f"zero_(): argument 'input' (position 1) must be Tensor, not "
+                             f"{type(input).__name__}")
+    return input.zero_()
+
+
 def get_default_dtype():
     return float32
 

@@ -1,9 +1,13 @@
-"""``torch.autograd``: ``backward``, ``grad``, the grad-mode switches and
-custom functions (:class:`Function`, in ``autograd.function`` as in torch)."""
+"""``torch.autograd``: ``backward``, ``grad``, the grad-mode switches,
+custom functions (:class:`Function`, in ``autograd.function`` as in torch),
+:func:`gradcheck` (``autograd.gradcheck``) and the deprecated
+:class:`Variable`."""
 
 from .._core import Tensor, enable_grad, no_grad, run_backward, set_grad_enabled  # noqa: F401
 from . import function  # noqa: F401
 from .function import Function, FunctionCtx, once_differentiable  # noqa: F401
+from .variable import Variable  # noqa: F401
+from .gradcheck import gradcheck, gradgradcheck  # noqa: F401,E402  (the module stays importable)
 from ..ops.creation import zeros_like
 
 

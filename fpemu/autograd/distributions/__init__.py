@@ -155,7 +155,7 @@ class Normal(Distribution):
 
     def rsample(self, sample_shape=()):
         shape = tuple(self._extended_shape(sample_shape))
-        eps = randn(*shape, dtype=self.loc.dtype)
+        eps = randn(shape, dtype=self.loc.dtype)
         return self.loc + eps * self.scale
 
     def log_prob(self, value):
@@ -205,7 +205,7 @@ class Uniform(Distribution):
 
     def rsample(self, sample_shape=()):
         shape = tuple(self._extended_shape(sample_shape))
-        u = rand(*shape, dtype=self.low.dtype)
+        u = rand(shape, dtype=self.low.dtype)
         return self.low + u * (self.high - self.low)
 
     def log_prob(self, value):

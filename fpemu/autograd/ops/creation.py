@@ -31,20 +31,43 @@ def _make(array, dtype, requires_grad):
     return t
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
-          pin_memory=False):
-    return _make(np.zeros(shape_arg(size, "zeros()")), _dtype(dtype), requires_grad)
+_NO_SIZE = object()
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None,
-         pin_memory=False):
-    return _make(np.ones(shape_arg(size, "ones()")), _dtype(dtype), requires_grad)
+def _size(shape, size, name):
+    """The shape of ``f(2, 3)``, ``f((2, 3))`` or ``f(size=(2, 3))``, as torch
+    takes it: ``size=`` a tuple, list or Size of ints, and not besides a
+    positional shape."""
+    if size is _NO_SIZE:
+        if not shape:
+            raise FpemuTypeError(f'{name}() missing 1 required positional arguments: "size" '
+                                 f'(a 0-d tensor is {name}(()) or {name}([]))')
+        return shape_arg(shape, f"{name}()")
+    if shape:
+        raise FpemuTypeError(f"{name}() got multiple values for argument 'size' (pass the "
+                             f"shape once: {name}(2, 3), {name}((2, 3)) or {name}(size=(2, 3)))")
+    if not isinstance(size, (tuple, list)):
+        hint = f"size=({size},) for one dim" if isinstance(size, (int, np.integer)) else \
+            "a tuple such as size=(2, 3)"
+        raise FpemuTypeError(f"{name}(): argument 'size' must be tuple of ints, not "
+                             f"{type(size).__name__} (pass {hint})")
+    return shape_arg((tuple(size),), f"{name}()")
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False,
-          memory_format=None):
+def zeros(*shape, size=_NO_SIZE, dtype=None, device=None, requires_grad=False, out=None,
+          layout=None, pin_memory=False):
+    return _make(np.zeros(_size(shape, size, "zeros")), _dtype(dtype), requires_grad)
+
+
+def ones(*shape, size=_NO_SIZE, dtype=None, device=None, requires_grad=False, out=None,
+         layout=None, pin_memory=False):
+    return _make(np.ones(_size(shape, size, "ones")), _dtype(dtype), requires_grad)
+
+
+def empty(*shape, size=_NO_SIZE, dtype=None, device=None, requires_grad=False, layout=None,
+          pin_memory=False, memory_format=None):
     """Uninitialised in torch; zeros here (deterministic)."""
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
+    return zeros(_size(shape, size, "empty"), dtype=dtype, requires_grad=requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False, layout=None):
@@ -105,15 +128,17 @@ def _drawn(size, name, dtype, generator, requires_grad, draw):
     return _make(draw(_gen(generator), n, dtype).reshape(shape), dtype, requires_grad)
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None):
+def rand(*shape, size=_NO_SIZE, generator=None, dtype=None, device=None, requires_grad=False,
+         out=None):
     """Uniform in [0, 1): torch's CPU numbers for float32 and float64."""
-    return _drawn(size, "rand()", dtype, generator, requires_grad,
+    return _drawn((_size(shape, size, "rand"),), "rand()", dtype, generator, requires_grad,
                   lambda g, n, dt: g.uniform(n, double=dt is float64))
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None):
+def randn(*shape, size=_NO_SIZE, generator=None, dtype=None, device=None, requires_grad=False,
+          out=None):
     """Standard normal values, drawn as torch's CPU generator draws them."""
-    return _drawn(size, "randn()", dtype, generator, requires_grad,
+    return _drawn((_size(shape, size, "randn"),), "randn()", dtype, generator, requires_grad,
                   lambda g, n, dt: g.normal(n, fill32=dt is float32, fill64=dt is float64))
 
 
