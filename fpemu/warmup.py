@@ -18,8 +18,16 @@ that those calls load instead:
 * ``decode``;
 * ``fpemu.stats`` of those formats, on float32 (its 32-bit kernel) and on
   float64 input, and ``stats_many`` of the monitor's four default formats;
-* the README's MLP training step, in bf16 and in fp16 autocast with a
-  GradScaler.
+* ``fpemu.arith`` in fp16, bf16 and e4m3fn; flush-to-zero casts; stats of
+  e2m1 (what the lessons' first cells call besides);
+* the README's MLP training step and a small MLP's first step (a first
+  training script's), in bf16 and in fp16 autocast with a GradScaler, AdamW
+  and gradient clipping;
+* the demo's experiments (``fpemu.experiments``), each at the sizes of its
+  full run with the fewest steps (its ``WARM`` settings) and at its
+  ``QUICK`` sizes: ``make demo`` right after the set-up then compiles
+  nothing (the one that trains a PyTorch model only where torch is
+  installed).
 
 ``make venv`` (and so ``make demo`` and ``make test``) runs it as ``fpemu
 warmup``. Other formats, modes or operations still compile on first use.
@@ -51,19 +59,48 @@ def _inputs(n):
     return x
 
 
-def _mlp_step(dtype_name):
+def _mlp_step(dtype_name, small=False):
+    """The README's MLP step (784-512-10, a batch of 256: the kernels' parallel
+    loops), or with ``small`` a first training script's MLP (20-64-3, a batch
+    of 32: their serial loops), under autocast with a GradScaler and AdamW."""
     import fpemu.autograd as torch
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 10))
+    n_in, hidden, n_out, batch = (20, 64, 3, 32) if small else (784, 512, 10, 256)
+    model = torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, n_out))
     opt = torch.optim.AdamW(model.parameters())
     scaler = torch.amp.GradScaler("cuda")
-    xb, yb = torch.randn(256, 784), torch.randint(0, 10, (256,))
+    xb, yb = torch.randn(batch, n_in), torch.randint(0, n_out, (batch,))
+    opt.zero_grad()
     with torch.autocast(device_type="cuda", dtype=getattr(torch, dtype_name)):
         loss = torch.nn.functional.cross_entropy(model(xb), yb)
     scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     scaler.step(opt)
     scaler.update()
+    return loss.item()
+
+
+def _arith(n, fmt):
+    import fpemu
+    x = fpemu.quantize(_inputs(n), fmt)             # arithmetic takes the format's values
+    y = x[::-1].copy()
+    fpemu.sub(x, y, fmt)
+    fpemu.fma(x, y, x, fmt)
+
+
+def _experiment(name):
+    """One demo experiment at the sizes of its full run (its ``WARM`` steps)
+    and at its ``QUICK`` sizes (``fpemu demo --quick``, the tests)."""
+    from .experiments import module
+    mod = module(name)
+    mod.run(None, **mod.WARM)
+    mod.run(None, **mod.QUICK)
+
+
+#: the experiments that train a real PyTorch model (the demo extra's torch)
+_NEEDS_TORCH = ("emulated_training",)
 
 
 def workload():
@@ -115,8 +152,32 @@ def workload():
                              lambda x=_inputs(n), f=fmt, m=mode: (
                                  fpemu.quantize(x, f, rounding=m),
                                  fpemu.encode(x, f, rounding=m))))
+    # what the lessons' first cells run besides: fpemu.arith (one kernel per
+    # mode and family: lesson 05's fp16 updates), flush-to-zero casts (lesson
+    # 09's and 13's), stats of the MX element formats (lesson 12's monitor)
+    for fmt in ("fp16", "bf16", "e4m3fn"):
+        for n in (SMALL, LARGE):
+            jobs.append((f"arith {fmt} n={n}", lambda n=n, f=fmt: _arith(n, f)))
+    for fmt in ("fp16", "bf16", "e4m3fn"):
+        for x in (_inputs(SMALL), _inputs(LARGE), small64):
+            jobs.append((f"quantize/encode {fmt} subnormals=False {x.dtype} n={x.size}",
+                         lambda x=x, f=fmt: (fpemu.quantize(x, f, subnormals=False),
+                                             fpemu.encode(x, f, subnormals=False))))
+    for n in (SMALL, LARGE):
+        jobs.append((f"stats e2m1 n={n}", lambda x=_inputs(n): fpemu.stats(x, "e2m1")))
     for dtype in ("bfloat16", "float16"):
         jobs.append((f"README MLP step, {dtype} autocast", lambda d=dtype: _mlp_step(d)))
+        jobs.append((f"small MLP step, {dtype} autocast",
+                     lambda d=dtype: _mlp_step(d, small=True)))
+    # the demo's experiments (make demo right after the set-up): collectives,
+    # block formats, the fp8 recipes and the rest, at the full run's sizes
+    import importlib.util
+    from .experiments import ORDER
+    has_torch = importlib.util.find_spec("torch") is not None
+    for name in ORDER:
+        if name in _NEEDS_TORCH and not has_torch:
+            continue
+        jobs.append((f"demo experiment {name}", lambda n=name: _experiment(n)))
     return jobs
 
 

@@ -157,6 +157,44 @@ AFTER_WARMUP = textwrap.dedent("""
                 fpemu.encode(x[:100], fmt, rounding=rounding, seed=1)
                 fpemu.encode(x[:100].astype(np.float64), fmt, rounding=rounding, seed=1)
         fpemu.stats(x, "e4m3fn")
+        # a first training script's small MLP (issue: 2.0 s for its first fp16
+        # step after the warm-up, compiling its small arrays' serial loops)
+        import fpemu.autograd as torch
+        torch.manual_seed(3)
+        X, Y = torch.randn(48, 10), torch.randint(0, 4, (48,))
+        model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 4))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cuda")
+        for step in range(3):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(device_type="cuda", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(X[step * 16:][:16]),
+                                                         Y[step * 16:][:16])
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            loss.item()
+        # what the demo runs (its collectives, block formats) at other sizes
+        from fpemu import collectives
+        from fpemu.block import quantize_blocks
+        rng = np.random.default_rng(0)
+        xs = [rng.standard_normal(3000).astype(np.float32) for _ in range(8)]
+        for alg in ("gloo", "ring", "tree", "nvls"):
+            collectives.all_reduce(xs, "bf16", algorithm=alg)
+        w = rng.standard_normal((96, 64)).astype(np.float32)
+        for preset in ("mxfp8", "mxfp4", "nvfp4"):
+            quantize_blocks(w, preset)
+        # lessons' first cells: fp16 arithmetic (05), flush-to-zero (09, 13),
+        # a monitor's e2m1 counts (12)
+        w16 = fpemu.quantize(256.0, "fp16")
+        fpemu.sub(w16, fpemu.quantize(0.009, "fp16"), "fp16")
+        fpemu.quantize([5e-5, 1e-6, 1e-7, 4e-8, 2.9e-8], "fp16", subnormals=False)
+        fpemu.stats(rng.standard_normal(1000).astype(np.float32), "e2m1", scale=64.0)
+        # the demo's experiments at its quick sizes (make demo runs the full
+        # ones, which the warm-up runs with fewer steps)
+        from fpemu.report import run_all
+        run_all(quick=True, progress=False)
     names = sorted({e.data["dispatcher"].py_func.__qualname__
                     for _, e in rec.buffer if e.is_start} | set(loaded))
     json.dump(names, sys.stdout)
@@ -166,9 +204,11 @@ AFTER_WARMUP = textwrap.dedent("""
 def test_warmup_covers_the_common_set():
     """After ``fpemu.warmup.warmup()`` (``fpemu warmup``, which make venv runs)
     a process needs no further kernel, compiled or loaded from the cache, for
-    the README's MLP step, explain() of a Python float, and quantize / encode
-    of other formats of the warmed families, small and large, in several
-    modes. Runs with the suite's own cache (fast once make venv warmed it)."""
+    the README's MLP step, explain() of a Python float, quantize / encode of
+    other formats of the warmed families, small and large, in several modes,
+    a small MLP's fp16 AMP steps, the demo's collectives and block formats at
+    other sizes, the lessons' first calls and the quick demo. Runs with the
+    suite's own cache (fast once make venv warmed it)."""
     res = subprocess.run([sys.executable, "-c", AFTER_WARMUP], capture_output=True, text=True,
                          timeout=900)
     assert res.returncode == 0, res.stderr[-4000:]

@@ -1,7 +1,9 @@
 """Lesson experiments: one module per scenario, each runnable in seconds.
 
 Each module has a ``Config`` dataclass whose defaults run in under 20 s on two
-cores, a ``QUICK`` dict of smaller settings (the tests use them), and
+cores, a ``QUICK`` dict of smaller settings (the tests use them), a ``WARM``
+dict (the defaults' sizes with the fewest steps: ``fpemu warmup`` runs it, so
+that the demo's full run loads every kernel it calls), and
 ``run(config=None, **overrides)``, which returns a :class:`Result` with
 ``summary()`` (the key numbers as a dict, printed as text), ``plot()`` (the
 figures) and ``conclusion`` (two sentences computed from the numbers).

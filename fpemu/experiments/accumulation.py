@@ -35,6 +35,8 @@ class Config:
 
 
 QUICK = dict(ks=(128, 512), rows=2, cols=2)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict()
 
 
 def setup(c):

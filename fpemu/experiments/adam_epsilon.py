@@ -33,6 +33,8 @@ class Config:
 
 
 QUICK = dict(g_lo=2.0**-9, g_hi=2.0**-7)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict()
 
 
 def setup(c):

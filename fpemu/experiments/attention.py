@@ -39,6 +39,8 @@ class Config:
 
 
 QUICK = dict(heads=2, length=16, dim=16)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict()
 
 
 def setup(c):

@@ -39,6 +39,8 @@ class Config:
 
 
 QUICK = dict(steps=4, dim=16, batch=4, seq=8)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict(steps=1)
 
 _WEIGHTS = ("q", "k", "v", "o", "ff1", "ff2", "head")
 

@@ -44,6 +44,8 @@ class Config:
 
 
 QUICK = dict(elements=256, max_world_log2=6)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict()
 
 
 def setup(c):

@@ -49,6 +49,8 @@ class Config:
 
 
 QUICK = dict(steps=12, layers=1, width=32)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict(steps=1)
 
 
 def setup(c):

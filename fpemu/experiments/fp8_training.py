@@ -39,6 +39,8 @@ class Config:
 
 
 QUICK = dict(steps=6, spike_step=4, dim=16, batch=4, seq=8)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict(steps=3, spike_step=1)
 
 
 def setup(c):

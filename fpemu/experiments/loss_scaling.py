@@ -52,6 +52,8 @@ SCALERS = {"torch": "PyTorch GradScaler", "deepspeed": "DeepSpeed DynamicLossSca
 
 
 QUICK = dict(steps=30, spikes=(5, 6, 20), growth_interval=4, width=8, batch=32)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict(steps=4, spikes=(1, 2), growth_interval=2)
 
 
 def setup(c):

@@ -39,6 +39,8 @@ class Config:
 
 
 QUICK = dict(train_steps=20, width=8, batch=32)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict(train_steps=2)
 
 
 def setup(c):

@@ -35,6 +35,8 @@ class Config:
 
 
 QUICK = dict(width=8, steps=20, batch=32)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict(steps=2)
 
 
 def setup(c):

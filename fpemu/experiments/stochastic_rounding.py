@@ -33,6 +33,8 @@ class Config:
 
 
 QUICK = dict(steps=30, samples=128, features=16)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict(steps=2)
 
 
 def setup(c):

@@ -44,6 +44,8 @@ class Config:
 
 
 QUICK = dict(depth=6, width=16, outputs=16, steps=12, batch=64, record_steps=2)
+#: the full run's sizes with the fewest steps (``fpemu warmup``)
+WARM = dict(steps=5)
 
 
 def setup(c):
