@@ -54,6 +54,7 @@ class UnrecordedSplitWarning(UserWarning):
     split it, and then its last bits differ. Pass ``splitk=`` an int to choose,
     or silence it with ``warnings.simplefilter("ignore", UnrecordedSplitWarning)``."""
 
+
 #: Where the decisions were recorded (the table's own metadata).
 TABLE = "H100 PCIe (114 SMs), driver 570.148.08, cuBLASLt 12.8.3.14, torch 2.7.1+cu128"
 
