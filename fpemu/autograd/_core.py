@@ -23,6 +23,7 @@ tensor a new node and leaves the old one to the ops that read the old value.
 from __future__ import annotations
 
 import functools
+import re
 import weakref
 
 import numpy as np
@@ -273,8 +274,11 @@ class Node:
         self.retained = None
 
     def name(self):
-        # a custom autograd.Function's node is named as torch names it ("MyReLUBackward")
-        return self.op if self.op.endswith("Backward") else f"{self.op}Backward0"
+        # a custom autograd.Function's node is named as torch names it ("MyReLUBackward");
+        # an op of another overload carries its number ("SumBackward1")
+        if self.op.endswith("Backward") or _NUMBERED.search(self.op):
+            return self.op
+        return f"{self.op}Backward0"
 
     @property
     def next_functions(self):
@@ -323,6 +327,17 @@ _LEGACY = object()          # an argument Tensor(...) was not given
 _DTYPE_CLASSES = frozenset((DType, TorchFormat, Format))
 
 
+#: torch's legacy constructor (``fpemu.autograd._legacy``, which registers it
+#: here when the package is imported: this module does not import that one)
+_LEGACY_INIT = [None]
+
+
+def set_legacy_constructor(init):
+    """Install ``init(tensor, dtype, args, kwargs)``, the legacy constructor
+    that ``Tensor(2, 3)`` and ``Tensor([1.0])`` run."""
+    _LEGACY_INIT[0] = init
+
+
 class Tensor:
     """An array of values of one dtype, with a gradient and a graph.
 
@@ -340,11 +355,10 @@ class Tensor:
         # fpemu builds tensors as Tensor(array, dtype); anything else is torch's
         # legacy constructor, Tensor(2, 3) or Tensor([1.0, 2.0]) (fpemu/autograd/_legacy.py)
         if dtype.__class__ not in _DTYPE_CLASSES and not isinstance(dtype, (DType, Format)):
-            from ._legacy import legacy_init
             args = tuple(a for a in (array, dtype) if a is not _LEGACY) + sizes
             if requires_grad is not None:
                 kwargs["requires_grad"] = requires_grad
-            legacy_init(self, None, args, kwargs)
+            _LEGACY_INIT[0](self, None, args, kwargs)
             return
         if sizes or kwargs:
             raise FpemuTypeError(f"Tensor(array, dtype, *, requires_grad): unexpected arguments "
@@ -870,6 +884,19 @@ def _result(array, dtype, parents, backward, saved=(), view_of=None, op=None, st
                        for s in saved if s is not None)
             t.grad_fn = Node(_node_name(name), backward, tuple(inputs), sv, stored)
     return t
+
+
+def _named(t, name):
+    """``t`` with its graph node named ``name`` as torch names it ("T",
+    "SqueezeBackward1"): ops that fpemu composes of others, or that torch
+    counts as another overload of one function, print torch's grad_fn."""
+    node = t.grad_fn
+    if node is not None and not isinstance(node, AccumulateGrad):
+        node.op = name
+    return t
+
+
+_NUMBERED = re.compile(r"Backward\d+$")
 
 
 @functools.lru_cache(maxsize=None)

@@ -32,8 +32,8 @@ from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
 from .._core import (
-    _result, _store, as_dtype, bool_, check_memory_format, float64, int64, is_float, np_dtype,
-    opmath, result_type, Tensor, to_dtype as _to,
+    _named, _result, _store, as_dtype, bool_, check_memory_format, float64, int64, is_float,
+    np_dtype, opmath, result_type, Tensor, to_dtype as _to,
 )
 from .. import _special
 from .._cuda_math import powf
@@ -48,7 +48,7 @@ _TWO_OVER_SQRT_PI = 1.1283791670955126
 
 
 # ------------------------------------------------------------------ arithmetic
-def add(a, b, alpha=1, out=None):
+def add(a, b, alpha=1, out=None, *, _op="add"):
     """a + alpha * b (alpha != 1: the exact fma nvcc makes of it)."""
     a, b = t_or_number(a, "add()"), t_or_number(b, "add()")
     broadcast_check(a, b)
@@ -71,7 +71,7 @@ def add(a, b, alpha=1, out=None):
     def backward(g):
         gb = g if alpha == 1 else _store(g.astype(opmath(dt)) * alpha_o, dt)
         return grad_part(g, a, dt), grad_part(gb, b, dt)
-    return _out(_result(res, dt, (a, b), backward, op="add"), out)
+    return _out(_result(res, dt, (a, b), backward, op=_op), out)
 
 
 def _cpu_scalar(x, other):
@@ -87,14 +87,16 @@ def sub(a, b, alpha=1, out=None):
             b.dtype is bool_:
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
                            "supported. Use the `^` or `logical_xor()` operator instead.")
-    return add(a, neg(b) if isinstance(b, Tensor) else -b, alpha, out=out)
+    # ATen's sub is add with -alpha: one node, a - alpha * b rounded once
+    return add(a, b, -alpha, out=out, _op="sub")
 
 
 def rsub(a, b, alpha=1):
     """``b - alpha * a`` (``number - tensor``): torch's ``sub(b, a, alpha)``,
     one rounding (the fma of ``-alpha * a + b`` where alpha != 1)."""
     _tensor_args("rsub", a, b)
-    return sub(b, a, alpha=alpha)
+    return _named(sub(b, a, alpha=alpha), "RsubBackward0" if isinstance(b, Tensor)
+                  else "RsubBackward1")
 
 
 def neg(a):
@@ -332,7 +334,7 @@ def _int_pow_scalar_base(s, exponent, dt):
 
 
 def square(x):
-    return mul(x, x)
+    return _named(mul(x, x), "Pow")                  # torch's square is pow(x, 2)
 
 
 # ------------------------------------------------------------------ elementwise
@@ -749,8 +751,10 @@ def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
             above = (X > hi) | (hi < lo) if lo is not None else X > hi
             gmax = grad_part(np.where(above, g, zero), max, dt)
         return (gx, gmin, gmax)
+    # torch: ClampBackward1 for number bounds, ClampBackward0 for tensor ones
+    tensor_bound = isinstance(min, Tensor) or isinstance(max, Tensor)
     return _result(res, dt, (x, min, max), backward, saved=_tensors((x, min, max)),
-                   op="clamp")
+                   op="clamp" if tensor_bound else "ClampBackward1")
 
 
 clip = clamp

@@ -18,7 +18,9 @@ from ... import accumulate as _acc
 from ...formats import tf32 as _tf32
 from ...quantize import quantize
 from .._autocast import cast_inputs
-from .._core import Tensor, _result, _store, _sum_to, float32, float64, is_float, result_type
+from .._core import (
+    Tensor, _named, _result, _store, _sum_to, float32, float64, is_float, result_type,
+)
 from .._profile import get_profile
 from .._state import State
 from .._common import c10_name, operand, scalar_type  # noqa: F401  (re-exported)
@@ -120,11 +122,15 @@ def _matmul(a, b, op):
             raise RuntimeError(f"inconsistent tensor size, expected tensor [{a.shape[0]}] and "
                                f"src [{b.shape[0]}] to have the same number of elements, but "
                                f"got {a.shape[0]} and {b.shape[0]} elements respectively")
-        return _matmul(a.reshape(1, -1), b.reshape(-1, 1), op).reshape(())
+        return _named(_matmul(a.reshape(1, -1), b.reshape(-1, 1), op).reshape(()), "Dot")
+    # torch's grad_fn of these shapes: a vector times a matrix squeezes the
+    # product (SqueezeBackward4), a matrix times a vector is mv
     if a.ndim == 1:
-        return _matmul(a.reshape(1, -1), b, op).reshape(b.shape[:-2] + b.shape[-1:])
+        return _named(_matmul(a.reshape(1, -1), b, op).reshape(b.shape[:-2] + b.shape[-1:]),
+                      "SqueezeBackward4" if b.ndim == 2 else "UnsafeView")
     if b.ndim == 1:
-        return _matmul(a, b.reshape(-1, 1), op).reshape(a.shape[:-1])
+        return _named(_matmul(a, b.reshape(-1, 1), op).reshape(a.shape[:-1]),
+                      "Mv" if a.ndim == 2 else "UnsafeView")
     if a.shape[-1] != b.shape[-2]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
                            f"({int(np.prod(a.shape[:-1]))}x{a.shape[-1]} and "
@@ -153,6 +159,8 @@ def _matmul(a, b, op):
                              b.shape, dt)
         return ga, gb
     saved = tuple(t for t, need in ((b, a_needs), (a, b_needs)) if need)
+    if op == "matmul":              # torch's matmul runs mm, or a batched product viewed
+        op = "mm" if a.ndim == 2 and b.ndim == 2 else "UnsafeView"
     return _result(res, dt, (a, b), backward, saved=saved, op=op)
 
 
@@ -230,7 +238,11 @@ def linear(x, weight, bias=None):
                 gb = _store(g2.astype(np.float64).sum(axis=0), dt)
         return gx, gw, gb
     saved = tuple(t for t, need in ((weight, x_needs), (x, w_needs)) if need)
-    return _result(res, dt, (x, weight, bias), backward, saved=saved, op="addmm",
+    # torch's grad_fn: addmm / mm on a matrix, a view of them on other inputs
+    # (a 1-D input without bias: its mv squeezed)
+    op = {(2, True): "addmm", (2, False): "mm", (1, False): "SqueezeBackward4"}.get(
+        (x.ndim, bias is not None), "view" if bias is not None else "UnsafeView")
+    return _result(res, dt, (x, weight, bias), backward, saved=saved, op=op,
                    stored=True)                      # x, weight and bias are of dtype dt
 
 

@@ -13,7 +13,9 @@ import collections
 import numpy as np
 
 from .._autocast import cast_inputs
-from .._core import Tensor, _result, _store, bool_, float64, int64, is_float, to_dtype
+from .._core import (
+    Tensor, _named, _result, _store, bool_, float64, int64, is_float, to_dtype,
+)
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._common import f64, wrap_dim
 from .elementwise import _tensor_args, maximum, minimum, sqrt
@@ -61,7 +63,7 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch's name
 
     def backward(g):
         return (_expand_back(g, axes, keepdim, x.shape),)
-    return _result(res, dt, (x,), backward, op="sum")
+    return _result(res, dt, (x,), backward, op="sum" if dim is None else "SumBackward1")
 
 
 def mean(x, dim=None, keepdim=False, dtype=None):
@@ -80,7 +82,7 @@ def mean(x, dim=None, keepdim=False, dtype=None):
 
     def backward(g):
         return (_expand_back(_store(g.astype(np.float64) / n, dt), axes, keepdim, x.shape),)
-    return _result(res, dt, (x,), backward, op="mean")
+    return _result(res, dt, (x,), backward, op="mean" if dim is None else "MeanBackward1")
 
 
 def _scalar_name(dt):
@@ -184,7 +186,7 @@ def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
     if isinstance(dim, Tensor):
         return maximum(x, dim)
     if dim is None:
-        return amax(x)
+        return _named(amax(x), "MaxBackward1")
     return _select_extreme(x, dim, keepdim, np.argmax, "max")
 
 
@@ -193,7 +195,7 @@ def min(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
     if isinstance(dim, Tensor):
         return minimum(x, dim)
     if dim is None:
-        return amin(x)
+        return _named(amin(x), "MinBackward1")
     return _select_extreme(x, dim, keepdim, np.argmin, "min")
 
 
@@ -421,7 +423,7 @@ def norm(x, p="fro", dim=None, keepdim=False):
             else:
                 gx = X * np.abs(X) ** (p - 2) * np.where(n == 0, 0.0, G / n ** (p - 1))
         return (_store(gx, x.dtype),)
-    return _result(res, x.dtype, (x,), backward, saved=(x,), op="norm")
+    return _result(res, x.dtype, (x,), backward, saved=(x,), op="linalg_vector_norm")
 
 
 def _nuclear_norm(x, dim, keepdim):

@@ -13,8 +13,8 @@ import numpy as np
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._core import (
-    _result, _store, _sum_to, as_dtype, bool_, check_memory_format, int64, is_float, np_dtype,
-    result_type, Tensor, to_dtype,
+    _named, _result, _store, _sum_to, as_dtype, bool_, check_memory_format, int64, is_float,
+    np_dtype, result_type, Tensor, to_dtype,
 )
 from .._common import shape_arg, wrap_dim
 from .inplace import _needs_graph, apply_inplace, copy_into, write_out
@@ -127,7 +127,7 @@ swapaxes = swapdims = transpose
 def t(x):
     if x.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
-    return transpose(x, 0, 1) if x.ndim == 2 else x
+    return _named(transpose(x, 0, 1), "T") if x.ndim == 2 else x
 
 
 def permute(x, *dims):
@@ -175,7 +175,10 @@ def squeeze(x, dim=None):
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
     axes = tuple(a for a in (wrap_dim(d, x.ndim) for d in dims)
                  if x.ndim and x.shape[a] == 1)
-    return _as_view(x, np.squeeze(x._data, axis=axes) if axes else x._data.view(), "squeeze")
+    # torch: SqueezeBackward0 for all dims, 1 for one dim, 2 for a tuple of them
+    return _named(_as_view(x, np.squeeze(x._data, axis=axes) if axes else x._data.view(),
+                           "squeeze"),
+                  "SqueezeBackward2" if isinstance(dim, (tuple, list)) else "SqueezeBackward1")
 
 
 def flatten(x, start_dim=0, end_dim=-1):
@@ -458,7 +461,7 @@ def stack(tensors, dim=0, out=None):
                            f"at entry {i}")
     d = wrap_dim(dim, tensors[0].ndim + 1)
     tensors = cast_inputs("stack", *tensors)            # AutocastCPU: promote
-    return cat([unsqueeze(t_, d) for t_ in tensors], d, out=out)
+    return _named(cat([unsqueeze(t_, d) for t_ in tensors], d, out=out), "Stack")
 
 
 def flip(x, dims):
@@ -655,6 +658,22 @@ def _basic(idx):
     return parts
 
 
+def _index_op(idx):
+    """torch's grad_fn of basic indexing: the last step that does something
+    (an int selects, a slice that is not the whole dimension slices, None
+    unsqueezes); none at all is an alias."""
+    steps = idx if isinstance(idx, tuple) else (idx,)
+    for s in reversed(steps):
+        if s is None:
+            return "unsqueeze"
+        if isinstance(s, slice):
+            if not (s.start in (None, 0) and s.stop is None and s.step in (None, 1)):
+                return "slice"
+        elif s is not Ellipsis:
+            return "select"
+    return "alias"
+
+
 def getitem(x, idx):
     idx = _index(idx)
     if _is_basic(idx):
@@ -667,7 +686,8 @@ def getitem(x, idx):
             G = np.zeros(x.shape, g.dtype)
             G[_basic(idx)] = g
             return (G,)
-        return _result(v, x.dtype, (x,), backward_view, view_of=x, op="select", stored=True)
+        return _result(v, x.dtype, (x,), backward_view, view_of=x, op=_index_op(idx),
+                       stored=True)
     try:
         res = np.array(x._data[idx], copy=True)
     except IndexError as err:
