@@ -31,7 +31,8 @@ import numpy as np
 from ..errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from ._common import c10_name
 from ._core import (
-    Node, Size, Tensor, bool_, device as _device, float32, is_float, np_dtype, tensor,
+    Node, Size, Tensor, bool_, device as _device, float32, is_float, np_dtype,
+    set_legacy_constructor, tensor,
 )
 from ._dtypes import DType, Format
 from ._state import State
@@ -296,3 +297,6 @@ class LegacyTensorType:
 
     def __repr__(self):
         return f"<class 'torch.{self.__name__}'>"
+
+
+set_legacy_constructor(legacy_init)

@@ -7,36 +7,8 @@ from .._core import Tensor, enable_grad, no_grad, run_backward, set_grad_enabled
 from . import function  # noqa: F401
 from .function import Function, FunctionCtx, once_differentiable  # noqa: F401
 from .variable import Variable  # noqa: F401
+from ._backward import backward, grad  # noqa: F401
 from .gradcheck import gradcheck, gradgradcheck  # noqa: F401,E402  (the module stays importable)
-from ..ops.creation import zeros_like
-
-
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
-    grads = [None] * len(tensors) if grad_tensors is None else (
-        [grad_tensors] if isinstance(grad_tensors, Tensor) else list(grad_tensors))
-    run_backward(tensors, grads, retain_graph, create_graph, inputs)
-
-
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-         allow_unused=None, materialize_grads=False):
-    """The gradients of ``outputs`` with respect to ``inputs``, returned (not
-    accumulated into ``.grad``)."""
-    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
-    single = isinstance(inputs, Tensor)
-    inputs = [inputs] if single else list(inputs)
-    grads = [None] * len(outputs) if grad_outputs is None else (
-        [grad_outputs] if isinstance(grad_outputs, Tensor) else list(grad_outputs))
-    got = run_backward(outputs, grads, retain_graph, create_graph, capture=inputs)
-    for i, g in enumerate(got):
-        if g is None and not allow_unused and not materialize_grads:
-            raise RuntimeError("One of the differentiated Tensors appears to not have been "
-                               "used in the graph. Set allow_unused=True if this is the "
-                               "desired behavior.")
-        if g is None and materialize_grads:
-            got[i] = zeros_like(inputs[i])
-    return tuple(got)
-
 
 from .._missing import module_getattr as _module_getattr  # noqa: E402
 

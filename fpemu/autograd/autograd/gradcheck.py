@@ -154,7 +154,7 @@ def _numerical_jacobian(func, inputs, outputs, eps):
 
 
 def _vjp(output, inputs, cotangent):
-    from . import grad
+    from ._backward import grad
     return grad(output, [t for _, t in _grad_inputs(inputs)], cotangent, retain_graph=True,
                 allow_unused=True)
 
@@ -292,7 +292,7 @@ def _backward_mul_by_grad_output(outputs, inputs):
     diff = [t for _, t in _grad_inputs(inputs)]
     if not diff:
         raise GradcheckError("no Tensors requiring grad found in input")
-    from . import grad
+    from ._backward import grad
     zeros = [O.zeros_like(o) for o in outputs]
     for gi, di in zip(grad(list(outputs), diff, zeros, allow_unused=True), diff):
         if gi is None:
