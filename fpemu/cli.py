@@ -111,8 +111,9 @@ def _cmd_demo(args) -> int:
     if missing:
         raise CliError(f"the demo needs {' and '.join(missing)}, which this environment lacks "
                        f"(fpemu itself needs only NumPy and Numba); install the demo extra: "
-                       f"pip install 'fpemu[demo]' (matplotlib, tqdm and PyTorch, about "
-                       f"{DEMO_EXTRA_SIZE} on top), or from a checkout: make demo")
+                       f"pip install 'fpemu[demo]' (matplotlib, tqdm and PyTorch: a virtual "
+                       f"environment with them is about {DEMO_EXTRA_SIZE}), or from a "
+                       f"checkout: make demo")
     from .tensorfiles import check_output_dir
     check_output_dir(args.out, "report folder")
     from .report import demo
