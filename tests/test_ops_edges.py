@@ -190,9 +190,18 @@ def test_vector_norm_gradient_keeps_torchs_nan_and_inf_where_the_norm_is_zero(p)
         f = ft.tensor(rows, dtype=ft.float64, requires_grad=True)
         ft.linalg.vector_norm(f, p, dim=1).backward(ft.tensor(gv, dtype=ft.float64))
         a, b = t.grad.numpy(), f.grad.numpy()
-        # which elements are NaN, +-inf and zero is torch's (the finite
-        # values are float64 rounded once, within an ulp of torch's steps)
+        # which elements are NaN, +-inf and zero is torch's
         for pred in (np.isnan, np.isposinf, np.isneginf, lambda v: v == 0):
             assert np.array_equal(pred(a), pred(b)), (p, gv, a, b)
         fin = np.isfinite(a)
-        np.testing.assert_allclose(b[fin], a[fin], rtol=4e-16, atol=0)
+        if p != 0.5:
+            # the same float64 operations in torch's order: the same bits
+            assert np.array_equal(_bits(b[fin]), _bits(a[fin])), (p, gv, a, b)
+        else:
+            # |x| ** -0.5 and the norm's ** 2 go through numpy's pow and
+            # glibc's: they part by an ulp here (a norm is tier 2 in
+            # docs/autograd.md), counted in float64 ulps on the same sign
+            assert np.array_equal(np.signbit(a[fin]), np.signbit(b[fin]))
+            ulps = np.abs(_bits(np.abs(b[fin])).astype(np.int64)
+                          - _bits(np.abs(a[fin])).astype(np.int64))
+            assert ulps.max(initial=0) <= 2, (gv, a, b)

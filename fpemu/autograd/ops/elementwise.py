@@ -27,7 +27,9 @@ import builtins
 
 import numpy as np
 
-from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
+from ...errors import (
+    FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError, FpemuValueError,
+)
 from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
@@ -978,8 +980,9 @@ def _bitwise(npop, name):
     def op(a, b):
         _tensor_args(name, a, b, "one")
         dt = result_type(a, b)
-        if is_float(dt):
-            raise RuntimeError(f'"{name}_cpu" not implemented for \'{dt}\'')
+        if is_float(dt):                 # torch's dispatch: NotImplementedError
+            raise FpemuNotImplementedError(f'"{name}_cpu" not implemented for '
+                                           f'\'{_c10(dt)}\'')
         return Tensor(np.asarray(npop(_arr(a), _arr(b))).astype(dt.np_dtype), dt)
     return op
 
@@ -991,5 +994,6 @@ bitwise_xor = _bitwise(np.bitwise_xor, "bitwise_xor")
 
 def bitwise_not(x):
     if is_float(x.dtype):
-        raise RuntimeError(f'"bitwise_not_cpu" not implemented for \'{x.dtype}\'')
+        raise FpemuNotImplementedError(f'"bitwise_not_cpu" not implemented for '
+                                       f'\'{_c10(x.dtype)}\'')
     return Tensor(np.invert(x._data), x.dtype)
