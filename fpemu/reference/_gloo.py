@@ -222,7 +222,9 @@ def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout, worlds=None):
         else:                    # one DDP per world size, on the group of ranks 0 .. w - 1
             res = {}
             for w in worlds:
-                group = dist.new_group(list(range(w)))      # every rank takes part in this call
+                # every rank takes part in this call; the group keeps the timeout
+                group = dist.new_group(list(range(w)),
+                                       timeout=datetime.timedelta(seconds=timeout))
                 if rank < w:
                     res.update({f"w{w}.{k}": v for k, v in _ddp_train(torch, cfg, rank,
                                                                       group).items()})
