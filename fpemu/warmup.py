@@ -158,7 +158,6 @@ def workload():
     for fmt in ("fp16", "bf16", "e4m3fn"):
         for n in (SMALL, LARGE):
             jobs.append((f"arith {fmt} n={n}", lambda n=n, f=fmt: _arith(n, f)))
-    for fmt in ("fp16", "bf16", "e4m3fn"):
         for x in (_inputs(SMALL), _inputs(LARGE), small64):
             jobs.append((f"quantize/encode {fmt} subnormals=False {x.dtype} n={x.size}",
                          lambda x=x, f=fmt: (fpemu.quantize(x, f, subnormals=False),
