@@ -30,6 +30,13 @@ torch version and answers the questions that differ:
   fused optimizers split a tensor into per-thread chunks of whole cache lines
   and run each chunk's vector body and scalar tail separately, so which
   elements take the tail depends on it.
+* ``gpu`` (CUDA profile; default ``"h100"``): which GPU's kernels. It sets
+  the tensor-core model of bf16 / fp16 matrix products (:data:`GPUS`; the
+  Hopper model reproduced every bf16 / fp16 ``torch.mm`` probe an H200
+  wrote, ``tests/test_gpu_probes.py``) and the streaming-multiprocessor count
+  from which ATen's CUDA reductions choose their launch. ``"h200"`` is a
+  Hopper with the H100's SM count; ``"a100"`` is Ampere (published model, no
+  probes of ours yet).
 * ``e4m3_overflow``: float8_e4m3fn saturates to ±448 from torch 2.12 on
   (PR #178817, merged 2026-04-17); earlier versions give NaN. Derived from the
   version unless given.
@@ -51,6 +58,34 @@ import re
 from ._state import State
 
 DEVICES = ("cuda", "cpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """What fpemu needs to know of a GPU: the accumulation model of its bf16 /
+    fp16 tensor cores (a name of :data:`fpemu.accumulate.TENSOR_CORES`) and
+    its number of streaming multiprocessors (``cudaDeviceProp.multiProcessorCount``,
+    which ATen's reductions read when they choose a launch)."""
+
+    name: str
+    arch: str
+    tensor_core: str
+    sm_count: int
+    source: str
+
+
+#: the GPUs a CUDA profile can name. SM counts: NVIDIA's data sheets (H100 SXM5
+#: 132, A100 108); the H200 wrote 132 in our gpu-check run
+#: (bench/gpu_check/nvidia-h200-torch2.11.0/env.json).
+GPUS = {
+    "h100": Gpu("h100", "hopper", "h100", 132,
+                "Hopper (sm_90), H100 SXM5; tensor-core model fitted to an H200's probes"),
+    "h200": Gpu("h200", "hopper", "h100", 132,
+                "Hopper (sm_90); its probes are the ones the model was fitted to"),
+    "a100": Gpu("a100", "ampere", "a100", 108,
+                "Ampere (sm_80); the published tensor-core model, not yet probed here"),
+}
+DEFAULT_GPU = "h100"
 E4M3_SATURATES_FROM = (2, 12)
 
 
@@ -63,17 +98,22 @@ def _version_tuple(version: str):
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
-    """``Profile(device="cuda", torch_version="2.13.0", e4m3_overflow=None)``."""
+    """``Profile(device="cuda", torch_version="2.13.0", e4m3_overflow=None,
+    cpu_capability="AVX512", cpu_threads=1, gpu="h100")``."""
 
     device: str = "cuda"
     torch_version: str = "2.13.0"
     e4m3_overflow: str | None = None
     cpu_capability: str = "AVX512"
     cpu_threads: int = 1
+    gpu: str = DEFAULT_GPU
 
     def __post_init__(self):
         if self.device not in DEVICES:
             raise ValueError(f"Profile: device must be one of {DEVICES}, got {self.device!r}")
+        if self.gpu not in GPUS:
+            raise ValueError(f"Profile: gpu must be one of {tuple(GPUS)}, got {self.gpu!r}; "
+                             f"Profile('cuda', gpu='h100') is Hopper, the default")
         vt = _version_tuple(self.torch_version)
         if self.e4m3_overflow is None:
             rule = "saturate" if vt >= E4M3_SATURATES_FROM else "nan"
@@ -85,6 +125,16 @@ class Profile:
     @property
     def cpu(self) -> bool:
         return self.device == "cpu"
+
+    @property
+    def gpu_spec(self) -> Gpu:
+        """The :class:`Gpu` a CUDA profile computes like."""
+        return GPUS[self.gpu]
+
+    @property
+    def sm_count(self) -> int:
+        """The GPU's streaming-multiprocessor count (ATen's reduction launch)."""
+        return GPUS[self.gpu].sm_count
 
     def cpu_fused_parts(self, n: int, itemsize: int, lanes: int):
         """Index ranges (body_start, body_end, tail_end) of the chunks a CPU
