@@ -45,7 +45,8 @@ import numpy as np
 from .accumulate import SplitK
 from .errors import FpemuTypeError, FpemuValueError
 
-__all__ = ["SplitDecision", "UnrecordedSplitWarning", "splitk_decision", "TABLE", "WORKSPACES"]
+__all__ = ["SplitDecision", "UnrecordedSplitWarning", "splitk_decision", "TABLE", "WORKSPACES",
+           "gemm16_decision", "GEMM16_SPLITS", "GEMM16_UNSPLIT_UP_TO"]
 
 
 class UnrecordedSplitWarning(UserWarning):
@@ -190,3 +191,47 @@ def splitk_decision(M, N, K, a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn",
     return SplitDecision(1, "unrecorded", f"{M}x{N}x{K} ({name}) is neither in the table of the "
                                           f"{TABLE} nor above its no-split bound: unsplit assumed, "
                                           "the GPU may split it")
+
+
+# ------------------------------------------------------------ bf16 / fp16 GEMMs
+#: bf16 / fp16 GEMMs with fp32 accumulation (``torch.mm``) on an NVIDIA H200,
+#: torch 2.11.0+cu130 (cuBLAS of CUDA 13.0): the splits of K its probes showed
+#: (bench/gpu_check/nvidia-h200-torch2.11.0, ``tests/test_gpu_probes.py``), keyed
+#: by (M, N, K). The parts are whole 128-wide k-tiles, as in the fp8 split.
+GEMM16_SPLITS = {(16, 16, 4096): 3, (16, 16, 8192): 6}
+
+#: No probe of K up to this ran split: 16x2048x16 (one output tile, the shape
+#: most likely to split) ran unsplit, and a larger output has more tiles to
+#: share the SMs, so cuBLAS has less reason to split it.
+GEMM16_UNSPLIT_UP_TO = 2048
+
+GEMM16_TABLE = "NVIDIA H200 (132 SMs), torch 2.11.0+cu130, driver 580.159.04"
+
+
+def gemm16_decision(M, N, K, dtype="bfloat16") -> SplitDecision:
+    """The split of K cuBLAS makes for a bf16 / fp16 GEMM ``(M, K) @ (K, N)``
+    with fp32 accumulation, as far as the H200 probes know it: a recorded
+    shape gives its split (``source="table"``); K up to
+    :data:`GEMM16_UNSPLIT_UP_TO` runs unsplit (``"observed"``); a longer K
+    not recorded is assumed unsplit (``"unrecorded"``: the GPU may split it).
+
+    >>> from fpemu import cublaslt
+    >>> cublaslt.gemm16_decision(16, 16, 8192).splits
+    6
+    >>> cublaslt.gemm16_decision(64, 64, 512).source
+    'observed'
+    """
+    M, N, K = _dim(M, "M"), _dim(N, "N"), _dim(K, "K")
+    name = str(getattr(dtype, "name", dtype)).split(".")[-1].lower()
+    if name not in ("bfloat16", "bf16", "float16", "fp16", "half"):
+        raise FpemuValueError(f"gemm16_decision(): dtype must be bfloat16 or float16, got "
+                              f"{dtype!r}; fp8 GEMMs are splitk_decision()'s")
+    if (M, N, K) in GEMM16_SPLITS:
+        S = GEMM16_SPLITS[(M, N, K)]
+        return SplitDecision(S, "table", f"recorded on the {GEMM16_TABLE}: {S} parts for "
+                                         f"{M}x{N}x{K}")
+    if K <= GEMM16_UNSPLIT_UP_TO or min(M, N) == 0:
+        return SplitDecision(1, "observed", f"K = {K} <= {GEMM16_UNSPLIT_UP_TO}: no probe on the "
+                                            f"{GEMM16_TABLE} that short ran split")
+    return SplitDecision(1, "unrecorded", f"{M}x{N}x{K} is not among the probes of the "
+                                          f"{GEMM16_TABLE}: unsplit assumed, the GPU may split it")

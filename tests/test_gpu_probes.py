@@ -137,3 +137,70 @@ def test_the_flash_forward_and_gradients_are_the_h200_on_the_smallest_probe():
         rec = ATTN_BITS[f"{cid}.{k}"]
         mine = np.asarray(ours[k], np.float32).reshape(rec.shape)
         np.testing.assert_array_equal(mine.view(np.uint32), rec, err_msg=k)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_cuda_profile_multiplies_like_the_h200_by_default(dtype):
+    """No model chosen: ``torch.mm`` of bf16 / fp16 tensors under
+    ``Profile("cuda", gpu="h200")`` is the Hopper tensor-core model with
+    cuBLAS's split (gemm16_decision), and gives the H200's accumulator bits
+    on all 20 probes of the dtype; its bf16 / fp16 output is that accumulator
+    rounded once. The CPU profile keeps fp32 adds in index order, which
+    misses some of them."""
+    assert ft.ops.linalg.State.matmul.model == "auto"
+    missed_by_cpu = 0
+    for cid in _probes("matmul", dtype):
+        case, ins = _inputs(cid)
+        a, b = ft.nn.from_torch(ins["a"]), ft.nn.from_torch(ins["b"])
+        rec = GEMM_BITS[cid]
+        with ft.use_profile(ft.Profile("cuda", "2.11.0", gpu="h200")):
+            acc = ft.ops.linalg.mm_acc(a._data, b._data, a.dtype)
+            out = ft.mm(a, b)
+        np.testing.assert_array_equal(acc.view(np.uint32), rec, err_msg=cid)
+        want = ft.tensor(rec.view(np.float32)).to(a.dtype)
+        np.testing.assert_array_equal(out.float().numpy().view(np.uint32),
+                                      want.float().numpy().view(np.uint32), err_msg=cid)
+        with ft.use_profile(ft.Profile("cpu", "2.13.0")):
+            cpu = ft.ops.linalg.mm_acc(a._data, b._data, a.dtype)
+        missed_by_cpu += bool((cpu.view(np.uint32) != rec).any())
+    assert missed_by_cpu >= 5
+
+
+def test_a_chosen_model_overrides_the_profile_and_auto_returns_to_it():
+    case, ins = _inputs("matmul-bfloat16-16x8192x16")
+    a, b = ft.nn.from_torch(ins["a"]), ft.nn.from_torch(ins["b"])
+    rec = GEMM_BITS["matmul-bfloat16-16x8192x16"]
+    with ft.use_profile(ft.Profile("cuda", "2.11.0", gpu="h200")):
+        with ft.matmul_model("sequential"):
+            seq = ft.ops.linalg.mm_acc(a._data, b._data, a.dtype)
+        with ft.matmul_model("h100"):       # the model without cuBLAS's six-way split
+            unsplit = ft.ops.linalg.mm_acc(a._data, b._data, a.dtype)
+        auto = ft.ops.linalg.mm_acc(a._data, b._data, a.dtype)
+    np.testing.assert_array_equal(auto.view(np.uint32), rec)
+    assert (seq.view(np.uint32) != rec).any() and (unsplit.view(np.uint32) != rec).any()
+    assert ft.ops.linalg.State.matmul.model == "auto"
+
+
+def test_gemm16_splits_are_the_recorded_ones_and_an_unrecorded_long_k_warns():
+    assert fpemu.cublaslt.gemm16_decision(16, 16, 4096, "bfloat16").splits == 3
+    assert fpemu.cublaslt.gemm16_decision(64, 10, 64, "float16").source == "observed"
+    d = fpemu.cublaslt.gemm16_decision(32, 32, 4096, "bfloat16")
+    assert (d.splits, d.source) == (1, "unrecorded") and "may split" in d.note
+    with pytest.raises(ValueError, match="bfloat16 or float16.*float32"):
+        fpemu.cublaslt.gemm16_decision(16, 16, 16, "float32")
+    a = ft.ones(32, 4096, dtype=ft.bfloat16)
+    with ft.use_profile(ft.Profile("cuda", "2.11.0", gpu="h200")):
+        with pytest.warns(fpemu.cublaslt.UnrecordedSplitWarning, match="32x4096 @ 4096x32"):
+            y = ft.mm(a, a.t())
+    assert float(y[0, 0]) == 4096.0
+
+
+def test_the_profile_names_its_gpu():
+    p = ft.Profile("cuda", gpu="a100")
+    assert (p.sm_count, p.gpu_spec.tensor_core) == (108, "a100")
+    assert ft.Profile("cuda").gpu == "h100"
+    with pytest.raises(ValueError, match="gpu must be one of.*'v100'"):
+        ft.Profile("cuda", gpu="v100")
+    from fpemu.reference.parity import gpu_of
+    assert [gpu_of(n) for n in ("NVIDIA H200", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB",
+                                "NVIDIA GeForce RTX 4090")] == ["h200", "h100", "a100", "h100"]

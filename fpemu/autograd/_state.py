@@ -5,7 +5,8 @@
 * ``generator``: the default random generator (:mod:`._rng`);
 * ``autocast``: the stack of active :class:`~._autocast.autocast` regions;
 * ``profiles``: the stack of :class:`~._profile.Profile` (CUDA by default);
-* ``matmul``: the accumulation model of every matmul, and the TF32 switches
+* ``matmul``: the accumulation model of every matmul (``"auto"``: the
+  profile's), and the TF32 switches
   (``torch.backends.cuda.matmul.allow_tf32``, ``torch.backends.cudnn.allow_tf32``);
 * ``fp8``: the stack of ``fp8_autocast`` regions, each ``(recipe, states)``.
 
@@ -20,7 +21,7 @@ from ._rng import default_generator
 
 
 class _Matmul:
-    model = "sequential"
+    model = "auto"                # the profile's (ops/linalg.py); or a model of fpemu.accumulate
     block = 128
     inner = "sequential"
     allow_tf32 = False            # torch.backends.cuda.matmul.allow_tf32 (False since 1.12)

@@ -74,11 +74,20 @@ def _load_arrays(folder, name):
                                f"again (`fpemu record --only {name}`)") from None
 
 
+def gpu_of(device_name):
+    """The :data:`fpemu.autograd._profile.GPUS` name of a recorded device
+    ("NVIDIA H200" -> "h200"); the default GPU for one fpemu does not know."""
+    from ..autograd._profile import DEFAULT_GPU, GPUS
+    text = str(device_name or "").lower()
+    return next((g for g in GPUS if g in text), DEFAULT_GPU)
+
+
 def profile_of(meta):
     from ..autograd import Profile
     return Profile(meta["device"], meta["torch_release"],
                    cpu_capability=meta.get("cpu_capability", "AVX512"),
-                   cpu_threads=int(meta.get("cpu_threads", 1)))
+                   cpu_threads=int(meta.get("cpu_threads", 1)),
+                   gpu=gpu_of(meta.get("device_name")))
 
 
 def replay(folder, name, meta=None):

@@ -762,7 +762,8 @@ def _e2e_run(env, cfg, inputs):
 
 
 def _e2e_tiers(cfg, profile):
-    why = ("matmuls accumulate in cuBLAS / MKL order (fpemu: its sequential model), "
+    why = ("matmuls accumulate in cuBLAS / MKL order (fpemu: the GPU's tensor-core model for "
+           "bf16 / fp16 on CUDA, fp32 adds in index order otherwise), "
            "reductions have their own order, and exp / log / tanh / erf come from the "
            "device's library (docs/pytorch-numerics.md §6 E10-E12); the differences feed back "
            "through 100 steps of training")

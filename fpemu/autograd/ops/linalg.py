@@ -1,20 +1,33 @@
 """Matrix products: fp32 accumulation under an accumulation model of
 :mod:`fpemu.accumulate`, one rounding to the output dtype.
 
-The default model is ``"sequential"`` (fp32 adds in index order), run by a
-batched float32 kernel; ``set_matmul_model("h100")`` (or ``with
-matmul_model("a100"):``) chooses a tensor-core model. Under the CUDA profile
-``torch.backends.cuda.matmul.allow_tf32 = True`` rounds float32 operands to
-tf32 first (nearest, ties to even), as the GPU's TF32 tensor cores read them.
+The model is the active profile's unless a program chooses one
+(``set_matmul_model("h100")`` or ``with matmul_model("a100"):``;
+``set_matmul_model("auto")`` goes back to the profile's):
+
+* CUDA profile, bf16 / fp16 operands: the tensor-core model of the profile's
+  GPU (``Profile("cuda", gpu="h100")``: Hopper, 16 products a step aligned to
+  25 fraction bits), with cuBLAS's split of K where the probes recorded it
+  (:func:`fpemu.cublaslt.gemm16_decision`). An H200 wrote every bit of the
+  40 bf16 / fp16 ``torch.mm`` probes of ``tests/test_gpu_probes.py`` this way.
+* CUDA profile, float32 operands read as TF32
+  (``torch.backends.cuda.matmul.allow_tf32 = True``): rounded to tf32
+  (nearest, ties to even), then fp32 adds in index order.
+* float32 without TF32 (cuBLAS's SGEMM on CUDA, MKL on the CPU) and every
+  product of the CPU profile: ``"sequential"``, fp32 adds in index order, run
+  by a batched float32 kernel. SGEMM's order is not yet probed.
+* float64: float64 products and sums (numpy's matmul).
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import numpy as np
 
 from ... import accumulate as _acc
+from ... import cublaslt as _cublaslt
 from ...formats import tf32 as _tf32
 from ...quantize import quantize
 from .._autocast import cast_inputs
@@ -26,11 +39,16 @@ from .._state import State
 from .._common import c10_name, operand, scalar_type  # noqa: F401  (re-exported)
 from .elementwise import mul
 
+#: the value of ``set_matmul_model`` that follows the active profile
+AUTO = "auto"
 
-def set_matmul_model(model="sequential", block=128, inner="sequential"):
-    """Choose the accumulation model of every matmul / linear (a name of
-    :data:`fpemu.accumulate.MODELS` or a tensor-core preset such as "h100")."""
-    _acc.resolve_model(model, "set_matmul_model")
+
+def set_matmul_model(model=AUTO, block=128, inner="sequential"):
+    """Choose the accumulation model of every matmul / linear: a name of
+    :data:`fpemu.accumulate.MODELS`, a tensor-core preset such as "h100", or
+    ``"auto"`` (the default): the active profile's (module text)."""
+    if model != AUTO:
+        _acc.resolve_model(model, "set_matmul_model")
     m = State.matmul
     m.model, m.block, m.inner = model, block, inner
 
@@ -58,6 +76,25 @@ def _in_fmt(dt, tf32):
     return _tf32 if tf32 else dt
 
 
+def effective_model(dt, tf32, M=0, N=0, K=0):
+    """``(model, block, inner, splitk)`` of a product of ``dt`` operands of
+    shape (M, K) @ (K, N) under the chosen model or the profile's (module
+    text)."""
+    m = State.matmul
+    if m.model != AUTO:
+        return m.model, m.block, m.inner, 1
+    prof = get_profile()
+    if prof.device == "cuda" and not tf32 and dt is not float32 and dt.bits == 16:
+        d = _cublaslt.gemm16_decision(M, N, K, dt.name)
+        if d.source == "unrecorded":
+            warnings.warn(f"{M}x{K} @ {K}x{N} {dt.name} product: {d.note}; pass "
+                          f"set_matmul_model('{prof.gpu_spec.tensor_core}') and splitk through "
+                          f"fpemu.accumulate to choose", _cublaslt.UnrecordedSplitWarning,
+                          stacklevel=4)
+        return prof.gpu_spec.tensor_core, 128, "sequential", d.splits
+    return "sequential", 128, "sequential", 1
+
+
 def mm_acc(A, B, dt, tf32=False):
     """The fp32 accumulator (float32 array; float64 for float64) of A @ B, both
     at least 2-D with numpy's batch broadcasting, values of ``dt``."""
@@ -66,13 +103,13 @@ def mm_acc(A, B, dt, tf32=False):
     if tf32:
         A = quantize(np.asarray(A, np.float32), "tf32")
         B = quantize(np.asarray(B, np.float32), "tf32")
-    m = State.matmul
     batch = (A.shape[:-2] if A.shape[:-2] == B.shape[:-2]
              else np.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     if 0 in batch or 0 in (M, K, N):      # an empty sum is 0; no rows or columns: empty
         return np.zeros(batch + (M, N), np.float32)
-    if m.model == "sequential":
+    model, block, inner, splitk = effective_model(dt, tf32, M, N, K)
+    if model == "sequential":
         A3 = (A if A.shape[:-2] == batch else np.broadcast_to(A, batch + (M, K))).reshape(
             -1, M, K)
         if A3.dtype != np.float32 or not (A3.flags.c_contiguous
@@ -83,13 +120,37 @@ def mm_acc(A, B, dt, tf32=False):
             np.float32).reshape(-1, K, N)
         return _acc.bmm_fp32_sequential(A3, B3).reshape(batch + (M, N))
     fmt = _in_fmt(dt, tf32)
-    A = np.broadcast_to(A, batch + (M, K))
-    B = np.broadcast_to(B, batch + (K, N))
-    out = np.empty(batch + (M, N), np.float32)
-    plan = _acc.Plan.of(fmt, "fp32", "fp32", model=m.model, block=m.block,
-                        inner=m.inner)                                 # parsed once
-    for idx in np.ndindex(*batch):
-        out[idx] = plan.matmul(A[idx], B[idx])
+    plan = _acc.Plan.of(fmt, "fp32", "fp32", model=model, block=block, inner=inner,
+                        splitk=splitk)                                 # parsed once
+    if not batch:
+        return plan.matmul(A, B).astype(np.float32)
+    return _batched(plan, np.broadcast_to(A, batch + (M, K)).reshape(-1, M, K),
+                    np.broadcast_to(B, batch + (K, N)).reshape(-1, K, N)).reshape(
+                        batch + (M, N))
+
+
+#: products per call of the paired kernel in :func:`_batched` (memory bound:
+#: two float64 rows of K each)
+_PAIRED_CHUNK = 1 << 22
+
+
+def _batched(plan, A3, B3):
+    """A batch of products under one plan, as row-by-column dot products of
+    one kernel call per chunk (a call per small matrix costs more than its
+    arithmetic: attention's heads are many 8x16 products)."""
+    nb, M, K = A3.shape
+    N = B3.shape[2]
+    out = np.empty((nb, M, N), np.float32)
+    per = max(1, _PAIRED_CHUNK // max(M * N * K, 1))
+    for b0 in range(0, nb, per):
+        b1 = min(nb, b0 + per)
+        Ar = np.broadcast_to(np.asarray(A3[b0:b1], np.float64)[:, :, None, :],
+                             (b1 - b0, M, N, K)).reshape(-1, K)
+        Br = np.broadcast_to(np.swapaxes(np.asarray(B3[b0:b1], np.float64), 1, 2)[:, None],
+                             (b1 - b0, M, N, K)).reshape(-1, K)
+        C = np.full((Ar.shape[0], 1), _acc._identity("rne", K))
+        out[b0:b1] = _acc._run(plan, np.ascontiguousarray(Ar), np.ascontiguousarray(Br), C,
+                               True, check=False).reshape(b1 - b0, M, N)
     return out
 
 
