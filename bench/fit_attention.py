@@ -27,7 +27,11 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import gpu_check  # noqa: E402
-from fpemu.autograd import _fused_attention as fa  # noqa: E402
+
+try:
+    from fpemu.autograd import _fused_attention as fa  # noqa: E402
+except ImportError:                 # a checkout before the kernel model: --fpemu only
+    fa = None
 
 OUTS = ("out", "dq", "dk", "dv")
 FMT = {"bfloat16": "bf16", "float16": "fp16"}
@@ -77,7 +81,57 @@ def candidates(backend):
         yield "flash divide", fa.flash_forward, getattr(fa, "flash_backward", None), \
             dataclasses.replace(base, recip=False)
     else:
-        return
+        base = fa.EfficientConfig()
+        fwd, bwd = fa.efficient_forward, fa.efficient_backward
+        yield "efficient", fwd, bwd, base
+        yield "efficient dS with fp32 P", fwd, bwd, dataclasses.replace(base, ds_p16=False)
+        yield "efficient dq ascending", fwd, bwd, dataclasses.replace(base, dq_order="ascending")
+        yield "efficient dk/dv ascending", fwd, bwd, dataclasses.replace(base, dv_order="ascending")
+
+
+def fpemu_sdpa(case, gpu="h200"):
+    """{output: float32 array}: fpemu's ``F.scaled_dot_product_attention``
+    and its backward under ``Profile("cuda", "2.11.0")`` with the probe's
+    backend (``sdpa_kernel``)."""
+    import torch
+    import fpemu.autograd as ft
+    F = ft.nn.functional
+    ins = gpu_check._attention_inputs(torch, case)
+    q, k, v = (ft.nn.from_torch(ins[n]).requires_grad_() for n in ("q", "k", "v"))
+    backend = {"flash": F.SDPBackend.FLASH_ATTENTION,
+               "efficient": F.SDPBackend.EFFICIENT_ATTENTION}[case["backend"]]
+    kw = {"gpu": gpu} if "gpu" in ft.Profile.__dataclass_fields__ else {}
+    with ft.use_profile(ft.Profile("cuda", "2.11.0", **kw)), F.sdpa_kernel([backend]):
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
+        o.backward(ft.nn.from_torch(ins["dout"]))
+    return {"out": o.detach().float().numpy(), "dq": q.grad.float().numpy(),
+            "dk": k.grad.float().numpy(), "dv": v.grad.float().numpy()}
+
+
+def measure_fpemu(meta, bits, only=""):
+    """Per probe and output, how many elements fpemu's own model gets
+    bit-exact; then per backend and output the probes exact and elements."""
+    totals = {}
+    for cid, case in sorted(meta["cases"].items()):
+        if only not in cid or "error" in case:
+            continue
+        t0 = time.perf_counter()
+        res = fpemu_sdpa(case)
+        dt = time.perf_counter() - t0
+        line = []
+        for k in OUTS:
+            rec = bits[f"{cid}.{k}"]
+            e = equal(rec, res[k])
+            line.append(f"{k} {e}/{rec.size}")
+            t = totals.setdefault((case["backend"], k), [0, 0, 0, 0])
+            t[0] += e
+            t[1] += rec.size
+            t[2] += e == rec.size
+            t[3] += 1
+        print(f"{cid:40s} " + "  ".join(line) + f"  ({dt * 1000:.0f} ms)")
+    print("\nfpemu's model, per backend and output (probes bit-exact, elements equal):")
+    for (backend, k), (e, n, ex, np_) in sorted(totals.items()):
+        print(f"  {backend:9s} {k:3s}: {ex:2d}/{np_} probes exact, {e}/{n} elements")
 
 
 def main(argv=None):
@@ -85,8 +139,14 @@ def main(argv=None):
     ap.add_argument("--run", default=os.path.join(ROOT, "bench", "gpu_check",
                                                   "nvidia-h200-torch2.11.0"))
     ap.add_argument("--only", default="", help="only probes whose id contains this")
+    ap.add_argument("--fpemu", action="store_true",
+                    help="measure fpemu's own F.scaled_dot_product_attention (the model in "
+                         "fpemu/autograd/nn/_attention.py) instead of the candidate grid")
     args = ap.parse_args(argv)
     meta, bits = load(args.run)
+    if args.fpemu:
+        measure_fpemu(meta, bits, args.only)
+        return
     totals = {}
     for cid, case in sorted(meta["cases"].items()):
         if args.only not in cid or "error" in case:

@@ -188,3 +188,278 @@ def flash_forward(Q, K, V, scale, fmt, causal=False, cfg=FlashConfig()):
         out[rows] = o
         lse[rows] = l[:, 0]
     return out, lse
+
+
+def dot_do_o(dO, O, fmad=True):
+    """D = rowsum(dO ∘ O) as FlashAttention-2's ``dot_do_o`` sums it for
+    head dim 64: 8 threads a row, thread t over the 8 columns 8t..8t+7
+    (the first product rounded, then fused multiply-adds when ``fmad``),
+    the 8 partial sums added by a butterfly ``((s0+s4)+(s2+s6)) +
+    ((s1+s5)+(s3+s7))``."""
+    dO = np.asarray(dO, _f)
+    O = np.asarray(O, _f)
+    n, E = dO.shape
+    per = E // 8
+    part = []
+    for t in range(8):
+        cols = range(t * per, (t + 1) * per)
+        it = iter(cols)
+        j0 = next(it)
+        s = (dO[:, j0] * O[:, j0]).astype(_f)
+        for j in it:
+            s = fma32(dO[:, j], O[:, j], s) if fmad else \
+                (s + (dO[:, j] * O[:, j]).astype(_f)).astype(_f)
+        part.append(s)
+    # Allreduce<8>: xor 4, then 2, then 1
+    for off in (4, 2, 1):
+        part = [(part[t] + part[t ^ off]).astype(_f) for t in range(8)]
+    return part[0]
+
+
+def flash_backward(Q, K, V, O, dO, lse, scale, fmt, causal=False, cfg=FlashConfig()):
+    """FlashAttention-2's backward (``flash_bwd_kernel.h``,
+    ``compute_dq_dk_dv_1colblock`` in its seqlen-k-parallel launch) on one
+    head: (dq, dk, dv), each rounded to ``fmt``. ``O`` is the forward's
+    rounded output and ``lse`` its float32 log-sum-exp."""
+    L, E = Q.shape
+    S = K.shape[0]
+    c = _f(np.float64(_f(scale)) * np.log2(np.e))
+    bm, bn = cfg.bwd_block_m, cfg.bwd_block_n
+    D = dot_do_o(dO, O)
+    with np.errstate(all="ignore"):
+        lse_scaled = np.where(lse == -np.inf, _f(0), (lse * LOG2E).astype(_f)).astype(_f)
+    dq_acc = np.zeros((L, E), _f)
+    dk = np.zeros((S, E), _f)
+    dv = np.zeros((S, V.shape[1]), _f)
+    m_blocks = -(-L // bm)
+    for n0 in range(0, S, bn):
+        Kb = _pad_rows(K[n0:n0 + bn], bn)
+        Vb = _pad_rows(V[n0:n0 + bn], bn)
+        col = n0 + np.arange(bn)
+        m_min = max(0, (n0 + L - S) // bm) if causal else 0
+        acc_dv = np.zeros((bn, V.shape[1]), _f)
+        acc_dk = np.zeros((bn, E), _f)
+        for mb in reversed(range(m_min, m_blocks)):
+            m0 = mb * bm
+            rows = m0 + np.arange(bm)
+            valid = rows < L
+            Qb = _pad_rows(Q[m0:m0 + bm], bm)
+            dOb = _pad_rows(dO[m0:m0 + bm], bm)
+            s = tc_mm(Qb, Kb.T, fmt, cfg.tc)
+            mask = col[None, :] >= S
+            if causal:
+                mask = mask | (col[None, :] > rows[:, None] + (S - L))
+            s = np.where(mask, _f(-np.inf), s).astype(_f)
+            ls = np.where(valid, _pad_rows(lse_scaled[m0:m0 + bm], bm), _f(np.inf))[:, None]
+            p = _scaled_exp(s, ls.astype(_f), c, cfg.exp_fma)
+            dp = tc_mm(dOb, Vb.T, fmt, cfg.tc)
+            Db = _pad_rows(D[m0:m0 + bm], bm)[:, None]
+            with np.errstate(all="ignore"):
+                ds = (p * (dp - Db).astype(_f)).astype(_f)
+            p16 = rnd(p, fmt)
+            ds16 = rnd(ds, fmt)
+            acc_dv = tc_mm(p16.T, dOb, fmt, cfg.tc, c=acc_dv)
+            dqb = tc_mm(ds16, Kb, fmt, cfg.tc)
+            n = min(bm, L - m0)
+            dq_acc[m0:m0 + n] = (dq_acc[m0:m0 + n] + dqb[:n]).astype(_f)
+            acc_dk = tc_mm(ds16.T, Qb, fmt, cfg.tc, c=acc_dk)
+        n = min(bn, S - n0)
+        dk[n0:n0 + n] = (acc_dk[:n] * _f(scale)).astype(_f)
+        dv[n0:n0 + n] = acc_dv[:n]
+    dq = (dq_acc * _f(scale)).astype(_f)
+    return rnd(dq, fmt), rnd(dk, fmt), rnd(dv, fmt)
+
+
+def expf(x):
+    """CUDA's ``expf`` of float32 ``x``, modelled by the correctly rounded
+    value (CUDA documents 2 ulps)."""
+    with np.errstate(all="ignore"):
+        return np.exp(np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class EfficientConfig:
+    """The memory-efficient kernels torch picks for head dim <= 64 on sm_80
+    and later: ``fmha_cutlassF_*_aligned_64x64_rf_sm80`` (64 queries x 64
+    keys a block, the output kept in registers) and
+    ``fmha_cutlassB_*_aligned_64x64_k64_sm80`` (64 x 64, split keys), and
+    the choices a fit may vary."""
+
+    block_q: int = 64
+    block_k: int = 64
+    dq_order: str = "lock"        # "lock": the key block of the query block's own
+    #                               split first, then the earlier ones (wrapping);
+    #                               "ascending": key blocks 0, 1, ...
+    dv_order: str = "shifted"     # "shifted": split s starts at query block s;
+    #                               "ascending": query blocks 0, 1, ...
+    ds_p16: bool = True           # dS = (dP - D) * P with P rounded to the dtype
+    tc: str = "h100"
+
+
+def _efficient_columns():
+    """Column order of the row sum in a 64-key block: per warp column wn
+    (32 keys), thread t holds 32 wn + 8 nn + 2 t + {0, 1}, nn = 0..3."""
+    return np.array([[[32 * wn + 8 * nn + 2 * t + j for nn in range(4) for j in (0, 1)]
+                      for t in range(4)] for wn in range(2)])
+
+
+def efficient_forward(Q, K, V, scale, fmt, causal=False, cfg=EfficientConfig()):
+    """xFormers' CUTLASS forward (``mem_eff_attention/kernel_forward.h``,
+    ``iterative_softmax``) on one head: returns (out32, lse)."""
+    L, E = Q.shape
+    S = K.shape[0]
+    sc = _f(scale)                  # the kernel with bias support scales first,
+    bq, bk = cfg.block_q, cfg.block_k  # then iterative_softmax multiplies by 1 * log2(e)
+    cols = _efficient_columns()
+    out = np.zeros((L, V.shape[1]), _f)
+    lse = np.zeros(L, _f)
+    for q0 in range(0, L, bq):
+        rows = np.arange(q0, min(q0 + bq, L))
+        n = rows.size
+        mi = np.full((n, 1), -np.inf, _f)
+        s_prime = np.zeros((n, 1), _f)
+        acc = np.zeros((n, V.shape[1]), _f)
+        k_end = min(S, q0 + bq + (S - L)) if causal else S
+        for kb, k0 in enumerate(range(0, k_end, bk)):
+            Kb = _pad_rows(K[k0:k0 + bk], bk)
+            Vb = _pad_rows(V[k0:k0 + bk], bk)
+            s = tc_mm(Q[rows], Kb.T, fmt, cfg.tc)
+            col = k0 + np.arange(bk)
+            if causal:
+                s = np.where(col[None, :] > rows[:, None] + (S - L), _f(-np.inf), s)
+            valid = np.broadcast_to(col[None, :] < S, s.shape)
+            with np.errstate(all="ignore"):
+                t = ((s * sc).astype(_f) * LOG2E).astype(_f)
+                m_prime = mi
+                mi = np.maximum(mi, np.where(valid, t, _f(-np.inf)).max(axis=1, keepdims=True))
+                changed = m_prime < mi
+                rescale = np.where(changed, exp2f((m_prime - mi).astype(_f)), _f(1)).astype(_f)
+                s_prime = np.where(changed, (s_prime * rescale).astype(_f), s_prime)
+                if kb > 0:
+                    acc = (acc * rescale).astype(_f)
+                p = np.where(valid, exp2f((t - mi).astype(_f)), _f(0)).astype(_f)
+            warp_sums = []
+            for wn in range(2):
+                th = np.zeros((n, 4), _f)
+                for j in range(cols.shape[2]):
+                    th = (th + p[:, cols[wn, :, j]]).astype(_f)
+                warp_sums.append(((th[:, 0] + th[:, 1]).astype(_f)
+                                  + (th[:, 2] + th[:, 3]).astype(_f)).astype(_f))
+            for w in warp_sums:
+                s_prime = (s_prime + w[:, None]).astype(_f)
+            acc = tc_mm(rnd(p, fmt), Vb, fmt, cfg.tc, c=acc)
+        with np.errstate(all="ignore"):
+            o = (acc * (_f(1) / s_prime).astype(_f)).astype(_f)
+            l = ((mi / LOG2E).astype(_f) + logf_accurate(s_prime)).astype(_f)
+        out[rows] = o
+        lse[rows] = l[:, 0]
+    return out, lse
+
+
+def logf_accurate(x):
+    """CUDA's ``logf`` (1 ulp; modelled by the correctly rounded value)."""
+    with np.errstate(all="ignore"):
+        return np.log(np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)
+
+
+def efficient_delta(dO, O):
+    """``computeDelta``: 2 threads a row, thread w over the 8-column chunks
+    8 w + 16 i (i = 0..3), each product fused into the running sum from 0,
+    then the two partial sums added."""
+    dO = np.asarray(dO, _f)
+    O = np.asarray(O, _f)
+    E = dO.shape[1]
+    part = []
+    for w in range(2):
+        d = np.zeros(dO.shape[0], _f)
+        for c0 in range(8 * w, E, 16):
+            for j in range(c0, min(c0 + 8, E)):
+                d = fma32(O[:, j], dO[:, j], d)
+        part.append(d)
+    return (part[0] + part[1]).astype(_f)
+
+
+def efficient_backward(Q, K, V, O, dO, lse, scale, fmt, causal=False, cfg=EfficientConfig()):
+    """xFormers' CUTLASS backward (``mem_eff_attention/kernel_backward.h``,
+    ``processBlockIJ``) on one head: (dq, dk, dv) rounded to ``fmt``."""
+    L, E = Q.shape
+    S = K.shape[0]
+    bq, bk = cfg.block_q, cfg.block_k
+    sc = _f(scale)
+    D = efficient_delta(dO, O)
+    nq = -(-L // bq)
+    nk = -(-S // bk)
+    # which (key block, query block) pairs run, in each key block's order
+    visits = {}
+    for kb in range(nk):
+        k0 = kb * bk
+        if causal:
+            first = max(0, k0 - (S - L)) // bq
+            order = list(range(first, nq))
+        elif cfg.dv_order == "shifted":
+            order = [(kb + i) % nq for i in range(nq)]
+        else:
+            order = list(range(nq))
+        visits[kb] = order
+    # dQ: each query block's chain runs over the key blocks that visit it
+    dq_chain = {}
+    for qb in range(nq):
+        ks = [kb for kb in range(nk) if qb in visits[kb]]
+        if cfg.dq_order == "lock":
+            ks.sort(key=lambda kb: (visits[kb].index(qb), -kb))
+        dq_chain[qb] = ks
+    blocks = {}
+    for kb in range(nk):
+        for qb in visits[kb]:
+            blocks[kb, qb] = None
+    # the per-pair products (independent of order)
+    ds16s, p16s = {}, {}
+    for (kb, qb) in blocks:
+        k0, q0 = kb * bk, qb * bq
+        Kb = _pad_rows(K[k0:k0 + bk], bk)
+        Vb = _pad_rows(V[k0:k0 + bk], bk)
+        Qb = _pad_rows(Q[q0:q0 + bq], bq)
+        dOb = _pad_rows(dO[q0:q0 + bq], bq)
+        qrow = q0 + np.arange(bq)
+        kcol = k0 + np.arange(bk)
+        s = tc_mm(Qb, Kb.T, fmt, cfg.tc)            # (queries, keys): Kb Qbᵀ transposed
+        with np.errstate(all="ignore"):
+            s = (s * sc).astype(_f)
+            if causal:
+                s = np.where(kcol[None, :] > qrow[:, None] + (S - L), _f(-np.inf), s)
+            lq = np.where(qrow < L, _pad_rows(lse[q0:q0 + bq], bq), _f(np.inf))[:, None]
+            p = expf((s - lq).astype(_f))
+            p16 = rnd(p, fmt)
+            dp = tc_mm(dOb, Vb.T, fmt, cfg.tc)
+            Dq = _pad_rows(D[q0:q0 + bq], bq)[:, None]
+            pp = p16 if cfg.ds_p16 else p
+            ds = ((dp - Dq).astype(_f) * pp).astype(_f)
+            inb = (qrow[:, None] < L) & (kcol[None, :] < S)
+            ds = np.where(inb, ds, _f(0))
+            ds = (ds * sc).astype(_f)
+        ds16s[kb, qb] = rnd(ds, fmt)
+        p16s[kb, qb] = p16
+    dq = np.zeros((L, E), _f)
+    for qb, ks in dq_chain.items():
+        q0 = qb * bq
+        acc = np.zeros((bq, E), _f)
+        for kb in ks:
+            acc = tc_mm(ds16s[kb, qb], _pad_rows(K[kb * bk:kb * bk + bk], bk), fmt, cfg.tc, c=acc)
+        n = min(bq, L - q0)
+        dq[q0:q0 + n] = acc[:n]
+    dk = np.zeros((S, E), _f)
+    dv = np.zeros((S, V.shape[1]), _f)
+    for kb in range(nk):
+        k0 = kb * bk
+        acc_dk = np.zeros((bk, E), _f)
+        acc_dv = np.zeros((bk, V.shape[1]), _f)
+        for qb in visits[kb]:
+            q0 = qb * bq
+            Qb = _pad_rows(Q[q0:q0 + bq], bq)
+            dOb = _pad_rows(dO[q0:q0 + bq], bq)
+            acc_dv = tc_mm(p16s[kb, qb].T, dOb, fmt, cfg.tc, c=acc_dv)
+            acc_dk = tc_mm(ds16s[kb, qb].T, Qb, fmt, cfg.tc, c=acc_dk)
+        n = min(bk, S - k0)
+        dk[k0:k0 + n] = acc_dk[:n]
+        dv[k0:k0 + n] = acc_dv[:n]
+    return rnd(dq, fmt), rnd(dk, fmt), rnd(dv, fmt)
