@@ -21,7 +21,7 @@ even, as a GEMM epilogue does; default: the accumulator format), and a
     ``block`` elements (default 128) with a fresh zero accumulator, each
     block's result added into an fp32 accumulator (round to nearest even):
     DeepSeek-V3's promotion of fp8 partial sums every N_C = 128 elements.
-``"v100"``, ``"a100"``, ``"h100"``, ``"h100-fp8"``, ``"b200-fp8"``
+``"v100"``, ``"a100"``, ``"h100"``, ``"h100-tf32"``, ``"h100-fp8"``, ``"b200-fp8"``
     Tensor-core models (see :data:`TENSOR_CORES` and :class:`TensorCore`),
     or a :class:`TensorCore` of your own.
 
@@ -109,6 +109,19 @@ TENSOR_CORES = {
         "h100", 16, 25, 23, -133,
         "Hopper fp16/bf16: 16 products per block, 2 extra bits (F = 25); Khattak and "
         "Mikaitis 2025 and MMA-Sim's Hopper wgmma"),
+    "h100-tf32": TensorCore(
+        "h100-tf32", 8, 25, 23, -133,
+        "Hopper TF32 as cuBLAS runs it (torch.backends.cuda.matmul.allow_tf32): the float32 "
+        "operands rounded to tf32 to nearest, ties to even, first (quantize(x, 'tf32'); ties "
+        "away, CUTLASS's cvt.rna, and truncation both miss), then 8 products per step (the k "
+        "of wgmma's tf32 instruction), F = 25, truncation, as the 'h100' fp16/bf16 model but "
+        "with 8 terms a step. Fitted here to the 20 TF32 GEMM probes an H200 recorded with "
+        "torch 2.11.0+cu130 (bench/fit_tf32.py): every output bit, with cuBLAS's split of K "
+        "into contiguous runs of 32-wide k-tiles, each part from +0, the parts added in fp32 "
+        "(SplitK(S, tile=32); the split is the kernel's choice per shape, see "
+        "tests/test_gpu_probes_tf32.py). e_zero is not pinned by the probes (no zero ever "
+        "set an alignment); -133 as 'h100'. Algorithm of Fasi et al. 2021 and Khattak and "
+        "Mikaitis 2025"),
     "h100-fp8": TensorCore(
         "h100-fp8", 32, 13, 13, -133,
         "Hopper fp8 (e4m3/e5m2): 32 products per block aligned to 13 fraction bits, and "
