@@ -118,8 +118,8 @@ TENSOR_CORES = {
         "with 8 terms a step. Fitted here to the 20 TF32 GEMM probes an H200 recorded with "
         "torch 2.11.0+cu130 (bench/fit_tf32.py): every output bit, with cuBLAS's split of K "
         "into contiguous runs of 32-wide k-tiles, each part from +0, the parts added in fp32 "
-        "(SplitK(S, tile=32); the split is the kernel's choice per shape, see "
-        "tests/test_gpu_probes_tf32.py). e_zero is not pinned by the probes (no zero ever "
+        "(SplitK(S, tile=32); 16x16x16 ran as four runs of 4, SplitK(4, tile=4); the split "
+        "is the kernel's choice per shape, see tests/test_gpu_probes_tf32.py). e_zero is not pinned by the probes (no zero ever "
         "set an alignment); -133 as 'h100'. Algorithm of Fasi et al. 2021 and Khattak and "
         "Mikaitis 2025"),
     "h100-fp8": TensorCore(
