@@ -1,6 +1,6 @@
 """Fit the fused-attention kernels' arithmetic to the probes an H200 wrote.
 
-    python bench/fit_attention.py [--run DIR] [--only SUBSTRING] [--quick]
+    python bench/fit_attention.py [--run DIR] [--only SUBSTRING] [--fpemu | --exp-check]
 
 reads ``attention.json`` / ``attention.npz`` of a gpu-check run (default: the
 H200 run, torch 2.11.0+cu130), rebuilds every probe's inputs from its seed
@@ -134,6 +134,84 @@ def measure_fpemu(meta, bits, only=""):
         print(f"  {backend:9s} {k:3s}: {ex:2d}/{np_} probes exact, {e}/{n} elements")
 
 
+def exp_check(meta, bits, only=""):
+    """How many of the remaining differences one ulp of the GPU's inexact
+    functions explains.
+
+    Forward (flash, one key block: L <= 128): for each row with a differing
+    output, whether moving one probability by one float32 ulp (an exp2f
+    result off by one ulp) across a bf16 / fp16 rounding boundary makes the
+    whole row equal. Backward (both backends): with the recorded output in
+    D = rowsum(dO * O) (so that no forward difference enters), the rows of dq
+    that differ, and how many become equal when the row's log-sum-exp moves
+    by at most 3 ulps (what __logf / logf / expf being inexact amounts to)."""
+    f32 = np.float32
+    fwd_rows = fwd_fixed = 0
+    bwd_rows = bwd_fixed = 0
+    for cid, case in sorted(meta["cases"].items()):
+        if only not in cid:
+            continue
+        ins = inputs(case)
+        fmt = FMT[case["dtype"]]
+        sc = 1.0 / np.sqrt(case["E"])
+        flash = case["backend"] == "flash"
+        fwd = fa.flash_forward if flash else fa.efficient_forward
+        bwd = fa.flash_backward if flash else fa.efficient_backward
+        rec_o = bits[f"{cid}.out"].view(np.float32)
+        rec_q = bits[f"{cid}.dq"].view(np.float32)
+        for h in range(case["H"]):
+            Q, K, V, dO = (ins[n][0, h] for n in ("q", "k", "v", "dout"))
+            o32, lse = fwd(Q, K, V, sc, fmt, case["causal"])
+            o = fa.rnd(o32, fmt)
+            if flash and case["L"] <= 128:
+                c = f32(np.float64(f32(sc)) * np.log2(np.e))
+                s = fa.tc_mm(Q, K.T, fmt, "h100")
+                if case["causal"]:
+                    s = np.where(np.tril(np.ones(s.shape, bool)), s, f32(-np.inf)).astype(f32)
+                ms = (s.max(1, keepdims=True) * c).astype(f32)
+                p = fa.exp2f(((s * c).astype(f32) - ms).astype(f32))
+                for i in np.unique(np.nonzero(o != rec_o[0, h])[0]):
+                    fwd_rows += 1
+                    fwd_fixed += _one_ulp_fixes(p[i], V, fmt, rec_o[0, h, i])
+            base = None
+            ok = None
+            for d in range(-3, 4):
+                l2 = (lse.view(np.int32) + np.int32(d)).view(np.float32)
+                dq = bwd(Q, K, V, rec_o[0, h], dO, l2, sc, fmt, case["causal"])[0]
+                row_ok = (dq == rec_q[0, h]).all(1)
+                base = row_ok if d == 0 else base
+                ok = row_ok if ok is None else ok | row_ok
+            bwd_rows += int((~base).sum())
+            bwd_fixed += int((ok & ~base).sum())
+    print(f"forward (flash, one key block): {fwd_fixed} of {fwd_rows} differing rows become "
+          "equal when one probability moves by one ulp")
+    print(f"backward dq (recorded O): {bwd_fixed} of {bwd_rows} differing rows become equal "
+          "when the row's log-sum-exp moves by at most 3 ulps")
+
+
+def _one_ulp_fixes(p, V, fmt, rec_row):
+    f32 = np.float32
+    L = p.size
+    up = np.nextafter(p, f32(np.inf))
+    dn = np.nextafter(p, f32(-np.inf))
+    pr = fa.rnd(p, fmt)
+    cols = fa._thread_columns(128)
+    for j in np.nonzero((fa.rnd(up, fmt) != pr) | (fa.rnd(dn, fmt) != pr))[0]:
+        for alt in (up[j], dn[j]):
+            q = np.zeros(128, f32)
+            q[:L] = p
+            q[j] = alt
+            ts = np.zeros(4, f32)
+            for jj in range(cols.shape[1]):
+                ts = (ts + q[cols[:, jj]]).astype(f32)
+            tot = f32(f32(ts[0] + ts[2]) + f32(ts[1] + ts[3]))
+            acc = fa.tc_mm(fa.rnd(q[None, :L], fmt), V, fmt, "h100")
+            row = fa.rnd((acc * f32(f32(1) / tot)).astype(f32), fmt)[0]
+            if (row == rec_row).all():
+                return 1
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default=os.path.join(ROOT, "bench", "gpu_check",
@@ -142,8 +220,13 @@ def main(argv=None):
     ap.add_argument("--fpemu", action="store_true",
                     help="measure fpemu's own F.scaled_dot_product_attention (the model in "
                          "fpemu/autograd/nn/_attention.py) instead of the candidate grid")
+    ap.add_argument("--exp-check", action="store_true",
+                    help="count the differences that one ulp of exp2f / __logf explains")
     args = ap.parse_args(argv)
     meta, bits = load(args.run)
+    if args.exp_check:
+        exp_check(meta, bits, args.only)
+        return
     if args.fpemu:
         measure_fpemu(meta, bits, args.only)
         return
