@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from ._exact import parse_real
-from .errors import FpemuError
+from .errors import FpemuError, FpemuValueError
 from .formats import FORMATS, format_names
 from .numtext import float32_text as _float32_text
 from .rounding import Overflow, Rounding
@@ -618,6 +618,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parent folder of the trace folder (default tests/reference)")
     r.add_argument("--only", nargs="+", metavar="PATTERN",
                    help="only the scenarios matching these shell patterns, e.g. 'optim-*'")
+    r.add_argument("--ops", action="store_true",
+                   help="record, instead of the traces, every ATen op of chosen training "
+                        "steps of the end-to-end scenarios (inputs and outputs) into "
+                        "<trace folder>/ops/, for `fpemu parity --first-difference`")
+    r.add_argument("--steps", default="0,10", metavar="N,M",
+                   help="with --ops: the steps to record (default 0,10)")
     r.set_defaults(func=_cmd_record)
     y = sub.add_parser("parity", help="replay recorded traces in fpemu and compare bit for bit",
                        description="Replay every scenario of each trace folder in fpemu under "
@@ -628,6 +634,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trace folders (default: every folder under tests/reference)")
     y.add_argument("--only", nargs="+", metavar="PATTERN",
                    help="only the scenarios matching these shell patterns")
+    y.add_argument("--first-difference", metavar="SCENARIO",
+                   help="replay the scenario's recorded op stream (fpemu record --ops) op by "
+                        "op on the recorded inputs and name the first op whose output differs "
+                        "(its inputs' shapes and dtypes, how many elements, by how many ulps)")
+    y.add_argument("--step", type=int, metavar="N",
+                   help="with --first-difference: only this recorded step")
+    y.add_argument("--all", action="store_true",
+                   help="with --first-difference: print every replayed op, not only the first "
+                        "that differs")
     y.set_defaults(func=_cmd_parity)
     w = sub.add_parser("warmup", help="compile the common kernels into Numba's cache ahead of "
                                       "use (make venv runs it)",
@@ -753,11 +768,28 @@ def _cmd_emulate(args) -> int:
     return 0
 
 
+def _steps(text):
+    try:
+        steps = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        steps = []
+    if not steps or min(steps) < 0:
+        raise CliError(f"--steps must be step numbers separated by commas, such as 0,10; got "
+                       f"{text!r}")
+    return steps
+
+
 def _cmd_record(args) -> int:
     from .reference.record import record
     from .tensorfiles import check_output_dir
     check_output_dir(args.out, "trace folder")
+    steps = _steps(args.steps)
     try:
+        if args.ops:
+            from .reference.record import record_op_streams
+            folder = record_op_streams(args.device, args.out, args.only, steps)
+            print(f"op streams written to {folder}/ops")
+            return 0
         folder = record(args.device, args.out, args.only)
     except RuntimeError as err:
         raise CliError(str(err)) from None
@@ -765,8 +797,39 @@ def _cmd_record(args) -> int:
     return 0
 
 
+def _cmd_first_difference(args) -> int:
+    from .reference.opstream import OPS_DIR, first_difference
+    from .reference.parity import TraceFolderError, trace_dirs
+    from .reference.scenarios import SCENARIOS
+    name = args.first_difference
+    if name not in SCENARIOS:
+        raise CliError(f"--first-difference: no scenario {name!r}; the end-to-end ones are "
+                       + ", ".join(n for n, s in SCENARIOS.items() if s.group == "e2e"))
+    dirs = args.dirs or [d for d in trace_dirs()
+                         if os.path.exists(os.path.join(d, OPS_DIR, f"{name}.npz"))]
+    if not dirs:
+        raise CliError(f"no trace folder under tests/reference holds an op stream of {name}; "
+                       f"record one with `fpemu record --ops --only {name}` (a GPU's with "
+                       "`make gpu-check`) or pass a folder")
+    differs = 0
+    for d in dirs:
+        try:
+            first = first_difference(d, name, args.step, show_all=args.all)
+        except (FileNotFoundError, TraceFolderError, FpemuValueError) as err:
+            raise CliError(str(err)) from None
+        differs += first is not None
+        print()
+    return 1 if differs else 0
+
+
 def _cmd_parity(args) -> int:
     from .reference.parity import TraceFolderError, parity, trace_dirs
+    if args.first_difference:
+        if args.only:
+            raise CliError("--first-difference replays one scenario: drop --only")
+        return _cmd_first_difference(args)
+    if args.step is not None or args.all:
+        raise CliError("--step and --all go with --first-difference SCENARIO")
     dirs = args.dirs or trace_dirs()
     if not dirs:
         raise CliError("no trace folders given and none under tests/reference; record some "

@@ -9,6 +9,8 @@ dtype is called) go through the env's methods.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 # dtype names as torch spells them (without "torch."), in a fixed order: the
@@ -30,6 +32,15 @@ class Env:
         self.T = T
         self.device = device
         self.backend = backend
+        # an fpemu.reference.opstream.OpCapture while `fpemu record --ops` runs
+        self.capture = None
+
+    def step(self, i):
+        """``with env.step(i):`` around a training step: the op-stream
+        recorder (fpemu/reference/opstream.py) records the chosen steps."""
+        if self.capture is None:
+            return contextlib.nullcontext()
+        return self.capture.step(i)
 
     # -- dtypes
     def dtype(self, name):
@@ -69,6 +80,12 @@ class Env:
     def array(self, t):
         """A tensor's values as NumPy: floating dtypes widened exactly to
         float32 (float64 stays), integers as int64."""
+        if self.capture is not None:
+            with self.capture.paused():
+                return self._array(t)
+        return self._array(t)
+
+    def _array(self, t):
         t = t.detach()
         name = self.dtype_name(t.dtype)
         if name in LOW_PRECISION:

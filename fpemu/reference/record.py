@@ -50,8 +50,7 @@ def select(patterns):
     return names
 
 
-def record(device="cpu", out="tests/reference", only=None, log=print):
-    """Run the scenarios with PyTorch on ``device``; return the trace folder."""
+def _torch_for(device):
     try:
         import torch
     except ImportError:
@@ -65,15 +64,18 @@ def record(device="cpu", out="tests/reference", only=None, log=print):
         raise RuntimeError("--device cuda: this PyTorch sees no CUDA device "
                            f"(torch {torch.__version__}, CUDA {torch.version.cuda}); record on "
                            "a GPU machine or pass --device cpu")
-    names = select(only)
-    folder = os.path.join(out, trace_dir_name(torch, device))
-    os.makedirs(folder, exist_ok=True)
-    meta_path = os.path.join(folder, META)
-    meta = {}
+    return torch
+
+
+def _read_meta(meta_path):
     if os.path.exists(meta_path):
         with open(meta_path) as fh:
-            meta = json.load(fh)
-    meta.update({
+            return json.load(fh)
+    return {}
+
+
+def _machine(torch, device):
+    return {
         "torch_version": torch.__version__,
         "torch_release": torch.__version__.split("+")[0],
         "cuda_version": torch.version.cuda,
@@ -84,7 +86,18 @@ def record(device="cpu", out="tests/reference", only=None, log=print):
         "numpy_version": np.__version__,
         "python_version": platform.python_version(),
         "date": datetime.date.today().isoformat(),
-    })
+    }
+
+
+def record(device="cpu", out="tests/reference", only=None, log=print):
+    """Run the scenarios with PyTorch on ``device``; return the trace folder."""
+    torch = _torch_for(device)
+    names = select(only)
+    folder = os.path.join(out, trace_dir_name(torch, device))
+    os.makedirs(folder, exist_ok=True)
+    meta_path = os.path.join(folder, META)
+    meta = _read_meta(meta_path)
+    meta.update(_machine(torch, device))
     meta.setdefault("scenarios", {})
     env = Env(torch, device, "torch")
     failed = {}
@@ -118,4 +131,28 @@ def record(device="cpu", out="tests/reference", only=None, log=print):
             + "; ".join(f"{k}: {v}" for k, v in failed.items())
             + ". A scenario must run in real PyTorch on this device: fix it in "
               "fpemu/reference/scenarios.py, then record it again with --only")
+    return folder
+
+
+def record_op_streams(device="cpu", out="tests/reference", only=None, steps=(0, 10), log=print):
+    """``fpemu record --ops``: the op streams of ``steps`` of the end-to-end
+    scenarios among ``only`` (fpemu/reference/opstream.py) into
+    ``<trace folder>/ops/``; the folder's meta.json gains the machine's
+    description if it has none. Returns the trace folder."""
+    from .opstream import record_ops, stepped
+    torch = _torch_for(device)
+    names = [n for n in select(only) if stepped(n)]
+    if not names:
+        raise FpemuValueError(f"--ops records the end-to-end scenarios' steps; none of "
+                              f"{', '.join(select(only))} is one: pass --only 'e2e-*'")
+    folder = os.path.join(out, trace_dir_name(torch, device))
+    os.makedirs(folder, exist_ok=True)
+    meta_path = os.path.join(folder, META)
+    meta = _read_meta(meta_path)
+    if "device" not in meta:
+        meta.update(_machine(torch, device))
+        meta.setdefault("scenarios", {})
+        with open(meta_path, "w") as fh:
+            json.dump(meta, fh, indent=1, sort_keys=True)
+    record_ops(torch, Env(torch, device, "torch"), folder, names, steps, log)
     return folder

@@ -739,25 +739,26 @@ def _e2e_run(env, cfg, inputs):
     for step in range(E2E_STEPS):
         lo = (step * batch) % len(X)
         xb, yb = env.tensor(X[lo:lo + batch]), env.tensor(y[lo:lo + batch])
-        opt.zero_grad()
-        if mode == "fp32":
-            loss = loss_fn(env, P, xb, yb)
-        else:
-            with T.autocast(device_type=env.device, dtype=env.dtype(
-                    "bfloat16" if mode == "bf16" else "float16")):
+        with env.step(step):                 # (fpemu record --ops records chosen steps)
+            opt.zero_grad()
+            if mode == "fp32":
                 loss = loss_fn(env, P, xb, yb)
-        weighted = loss * LOSS_WEIGHT
-        (scaler.scale(weighted) if scaler else weighted).backward()
-        grads = [env.array(p.grad) for p in P.values()]
-        tr.add("zero_grad_fraction", np.float64(
-            sum(int((g == 0).sum()) for g in grads) / sum(g.size for g in grads)))
-        tr.add("loss", loss.float())
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-            tr.add("scale", _f32(scaler.get_scale()))
-        else:
-            opt.step()
+            else:
+                with T.autocast(device_type=env.device, dtype=env.dtype(
+                        "bfloat16" if mode == "bf16" else "float16")):
+                    loss = loss_fn(env, P, xb, yb)
+            weighted = loss * LOSS_WEIGHT
+            (scaler.scale(weighted) if scaler else weighted).backward()
+            grads = [env.array(p.grad) for p in P.values()]
+            tr.add("zero_grad_fraction", np.float64(
+                sum(int((g == 0).sum()) for g in grads) / sum(g.size for g in grads)))
+            tr.add("loss", loss.float())
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+                tr.add("scale", _f32(scaler.get_scale()))
+            else:
+                opt.step()
     return tr
 
 
