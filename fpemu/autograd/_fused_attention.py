@@ -20,7 +20,7 @@ accumulator. Everything between the products is float32 arithmetic, as the
 kernels write it. Two of the GPU's functions are not correctly rounded and
 are modelled by the correctly rounded value of their float32 argument:
 ``exp2f`` (``ex2.approx``, within 2 ulps) and ``__logf`` (``lg2.approx`` times
-ln 2); :mod:`bench.fit_attention` measures what that costs.
+ln 2); ``bench/fit_attention.py --exp-check`` measures what that costs.
 """
 
 from __future__ import annotations
@@ -184,20 +184,20 @@ def flash_forward(Q, K, V, scale, fmt, causal=False, cfg=FlashConfig()):
                 o = (acc * inv).astype(_f)
             else:
                 o = np.where(bad, acc, (acc / total).astype(_f)).astype(_f)
-            l = np.where(bad, _f(np.inf), fma32(m, _f(scale), logf(total)))
+            lse_b = np.where(bad, _f(np.inf), fma32(m, _f(scale), logf(total)))
         out[rows] = o
-        lse[rows] = l[:, 0]
+        lse[rows] = lse_b[:, 0]
     return out, lse
 
 
-def dot_do_o(dO, O, fmad=True):
-    """D = rowsum(dO ∘ O) as FlashAttention-2's ``dot_do_o`` sums it for
+def dot_do_o(dO, Out, fmad=True):
+    """D = rowsum(dO ∘ Out) as FlashAttention-2's ``dot_do_o`` sums it for
     head dim 64: 8 threads a row, thread t over the 8 columns 8t..8t+7
     (the first product rounded, then fused multiply-adds when ``fmad``),
     the 8 partial sums added by a butterfly ``((s0+s4)+(s2+s6)) +
     ((s1+s5)+(s3+s7))``."""
     dO = np.asarray(dO, _f)
-    O = np.asarray(O, _f)
+    Out = np.asarray(Out, _f)
     n, E = dO.shape
     per = E // 8
     part = []
@@ -205,10 +205,10 @@ def dot_do_o(dO, O, fmad=True):
         cols = range(t * per, (t + 1) * per)
         it = iter(cols)
         j0 = next(it)
-        s = (dO[:, j0] * O[:, j0]).astype(_f)
+        s = (dO[:, j0] * Out[:, j0]).astype(_f)
         for j in it:
-            s = fma32(dO[:, j], O[:, j], s) if fmad else \
-                (s + (dO[:, j] * O[:, j]).astype(_f)).astype(_f)
+            s = fma32(dO[:, j], Out[:, j], s) if fmad else \
+                (s + (dO[:, j] * Out[:, j]).astype(_f)).astype(_f)
         part.append(s)
     # Allreduce<8>: xor 4, then 2, then 1
     for off in (4, 2, 1):
@@ -216,16 +216,16 @@ def dot_do_o(dO, O, fmad=True):
     return part[0]
 
 
-def flash_backward(Q, K, V, O, dO, lse, scale, fmt, causal=False, cfg=FlashConfig()):
+def flash_backward(Q, K, V, Out, dO, lse, scale, fmt, causal=False, cfg=FlashConfig()):
     """FlashAttention-2's backward (``flash_bwd_kernel.h``,
     ``compute_dq_dk_dv_1colblock`` in its seqlen-k-parallel launch) on one
-    head: (dq, dk, dv), each rounded to ``fmt``. ``O`` is the forward's
+    head: (dq, dk, dv), each rounded to ``fmt``. ``Out`` is the forward's
     rounded output and ``lse`` its float32 log-sum-exp."""
     L, E = Q.shape
     S = K.shape[0]
     c = _f(np.float64(_f(scale)) * np.log2(np.e))
     bm, bn = cfg.bwd_block_m, cfg.bwd_block_n
-    D = dot_do_o(dO, O)
+    D = dot_do_o(dO, Out)
     with np.errstate(all="ignore"):
         lse_scaled = np.where(lse == -np.inf, _f(0), (lse * LOG2E).astype(_f)).astype(_f)
     dq_acc = np.zeros((L, E), _f)
@@ -350,9 +350,9 @@ def efficient_forward(Q, K, V, scale, fmt, causal=False, cfg=EfficientConfig()):
             acc = tc_mm(rnd(p, fmt), Vb, fmt, cfg.tc, c=acc)
         with np.errstate(all="ignore"):
             o = (acc * (_f(1) / s_prime).astype(_f)).astype(_f)
-            l = ((mi / LOG2E).astype(_f) + logf_accurate(s_prime)).astype(_f)
+            lse_b = ((mi / LOG2E).astype(_f) + logf_accurate(s_prime)).astype(_f)
         out[rows] = o
-        lse[rows] = l[:, 0]
+        lse[rows] = lse_b[:, 0]
     return out, lse
 
 
@@ -362,31 +362,31 @@ def logf_accurate(x):
         return np.log(np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)
 
 
-def efficient_delta(dO, O):
+def efficient_delta(dO, Out):
     """``computeDelta``: 2 threads a row, thread w over the 8-column chunks
     8 w + 16 i (i = 0..3), each product fused into the running sum from 0,
     then the two partial sums added."""
     dO = np.asarray(dO, _f)
-    O = np.asarray(O, _f)
+    Out = np.asarray(Out, _f)
     E = dO.shape[1]
     part = []
     for w in range(2):
         d = np.zeros(dO.shape[0], _f)
         for c0 in range(8 * w, E, 16):
             for j in range(c0, min(c0 + 8, E)):
-                d = fma32(O[:, j], dO[:, j], d)
+                d = fma32(Out[:, j], dO[:, j], d)
         part.append(d)
     return (part[0] + part[1]).astype(_f)
 
 
-def efficient_backward(Q, K, V, O, dO, lse, scale, fmt, causal=False, cfg=EfficientConfig()):
+def efficient_backward(Q, K, V, Out, dO, lse, scale, fmt, causal=False, cfg=EfficientConfig()):
     """xFormers' CUTLASS backward (``mem_eff_attention/kernel_backward.h``,
     ``processBlockIJ``) on one head: (dq, dk, dv) rounded to ``fmt``."""
     L, E = Q.shape
     S = K.shape[0]
     bq, bk = cfg.block_q, cfg.block_k
     sc = _f(scale)
-    D = efficient_delta(dO, O)
+    D = efficient_delta(dO, Out)
     nq = -(-L // bq)
     nk = -(-S // bk)
     # which (key block, query block) pairs run, in each key block's order

@@ -158,8 +158,7 @@ def _sdpa_kernel(q, k, v, backend, causal, sc):
         fwd, bwd = _fused.efficient_forward, _fused.efficient_backward
         op = "scaled_dot_product_efficient_attention"
     lead = q.shape[:-2]
-    L, E = q.shape[-2], q.shape[-1]
-    S, Ev = k.shape[-2], v.shape[-1]
+    L, Ev = q.shape[-2], v.shape[-1]
     Q, K, V = (t._data.astype(np.float64).reshape((-1,) + tuple(t.shape[-2:]))
                for t in (q, k, v))
     out = np.empty((Q.shape[0], L, Ev), np.float32)
