@@ -119,6 +119,11 @@ def split_name(sk):
     return "unsplit" if sk.splits == 1 else f"SplitK({sk.splits}, tile={sk.tile})"
 
 
+def split_arg(sk):
+    """The ``splitk=`` argument that makes ``sk``."""
+    return "1" if sk.splits == 1 else f"SplitK({sk.splits}, tile={sk.tile})"
+
+
 def tc_model(terms, frac, e_zero):
     from fpemu.accumulate import TensorCore
     return TensorCore(f"tc{terms}f{frac}z{-e_zero}", terms, frac, 23, e_zero)
@@ -222,13 +227,12 @@ def fit_probe(cid, A, B, bits):
         c = equal(y, bits)
         results.append((c, name))
         print(f"    {name}: {c}/{n}")
-    top = max(results, key=lambda t: t[0])
+    base = f"tf32-rne 8 terms F=25 e_zero=-133 {split_name(best_sk)}"
+    top = max(results, key=lambda t: (t[0], t[1] == base))       # a tie: the base model
     call = None
     if top[0] == n and best_c == n:
-        call = (f'accumulate.matmul(quantize(a, "tf32"), quantize(b, "tf32"), "tf32", "fp32", '
-                f'model="h100-tf32", splitk=' + ("1" if best_sk.splits == 1 else
-                                                  f"SplitK({best_sk.splits}, tile={best_sk.tile})")
-                + ")")
+        call = ('accumulate.matmul(quantize(a, "tf32"), quantize(b, "tf32"), "tf32", "fp32", '
+                f'model="h100-tf32", splitk={split_arg(best_sk)})')
         # the preset itself, through fpemu's public name
         y = accumulate.matmul(quantize(A, "tf32"), quantize(B, "tf32"), "tf32", "fp32",
                               model="h100-tf32", splitk=best_sk)
@@ -286,8 +290,8 @@ def main(argv=None):
     print("  the call per probe (a, b: the float32 operands; M x K x N):")
     for cid in ids:
         sk = calls[cid][1] if cid in calls else None
-        print(f"    {cid}: " + ("none found" if sk is None else 'model="h100-tf32", splitk='
-                               + ("1" if sk.splits == 1 else f"SplitK({sk.splits}, tile={sk.tile})")))
+        said = "none found" if sk is None else f'model="h100-tf32", splitk={split_arg(sk)}'
+        print(f"    {cid}: {said}")
     missed = [cid for cid in ids if cid not in after]
     if missed:
         print("  not reproduced: " + ", ".join(missed))

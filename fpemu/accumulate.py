@@ -113,15 +113,16 @@ TENSOR_CORES = {
         "h100-tf32", 8, 25, 23, -133,
         "Hopper TF32 as cuBLAS runs it (torch.backends.cuda.matmul.allow_tf32): the float32 "
         "operands rounded to tf32 to nearest, ties to even, first (quantize(x, 'tf32'); ties "
-        "away, CUTLASS's cvt.rna, and truncation both miss), then 8 products per step (the k "
+        "away, PTX cvt.rna.tf32.f32, misses the 10 probes with a tie, truncation all 20), "
+        "then 8 products per step (the k "
         "of wgmma's tf32 instruction), F = 25, truncation, as the 'h100' fp16/bf16 model but "
         "with 8 terms a step. Fitted here to the 20 TF32 GEMM probes an H200 recorded with "
         "torch 2.11.0+cu130 (bench/fit_tf32.py): every output bit, with cuBLAS's split of K "
         "into contiguous runs of 32-wide k-tiles, each part from +0, the parts added in fp32 "
         "(SplitK(S, tile=32); 16x16x16 ran as four runs of 4, SplitK(4, tile=4); the split "
-        "is the kernel's choice per shape, see tests/test_gpu_probes_tf32.py). e_zero is not pinned by the probes (no zero ever "
-        "set an alignment); -133 as 'h100'. Algorithm of Fasi et al. 2021 and Khattak and "
-        "Mikaitis 2025"),
+        "is the kernel's choice per shape, see tests/test_gpu_probes_tf32.py). e_zero is not "
+        "pinned by the probes (no zero ever set an alignment); -133 as 'h100'. Algorithm of "
+        "Fasi et al. 2021 and Khattak and Mikaitis 2025"),
     "h100-fp8": TensorCore(
         "h100-fp8", 32, 13, 13, -133,
         "Hopper fp8 (e4m3/e5m2): 32 products per block aligned to 13 fraction bits, and "
