@@ -28,7 +28,8 @@ torch = pytest.importorskip("torch")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU = os.path.join(ROOT, "tests", "reference", "cpu-x86-64-torch2.13.0")
-E2E = [f"e2e-{m}-{p}" for m in ("mlp", "transformer") for p in ("fp32", "bf16", "fp16")]
+E2E = [f"e2e-{m}-{p}" for m in ("mlp", "transformer") for p in ("fp32", "bf16", "fp16")] + [
+    "e2e-sdpa-bf16"]
 CPU_PROFILE = ft.Profile("cpu", "2.13.0", cpu_threads=2)
 
 

@@ -464,6 +464,40 @@ def _replay_foreach(r, op, args, kwargs):
     return None
 
 
+#: the fused attention ops: (backend, index of is_causal in the forward's and
+#: the backward's arguments, how many outputs the forward has)
+_SDPA = {"flash_attention_for_cpu": ("FLASH_ATTENTION", 4, 7, 2),
+         "flash_attention": ("FLASH_ATTENTION", 4, 11, 9),
+         "efficient_attention": ("EFFICIENT_ATTENTION", 6, 11, 4)}
+
+
+def _sdpa(r, name, A, K, grad):
+    """``scaled_dot_product_attention``'s fused kernels: the forward's output
+    (the log-sum-exp and the RNG state are not compared), or with ``grad``
+    the gradients of q, k and v through fpemu's backward."""
+    ft = r.ft
+    F = ft.nn.functional
+    kind = name[len("_scaled_dot_product_"):]
+    kind = kind[:-len("_backward")] if grad is not None else kind
+    if kind not in _SDPA:
+        return None
+    backend, causal_fwd, causal_bwd, n_out = _SDPA[kind]
+    first = 1 if grad is not None else 0
+    q, k, v = (r.tensor(A[first + i], grad=grad is not None) for i in range(3))
+    c = causal_bwd if grad is not None else causal_fwd
+    causal = bool(r.value(A[c])) if len(A) > c else bool(r.value(K.get("is_causal",
+                                                                          {"v": False})))
+    scale = r.value(K["scale"]) if "scale" in K else None
+    if kind == "efficient_attention" and "t" in A[3 + first]:
+        return None                                   # an attention bias: not replayed
+    with F.sdpa_kernel([getattr(F.SDPBackend, backend)]):
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    if grad is None:
+        return [y] + [None] * (n_out - 1)
+    out = _grads(y, grad, q, k, v)
+    return out + [None] * (1 if kind == "efficient_attention" else 0)
+
+
 def _replay(r, op):
     """fpemu's outputs of one recorded op (a list, one entry per recorded
     output: an array, a tensor, a list of them, or None: not compared), or
@@ -508,7 +542,11 @@ def _replay(r, op):
                 None]
     if name == "_to_copy" and "dtype" in kw:
         return [args[0].to(kw["dtype"])]
+    if name.startswith("_scaled_dot_product_") and not name.endswith("_backward"):
+        return _sdpa(r, name, A, K, None)
     # -- gradients
+    if name.startswith("_scaled_dot_product_") and name.endswith("_backward"):
+        return _sdpa(r, name, A, K, args[0])
     if name == "threshold_backward" and args[2] == 0:
         x = r.tensor(A[1], grad=True)
         return _grads(ft.relu(x), args[0], x)
@@ -585,12 +623,13 @@ def replay_ops(path, profile, step=None, log=None, stop_at_first=False):
                 with np.errstate(all="ignore"):
                     got = _replay(r, op)
             except Exception as err:            # an op fpemu raises on: say so, go on
-                res.status, res.detail = "not replayed", f"fpemu raised {type(err).__name__}: {err}"
+                got = f"fpemu raised {type(err).__name__}: {err}"
+            if got is None or isinstance(got, str):
+                res.status = "not replayed"
+                res.detail = got or "fpemu has no replay of this op"
                 results.append(res)
-                continue
-            if got is None:
-                res.status, res.detail = "not replayed", "fpemu has no replay of this op"
-                results.append(res)
+                if log:
+                    log("  " + res.line())
                 continue
             for j, (g, spec) in enumerate(zip(got, op["outs"])):
                 if g is None or "v" in spec:

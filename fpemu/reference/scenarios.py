@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+import contextlib
+
 import numpy as np
 
 from ..formats import format as _format
@@ -682,7 +684,9 @@ def _e2e_inputs(env, cfg):
                 "w2": (rng.standard_normal((classes, hidden)) / np.sqrt(hidden)).astype(
                     np.float32),
                 "b2": np.zeros(classes, np.float32)}
-    d, t, classes = 32, 8, 4
+    # the SDPA transformer: one head of 64 (the head dim of the fused kernels'
+    # fitted launches, docs/pytorch-numerics.md §11) over 16 tokens
+    d, t, classes = (64, 16, 4) if cfg["model"] == "sdpa" else (32, 8, 4)
     X = rng.standard_normal((128, t, d)).astype(np.float32)
     y = (X[:, :, 0].mean(1) > 0).astype(np.int64) + 2 * (X[:, -1, 1] > 0).astype(np.int64)
     w = {}
@@ -719,6 +723,34 @@ def _transformer_loss(env, P, xb, yb):
     return F.cross_entropy(F.linear(x.mean(1), P["wh"], P["bh"]), yb)
 
 
+def _flash_only(env):
+    """Attention restricted to the flash kernel where the device has it (CUDA,
+    16-bit inputs); the CPU runs what torch picks for these shapes (its own
+    flash kernel)."""
+    if env.device != "cuda":
+        return contextlib.nullcontext()
+    if env.backend == "torch":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    else:
+        SDPBackend, sdpa_kernel = env.T.nn.functional.SDPBackend, env.T.nn.functional.sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+
+
+def _sdpa_loss(env, P, xb, yb):
+    """The transformer block of :func:`_transformer_loss` with one head of 64
+    and its attention through ``scaled_dot_product_attention`` (flash)."""
+    F = env.T.nn.functional
+    B, L, d = xb.shape
+    h = F.layer_norm(xb, (d,), P["ln1_w"], P["ln1_b"])
+    q, k, v = (F.linear(h, P[n]).reshape(B, 1, L, d) for n in ("wq", "wk", "wv"))
+    with _flash_only(env):
+        y = F.scaled_dot_product_attention(q, k, v).reshape(B, L, d)
+    x = xb + F.linear(y, P["wo"])
+    h2 = F.layer_norm(x, (d,), P["ln2_w"], P["ln2_b"])
+    x = x + F.linear(F.gelu(F.linear(h2, P["w1"], P["b1"])), P["w2"], P["b2"])
+    return F.cross_entropy(F.linear(x.mean(1), P["wh"], P["bh"]), yb)
+
+
 def _e2e_run(env, cfg, inputs):
     """Train for E2E_STEPS steps with AdamW (foreach): fp32, bf16 autocast, or
     fp16 autocast with a GradScaler; record the loss, the loss scale and the
@@ -733,7 +765,8 @@ def _e2e_run(env, cfg, inputs):
     # zero fraction falls as the scale grows (x2 every 10 clean steps)
     scaler = (T.amp.GradScaler(env.device, init_scale=1.0, growth_interval=10)
               if mode == "fp16" else None)
-    loss_fn = _mlp_loss if cfg["model"] == "mlp" else _transformer_loss
+    loss_fn = {"mlp": _mlp_loss, "transformer": _transformer_loss,
+               "sdpa": _sdpa_loss}[cfg["model"]]
     X, y = inputs["X"], inputs["y"]
     batch = 64 if cfg["model"] == "mlp" else 16
     for step in range(E2E_STEPS):
@@ -787,6 +820,19 @@ for _m in ("mlp", "transformer"):
                   host_dependent={"out.*": "training runs PyTorch's matmuls (MKL / oneDNN), "
                                            "reductions and exp / log / tanh / erf, whose bits "
                                            "depend on the CPU and the thread count"})
+# the transformer with its attention in scaled_dot_product_attention: flash on
+# the GPU, in bf16 (the flash kernel takes no float32; an fp16 run with a loss
+# scale starting at 1 sits at fp16's underflow, where its zero fraction moved by
+# 0.06 against torch's CPU: a judge of chaos, not of the attention kernel)
+for _prec in ("bf16",):
+    _register(f"e2e-sdpa-{_prec}", "e2e", _e2e_run,
+              dict(model="sdpa", precision=_prec, seed=51), _e2e_inputs, _e2e_tiers,
+              description=f"SDPA transformer (flash attention on CUDA) trained {E2E_STEPS} "
+                          f"steps, {_prec}",
+              host_dependent={"out.*": "training runs PyTorch's matmuls (MKL / oneDNN), "
+                                       "reductions, its CPU attention kernel and exp / log / "
+                                       "erf, whose bits depend on the CPU and the thread "
+                                       "count"})
 
 
 # ================================================================ collectives
