@@ -30,9 +30,36 @@ Steps, in order (``--steps`` picks some):
    (``docs/pytorch-numerics.md`` §11): how many equal, the largest distance;
    the forward also against candidate online-softmax models (key-block size,
    P rounded or not: ``online_attention``);
-5. ``triton``: fpemu's Triton kernels' bit-exactness and speed, when
+5. ``sgemm``: float32 GEMMs with TF32 off (cuBLAS SGEMM): the end-to-end
+   shapes as ``torch.mm`` and as ``F.linear`` with a bias (addmm), forward
+   and backward as autograd issues them (transposed operands), and K from
+   16 to 4096; fitted against fpemu.autograd under the CUDA profile of the
+   recording's GPU and against fpemu.accumulate's float32 models
+   (sequential, pairwise, fma, blocked, split-K; the bias added after the
+   product or as the accumulator's start);
+6. ``gemm16``: bf16 / fp16 GEMMs with 16-bit outputs: ``torch.mm``,
+   ``F.linear`` with a bias (cuBLASLt's bias epilogue) and ``torch.bmm`` at
+   the transformer's attention shapes, forward and backward; fitted against
+   fpemu.autograd and against the GPU's tensor-core model, K split 1-8
+   ways (the parts rounded to the dtype or not), one rounding to the dtype,
+   the bias added before or after that rounding or as the accumulator's
+   start;
+7. ``reductions``: the summation trees of torch.sum / mean (over all
+   elements, the last, first and a middle dimension; contiguous and
+   transposed), the softmax and log_softmax backward and nll_loss, in
+   float32, bf16 and fp16, at sizes that take each launch of ATen's
+   Reduce.cuh and of the softmax kernels, revealed by FPRev
+   (``bench/fprev.py``: units with +M at leaf i and -M at leaf j; one pair
+   per output in the same launch), and random-input forward and backward
+   of sum, mean, vector_norm, softmax, log_softmax, layer_norm, nll_loss and
+   cross_entropy compared with fpemu.autograd;
+8. ``libm``: exp, log, tanh, erf, sigmoid, gelu and rsqrt on every bf16 and
+   fp16 input and on about 200,000 float32 inputs (the 16-bit values, random
+   ones, each binade's edges), compared with fpemu.autograd (and with the
+   float64 value rounded once, for scale);
+9. ``triton``: fpemu's Triton kernels' bit-exactness and speed, when
    fpemu has them;
-6. ``casts``, ``cuda_checks``, ``torch_checks``: ``bench/cuda_casts.py``,
+10. ``casts``, ``cuda_checks``, ``torch_checks``: ``bench/cuda_casts.py``,
    ``bench/cuda_checks.py`` and ``bench/torch_cuda_checks.py`` when their
    committed data do not cover this GPU and torch version.
 
@@ -45,9 +72,11 @@ there next time. Every argument is checked before torch is imported or a
 step runs, and a bad one is refused (exit 2).
 
 The fit needs no GPU (and fpemu's Numba kernels compile from cold on a
-fresh machine), so on a GPU the probes are only recorded; ``--fit DIR`` then
-fits them on the host and completes the summary (``--fit-on-device`` fits
-there too).
+fresh machine), so on a GPU the probes are only recorded (the reductions'
+FPRev probes rebuild their trees as they go: which pairs a round probes
+depends on the last round's outputs); ``--fit DIR`` then fits every probe
+step the folder holds on the host and completes the summary
+(``--fit-on-device`` fits there too).
 
 ``--host`` runs everything on the CPU with CPU torch standing in (no GPU
 minute spent on a script that breaks); ``--small`` uses small sizes. On the
@@ -83,12 +112,15 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-STEPS = ("env", "traces", "gemm", "attention", "triton", "casts", "cuda_checks", "torch_checks")
+STEPS = ("env", "traces", "gemm", "attention", "sgemm", "gemm16", "reductions", "libm",
+         "triton", "casts", "cuda_checks", "torch_checks")
 # rough cost of each step on an H100 (seconds): a step starts only if it fits
-COST = {"env": 1, "traces": 150, "gemm": 60, "attention": 20, "triton": 10, "casts": 120,
-        "cuda_checks": 30, "torch_checks": 120}
-HOST_COST = {"env": 1, "traces": 20, "gemm": 20, "attention": 10, "triton": 1, "casts": 30,
-             "cuda_checks": 60, "torch_checks": 1}
+COST = {"env": 1, "traces": 150, "gemm": 60, "attention": 20, "sgemm": 10, "gemm16": 10,
+        "reductions": 40, "libm": 10, "triton": 10, "casts": 120, "cuda_checks": 30,
+        "torch_checks": 120}
+HOST_COST = {"env": 1, "traces": 20, "gemm": 20, "attention": 10, "sgemm": 10, "gemm16": 10,
+             "reductions": 20, "libm": 10, "triton": 1, "casts": 30, "cuda_checks": 60,
+             "torch_checks": 1}
 KS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 KS_SMALL = (16, 128, 1024)
 # (M, K, N) of the end-to-end scenarios' GEMMs: the MLP's forward / dgrad /
@@ -102,7 +134,7 @@ HOST_GROUPS = ("collectives", "ddp", "fsdp", "zero")
 # what state.json records of a step
 STATUSES = ("done", "partial", "failed", "skipped")
 # the probe steps --fit fits, each recorded as <step>.json and <step>.npz
-PROBE_STEPS = ("gemm", "attention")
+PROBE_STEPS = ("gemm", "attention", "sgemm", "gemm16", "reductions", "libm")
 
 
 class BadFile(Exception):
@@ -785,6 +817,978 @@ def step_attention(run):
     return {"status": "done" if complete else "partial", "lines": [head] + lines}
 
 
+# ------------------------------------------------ probe steps, in general
+def _gpu_key(env):
+    """The fpemu Profile's gpu= for a recording's GPU name (env.json)."""
+    name = str(env.get("gpu", "")).upper()
+    for key in ("H200", "H100", "A100"):
+        if key in name:
+            return key.lower()
+    return "h100"
+
+
+def _fit_context(run, meta):
+    return {"cpu": meta.get("device", run.device) == "cpu", "release": run.release(),
+            "gpu": _gpu_key(run.env()), "small": bool(meta.get("small"))}
+
+
+def _profile(ctx):
+    import fpemu.autograd as ft
+    if ctx["cpu"]:
+        return ft.Profile("cpu", ctx["release"])
+    return ft.Profile("cuda", ctx["release"], gpu=ctx["gpu"])
+
+
+def _compare(rec_bits, ours, dtype):
+    """{equal, n, max_ulps} of fpemu's values against recorded float32 bits
+    (distance in ulps of ``dtype``; NaN equals NaN)."""
+    ours = np.ascontiguousarray(np.asarray(ours, np.float32)).reshape(rec_bits.shape)
+    mine = ours.view(np.uint32)
+    both_nan = np.isnan(ours) & np.isnan(rec_bits.view(np.float32))
+    d = np.where(both_nan, 0, _ulps(rec_bits, mine, dtype))
+    return {"equal": int((d == 0).sum()), "n": int(d.size), "max_ulps": int(d.max()) if d.size
+            else 0}
+
+
+def _probe_step(run, name, cases, record, fit, summarize):
+    """A probe step: ``record(torch, case, device)`` -> (sha256 of the
+    inputs, {array name: recorded array}, {extra metadata}) for each case not
+    recorded yet, until the budget ends; then (on the host, or with
+    --fit-on-device) ``fit(torch, entry, arrays, ctx)`` -> a dict per case,
+    and ``summarize(fits, meta)`` -> the summary's lines."""
+    torch = run.torch
+    path, done, meta_path, meta = run.probes(name)
+    meta.setdefault("device", run.device)
+    ran = 0
+    for case in cases:
+        entry = meta["cases"].get(case["id"])
+        if run.args.fit or (entry is not None and ("error" in entry or "recorded" in entry)):
+            continue
+        if run.left() < 2:
+            break
+        try:
+            digest, arrays, extra = record(torch, case, run.device)
+        except Exception as err:                              # noqa: BLE001
+            meta["cases"][case["id"]] = dict(case, error=f"{type(err).__name__}: {err}"[:300])
+            continue
+        done.update({f"{case['id']}.{k}": v for k, v in arrays.items()})
+        meta["cases"][case["id"]] = dict(case, sha256=digest, recorded=sorted(arrays), **extra)
+        ran += 1
+    np.savez_compressed(path, **done)
+    with open(meta_path, "w") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+    recorded = [c for c in cases if "recorded" in meta["cases"].get(c["id"], {})]
+    errors = {c["id"]: meta["cases"][c["id"]]["error"] for c in cases
+              if "error" in meta["cases"].get(c["id"], {})}
+    complete = len(recorded) + len(errors) == len(cases)
+    lines = [f"{ran} probes run now, {len(recorded)} of {len(cases)} recorded"
+             + ("" if complete else " (budget: the rest next run)")]
+    if errors:
+        lines.append(f"{len(errors)} probes raised: " + "; ".join(
+            f"{k}: {v[:120]}" for k, v in list(errors.items())[:4]))
+    if not (run.args.host or run.args.fit_on_device):
+        lines.append(f"not fitted here: `python bench/gpu_check.py --fit {run.out}` on the host")
+        return {"status": "done" if complete else "partial", "lines": lines}
+    ctx = _fit_context(run, meta)
+    fits = {}
+    for case in recorded:
+        entry = meta["cases"][case["id"]]
+        arrays = {k: done[f"{case['id']}.{k}"] for k in entry["recorded"]}
+        try:
+            with np.errstate(all="ignore"):
+                fits[case["id"]] = fit(torch, entry, arrays, ctx)
+        except Exception as err:                              # noqa: BLE001
+            fits[case["id"]] = {"error": f"{type(err).__name__}: {err}"[:300]}
+    meta["fits"] = fits
+    with open(meta_path, "w") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+    lines += summarize(fits, meta)
+    return {"status": "done" if complete else "partial", "lines": lines}
+
+
+def _operand(rng, shape, zeros=0.02):
+    """float32 values over a few binades, with zeros (as gemm_inputs)."""
+    x = rng.standard_normal(shape) * 2.0 ** rng.integers(-3, 4, shape)
+    x[rng.random(shape) < zeros] = 0.0
+    return x.astype(np.float32)
+
+
+def _same_inputs(entry, ins):
+    if entry.get("sha256") != _digest(ins):
+        raise BadFile(f"{entry['id']}: the inputs regenerated here differ from the recorded "
+                      "ones (sha256); the seed or the input recipe changed since the recording")
+
+
+def _fp_cmp_lines(fits, keys=("fpemu",)):
+    """'- id: out 64/64 equal (max 0 ulps), ...' for fpemu's comparisons."""
+    lines = []
+    for cid, v in sorted(fits.items()):
+        if "error" in v:
+            lines.append(f"- {cid}: {v['error']}")
+            continue
+        for key in keys:
+            if key in v:
+                lines.append(f"- {cid} {key}: " + ", ".join(
+                    f"{k} {c['equal']}/{c['n']} (max {c['max_ulps']} ulps)"
+                    for k, c in v[key].items()))
+    return lines
+
+
+def _candidate_lines(fits):
+    """Per probe and product: the accumulation models reproducing it."""
+    lines = []
+    for cid, v in sorted(fits.items()):
+        for prod, r in sorted(v.get("models", {}).items()):
+            if r["exact"]:
+                lines.append(f"- {cid} {prod}: exact with {', '.join(r['exact'][:4])}"
+                             + (f" (+{len(r['exact']) - 4})" if len(r["exact"]) > 4 else ""))
+            elif r.get("closest"):
+                lines.append(f"- {cid} {prod}: none exact; closest {r['closest']['model']} "
+                             f"({r['closest']['differ']} of {r['outputs']} differ)")
+    return lines
+
+
+def _fit_models(rec_bits, candidates):
+    """{exact: [names], closest: {model, differ}, outputs} of candidate
+    functions () -> float32 array against recorded float32 bits."""
+    exact, best, errors = [], None, []
+    for cname, f in candidates:
+        try:
+            y = np.ascontiguousarray(np.asarray(f(), np.float32)).reshape(rec_bits.shape)
+        except Exception as err:                              # noqa: BLE001
+            errors.append(f"{cname}: {type(err).__name__}: {err}"[:160])
+            continue
+        ours = y.view(np.uint32)
+        both_nan = np.isnan(y) & np.isnan(rec_bits.view(np.float32))
+        miss = int(((ours != rec_bits) & ~both_nan).sum())
+        if miss == 0:
+            exact.append(cname)
+        if best is None or miss < best[1]:
+            best = (cname, miss)
+    out = {"exact": exact, "outputs": int(rec_bits.size),
+           "closest": None if best is None else {"model": best[0], "differ": best[1]}}
+    if errors:
+        out["candidate_errors"] = errors[:6]
+    return out
+
+
+# ---------------------------------------------------------------- sgemm
+def sgemm_cases(small):
+    """float32 GEMMs with TF32 off (cuBLAS SGEMM): the end-to-end shapes as
+    torch.mm and as F.linear with a bias (addmm), forward and backward as
+    autograd issues them (transposed, non-contiguous operands), and K from
+    16 to 4096 (16 x K x 16)."""
+    cases = []
+    for M, K, N in (E2E_SHAPES[:2] if small else E2E_SHAPES):
+        cases.append(dict(op="mm", M=M, K=K, N=N))
+        cases.append(dict(op="linear", M=M, K=K, N=N))
+    for K in ((16, 256) if small else KS[:-1]):       # the forward only: K is its reduction
+        cases.append(dict(op="mm", M=16, K=K, N=16, grad=False))
+    out, seen = [], set()
+    for i, c in enumerate(cases):
+        c["id"] = f"{c['op']}-float32-{c['M']}x{c['K']}x{c['N']}"
+        if c["id"] not in seen:
+            seen.add(c["id"])
+            out.append(dict(c, seed=7000 + i, dtype="float32"))
+    return out
+
+
+def _gemm_operands(torch, case):
+    """CPU tensors of a GEMM probe (cast to its dtype by torch): mm: a (M, K),
+    b (K, N); linear: x (M, K), w (N, K), bias (N,); bmm: a (B, M, K), b (B, K,
+    N); and g, the output's gradient."""
+    rng = np.random.default_rng(case["seed"])
+    M, K, N = case["M"], case["K"], case["N"]
+    dt = getattr(torch, case["dtype"])
+    B = (case["B"],) if case["op"] == "bmm" else ()
+    if case["op"] == "linear":
+        shapes = {"x": (M, K), "w": (N, K), "bias": (N,), "g": (M, N)}
+    else:
+        shapes = {"a": B + (M, K), "b": B + (K, N), "g": B + (M, N)}
+    return {k: torch.from_numpy(_operand(rng, s)).to(dt) for k, s in shapes.items()}
+
+
+def _gemm_autograd(lib, case, ins, device=None):
+    """Forward and backward of a GEMM probe in torch or fpemu.autograd
+    (``lib``); {name: result}."""
+    F = lib.nn.functional
+    conv = ((lambda t: t.to(device)) if device is not None else lib.nn.from_torch)
+    t = {k: conv(v) for k, v in ins.items()}
+    grads = [k for k in t if k != "g"] if case.get("grad", True) else []
+    for k in grads:
+        t[k].requires_grad_()
+    if case["op"] == "linear":
+        y = F.linear(t["x"], t["w"], t["bias"])
+    elif case["op"] == "bmm":
+        y = lib.bmm(t["a"], t["b"])
+    else:
+        y = lib.mm(t["a"], t["b"])
+    if grads:
+        y.backward(t["g"])
+    out = {"out": y.detach()}
+    out.update({f"d{k}": t[k].grad for k in grads})
+    return out
+
+
+def run_sgemm(torch, case, device):
+    ins = _gemm_operands(torch, case)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        res = _gemm_autograd(torch, case, ins, device)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        extra = {"allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+                 "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return _digest(ins), {k: _bits32(torch, v) for k, v in res.items()}, extra
+
+
+def _products(case, ins):
+    """(name, A, B, bias) of every GEMM a probe ran (float64 arrays of the
+    operands' values; bmm: 3-D), as autograd issues them."""
+    f = {k: v.float().numpy().astype(np.float64) for k, v in ins.items()}
+    if case["op"] == "linear":
+        x, w, g = f["x"], f["w"], f["g"]
+        out = [("out", x, w.T, f["bias"]), ("dx", g, w, None), ("dw", g.T, x, None)]
+    else:
+        a, b, g = f["a"], f["b"], f["g"]
+        tr = (lambda m: np.swapaxes(m, -1, -2))
+        out = [("out", a, b, None), ("da", g, tr(b), None), ("db", tr(a), g, None)]
+    return out if case.get("grad", True) else out[:1]
+
+
+def _fp32_candidates(A, B, bias):
+    """fpemu.accumulate's models of a float32 GEMM (A @ B): named functions."""
+    from fpemu import accumulate
+    K = A.shape[1]
+    models = [("exact", {"model": "exact"}), ("sequential", {"model": "sequential"}),
+              ("pairwise", {"model": "pairwise"}), ("fma", {"model": "fma"})]
+    for inner in ("sequential", "fma"):
+        for block in (4, 8, 16, 32, 64, 128, 256):
+            if block < K:
+                models.append((f"blocked {inner} {block}",
+                               {"model": "blocked", "inner": inner, "block": block}))
+    for S in (2, 3, 4, 6, 8):
+        if K > 128 * (S - 1):
+            for m in ("fma", "sequential"):
+                models.append((f"{m} splitk={S}", {"model": m, "splitk": S}))
+    out = []
+    for mname, kw in models:
+        def f(kw=kw):
+            return accumulate.matmul(A, B, "fp32", **kw)
+        if bias is None:
+            out.append((mname, f))
+            continue
+        out.append((f"{mname}, + bias after",
+                    lambda f=f: (f() + bias.astype(np.float32)).astype(np.float32)))
+        if kw.get("splitk", 1) == 1:
+            out.append((f"{mname}, from the bias",
+                        lambda kw=kw: accumulate.matmul(A, B, "fp32", c=bias[None, :], **kw)))
+    return out
+
+
+def fit_sgemm(torch, entry, arrays, ctx):
+    import fpemu.autograd as ft
+    ins = _gemm_operands(torch, entry)
+    _same_inputs(entry, ins)
+    with ft.use_profile(_profile(ctx)):
+        ours = _gemm_autograd(ft, entry, ins)
+    res = {"fpemu": {k: _compare(arrays[k], ours[k].float().numpy(), "float32")
+                     for k in sorted(arrays)}, "models": {}}
+    if ctx["small"] and entry["id"] != "linear-float32-64x32x64":
+        return res                  # the dry run: one probe's candidates are enough
+    for prod, A, B, bias in _products(entry, ins):
+        res["models"][prod] = _fit_models(arrays[prod], _fp32_candidates(A, B, bias))
+    return res
+
+
+def _sgemm_summary(fits, meta):
+    n = len(fits)
+    agree = sum(all(c["equal"] == c["n"] for c in v.get("fpemu", {}).values()) and "fpemu" in v
+                for v in fits.values())
+    lines = [f"fpemu.autograd (profile {'cpu' if meta['device'] == 'cpu' else 'cuda'}) "
+             f"reproduces {agree} of {n} probes bit for bit (forward and every gradient)"]
+    return lines + _fp_cmp_lines(fits) + _candidate_lines(fits)
+
+
+def step_sgemm(run):
+    return _probe_step(run, "sgemm", sgemm_cases(run.probes("sgemm")[3]["small"]), run_sgemm,
+                       fit_sgemm, _sgemm_summary)
+
+
+# --------------------------------------------------------------- gemm16
+BMM_SHAPES = ((32, 8, 16, 8), (32, 8, 8, 16))     # (batch, M, K, N): Q @ K^T and P @ V
+
+
+def gemm16_cases(small):
+    """bf16 / fp16 GEMMs with 16-bit outputs: torch.mm (the end-to-end
+    shapes, K from 16 to 4096), F.linear with a bias (addmm with a 1-D bias,
+    what autocast's linear calls: cuBLASLt's bias epilogue) and torch.bmm at
+    the transformer's attention shapes; forward and backward."""
+    cases = []
+    for dt in ("bfloat16", "float16"):
+        for M, K, N in (E2E_SHAPES[:1] if small else E2E_SHAPES):
+            cases.append(dict(op="mm", dtype=dt, M=M, K=K, N=N))
+            cases.append(dict(op="linear", dtype=dt, M=M, K=K, N=N))
+        for K in ((256,) if small else KS[:-1]):
+            cases.append(dict(op="mm", dtype=dt, M=16, K=K, N=16, grad=False))
+        for Bn, M, K, N in (BMM_SHAPES[:1] if small else BMM_SHAPES):
+            cases.append(dict(op="bmm", dtype=dt, B=Bn, M=M, K=K, N=N))
+    out, seen = [], set()
+    for i, c in enumerate(cases):
+        c["id"] = (f"{c['op']}-{c['dtype']}-" + (f"{c['B']}x" if c["op"] == "bmm" else "")
+                   + f"{c['M']}x{c['K']}x{c['N']}")
+        if c["id"] not in seen:
+            seen.add(c["id"])
+            out.append(dict(c, seed=8000 + i))
+    return out
+
+
+def run_gemm16(torch, case, device):
+    ins = _gemm_operands(torch, case)
+    res = _gemm_autograd(torch, case, ins, device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    m = torch.backends.cuda.matmul
+    extra = {"allow_bf16_reduced_precision_reduction": bool(
+        m.allow_bf16_reduced_precision_reduction),
+        "allow_fp16_reduced_precision_reduction": bool(m.allow_fp16_reduced_precision_reduction),
+        "out_dtype": str(res["out"].dtype).replace("torch.", "")}
+    return _digest(ins), {k: _bits32(torch, v) for k, v in res.items()}, extra
+
+
+def _tc_candidates(A, B, bias, dt, gpu):
+    """fpemu.accumulate's tensor-core model of the GPU (``gpu``'s, "h100" for
+    Hopper), K split 1-8 ways, one rounding to the dtype; with a bias: added
+    to the float32 accumulator before the rounding, after it, or as the
+    accumulator's start. A, B: 2-D or batched (3-D)."""
+    from fpemu import accumulate, quantize
+    from fpemu.autograd._profile import GPUS
+    fmt = {"bfloat16": "bf16", "float16": "fp16"}[dt]
+    tc = GPUS[gpu].tensor_core
+    K = A.shape[-1]
+
+    def each(f):
+        if A.ndim == 2:
+            return f(A, B)
+        return np.stack([f(a, b) for a, b in zip(A, B)])
+
+    out = []
+    for model in (tc, "sequential", "exact"):
+        for S in (1, 2, 3, 4, 6, 8):
+            if S > 1 and (model != tc or K <= 128 * (S - 1)):
+                continue
+            name = f"{model}" + (f" splitk={S}" if S > 1 else "")
+            if bias is None:
+                out.append((name, lambda m=model, S=S: each(
+                    lambda a, b: accumulate.matmul(a, b, fmt, "fp32", fmt, model=m, splitk=S))))
+                if S > 1:           # partial sums rounded to the dtype (reduced-precision reduction)
+                    def parts(a, b, m=model, S=S):
+                        acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+                        for lo, hi in accumulate.SplitK(S).parts(K):
+                            if hi > lo:
+                                p = accumulate.matmul(a[:, lo:hi], b[lo:hi], fmt, "fp32", fmt,
+                                                      model=m)
+                                acc = (acc + p).astype(np.float32)
+                        return quantize(acc, fmt)
+                    out.append((f"{name}, parts in the dtype", lambda p=parts: each(p)))
+                continue
+            bias32 = bias.astype(np.float32)
+
+            def acc32(m=model, S=S):
+                return accumulate.matmul(A, B, fmt, "fp32", "fp32", model=m, splitk=S)
+            out.append((f"{name}, bias before the rounding",
+                        lambda a=acc32: quantize((a() + bias32).astype(np.float32), fmt)))
+            out.append((f"{name}, bias after the rounding", lambda a=acc32: quantize(
+                (quantize(a(), fmt) + bias32).astype(np.float32), fmt)))
+            if S == 1:
+                out.append((f"{name}, from the bias", lambda m=model: accumulate.matmul(
+                    A, B, fmt, "fp32", fmt, model=m, c=bias32[None, :])))
+    return out
+
+
+def fit_gemm16(torch, entry, arrays, ctx):
+    import fpemu.autograd as ft
+    ins = _gemm_operands(torch, entry)
+    _same_inputs(entry, ins)
+    with ft.use_profile(_profile(ctx)):
+        ours = _gemm_autograd(ft, entry, ins)
+    res = {"fpemu": {k: _compare(arrays[k], ours[k].float().numpy(), entry["dtype"])
+                     for k in sorted(arrays)}, "models": {}}
+    if ctx["small"] and entry["op"] != "linear":
+        return res                  # the dry run: the linear probe's candidates are enough
+    for prod, A, B, bias in _products(entry, ins):
+        res["models"][prod] = _fit_models(arrays[prod],
+                                          _tc_candidates(A, B, bias, entry["dtype"], ctx["gpu"]))
+    return res
+
+
+def step_gemm16(run):
+    return _probe_step(run, "gemm16", gemm16_cases(run.probes("gemm16")[3]["small"]),
+                       run_gemm16, fit_gemm16, _sgemm_summary)
+
+
+# ----------------------------------------------------------- reductions
+# FPRev probes (bench/fprev.py): (op, dtype, shape, dim, layout, leaves).
+# The shapes take each launch of ATen's Reduce.cuh (setReduceConfig: the
+# reduced dimension across a warp's lanes only, across warps too
+# (block_y_reduce), across several blocks per output (global reduce), with
+# vectorized loads past 128 contiguous inputs; the outputs across lanes when
+# the reduced dimension is not the contiguous one) and of the softmax kernels
+# (the persistent warp softmax up to 1024 elements, the block softmax past
+# it), and the end-to-end scenarios' reductions (the MLP: batch 64, 32 -> 64
+# -> 10; the transformer: 16 x 8 tokens x 32, 2 heads, 4 classes). Leaves:
+# "all", or [first, stride, last]: the first ``first`` indices, every
+# ``stride``-th one and the last ``last`` (zeros elsewhere).
+FPREV_CASES = (
+    ("sum", "float32", (10,), None, "contiguous", "all"),
+    ("sum", "float32", (100,), None, "contiguous", "all"),
+    ("sum", "float32", (1024,), None, "contiguous", "all"),
+    ("sum", "float32", (4096,), None, "contiguous", "all"),
+    ("sum", "float32", (65536,), None, "contiguous", [256, 256, 0]),
+    ("sum", "float32", (1 << 20,), None, "contiguous", [256, 4096, 64]),
+    ("sum", "float32", (64, 32), -1, "contiguous", "all"),
+    ("sum", "float32", (64, 1024), -1, "contiguous", "all"),
+    ("sum", "float32", (8, 8192), -1, "contiguous", [512, 16, 0]),
+    ("sum", "float32", (2, 1 << 18), -1, "contiguous", [256, 1024, 64]),
+    ("sum", "float32", (64, 10), 0, "contiguous", "all"),
+    ("sum", "float32", (64, 64), 0, "contiguous", "all"),
+    ("sum", "float32", (128, 32), 0, "contiguous", "all"),
+    ("sum", "float32", (4096, 32), 0, "contiguous", [256, 16, 0]),
+    ("sum", "float32", (1 << 16, 4), 0, "contiguous", [256, 256, 0]),
+    ("sum", "float32", (16, 8, 32), 1, "contiguous", "all"),
+    ("sum", "float32", (64, 32), -1, "transposed", "all"),
+    ("sum", "float32", (64, 1024), -1, "transposed", "all"),
+    ("mean", "float32", (64, 32), -1, "contiguous", "all"),
+    ("mean", "float32", (16, 8, 32), 1, "contiguous", "all"),
+    ("mean", "float32", (4096,), None, "contiguous", [256, 16, 0]),
+    ("sum", "bfloat16", (4096,), None, "contiguous", [0, 16, 0]),
+    ("sum", "bfloat16", (64, 1024), -1, "contiguous", [0, 4, 0]),
+    ("sum", "bfloat16", (64, 10), 0, "contiguous", "all"),
+    ("sum_f32", "bfloat16", (4096,), None, "contiguous", [256, 16, 0]),
+    ("sum", "float16", (64, 1024), -1, "contiguous", "all"),
+    ("sum", "float16", (65536,), None, "contiguous", [512, 128, 0]),
+    ("sum_f32", "float16", (64, 1024), -1, "contiguous", "all"),
+    ("softmax_bwd", "float32", (64, 10), -1, "contiguous", "all"),
+    ("softmax_bwd", "float32", (256, 8), -1, "contiguous", "all"),
+    ("softmax_bwd", "float32", (64, 32), -1, "contiguous", "all"),
+    ("softmax_bwd", "float32", (64, 1024), -1, "contiguous", "all"),
+    ("softmax_bwd", "float32", (16, 2048), -1, "contiguous", "all"),
+    ("softmax_bwd", "float32", (8, 4096), -1, "contiguous", [1024, 4, 0]),
+    ("log_softmax_bwd", "float32", (64, 10), -1, "contiguous", "all"),
+    ("log_softmax_bwd", "float32", (16, 4), -1, "contiguous", "all"),
+    ("log_softmax_bwd", "float32", (64, 1024), -1, "contiguous", "all"),
+    ("log_softmax_bwd", "float32", (16, 2048), -1, "contiguous", "all"),
+    ("softmax_bwd", "bfloat16", (256, 8), -1, "contiguous", "all"),
+    ("softmax_bwd", "bfloat16", (64, 256), -1, "contiguous", "all"),
+    ("nll_loss", "float32", (64, 10), None, "contiguous", "all"),
+    ("nll_loss", "float32", (16, 4), None, "contiguous", "all"),
+    ("nll_loss", "float32", (1024, 10), None, "contiguous", "all"),
+    ("nll_loss", "bfloat16", (64, 10), None, "contiguous", "all"),
+)
+FPREV_CASES_SMALL = (
+    ("sum", "float32", (100,), None, "contiguous", "all"),
+    ("sum", "float32", (4096,), None, "contiguous", [64, 256, 8]),
+    ("sum", "float32", (64, 32), -1, "contiguous", "all"),
+    ("sum", "float32", (64, 10), 0, "contiguous", "all"),
+    ("sum", "float32", (64, 32), -1, "transposed", "all"),
+    ("mean", "float32", (16, 8, 32), 1, "contiguous", "all"),
+    ("sum", "bfloat16", (64, 1024), -1, "contiguous", [0, 16, 0]),
+    ("sum_f32", "float16", (64, 128), -1, "contiguous", "all"),
+    ("softmax_bwd", "float32", (64, 10), -1, "contiguous", "all"),
+    ("log_softmax_bwd", "float32", (16, 32), -1, "contiguous", "all"),
+    ("nll_loss", "float32", (64, 10), None, "contiguous", "all"),
+)
+# random inputs, forward and backward, compared with fpemu: (op, dtype, shape, dim, layout)
+VALUE_CASES = tuple(
+    [(op, dt, s, d, "contiguous") for op in ("sum", "mean") for dt in ("float32", "bfloat16",
+                                                                       "float16")
+     for s, d in (((64, 32), -1), ((64, 1024), -1), ((8, 8192), -1), ((64, 10), 0),
+                  ((4096, 32), 0), ((16, 8, 32), 1), ((1 << 16,), None))]
+    + [("sum", "float32", (64, 1024), -1, "transposed"), ("sum", "float32", (1 << 20,), None,
+                                                          "contiguous")]
+    + [("vector_norm", "float32", s, d, "contiguous")
+       for s, d in (((1 << 16,), None), ((64, 256), -1), ((64, 10), 0))]
+    + [("vector_norm", "bfloat16", (1 << 14,), None, "contiguous")]
+    + [(op, "float32", s, -1, "contiguous") for op in ("softmax", "log_softmax")
+       for s in ((64, 10), (256, 8), (64, 1024), (16, 2048), (4, 4096))]
+    + [(op, dt, s, -1, "contiguous") for op in ("softmax", "log_softmax")
+       for dt in ("bfloat16", "float16") for s in ((64, 10), (256, 8), (4, 2048))]
+    + [("layer_norm", "float32", s, -1, "contiguous") for s in ((128, 32), (16, 1024), (4, 4096))]
+    + [("layer_norm", dt, (128, 32), -1, "contiguous") for dt in ("bfloat16", "float16")]
+    + [(op, dt, s, None, "contiguous") for op in ("nll_loss", "cross_entropy")
+       for dt in ("float32", "bfloat16", "float16") for s in ((64, 10), (16, 4))]
+    + [("cross_entropy", "float32", (32, 1000), None, "contiguous")])
+VALUE_CASES_SMALL = (
+    ("sum", "float32", (64, 32), -1, "contiguous"), ("mean", "bfloat16", (16, 8, 32), 1,
+                                                     "contiguous"),
+    ("vector_norm", "float32", (64, 10), 0, "contiguous"),
+    ("softmax", "float32", (64, 10), -1, "contiguous"),
+    ("log_softmax", "float16", (256, 8), -1, "contiguous"),
+    ("layer_norm", "bfloat16", (128, 32), -1, "contiguous"),
+    ("cross_entropy", "float32", (16, 4), None, "contiguous"),
+    ("nll_loss", "bfloat16", (64, 10), None, "contiguous"))
+FPREV_MAX_PROBES = 40000        # per case: a tree this script cannot rebuild stops there
+
+
+def reductions_cases(small):
+    cases = []
+    for op, dt, shape, dim, layout, lv in (FPREV_CASES_SMALL if small else FPREV_CASES):
+        cases.append(dict(kind="fprev", op=op, dtype=dt, shape=list(shape), dim=dim,
+                          layout=layout, leaves=lv))
+    for op, dt, shape, dim, layout in (VALUE_CASES_SMALL if small else VALUE_CASES):
+        cases.append(dict(kind="values", op=op, dtype=dt, shape=list(shape), dim=dim,
+                          layout=layout))
+    for i, c in enumerate(cases):
+        lv = c.get("leaves", "all")
+        c["seed"] = 9000 + i
+        c["id"] = (f"{c['kind']}-{c['op']}-{c['dtype']}-{'x'.join(map(str, c['shape']))}"
+                   f"-dim{'all' if c['dim'] is None else c['dim']}"
+                   f"{'-t' if c['layout'] == 'transposed' else ''}"
+                   f"{'' if lv == 'all' else '-leaves' + '.'.join(map(str, lv))}")
+    return cases
+
+
+class FPRevLayout:
+    """Where a FPRev probe's values go: the fibers (one per output) of the
+    reduced dimension as flat indices into the stored buffer, the probed
+    leaves, the unit and the big value."""
+
+    def __init__(self, case):
+        self.case = case
+        shape, dim, op = tuple(case["shape"]), case["dim"], case["op"]
+        if case["layout"] == "transposed":
+            if len(shape) != 2:
+                raise ValueError(f"{case['id']}: a transposed layout needs a 2-D shape")
+            self.store = shape[::-1]
+            index = np.arange(int(np.prod(shape))).reshape(self.store).T
+        else:
+            self.store = shape
+            index = np.arange(int(np.prod(shape))).reshape(shape)
+        if op == "nll_loss":        # the fiber: (b, target[b]) over the batch
+            N, C = shape
+            self.target = np.arange(N) % C
+            fibers = index[np.arange(N), self.target][None, :]
+        elif dim is None:
+            fibers = index.reshape(1, -1)
+        else:
+            fibers = np.moveaxis(index, dim, -1).reshape(-1, shape[dim])
+        self.fibers = fibers
+        self.R, self.n = fibers.shape
+        lv = case["leaves"]
+        if lv == "all":
+            ids = list(range(self.n))
+        else:
+            first, stride, last = lv
+            ids = sorted(set(range(min(first, self.n))) | set(range(0, self.n, stride))
+                         | set(range(max(self.n - last, 0), self.n)))
+        self.leaves = ids
+        import fprev
+        self.u, self.M = fprev.unit_and_big(case["dtype"], len(ids))
+        if case["op"] in ("nll_loss",):
+            self.sign = -1.0        # the loss is -x[b, target]: units of -u
+        else:
+            self.sign = 1.0
+
+    def storage(self, batch):
+        """The stored buffer's values (float32, flat) for probes ``batch``:
+        [(fiber, i, j)]: units at every fiber's leaves, +M at i and -M at j of
+        each probe's fiber."""
+        buf = np.zeros(int(np.prod(self.store)), np.float32)
+        buf[self.fibers[:, self.leaves].ravel()] = self.sign * self.u
+        for r, i, j in batch:
+            buf[self.fibers[r, i]] = self.sign * self.M
+            buf[self.fibers[r, j]] = -self.sign * self.M
+        return buf
+
+    def decode_position(self, i, j):
+        """A position of the fiber, not i or j, whose output says the count."""
+        for k in (self.leaves[:3] + [0, 1, 2]):
+            if k not in (i, j):
+                return k
+        raise ValueError("a fiber of fewer than three elements")
+
+    def size_of(self, raw, i, j):
+        """L(i, j) from a probe's raw outputs (float64 pair: the value read,
+        and for softmax the forward output at the decode position)."""
+        import fprev
+        op, u, n = self.case["op"], self.u, len(self.leaves)
+        v, aux = float(raw[0]), float(raw[1])
+        if op in ("sum", "sum_f32"):
+            s = v
+        elif op == "mean":
+            s = v * self.n
+        elif op == "nll_loss":
+            s = v * self.n
+        else:
+            k = self.decode_position(i, j)
+            gk = u if k in self.leaves else 0.0
+            if op == "softmax_bwd":             # gi_k = y_k (g_k - sum(g y)); all y equal
+                s = (gk - v / aux) / aux if aux else math.nan
+            else:                               # log_softmax: gi_k = g_k - exp(out_k) sum(g)
+                s = (gk - v) / math.exp(aux)
+        return fprev.count_from_sum(s, u, n)
+
+
+def _fprev_runner(lib, lay, device=None):
+    """run(batch) -> float64 array (len(batch), 2) of raw outputs, with torch
+    (in place on the device) or fpemu.autograd (``lib``)."""
+    case = lay.case
+    dt = getattr(lib, case["dtype"])
+    op, dim, shape = case["op"], case["dim"], tuple(case["shape"])
+    is_torch = device is not None
+    import torch            # the CPU tensors the inputs are made as; lib computes
+
+    def tensor(buf):
+        t = torch.from_numpy(buf)
+        if is_torch:
+            return t.to(device).to(dt)
+        return lib.nn.from_torch(t.to(getattr(torch, case["dtype"])))
+
+    def view(buf_t):
+        X = buf_t.reshape(lay.store)
+        return X.t() if case["layout"] == "transposed" else X
+
+    if op in ("softmax_bwd", "log_softmax_bwd") and dim != -1:
+        raise ValueError(f"{case['id']}: softmax probes reduce the last dimension (dim=-1)")
+    if op in ("softmax_bwd", "log_softmax_bwd"):
+        zeros = tensor(np.zeros(int(np.prod(lay.store)), np.float32))
+        if is_torch:
+            f = torch.softmax if op == "softmax_bwd" else torch.log_softmax
+            Y = f(view(zeros), dim)
+        else:
+            fwd = lib.nn.functional.softmax if op == "softmax_bwd" else \
+                lib.nn.functional.log_softmax
+    target = None
+    if op == "nll_loss":
+        tt = torch.from_numpy(lay.target.astype(np.int64))
+        target = tt.to(device) if is_torch else lib.nn.from_torch(tt)
+
+    def launch(buf_t):
+        """(a, b): per fiber the value read, and the forward output at the
+        decode positions' fiber (softmax), as (R,) or (R, n) tensors."""
+        X = view(buf_t)
+        if op in ("sum", "mean", "sum_f32"):
+            kw = {"dtype": lib.float32} if op == "sum_f32" else {}
+            f = lib.sum if op != "mean" else lib.mean
+            out = f(X, **kw) if dim is None else f(X, dim, **kw)
+            return out.reshape(-1), None
+        if op == "nll_loss":
+            return lib.nn.functional.nll_loss(X, target).reshape(-1), None
+        if is_torch:
+            back = (torch._softmax_backward_data if op == "softmax_bwd"
+                    else torch._log_softmax_backward_data)
+            gi, Yf = back(X, Y, dim, dt), Y
+        else:
+            x0 = lib.nn.from_torch(torch.zeros(shape)).to(dt).requires_grad_()
+            Yf = fwd(x0, dim)
+            Yf.backward(X)
+            gi = x0.grad
+        return gi.reshape(lay.R, lay.n), Yf.detach().reshape(lay.R, lay.n)
+
+    def pick(a, b, batch):
+        rs = [r for r, _, _ in batch]
+        if b is None:
+            return a[rs], a[rs]
+        ks = [lay.decode_position(i, j) for _, i, j in batch]
+        return a[rs, ks], b[rs, ks]
+
+    def run(batch):
+        if is_torch:
+            if not hasattr(run, "buf"):
+                run.buf = tensor(lay.storage([]))
+            buf_t = run.buf
+            idx = [int(lay.fibers[r, i]) for r, i, _ in batch] + \
+                  [int(lay.fibers[r, j]) for r, _, j in batch]
+            it = torch.tensor(idx, device=device)
+            vals = torch.tensor([lay.sign * lay.M] * len(batch) + [-lay.sign * lay.M] * len(batch),
+                                device=device, dtype=dt)
+            buf_t.index_put_((it,), vals)
+            a, b = pick(*launch(buf_t), batch)
+            buf_t.index_put_((it,), torch.full_like(vals, lay.sign * lay.u))
+            return torch.stack([a.float(), b.float()], 1)
+        a, b = launch(tensor(lay.storage(batch)))
+        a = a.float().numpy()
+        b = None if b is None else b.float().numpy()
+        a, b = pick(a, b, batch)
+        return np.stack([a, b], 1)
+    return run
+
+
+def _fprev_batches(lay, pairs):
+    """The probes (i, j) dealt to the fibers: one per fiber a launch."""
+    batches, cur = [], []
+    for i, j in pairs:
+        cur.append((len(cur), i, j))
+        if len(cur) == lay.R:
+            batches.append(cur)
+            cur = []
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def _fprev_record(torch, case, device):
+    """Reveal the case's tree on the device: the probes and their raw
+    outputs, and the tree's description (or why none)."""
+    import fprev
+    lay = FPRevLayout(case)
+    run = _fprev_runner(torch, lay, device)
+    rec_pairs, rec_raw = [], []
+
+    def probe(pairs):
+        outs = [run(batch) for batch in _fprev_batches(lay, pairs)]
+        raw = torch.cat(outs).cpu().numpy().astype(np.float32)
+        rec_pairs.extend(pairs)             # all of the round's, kept if one does not decode
+        rec_raw.extend(raw)
+        return [lay.size_of(r, i, j) for (i, j), r in zip(pairs, raw)]
+    extra = {"leaf_count": len(lay.leaves), "outputs": lay.R, "n": lay.n, "u": lay.u,
+             "M": lay.M}
+    try:
+        tree, _ = fprev.reveal(probe, lay.leaves, max_probes=FPREV_MAX_PROBES)
+        extra["tree_lines"] = fprev.describe(tree)
+    except (fprev.Inconsistent, RuntimeError) as err:
+        extra["tree_error"] = str(err)[:400]
+    arrays = {"pairs": np.asarray(rec_pairs, np.int32).reshape(-1, 2),
+              "raw": np.asarray(rec_raw, np.float32).reshape(-1, 2).view(np.uint32)}
+    extra["probes"] = len(rec_pairs)
+    return hashlib.sha256(json.dumps(case, sort_keys=True).encode()).hexdigest(), arrays, extra
+
+
+def _value_inputs(torch, case):
+    rng = np.random.default_rng(case["seed"])
+    shape, op = tuple(case["shape"]), case["op"]
+    dt = getattr(torch, case["dtype"])
+    store = shape[::-1] if case["layout"] == "transposed" else shape
+    ins = {"x": torch.from_numpy(_operand(rng, store, zeros=0.0)).to(dt)}
+    out_shape = None
+    if op in ("softmax", "log_softmax", "layer_norm"):
+        out_shape = shape
+    if op == "layer_norm":
+        ins["w"] = torch.from_numpy(rng.uniform(0.5, 2, shape[-1]).astype(np.float32)).to(dt)
+        ins["b"] = torch.from_numpy(rng.standard_normal(shape[-1]).astype(np.float32)).to(dt)
+    if op in ("nll_loss", "cross_entropy"):
+        ins["target"] = torch.from_numpy(rng.integers(0, shape[1], shape[0]).astype(np.int64))
+        out_shape = ()
+    if op in ("sum", "mean", "vector_norm"):
+        d = case["dim"]
+        out_shape = () if d is None else tuple(s for k, s in enumerate(shape)
+                                               if k != d % len(shape))
+    g = rng.standard_normal(out_shape).astype(np.float32)
+    ins["g"] = torch.from_numpy(np.asarray(g)).to(dt)
+    return ins
+
+
+def _value_autograd(lib, case, ins, device=None):
+    F = lib.nn.functional
+    conv = ((lambda t: t.to(device)) if device is not None else lib.nn.from_torch)
+    t = {k: conv(v) for k, v in ins.items()}
+    leaves = [k for k in ("x", "w", "b") if k in t]
+    for k in leaves:
+        t[k].requires_grad_()
+    x = t["x"].t() if case["layout"] == "transposed" else t["x"]
+    op, d = case["op"], case["dim"]
+    if op in ("sum", "mean"):
+        f = lib.sum if op == "sum" else lib.mean
+        y = f(x) if d is None else f(x, d)
+    elif op == "vector_norm":
+        y = lib.linalg.vector_norm(x) if d is None else lib.linalg.vector_norm(x, dim=d)
+    elif op in ("softmax", "log_softmax"):
+        y = getattr(F, op)(x, d)
+    elif op == "layer_norm":
+        y = F.layer_norm(x, (x.shape[-1],), t["w"], t["b"])
+    else:
+        y = getattr(F, op)(x, t["target"])
+    y.backward(t["g"])
+    out = {"out": y.detach()}
+    out.update({f"d{k}": t[k].grad for k in leaves})
+    return out
+
+
+def _values_record(torch, case, device):
+    ins = _value_inputs(torch, case)
+    res = _value_autograd(torch, case, ins, device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return _digest(ins), {k: _bits32(torch, v) for k, v in res.items()}, {}
+
+
+def run_reductions(torch, case, device):
+    if case["kind"] == "fprev":
+        return _fprev_record(torch, case, device)
+    return _values_record(torch, case, device)
+
+
+def fit_reductions(torch, entry, arrays, ctx):
+    import fpemu.autograd as ft
+    import fprev
+    if entry["kind"] == "values":
+        ins = _value_inputs(torch, entry)
+        _same_inputs(entry, ins)
+        with ft.use_profile(_profile(ctx)):
+            ours = _value_autograd(ft, entry, ins)
+        return {"fpemu": {k: _compare(arrays[k], ours[k].float().numpy(), entry["dtype"])
+                          for k in sorted(arrays)}}
+    lay = FPRevLayout(entry)
+    pairs = [tuple(map(int, p)) for p in arrays["pairs"]]
+    raw = arrays["raw"].view(np.float32)
+    res = {"probes": len(pairs)}
+    try:
+        sizes = [lay.size_of(r, i, j) for (i, j), r in zip(pairs, raw)]
+        known = dict(zip(pairs, sizes))
+
+        def refuse(p):
+            raise fprev.Inconsistent(f"the recorded probes do not settle the tree ({len(p)} "
+                                     "more pairs wanted): the recording stopped early")
+        tree, _ = fprev.reveal(refuse, lay.leaves, known=known)
+        res["tree"] = fprev.describe(tree)
+    except fprev.Inconsistent as err:
+        res["tree_error"] = str(err)[:400]
+        return res
+    if ctx["small"] and len(pairs) > 400:
+        return res                  # the dry run: fpemu on the smaller cases only
+    run = _fprev_runner(ft, lay)
+    same = 0
+    with ft.use_profile(_profile(ctx)):
+        for batch in _fprev_batches(lay, pairs):
+            got = run(batch)
+            for (_, i, j), r in zip(batch, got):
+                try:
+                    ok = lay.size_of(r, i, j) == known[(i, j)]
+                except fprev.Inconsistent:
+                    ok = False
+                same += ok
+    res["fpemu_same_size"] = same
+    return res
+
+
+def _reductions_summary(fits, meta):
+    lines = []
+    trees = {k: v for k, v in fits.items() if "probes" in v}
+    ok = [k for k, v in trees.items() if "tree" in v]
+    lines.append(f"FPRev: {len(ok)} of {len(trees)} summation trees rebuilt from "
+                 f"{sum(v['probes'] for v in trees.values())} probes")
+    for cid, v in sorted(trees.items()):
+        if "tree" in v:
+            head = (f"- {cid}: " + v["tree"][0] + (
+                f"; fpemu gives the same subtree size on {v['fpemu_same_size']} of "
+                f"{v['probes']} probes" if "fpemu_same_size" in v else ""))
+            lines += [head] + [f"    {t.strip()}" for t in v["tree"][1:3]]
+        else:
+            lines.append(f"- {cid}: no tree ({v.get('tree_error', v.get('error', '?'))[:200]})")
+    values = {k: v for k, v in fits.items() if "probes" not in v}
+    agree = sum(all(c["equal"] == c["n"] for c in v.get("fpemu", {}).values()) and "fpemu" in v
+                for v in values.values())
+    lines.append(f"random inputs: fpemu.autograd reproduces {agree} of {len(values)} probes bit "
+                 "for bit (forward and every gradient)")
+    return lines + _fp_cmp_lines(values)
+
+
+def step_reductions(run):
+    return _probe_step(run, "reductions", reductions_cases(run.probes("reductions")[3]["small"]),
+                       run_reductions, fit_reductions, _reductions_summary)
+
+
+# ----------------------------------------------------------------- libm
+LIBM_FUNCS = ("exp", "log", "tanh", "erf", "sigmoid", "gelu", "rsqrt")
+
+
+def libm_cases(small):
+    """Every function on every bf16 and fp16 input (65,536 each: float32
+    opmath, one rounding to the dtype) and on float32 inputs (the 16-bit
+    values widened, random ones and each binade's edges)."""
+    cases = []
+    for fn in (LIBM_FUNCS[:2] if small else LIBM_FUNCS):
+        for dt in ("bfloat16", "float16", "float32"):
+            cases.append(dict(fn=fn, dtype=dt, id=f"{fn}-{dt}", seed=11000))
+    return cases
+
+
+def libm_inputs(torch, case, small=False):
+    """The probe's inputs as a CPU tensor of its dtype."""
+    if case["dtype"] != "float32":
+        codes = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.int16)
+        t = torch.from_numpy(codes.copy()).view(getattr(torch, case["dtype"]))
+        return t[:4096] if small else t
+    rng = np.random.default_rng(case["seed"])
+    parts = [np.arange(1 << 16, dtype=np.uint32) << 16,                        # bf16 values
+             np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+             .astype(np.float32).view(np.uint32),                             # fp16 values
+             rng.integers(0, 1 << 32, 1 << 15, dtype=np.uint64).astype(np.uint32),
+             (rng.standard_normal(1 << 15) * 4).astype(np.float32).view(np.uint32)]
+    edges = []
+    for sign in (0, 1 << 31):
+        for e in range(256):
+            for m in (0, 1, 2, 1 << 22, (1 << 23) - 2, (1 << 23) - 1):
+                edges.append(sign | (e << 23) | m)
+    parts.append(np.array(edges, np.uint32))
+    bits = np.concatenate(parts)
+    if small:
+        bits = bits[::64]
+    return torch.from_numpy(bits.view(np.float32).copy())
+
+
+def _libm_apply(lib, fn, x):
+    if fn == "gelu":
+        return lib.nn.functional.gelu(x)
+    return getattr(lib, fn)(x)
+
+
+def run_libm(torch, case, device):
+    x = libm_inputs(torch, case, case.get("small", False))
+    y = _libm_apply(torch, case["fn"], x.to(device))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    y = y.cpu()
+    if case["dtype"] == "float32":
+        out = y.numpy().view(np.uint32).copy()
+    else:
+        out = y.view(torch.int16).numpy().view(np.uint16).copy()
+    return _digest({"x": x}), {"out": out}, {"inputs": int(x.numel())}
+
+
+def fit_libm(torch, entry, arrays, ctx):
+    import fpemu.autograd as ft
+    x = libm_inputs(torch, entry, entry.get("small", False))
+    _same_inputs(entry, {"x": x})
+    with ft.use_profile(_profile(ctx)):
+        y = _libm_apply(ft, entry["fn"], ft.nn.from_torch(x)).float().numpy()
+    out = arrays["out"]
+    if entry["dtype"] == "float32":
+        rec = out
+    elif entry["dtype"] == "bfloat16":
+        rec = out.astype(np.uint32) << 16
+    else:
+        rec = out.view(np.float16).astype(np.float32).view(np.uint32)
+    res = {"fpemu": {"out": _compare(rec, y, entry["dtype"])}}
+    # the correctly rounded value (float64 of torch's CPU kernels, rounded once), for scale
+    xd = x.double()
+    ref = _libm_apply(torch, entry["fn"], xd).to(x.dtype).float().numpy()
+    res["correctly_rounded"] = _compare(rec, ref, entry["dtype"])
+    return res
+
+
+def _libm_summary(fits, meta):
+    lines = []
+    for cid, v in sorted(fits.items()):
+        if "error" in v:
+            lines.append(f"- {cid}: {v['error']}")
+            continue
+        f, c = v["fpemu"]["out"], v["correctly_rounded"]
+        lines.append(f"- {cid}: fpemu {f['equal']}/{f['n']} equal (max {f['max_ulps']} ulps); "
+                     f"the float64 value rounded once: {c['equal']}/{c['n']} (max "
+                     f"{c['max_ulps']} ulps)")
+    return lines
+
+
+def step_libm(run):
+    small = run.probes("libm")[3]["small"]
+    cases = [dict(c, small=small) for c in libm_cases(small)]
+    return _probe_step(run, "libm", cases, run_libm, fit_libm, _libm_summary)
+
+
 # --------------------------------------------------------------- triton
 def step_triton(run):
     import importlib.util
@@ -861,7 +1865,9 @@ def step_torch_checks(run):
 
 
 STEP_FUNCS = {"env": step_env, "traces": step_traces, "gemm": step_gemm,
-              "attention": step_attention, "triton": step_triton, "casts": step_casts,
+              "attention": step_attention, "sgemm": step_sgemm, "gemm16": step_gemm16,
+              "reductions": step_reductions, "libm": step_libm, "triton": step_triton,
+              "casts": step_casts,
               "cuda_checks": step_cuda_checks, "torch_checks": step_torch_checks}
 
 
@@ -932,7 +1938,7 @@ def _recorded_folder(ap, args):
     ignored = [f"{o} {v!r}" for o, v in (("--out", args.out), ("--steps", args.steps),
                                          ("--redo", args.redo)) if v is not None]
     if ignored:
-        ap.error(f"argument --fit: fits the GEMM and attention probes of its folder in place, "
+        ap.error(f"argument --fit: fits the recorded probes of its folder in place, "
                  f"so {' and '.join(ignored)} would be ignored; drop "
                  f"{' and '.join(i.split()[0] for i in ignored)}")
     folder = args.fit
@@ -944,7 +1950,11 @@ def _recorded_folder(ap, args):
     if not any(os.path.isfile(os.path.join(folder, f"{step}.{ext}"))
                for step in PROBE_STEPS for ext in ("json", "npz")):
         ap.error(f"argument --fit: expected {what}, got {folder!r}, which holds no recorded "
-                 "probes (no gemm.json, gemm.npz, attention.json or attention.npz)")
+                 "probes (no " + ", ".join(f"{s}.json" for s in PROBE_STEPS) + " or their .npz)")
+    if not any(os.path.isfile(os.path.join(folder, f"{step}.json")) for step in PROBE_STEPS):
+        ap.error(f"argument --fit: {folder!r} holds probe arrays but no record of them (no "
+                 + ", ".join(f"{s}.json" for s in PROBE_STEPS) + "); bring the folder back "
+                 "from the GPU run again")
     try:
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as err:
@@ -971,14 +1981,17 @@ def main(argv=None):
                     help="fit fpemu's models on the GPU machine too (default: record there, "
                          "fit on the host with --fit: the fit needs no GPU)")
     ap.add_argument("--fit", metavar="DIR",
-                    help="on the host: fit fpemu's GEMM and attention models to the probes "
+                    help="on the host: fit fpemu's models to every probe step "
                          "recorded in DIR (no recording; --out, --steps and --redo do not apply)")
     args = ap.parse_args(argv)
     # every argument is checked here, before torch is imported and anything is
     # written: a bad one is refused in argparse's way (usage, the message, exit 2)
     if args.fit is not None:
         _recorded_folder(ap, args)
-        args.host, args.redo, args.steps = True, "gemm,attention", "gemm,attention"
+        # the probe steps the folder holds a record of, fitted again
+        held = ",".join(s for s in PROBE_STEPS
+                        if os.path.isfile(os.path.join(args.fit, f"{s}.json")))
+        args.host, args.redo, args.steps = True, held, held
     steps = _step_list(ap, "--steps", ",".join(STEPS) if args.steps is None else args.steps,
                        empty_ok=False)
     redo = _step_list(ap, "--redo", args.redo or "", empty_ok=True)

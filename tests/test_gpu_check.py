@@ -31,7 +31,8 @@ def _run(out, *extra, timeout=600):
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_check")
-    p = _run(out, "--steps", "env,traces,gemm,attention,triton,cuda_checks,torch_checks")
+    p = _run(out, "--steps", "env,traces,gemm,attention,sgemm,gemm16,reductions,libm,triton,"
+             "cuda_checks,torch_checks")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return out, p
 
@@ -39,7 +40,8 @@ def dry_run(tmp_path_factory):
 def test_the_dry_run_runs_every_step_and_writes_the_summary(dry_run):
     out, p = dry_run
     state = json.loads((out / "state.json").read_text())
-    steps = ["env", "traces", "gemm", "attention", "triton", "cuda_checks", "torch_checks"]
+    steps = ["env", "traces", "gemm", "attention", "sgemm", "gemm16", "reductions", "libm",
+             "triton", "cuda_checks", "torch_checks"]
     assert {k: v["status"] for k, v in state.items()} == {s: "done" for s in steps}
     summary = (out / "summary.md").read_text()
     for s in steps:
@@ -73,6 +75,119 @@ def test_the_gemm_probes_are_recorded_and_fitted(dry_run):
         want = {"tf32": {"float32"}, "bfloat16": {"float32", "bfloat16"},
                 "float16": {"float32", "float16"}}.get(c["dtype"], {c.get("out")})
         assert meta["cases"][c["id"]]["out"] in want
+
+
+NEW_STEPS = {"sgemm": gpu_check.sgemm_cases, "gemm16": gpu_check.gemm16_cases,
+             "reductions": gpu_check.reductions_cases, "libm": gpu_check.libm_cases}
+
+
+@pytest.mark.parametrize("step", sorted(NEW_STEPS))
+def test_the_new_probe_steps_are_recorded_and_fitted(dry_run, step):
+    """Every probe of sgemm, gemm16, reductions and libm ran on CPU torch, its
+    arrays are in <step>.npz, and its fit compared fpemu with them."""
+    out, _ = dry_run
+    meta = json.loads((out / f"{step}.json").read_text())
+    arrays = np.load(out / f"{step}.npz")
+    cases = NEW_STEPS[step](small=True)
+    assert {c["id"] for c in cases} == set(meta["cases"]) == set(meta["fits"])
+    for c in cases:
+        m, fit = meta["cases"][c["id"]], meta["fits"][c["id"]]
+        assert "error" not in m and "error" not in fit, (m, fit)
+        assert m["recorded"] and all(f"{c['id']}.{k}" in arrays.files for k in m["recorded"])
+        if "fpemu" in fit:
+            for k, v in fit["fpemu"].items():
+                assert v["n"] == arrays[f"{c['id']}.{k}"].size and 0 <= v["equal"] <= v["n"]
+    summary = (out / "summary.md").read_text()
+    assert f"## {step}: done" in summary
+
+
+def test_the_reduction_trees_are_rebuilt_on_the_host_as_on_the_device(dry_run):
+    """Every FPRev probe's raw outputs decode to subtree sizes that make one
+    tree (a wrong decoding of a sum, a mean, a softmax or log_softmax backward
+    or nll_loss makes sizes that fit none), the same tree the recording
+    rebuilt as it went, and fpemu was run on the recorded probes."""
+    out, _ = dry_run
+    meta = json.loads((out / "reductions.json").read_text())
+    fprev_cases = [v for v in meta["cases"].values() if v["kind"] == "fprev"]
+    assert {v["op"] for v in fprev_cases} == {"sum", "mean", "sum_f32", "softmax_bwd",
+                                              "log_softmax_bwd", "nll_loss"}
+    for v in fprev_cases:
+        fit = meta["fits"][v["id"]]
+        assert "tree_error" not in v and "tree_error" not in fit, (v, fit)
+        assert fit["tree"] == v["tree_lines"]
+        assert fit["tree"][0].startswith(f"{v['leaf_count']} leaves")
+        assert fit["probes"] == v["probes"] >= v["leaf_count"] - 1
+        assert 0 <= fit.get("fpemu_same_size", 0) <= fit["probes"]
+    assert any("fpemu_same_size" in meta["fits"][v["id"]] for v in fprev_cases)
+
+
+def test_the_fprev_layout_puts_each_probe_in_its_fiber():
+    """A probe's +M and -M land at leaves i and j of its own output's fiber
+    (the reduced dimension of that output; transposed storage included), the
+    units at every fiber's probed leaves, zeros elsewhere."""
+    case = dict(kind="fprev", op="sum", dtype="float32", shape=[6, 5], dim=0,
+                layout="transposed", leaves=[0, 2, 0], id="t")
+    lay = gpu_check.FPRevLayout(case)
+    assert (lay.R, lay.n, lay.leaves) == (5, 6, [0, 2, 4])
+    X = lay.storage([(3, 0, 4)]).reshape(5, 6).T          # logical (6, 5), stored transposed
+    want = np.zeros((6, 5), np.float32)
+    want[[0, 2, 4], :] = 1.0
+    want[0, 3], want[4, 3] = lay.M, -lay.M
+    assert np.array_equal(X, want)
+    assert lay.M == 2.0 ** 27 and lay.u == 1.0                 # 3 leaves: M = 2^(25 + 2)
+    with pytest.raises(Exception, match="not a whole number"):
+        lay.size_of(np.array([1.5, 0.0]), 0, 2)
+
+
+def test_the_libm_probes_cover_every_16_bit_input():
+    case = dict(fn="exp", dtype="bfloat16", id="exp-bfloat16", seed=11000)
+    x = gpu_check.libm_inputs(torch, case)
+    codes = x.view(torch.int16).numpy().view(np.uint16)
+    assert x.dtype == torch.bfloat16 and np.array_equal(np.sort(codes), np.arange(1 << 16))
+    x = gpu_check.libm_inputs(torch, dict(case, dtype="float32", id="exp-float32"))
+    bits = x.numpy().view(np.uint32)
+    assert x.numel() == 2 * (1 << 16) + 2 * (1 << 15) + 2 * 256 * 6
+    for e in (0, 1, 127, 254, 255):                     # each binade's first and last codes
+        assert {e << 23, (e << 23) | 0x7FFFFF, (1 << 31) | (e << 23)} <= set(bits.tolist())
+
+
+def test_the_sgemm_and_gemm16_fits_name_the_planted_model():
+    """Bits planted from one accumulation model are attributed to it: an FMA
+    chain with K split two ways (float32), and the tensor core with the bias
+    added after the rounding to bf16."""
+    from fpemu import accumulate, quantize
+    ctx = {"cpu": False, "release": "2.11.0", "gpu": "h200", "small": False}
+    case = dict(op="mm", dtype="float32", M=8, K=512, N=8, seed=5, id="planted")
+    ins = gpu_check._gemm_operands(torch, case)
+    entry = dict(case, sha256=gpu_check._digest(ins))
+    prods = {p: (A, B) for p, A, B, _ in gpu_check._products(case, ins)}
+    arrays = {p: accumulate.matmul(A, B, "fp32", model="sequential").view(np.uint32)
+              for p, (A, B) in prods.items()}
+    A, B = prods["out"]
+    arrays["out"] = accumulate.matmul(A, B, "fp32", model="fma", splitk=2).view(np.uint32)
+    fit = gpu_check.fit_sgemm(torch, entry, arrays, ctx)
+    assert "fma splitk=2" in fit["models"]["out"]["exact"]
+    assert "fma" not in fit["models"]["out"]["exact"]
+    assert "sequential" in fit["models"]["da"]["exact"]
+
+    case = dict(op="linear", dtype="bfloat16", M=8, K=64, N=8, seed=6, id="planted16")
+    ins = gpu_check._gemm_operands(torch, case)
+    entry = dict(case, sha256=gpu_check._digest(ins))
+    arrays = {}
+    for p, A, B, bias in gpu_check._products(case, ins):
+        y = accumulate.matmul(A, B, "bf16", "fp32", "bf16", model="h100")
+        if bias is not None:
+            acc = accumulate.matmul(A, B, "bf16", "fp32", "fp32", model="h100")
+            y = quantize((quantize(acc, "bf16") + bias.astype(np.float32)).astype(np.float32),
+                         "bf16")
+        arrays[p] = np.asarray(y, np.float32).view(np.uint32)
+    fit = gpu_check.fit_gemm16(torch, entry, arrays, ctx)
+    assert "h100, bias after the rounding" in fit["models"]["out"]["exact"]
+    assert "h100, bias before the rounding" not in fit["models"]["out"]["exact"]
+    assert "h100" in fit["models"]["dx"]["exact"]
+    entry["sha256"] = "0" * 64                           # inputs that changed are refused
+    with pytest.raises(gpu_check.BadFile, match="differ from the recorded"):
+        gpu_check.fit_gemm16(torch, entry, arrays, ctx)
 
 
 def test_the_fit_names_the_model_that_made_the_bits():
@@ -151,20 +266,23 @@ def test_fit_refits_a_recorded_folder_without_recording(dry_run, tmp_path):
     out, _ = dry_run
     folder = tmp_path / "recorded"
     shutil.copytree(out, folder)
-    meta = json.loads((folder / "gemm.json").read_text())
-    meta.pop("fits")
-    (folder / "gemm.json").write_text(json.dumps(meta))
+    for step in ("gemm", "reductions"):
+        meta = json.loads((folder / f"{step}.json").read_text())
+        meta.pop("fits")
+        (folder / f"{step}.json").write_text(json.dumps(meta))
     before = dict(np.load(folder / "gemm.npz"))
     p = subprocess.run([sys.executable, SCRIPT, "--fit", str(folder)], capture_output=True,
                        text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    meta = json.loads((folder / "gemm.json").read_text())
-    assert set(meta["fits"]) == set(meta["cases"])
+    for step in ("gemm", "reductions"):
+        meta = json.loads((folder / f"{step}.json").read_text())
+        assert set(meta["fits"]) == set(meta["cases"])
     after = dict(np.load(folder / "gemm.npz"))          # nothing recorded again
     assert after.keys() == before.keys()
     assert all(np.array_equal(after[k], before[k]) for k in before)
     summary = (folder / "summary.md").read_text()
     assert "## gemm: done" in summary and "host dry run" in summary.splitlines()[2]
+    assert "## reductions: done" in summary and "summation trees rebuilt" in summary
 
 
 def test_the_attention_fit_names_the_block_and_the_rounding_of_p():
