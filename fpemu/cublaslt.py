@@ -46,7 +46,8 @@ from .accumulate import SplitK
 from .errors import FpemuTypeError, FpemuValueError
 
 __all__ = ["SplitDecision", "UnrecordedSplitWarning", "splitk_decision", "TABLE", "WORKSPACES",
-           "gemm16_decision", "GEMM16_SPLITS", "GEMM16_UNSPLIT_UP_TO"]
+           "gemm16_decision", "GEMM16_SPLITS", "GEMM16_UNSPLIT_UP_TO", "tf32_decision",
+           "TF32_SPLITS"]
 
 
 class UnrecordedSplitWarning(UserWarning):
@@ -79,11 +80,12 @@ class SplitDecision:
     splits: int
     source: str
     note: str
+    tile: int = 128
 
     @property
     def splitk(self) -> SplitK:
         """The :class:`fpemu.accumulate.SplitK` to pass as ``splitk=``."""
-        return SplitK(self.splits)
+        return SplitK(self.splits, self.tile)
 
 
 @functools.lru_cache(maxsize=1)
@@ -235,3 +237,54 @@ def gemm16_decision(M, N, K, dtype="bfloat16") -> SplitDecision:
                                             f"{GEMM16_TABLE} that short ran split")
     return SplitDecision(1, "unrecorded", f"{M}x{N}x{K} is not among the probes of the "
                                           f"{GEMM16_TABLE}: unsplit assumed, the GPU may split it")
+
+
+# ------------------------------------------------------------------ TF32 GEMMs
+#: float32 GEMMs with ``allow_tf32`` on the same H200 (``tests/test_gpu_probes_tf32.py``,
+#: fitted by ``bench/fit_tf32.py``): the split of K its cuBLAS made, as (parts,
+#: k-tile width), keyed by (M, N, K). The parts are contiguous runs of 32-wide
+#: k-tiles, each accumulated from +0 (``accumulate.SplitK(S, tile=32)``).
+TF32_SPLITS = {
+    (16, 16, 16): (4, 4), (8, 8, 32): (1, 32), (16, 16, 32): (1, 32), (64, 64, 32): (1, 32),
+    (128, 32, 32): (1, 32), (128, 64, 32): (1, 32), (64, 10, 64): (1, 32),
+    (10, 64, 64): (2, 32), (16, 16, 64): (2, 32), (64, 32, 64): (2, 32), (128, 32, 64): (2, 32),
+    (16, 16, 128): (4, 32), (32, 32, 128): (4, 32), (64, 32, 128): (4, 32),
+    (16, 16, 256): (8, 32), (16, 16, 512): (16, 32), (16, 16, 1024): (16, 32),
+    (16, 16, 2048): (22, 32), (16, 16, 4096): (22, 32), (16, 16, 8192): (52, 32),
+}
+
+#: Up to this K (a multiple of 32), 12 of the 13 recorded shapes with K from 64
+#: on ran one 32-wide k-tile per part (64x10 at K = 64 ran unsplit): the rule
+#: fpemu follows for a shape not recorded.
+TF32_ONE_TILE_UP_TO = 512
+
+
+def tf32_decision(M, N, K) -> SplitDecision:
+    """The split of K cuBLAS makes for a float32 GEMM ``(M, K) @ (K, N)`` run
+    on TF32 tensor cores, as far as the H200 probes know it: a recorded shape
+    gives its split (``"table"``); an unrecorded K up to
+    :data:`TF32_ONE_TILE_UP_TO` that is a multiple of 32 one 32-wide k-tile
+    per part (``"rule"``: what 12 of 13 recorded shapes did); any other K is
+    assumed unsplit (``"unrecorded"``).
+
+    >>> from fpemu import cublaslt
+    >>> d = cublaslt.tf32_decision(16, 16, 2048)
+    >>> d.splits, d.tile, d.source
+    (22, 32, 'table')
+    >>> cublaslt.tf32_decision(48, 48, 96).splits
+    3
+    """
+    M, N, K = _dim(M, "M"), _dim(N, "N"), _dim(K, "K")
+    if (M, N, K) in TF32_SPLITS:
+        S, tile = TF32_SPLITS[(M, N, K)]
+        return SplitDecision(S, "table", f"recorded on the {GEMM16_TABLE}: {S} parts of "
+                                         f"{tile}-wide k-tiles for {M}x{N}x{K}", tile)
+    if min(M, N) == 0 or K <= 32:
+        return SplitDecision(1, "rule", f"K = {K}: one k-tile, one chain", 32)
+    if K <= TF32_ONE_TILE_UP_TO and K % 32 == 0:
+        return SplitDecision(K // 32, "rule", f"{M}x{N}x{K} is not recorded: one 32-wide "
+                                              f"k-tile per part, as 12 of the 13 recorded "
+                                              f"shapes with 64 <= K <= 512 ran", 32)
+    return SplitDecision(1, "unrecorded", f"{M}x{N}x{K} is not among the TF32 probes of the "
+                                          f"{GEMM16_TABLE}: unsplit assumed, the GPU may "
+                                          "split it", 32)

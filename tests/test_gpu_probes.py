@@ -204,3 +204,47 @@ def test_the_profile_names_its_gpu():
     from fpemu.reference.parity import gpu_of
     assert [gpu_of(n) for n in ("NVIDIA H200", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB",
                                 "NVIDIA GeForce RTX 4090")] == ["h200", "h100", "a100", "h100"]
+
+
+def test_tf32_under_the_cuda_profile_is_the_h200_bit_for_bit(monkeypatch):
+    """``allow_tf32 = True`` and no model chosen: float32 ``torch.mm`` under
+    ``Profile("cuda", gpu="h200")`` rounds to tf32 and runs the Hopper TF32
+    model with cuBLAS's recorded split (cublaslt.tf32_decision): all 20 TF32
+    probes. Before, the profile added the tf32 products in index order."""
+    monkeypatch.setattr(ft.backends.cuda.matmul, "allow_tf32", True)
+    probes = _probes("matmul", "tf32")
+    assert len(probes) == 20
+    for cid in probes:
+        case, ins = _inputs(cid)
+        a, b = ft.nn.from_torch(ins["a"]), ft.nn.from_torch(ins["b"])
+        with ft.use_profile(ft.Profile("cuda", "2.11.0", gpu="h200")):
+            out = ft.mm(a, b)
+        np.testing.assert_array_equal(out.numpy().view(np.uint32), GEMM_BITS[cid], err_msg=cid)
+    monkeypatch.setattr(ft.backends.cuda.matmul, "allow_tf32", False)
+    with ft.use_profile(ft.Profile("cuda", "2.11.0", gpu="h200")):
+        plain = ft.mm(a, b)                 # TF32 off: float32 adds in index order
+    assert (plain.numpy().view(np.uint32) != GEMM_BITS[cid]).any()
+
+
+def test_tf32_splits_the_recorded_way_and_follows_the_rule_below_512():
+    d = fpemu.cublaslt.tf32_decision(64, 10, 64)
+    assert (d.splits, d.source) == (1, "table")
+    assert fpemu.cublaslt.tf32_decision(16, 16, 8192).splitk == accumulate.SplitK(52, 32)
+    d = fpemu.cublaslt.tf32_decision(100, 100, 384)
+    assert (d.splits, d.tile, d.source) == (12, 32, "rule")
+    d = fpemu.cublaslt.tf32_decision(100, 100, 1000)
+    assert (d.splits, d.source) == (1, "unrecorded")
+    a = ft.ones(8, 1000)
+    with ft.use_profile(ft.Profile("cuda", "2.11.0")), _tf32_on():
+        with pytest.warns(fpemu.cublaslt.UnrecordedSplitWarning, match="TF32 product"):
+            y = ft.mm(a, a.t())
+    assert float(y[0, 0]) == 1000.0
+
+
+class _tf32_on:
+    def __enter__(self):
+        self.old = ft.backends.cuda.matmul.allow_tf32
+        ft.backends.cuda.matmul.allow_tf32 = True
+
+    def __exit__(self, *exc):
+        ft.backends.cuda.matmul.allow_tf32 = self.old

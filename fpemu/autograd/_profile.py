@@ -63,15 +63,18 @@ DEVICES = ("cuda", "cpu")
 @dataclasses.dataclass(frozen=True)
 class Gpu:
     """What fpemu needs to know of a GPU: the accumulation model of its bf16 /
-    fp16 tensor cores (a name of :data:`fpemu.accumulate.TENSOR_CORES`) and
-    its number of streaming multiprocessors (``cudaDeviceProp.multiProcessorCount``,
-    which ATen's reductions read when they choose a launch)."""
+    fp16 tensor cores and of its TF32 ones (names of
+    :data:`fpemu.accumulate.TENSOR_CORES`; None: not known, TF32 products then
+    add in fp32 in index order) and its number of streaming multiprocessors
+    (``cudaDeviceProp.multiProcessorCount``, which ATen's reductions read when
+    they choose a launch)."""
 
     name: str
     arch: str
     tensor_core: str
     sm_count: int
     source: str
+    tf32_core: str | None = None
 
 
 #: the GPUs a CUDA profile can name. SM counts: NVIDIA's data sheets (H100 SXM5
@@ -79,9 +82,11 @@ class Gpu:
 #: (bench/gpu_check/nvidia-h200-torch2.11.0/env.json).
 GPUS = {
     "h100": Gpu("h100", "hopper", "h100", 132,
-                "Hopper (sm_90), H100 SXM5; tensor-core model fitted to an H200's probes"),
+                "Hopper (sm_90), H100 SXM5; tensor-core model fitted to an H200's probes",
+                "h100-tf32"),
     "h200": Gpu("h200", "hopper", "h100", 132,
-                "Hopper (sm_90); its probes are the ones the model was fitted to"),
+                "Hopper (sm_90); its probes are the ones the model was fitted to",
+                "h100-tf32"),
     "a100": Gpu("a100", "ampere", "a100", 108,
                 "Ampere (sm_80); the published tensor-core model, not yet probed here"),
 }

@@ -485,8 +485,7 @@ def _sdpa(r, name, A, K, grad):
     first = 1 if grad is not None else 0
     q, k, v = (r.tensor(A[first + i], grad=grad is not None) for i in range(3))
     c = causal_bwd if grad is not None else causal_fwd
-    causal = bool(r.value(A[c])) if len(A) > c else bool(r.value(K.get("is_causal",
-                                                                          {"v": False})))
+    causal = bool(r.value(A[c] if len(A) > c else K.get("is_causal", {"v": False})))
     scale = r.value(K["scale"]) if "scale" in K else None
     if kind == "efficient_attention" and "t" in A[3 + first]:
         return None                                   # an attention bias: not replayed

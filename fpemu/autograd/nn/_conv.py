@@ -101,7 +101,7 @@ def _convnd(x, w, b, stride, padding, dilation, groups, nd):
     for gi in range(groups):
         cg = cols.reshape((N,) + outs + (groups, K))[..., gi, :].reshape(-1, K)
         colsg.append(cg)
-        parts.append(_linalg.mm_acc(cg, Wm[gi * Og:(gi + 1) * Og].T, dt, tf32))
+        parts.append(_linalg.mm_acc(cg, Wm[gi * Og:(gi + 1) * Og].T, dt, tf32, conv=True))
     acc = np.concatenate(parts, axis=1)
     if b is not None:
         acc = acc + b._data.astype(om)
@@ -115,12 +115,12 @@ def _convnd(x, w, b, stride, padding, dilation, groups, nd):
         gx = gw = gb = None
         if wn:
             gparts = [_linalg.mm_acc(np.ascontiguousarray(G[:, gi * Og:(gi + 1) * Og].T),
-                                     colsg[gi], dt, tf32) for gi in range(groups)]
+                                     colsg[gi], dt, tf32, conv=True) for gi in range(groups)]
             gw = _store(np.concatenate(gparts, 0).reshape(w.shape), dt)
         if xn:
             dcols = np.concatenate(
                 [_linalg.mm_acc(G[:, gi * Og:(gi + 1) * Og], Wm[gi * Og:(gi + 1) * Og], dt,
-                                tf32) for gi in range(groups)], axis=1)
+                                tf32, conv=True) for gi in range(groups)], axis=1)
             dcols = dcols.reshape((N,) + outs + (groups, Cg) + ks).astype(np.float64)
             dX = np.zeros(Xp.shape, np.float64)
             for pos in itertools.product(*(range(k) for k in ks)):
@@ -249,7 +249,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
     full = np.zeros((N, Cout, Hf, Wf), np.float64)
     for gi in range(groups):
         cols = _linalg.mm_acc(np.ascontiguousarray(Xm[:, gi * Cg:(gi + 1) * Cg]),
-                              Wm[gi * Cg:(gi + 1) * Cg], dt, tf32)
+                              Wm[gi * Cg:(gi + 1) * Cg], dt, tf32, conv=True)
         cols = cols.reshape(N, H, W, Og, kh, kw).astype(np.float64)
         for i in range(kh):
             for j in range(kw):
@@ -270,12 +270,12 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
         if xn:
             parts = [_linalg.mm_acc(np.ascontiguousarray(patches[:, gi]),
                                     np.ascontiguousarray(Wm[gi * Cg:(gi + 1) * Cg].T), dt,
-                                    tf32) for gi in range(groups)]
+                                    tf32, conv=True) for gi in range(groups)]
             gx = _store(np.concatenate(parts, 1).reshape(N, H, W, C).transpose(0, 3, 1, 2),
                         dt)
         if wn:
             parts = [_linalg.mm_acc(np.ascontiguousarray(Xm[:, gi * Cg:(gi + 1) * Cg].T),
-                                    np.ascontiguousarray(patches[:, gi]), dt, tf32)
+                                    np.ascontiguousarray(patches[:, gi]), dt, tf32, conv=True)
                      for gi in range(groups)]
             gw = _store(np.concatenate(parts, 0).reshape(w.shape), dt)
         if b is not None and b.requires_grad:

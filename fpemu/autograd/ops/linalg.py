@@ -12,7 +12,12 @@ The model is the active profile's unless a program chooses one
   40 bf16 / fp16 ``torch.mm`` probes of ``tests/test_gpu_probes.py`` this way.
 * CUDA profile, float32 operands read as TF32
   (``torch.backends.cuda.matmul.allow_tf32 = True``): rounded to tf32
-  (nearest, ties to even), then fp32 adds in index order.
+  (nearest, ties to even), then the GPU's TF32 tensor-core model (Hopper:
+  ``"h100-tf32"``, 8 products a step) with cuBLAS's split of K into runs of
+  32-wide k-tiles (:func:`fpemu.cublaslt.tf32_decision`): every bit of the 20
+  TF32 probes an H200 wrote (``tests/test_gpu_probes_tf32.py``). Convolutions
+  (cuDNN, ``torch.backends.cudnn.allow_tf32``) use the model unsplit: cuDNN's
+  order is not probed.
 * float32 without TF32 (cuBLAS's SGEMM on CUDA, MKL on the CPU) and every
   product of the CPU profile: ``"sequential"``, fp32 adds in index order, run
   by a batched float32 kernel. SGEMM's order is not yet probed.
@@ -76,15 +81,27 @@ def _in_fmt(dt, tf32):
     return _tf32 if tf32 else dt
 
 
-def effective_model(dt, tf32, M=0, N=0, K=0):
+def effective_model(dt, tf32, M=0, N=0, K=0, conv=False):
     """``(model, block, inner, splitk)`` of a product of ``dt`` operands of
     shape (M, K) @ (K, N) under the chosen model or the profile's (module
-    text)."""
+    text); ``conv``: a convolution's product (cuDNN, no split)."""
     m = State.matmul
     if m.model != AUTO:
         return m.model, m.block, m.inner, 1
     prof = get_profile()
+    if prof.device == "cuda" and tf32 and prof.gpu_spec.tf32_core:
+        if conv:
+            return prof.gpu_spec.tf32_core, 128, "sequential", 1
+        d = _cublaslt.tf32_decision(M, N, K)
+        if d.source == "unrecorded":
+            warnings.warn(f"{M}x{K} @ {K}x{N} TF32 product: {d.note}; pass "
+                          f"set_matmul_model('{prof.gpu_spec.tf32_core}') and splitk through "
+                          f"fpemu.accumulate to choose", _cublaslt.UnrecordedSplitWarning,
+                          stacklevel=4)
+        return prof.gpu_spec.tf32_core, 128, "sequential", d.splitk
     if prof.device == "cuda" and not tf32 and dt is not float32 and dt.bits == 16:
+        if conv:
+            return prof.gpu_spec.tensor_core, 128, "sequential", 1
         d = _cublaslt.gemm16_decision(M, N, K, dt.name)
         if d.source == "unrecorded":
             warnings.warn(f"{M}x{K} @ {K}x{N} {dt.name} product: {d.note}; pass "
@@ -95,9 +112,10 @@ def effective_model(dt, tf32, M=0, N=0, K=0):
     return "sequential", 128, "sequential", 1
 
 
-def mm_acc(A, B, dt, tf32=False):
+def mm_acc(A, B, dt, tf32=False, conv=False):
     """The fp32 accumulator (float32 array; float64 for float64) of A @ B, both
-    at least 2-D with numpy's batch broadcasting, values of ``dt``."""
+    at least 2-D with numpy's batch broadcasting, values of ``dt``
+    (``conv``: a convolution's product)."""
     if dt is float64:
         return np.matmul(A.astype(np.float64), B.astype(np.float64))
     if tf32:
@@ -108,7 +126,7 @@ def mm_acc(A, B, dt, tf32=False):
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     if 0 in batch or 0 in (M, K, N):      # an empty sum is 0; no rows or columns: empty
         return np.zeros(batch + (M, N), np.float32)
-    model, block, inner, splitk = effective_model(dt, tf32, M, N, K)
+    model, block, inner, splitk = effective_model(dt, tf32, M, N, K, conv)
     if model == "sequential":
         A3 = (A if A.shape[:-2] == batch else np.broadcast_to(A, batch + (M, K))).reshape(
             -1, M, K)
