@@ -905,13 +905,22 @@ def _node_name(name):
 
 
 def _sum_to(g, shape, dtype):
-    """Sum a gradient over broadcast axes (float64 accumulation, one rounding)."""
+    """Sum a gradient over broadcast axes, one reduction as ATen's ``sum_to``
+    (ExpandUtils.h): under the CUDA profile the gradient's values in
+    ``dtype`` added in float32 (float64 for float64) in the order of ATen's
+    CUDA reduction kernel (``fpemu.autograd._cuda_reduce``), under the CPU
+    profile in float64; rounded once."""
     shape = tuple(shape)
     if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape)
                                       if n == 1 and g.shape[i + lead] != 1)
+    if get_profile().device == "cuda" and g.size and is_float(dtype):
+        from ._cuda_reduce import cuda_sum
+        vals = np.asarray(g, np.float64) if dtype is float64 else (
+            g if g.dtype == np.float32 and dtype.name == "fp32" else _store(g, dtype))
+        return cuda_sum(vals, axes, True, dtype).reshape(shape)
     s = g.astype(np.float64).sum(axis=axes, keepdims=True)
     return _store(s.reshape(shape), dtype)
 

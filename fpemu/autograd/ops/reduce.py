@@ -1,7 +1,12 @@
-"""Reductions: float64 accumulation, one rounding to the output dtype.
+"""Reductions.
 
-CUDA reduces in float32 with a tree whose order depends on the launch; the
-float64 sum rounded once is within a few float32 ulp of it (tier 2,
+Under the CUDA profile ``sum``, ``mean`` and the 1- and 2-norms add in float32
+(float64 for float64 tensors) in the order of ATen's CUDA reduction kernel
+(``aten/src/ATen/native/cuda/Reduce.cuh``, modelled in
+:mod:`fpemu.autograd._cuda_reduce`; ``docs/pytorch-numerics.md`` §6.1) and round
+the accumulator once to the output dtype. Under the CPU profile, and for the
+other reductions (var, std, prod, logsumexp, the other norms), the sum is taken
+in float64 and rounded once (tier 2 where the device adds in float32,
 ``docs/autograd.md``). Max, min, argmax, topk and sort are exact.
 """
 
@@ -18,6 +23,8 @@ from .._core import (
 )
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._common import f64, wrap_dim
+from .._cuda_reduce import cuda_mean, cuda_norm, cuda_sum
+from .._profile import get_profile
 from .elementwise import _tensor_args, maximum, minimum, sqrt
 from .inplace import write_out
 
@@ -46,10 +53,16 @@ def _expand_back(g, axes, keepdim, shape):
     return np.broadcast_to(g, shape)
 
 
+def _cuda():
+    return get_profile().device == "cuda"
+
+
 def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch's name
-    """Sum with a float64 accumulator, rounded once to the output dtype.
-    Integer and bool inputs sum to int64. Under autocast the op runs with
-    dtype=float32 (fp32 output)."""
+    """Sum rounded once to the output dtype: under the CUDA profile in
+    float32 (float64 for float64) in the order of ATen's CUDA kernel
+    (:func:`fpemu.autograd._cuda_reduce.cuda_sum`), under the CPU profile in
+    float64. Integer and bool inputs sum to int64. Under autocast the op runs
+    with dtype=float32 (fp32 output)."""
     if dtype is None:
         (x,) = cast_inputs("sum", x)
     else:
@@ -59,7 +72,10 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch's name
     if not is_float(dt):
         return Tensor(np.asarray(np.sum(x._data, axis=axes, keepdims=keepdim)).astype(
             np.int64), int64)
-    res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim), dt)
+    if _cuda():
+        res = cuda_sum(x._data, axes, keepdim, dt)
+    else:
+        res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim), dt)
 
     def backward(g):
         return (_expand_back(g, axes, keepdim, x.shape),)
@@ -67,8 +83,10 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch's name
 
 
 def mean(x, dim=None, keepdim=False, dtype=None):
-    """Mean with a float64 accumulator (not in the autocast lists: a bf16
-    input gives a bf16 output)."""
+    """Mean (not in the autocast lists: a bf16 input gives a bf16 output).
+    CUDA profile: the float32 sum in ATen's CUDA order times
+    ``float(outputs) / numel`` (MeanOps, :func:`fpemu.autograd._cuda_reduce.cuda_mean`);
+    CPU profile: float64 sum divided by the count, rounded once."""
     if dtype is not None:
         x = to_dtype(x, dtype)
     if not is_float(x.dtype):
@@ -77,8 +95,11 @@ def mean(x, dim=None, keepdim=False, dtype=None):
     dt = x.dtype
     axes = _axes(dim, x.ndim)
     n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
-    with np.errstate(all="ignore"):
-        res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim) / n, dt)
+    if _cuda() and x._data.size:
+        res = cuda_mean(x._data, axes, keepdim, dt)
+    else:
+        with np.errstate(all="ignore"):
+            res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim) / n, dt)
 
     def backward(g):
         return (_expand_back(_store(g.astype(np.float64) / n, dt), axes, keepdim, x.shape),)
@@ -377,7 +398,10 @@ def prod(x, dim=None, keepdim=False, dtype=None):
 
 
 def norm(x, p="fro", dim=None, keepdim=False):
-    """The p-norm (2 by default) in float64, rounded once."""
+    """The p-norm (2 by default), rounded once. Under the CUDA profile p = 1
+    and p = 2 add in float32 in ATen's CUDA order (ReduceNormKernel.cu,
+    :func:`fpemu.autograd._cuda_reduce.cuda_norm`); other p, and the CPU
+    profile, in float64."""
     if p == "fro":
         p = 2
     if p == "nuc":
@@ -388,7 +412,9 @@ def norm(x, p="fro", dim=None, keepdim=False):
     axes = _axes(dim, x.ndim)
     X = f64(x)
     with np.errstate(all="ignore"):
-        if p == np.inf:
+        if _cuda() and p in (1.0, 2.0) and X.size:
+            n = cuda_norm(x._data, int(p), axes, True).astype(np.float64)
+        elif p == np.inf:
             n = np.max(np.abs(X), axis=axes, keepdims=True)
         elif p == -np.inf:
             n = np.min(np.abs(X), axis=axes, keepdims=True)

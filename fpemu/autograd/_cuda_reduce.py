@@ -1,0 +1,571 @@
+"""ATen's CUDA reductions in their order: float32 adds in the order a launch fixes.
+
+CUDA torch reduces a tensor with one kernel, ``aten/src/ATen/native/cuda/Reduce.cuh``
+(``gpu_reduce_kernel``), whose order of additions follows from the launch
+configuration that ``setReduceConfig`` derives from the shape, the strides and the
+device's SM count. This module computes that configuration (:func:`reduce_config`)
+and sums in exactly that order with float32 (float64 for float64 tensors)
+additions, the accumulator rounded once to the output dtype at the end
+(``docs/pytorch-numerics.md`` §6.1 states the order in words).
+
+The model, step by step (file paths are torch 2.11's, under
+``aten/src/ATen/native/``):
+
+* **The iterator** (``TensorIterator.cpp``, ``reorder_dimensions`` and
+  ``coalesce_dimensions``): reduced dims first, then the kept ones; the reduced
+  dims sorted by the input's strides (smallest first), the kept ones by the
+  output's (contiguous) strides; neighbouring dims merged where the strides
+  allow. Size-1 dims are dropped first (they merge into any neighbour).
+* **The launch** (``cuda/Reduce.cuh``, ``setReduceConfig``): the reduction runs
+  along the block's x dimension when it is the fastest-moving one, with
+  vectorized loads of ``input_vec_size = 4`` elements when the reduced dim is
+  contiguous and longer than 128; otherwise x spans outputs (vectorized along
+  the output by 4, 2 or 1). ``set_block_dimension`` takes powers of two under 512
+  threads; warps split the input when each thread would keep 16 values or more,
+  and blocks split it (``ctas_per_output``) when a thread would keep 256 or more
+  and the grid is smaller than ``SMs * (2048 / threads)`` blocks.
+* **A thread** (``thread_reduce_impl``): values ``idx, idx + step, ...`` go
+  round-robin into ``vt0 = 4`` accumulators, combined at the end as
+  ``((a0 + a1) + a2) + a3``. Vectorized (``input_vectorized_thread_reduce_impl``):
+  the unaligned head (``shift`` elements before a 16-byte boundary, taken by
+  lanes ``shift..3`` of warp 0 of block 0), then 4-element vectors with element
+  ``i`` into accumulator ``i``, then the tail (lanes of warp 0 of block 0).
+* **A block**: ``block_y_reduce`` (shared-memory tree, offsets ``by/2, ..., 1``),
+  then ``block_x_reduce`` (shared-memory tree down to 32 lanes, then
+  ``WARP_SHFL_DOWN`` with offsets 1, 2, 4, 8, 16: neighbours first).
+* **The grid** (``global_reduce``): each block's value goes to a staging buffer;
+  the last block to finish reads them, thread ``t`` taking blocks ``t, t + T,
+  ...``, and reduces them with ``block_y_reduce`` and ``block_x_reduce`` again.
+
+The ops (``cuda/ReduceSumProdKernel.cu``, ``cuda/ReduceMomentKernel.cu``,
+``cuda/ReduceNormKernel.cu``, ``cuda/SharedReduceOps.h``): sum is ``acc + x``;
+mean is the sum times ``factor = float(outputs) / numel`` (``MeanOps.project``);
+the 2-norm accumulates ``acc + x * x`` (nvcc contracts it to ``fma(x, x, acc)``)
+and projects ``sqrt``; the 1-norm accumulates ``acc + |x|``. bfloat16 and float16
+inputs accumulate in float32.
+
+The softmax, log_softmax, layer_norm and nll_loss kernels have reductions of their
+own; they are modelled further down in this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from numba import prange, types
+from numba.extending import overload
+
+from .._jit import fma, fma32, jit, pjit, run_kernel
+from ..errors import FpemuValueError
+
+#: ``cudaDeviceProp.maxThreadsPerMultiProcessor`` of the modelled GPUs (Hopper
+#: and Ampere A100: 2048)
+MAX_THREADS_PER_SM = 2048
+#: ``ReduceConfig``'s ``mnt_wrapper<T>::MAX_NUM_THREADS`` (real types)
+MAX_NUM_THREADS = 512
+WARP_SIZE = 32
+VT0 = 4
+INPUT_VEC_SIZE = 4
+
+#: accumulation ops: sum (acc + x), sum of squares (fma(x, x, acc)), sum of |x|
+OP_SUM, OP_SQUARES, OP_ABS = 0, 1, 2
+
+
+def _div_up(a, b):
+    return (a + b - 1) // b
+
+
+def _last_pow2(n):
+    """Reduce.cuh ``last_pow2``: the largest power of two <= n (1 for n < 1)."""
+    n = int(n)
+    for s in (1, 2, 4, 8, 16):
+        n |= n >> s
+    n &= 0xFFFFFFFF
+    return max(1, n - (n >> 1))
+
+
+# ------------------------------------------------------------- the iterator
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """A reduction's TensorIterator after ``reorder_dimensions`` and
+    ``coalesce_dimensions`` (fastest dim first, reduced dims first), and the
+    original axes in the orders the kernel walks them."""
+    shape: tuple            # coalesced iterator shape
+    in_strides: tuple       # input strides (elements) per coalesced dim
+    out_strides: tuple      # output strides (elements; 0 on reduced dims)
+    num_reduce_dims: int
+    red_axes: tuple         # original reduced axes, fastest first
+    out_axes: tuple         # original kept axes, fastest first
+    num_outputs: int
+    num_inputs: int
+
+
+def geometry(shape, strides, axes):
+    """The iterator of a reduction of a tensor of ``shape`` and ``strides`` (in
+    elements) over ``axes`` (TensorIterator.cpp ``reorder_dimensions``,
+    ``coalesce_dimensions``; the output is allocated contiguous, as the
+    structured reductions' ``resize_reduction`` does)."""
+    shape = tuple(int(n) for n in shape)
+    strides = tuple(int(s) for s in strides)
+    ndim = len(shape)
+    red = set(int(a) for a in axes)
+    out_stride = {}
+    s = 1
+    for d in reversed(range(ndim)):
+        if d in red:
+            out_stride[d] = 0
+        else:
+            out_stride[d] = s
+            s *= shape[d]
+    dims = [d for d in range(ndim) if shape[d] != 1]
+    operands = ((out_stride, True), (dict(enumerate(strides)), False))
+
+    def should_swap(d0, d1):
+        for st, is_output in operands:
+            s0, s1 = st[d0], st[d1]
+            if is_output and (s0 == 0) != (s1 == 0):
+                return 1 if s1 == 0 else -1
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 < s1:
+                return -1
+            if s0 > s1:
+                return 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    perm = list(reversed(dims))
+    for i in range(1, len(perm)):
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            c = should_swap(perm[dim0], perm[dim1])
+            if c > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif c < 0:
+                break
+    cshape = [shape[d] for d in perm]
+    cin = [strides[d] for d in perm]
+    cout = [out_stride[d] for d in perm]
+    if len(cshape) > 1:
+        prev = 0
+        for dim in range(1, len(cshape)):
+            ok = (cshape[prev] == 1 or cshape[dim] == 1
+                  or (cshape[prev] * cin[prev] == cin[dim]
+                      and cshape[prev] * cout[prev] == cout[dim]))
+            if ok:
+                if cshape[prev] == 1:
+                    cin[prev], cout[prev] = cin[dim], cout[dim]
+                cshape[prev] *= cshape[dim]
+            else:
+                prev += 1
+                if prev != dim:
+                    cin[prev], cout[prev], cshape[prev] = cin[dim], cout[dim], cshape[dim]
+        del cshape[prev + 1:], cin[prev + 1:], cout[prev + 1:]
+    nout = 1
+    for d in range(ndim):
+        if d not in red:
+            nout *= shape[d]
+    numel = 1
+    for n in shape:
+        numel *= n
+    return Geometry(tuple(cshape), tuple(cin), tuple(cout), sum(1 for s in cout if s == 0),
+                    tuple(d for d in perm if d in red), tuple(d for d in perm if d not in red),
+                    nout, numel // nout if nout else 0)
+
+
+# ---------------------------------------------------------------- the launch
+@dataclasses.dataclass(frozen=True)
+class ReduceConfig:
+    """``setReduceConfig``'s result (Reduce.cuh ``struct ReduceConfig``)."""
+    num_outputs: int
+    num_inputs: int
+    block_width: int
+    block_height: int
+    grid_x: int
+    ctas_per_output: int
+    vectorize_input: bool
+    output_vec_size: int
+    input_mult: tuple
+    output_mult: tuple
+    step_input: int
+    step_output: int
+
+    @property
+    def block(self):
+        return (self.block_width, self.block_height)
+
+    @property
+    def grid(self):
+        return (self.grid_x, self.ctas_per_output)
+
+    @property
+    def num_threads(self):
+        return self.block_width * self.block_height
+
+    @property
+    def values_per_thread(self):
+        return _div_up(self.num_inputs, self.step_input)
+
+
+def _output_vec_size(geo, base):
+    """Reduce.cuh ``get_output_vec_size``: 4, halved until it divides the
+    input's base address (in elements), the output dim's size and every other
+    input stride."""
+    vec = 4
+
+    def update(n):
+        nonlocal vec
+        while n % vec:
+            vec //= 2
+    update(base)
+    k = geo.num_reduce_dims
+    update(geo.shape[k])
+    for j, s in enumerate(geo.in_strides):
+        if j != k:
+            update(s)
+    return vec
+
+
+def reduce_config(shape, strides, axes, sm_count, storage_offset=0):
+    """The launch configuration ``setReduceConfig`` (Reduce.cuh) chooses for a
+    reduction over ``axes`` of a tensor of ``shape`` and ``strides`` (elements)
+    whose data starts ``storage_offset`` elements past an aligned allocation,
+    on a GPU with ``sm_count`` SMs. Returns (:class:`ReduceConfig`,
+    :class:`Geometry`)."""
+    geo = geometry(shape, strides, axes)
+    return _config(geo, sm_count, storage_offset), geo
+
+
+def _config(geo, sm_count, storage_offset=0):
+    nout, nin = geo.num_outputs, geo.num_inputs
+    ndim, k = len(geo.shape), geo.num_reduce_dims
+    if ndim > 0:
+        fastest = k == ndim or geo.in_strides[0] < geo.in_strides[k]
+        if fastest:
+            dim0, dim1, fms = nin, nout, geo.in_strides[0]
+        else:
+            dim0, dim1, fms = nout, nin, geo.in_strides[k]
+    else:
+        fastest, dim0, dim1, fms = True, 1, 1, 1
+    vectorize, ovs = False, 1
+    if fms == 1:
+        if fastest and dim0 > 128 and k == 1 and VT0 >= INPUT_VEC_SIZE:
+            vectorize = True
+            dim0 //= INPUT_VEC_SIZE
+        elif not fastest:
+            ovs = _output_vec_size(geo, storage_offset)
+            dim0 //= ovs
+    mnt = MAX_NUM_THREADS // ovs
+    d0 = _last_pow2(dim0) if dim0 < mnt else mnt
+    d1 = _last_pow2(dim1) if dim1 < mnt else mnt
+    bw = min(d0, WARP_SIZE)
+    bh = min(d1, mnt // bw)
+    bw = min(d0, mnt // bh)
+    step_in, step_out = 1, 1
+    im, om = [0, 0, 0], [0, 0]
+    if ndim == 0 or fastest:
+        im[0], step_in = step_in, step_in * bw
+    else:
+        om[0], step_out = step_out, step_out * bw
+    vpt = _div_up(nin, step_in)
+    if vpt >= min(bh * 16, 256):
+        im[1], step_in = step_in, step_in * bh
+    else:
+        om[1], step_out = step_out, step_out * bh
+    threads = bw * bh
+    target = sm_count * (MAX_THREADS_PER_SM // threads)
+    grid_x = _div_up(nout // ovs, step_out)
+    ctas = 1
+    vpt = _div_up(nin, step_in)
+    if im[1] != 0 and vpt >= 256 and grid_x <= target:
+        ctas = max(min(_div_up(target, grid_x), _div_up(vpt, 16)), _div_up(vpt, 256))
+        if ctas > 1:
+            im[2], step_in = step_in, step_in * ctas
+    return ReduceConfig(nout, nin, bw, bh, grid_x, ctas, vectorize, ovs, tuple(im), tuple(om),
+                        step_in, step_out)
+
+
+# ------------------------------------------------------------------ kernels
+def _fma_any(a, b, c):
+    """fma in the operands' precision (float32: llvm.fma.f32; float64)."""
+    raise NotImplementedError("only called from compiled code")
+
+
+@overload(_fma_any)
+def _fma_any_impl(a, b, c):
+    if a == types.float32:
+        return lambda a, b, c: fma32(a, b, c)
+    return lambda a, b, c: fma(a, b, c)
+
+
+@jit
+def _acc_add(op, acc, v):
+    """``ops.reduce``: SumOps / MeanOps ``acc + x``, NormTwoOps ``acc + x * x``
+    (contracted by nvcc to ``fma(x, x, acc)``), NormOneOps ``acc + |x|``."""
+    if op == OP_SQUARES:
+        return _fma_any(v, v, acc)
+    if op == OP_ABS:
+        return acc + abs(v)
+    return acc + v
+
+
+@jit
+def _tree(p, base, n, warp):
+    """Reduce.cuh's in-block trees on ``p[base : base + n]`` (n a power of two):
+    with ``warp`` False ``block_y_reduce`` (offsets n/2, ..., 1); with ``warp``
+    True ``block_x_reduce`` (offsets n/2, ..., 32 through shared memory, then
+    warp shuffles down by 1, 2, 4, 8, 16). The result is ``p[base]``."""
+    if not warp:
+        off = n // 2
+        while off > 0:
+            for t in range(off):
+                p[base + t] = p[base + t] + p[base + t + off]
+            off //= 2
+        return p[base]
+    dim_x = n
+    if n > 32:
+        off = n // 2
+        while off >= 32:
+            for t in range(off):
+                p[base + t] = p[base + t] + p[base + t + off]
+            off //= 2
+        dim_x = 32
+    off = 1
+    while off < dim_x:
+        for t in range(0, dim_x, 2 * off):
+            p[base + t] = p[base + t] + p[base + t + off]
+        off *= 2
+    return p[base]
+
+
+@jit
+def _thread(V, o, x, y, c, shift, n, vec, im0, im1, im2, step, op, zero):
+    """``thread_reduce`` of thread (x, y) of block c for output row o."""
+    a0 = zero
+    a1 = zero
+    a2 = zero
+    a3 = zero
+    idx = x * im0 + y * im1 + c * im2
+    if vec:
+        base = 0
+        end = n
+        if shift > 0:
+            end = n + shift - 4
+            base = 4 - shift
+        first = y == 0 and c == 0              # should_reduce_tail
+        if shift > 0 and first and x >= shift and x < 4:
+            a0 = _acc_add(op, a0, V[o, x - shift])
+        while idx * 4 + 3 < end:
+            j = base + idx * 4
+            a0 = _acc_add(op, a0, V[o, j])
+            a1 = _acc_add(op, a1, V[o, j + 1])
+            a2 = _acc_add(op, a2, V[o, j + 2])
+            a3 = _acc_add(op, a3, V[o, j + 3])
+            idx += step
+        if first:
+            t = end - end % 4 + x
+            if t < end:
+                a0 = _acc_add(op, a0, V[o, base + t])
+    else:
+        k = 0
+        while idx < n:
+            v = V[o, idx]
+            r = k & 3
+            if r == 0:
+                a0 = _acc_add(op, a0, v)
+            elif r == 1:
+                a1 = _acc_add(op, a1, v)
+            elif r == 2:
+                a2 = _acc_add(op, a2, v)
+            else:
+                a3 = _acc_add(op, a3, v)
+            idx += step
+            k += 1
+    return ((a0 + a1) + a2) + a3
+
+
+@jit
+def _reduce_one(V, o, shift, vec, bx, by, ctas, xsplit, ysplit, im0, im1, im2, step, op,
+                zero, p, q, r):
+    """One output of Reduce.cuh's kernel: the threads that split its input
+    (x when ``xsplit``, y when ``ysplit``, the ``ctas`` blocks), the block
+    trees, then the global reduction. ``p``, ``q``, ``r``: scratch."""
+    n = V.shape[1]
+    nx = bx if xsplit else 1
+    ny = by if ysplit else 1
+    for c in range(ctas):
+        for y in range(ny):
+            for x in range(nx):
+                p[y * nx + x] = _thread(V, o, x, y, c, shift, n, vec, im0, im1, im2, step,
+                                        op, zero)
+        if ysplit:                              # block_y_reduce, column by column
+            for x in range(nx):
+                for y in range(ny):
+                    q[y] = p[y * nx + x]
+                p[x] = _tree(q, 0, ny, False)
+        if xsplit:                              # block_x_reduce
+            _tree(p, 0, nx, True)
+        r[c] = p[0]
+    if ctas == 1:
+        return r[0]
+    # global_reduce: the last block's thread t = x + y * bx takes the staged
+    # values of blocks t, t + T, ... (t = y when x spans outputs), then
+    # block_y_reduce and block_x_reduce
+    nthr = bx * by if xsplit else by
+    for t in range(nthr):
+        acc = zero
+        c = t
+        while c < ctas:
+            acc = acc + r[c]
+            c += nthr
+        p[t] = acc
+    if xsplit:
+        for x in range(bx):
+            for y in range(by):
+                q[y] = p[y * bx + x]
+            p[x] = _tree(q, 0, by, False)
+        return _tree(p, 0, bx, True)
+    for y in range(by):
+        q[y] = p[y]
+    return _tree(q, 0, by, False)
+
+
+@pjit
+def _reduce_rows(V, shifts, vec, bx, by, ctas, xsplit, ysplit, im0, im1, im2, step, op, zero,
+                 out):
+    size = bx * by + 1
+    for o in prange(V.shape[0]):
+        p = np.empty(size, V.dtype)
+        q = np.empty(size, V.dtype)
+        r = np.empty(ctas, V.dtype)
+        out[o] = _reduce_one(V, o, shifts[o], vec, bx, by, ctas, xsplit, ysplit, im0, im1, im2,
+                             step, op, zero, p, q, r)
+
+
+# ------------------------------------------------------------------ drivers
+def _storage_offset(a):
+    """Where ``a``'s first element lies in its storage, in elements (the
+    numpy base chain stands for torch's storage; 0 when unknown)."""
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is a or root.itemsize != a.itemsize:
+        return 0
+    d = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return d // a.itemsize if d >= 0 and d % a.itemsize == 0 else 0
+
+
+def _sm_count():
+    from ._profile import get_profile
+    return get_profile().sm_count
+
+
+def _norm_axes(ndim, axes):
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, (int, np.integer)):
+        axes = (axes,)
+    out = []
+    for a in axes:
+        if not isinstance(a, (int, np.integer)) or not -max(ndim, 1) <= a < max(ndim, 1):
+            raise FpemuValueError(f"cuda_sum: axes must be ints in [-{ndim}, {ndim}) for a "
+                                  f"{ndim}-d array, got {axes!r}; pass the dims to reduce")
+        out.append(int(a) % max(ndim, 1))
+    return tuple(sorted(set(out))) if ndim else ()
+
+
+def reduce_acc(array, axes=None, keepdims=False, op=OP_SUM, sm_count=None):
+    """The accumulator of Reduce.cuh's kernel (float32; float64 for float64
+    input) for a reduction over ``axes`` of ``array`` (float32 or float64
+    values, the tensor's layout: strides and storage offset are read from the
+    numpy array), before ``project``. ``op``: :data:`OP_SUM`,
+    :data:`OP_SQUARES` or :data:`OP_ABS`."""
+    a = np.asarray(array)
+    if a.dtype not in (np.float32, np.float64):
+        raise FpemuValueError(f"cuda reduction: expected a float32 or float64 array (the "
+                              f"values of a floating tensor), got {a.dtype}; convert it first")
+    acc = a.dtype.type
+    ndim = a.ndim
+    axes = _norm_axes(ndim, axes)
+    if any(s < 0 or s % a.itemsize for s in a.strides):
+        a = np.ascontiguousarray(a)
+    strides = tuple(s // a.itemsize for s in a.strides)
+    shape = a.shape
+    kept_shape = tuple(shape[d] for d in range(ndim) if d not in axes)
+    final_shape = tuple(1 if d in axes else shape[d] for d in range(ndim)) if keepdims \
+        else kept_shape
+    geo = geometry(shape, strides, axes)
+    if geo.num_outputs == 0 or geo.num_inputs == 0:
+        return np.zeros(final_shape, acc)
+    cfg = _config(geo, _sm_count() if sm_count is None else sm_count, _storage_offset(a))
+    slow_out = list(reversed(geo.out_axes))
+    slow_red = list(reversed(geo.red_axes))
+    ones = [d for d in range(ndim) if shape[d] == 1]
+    V = np.ascontiguousarray(a.transpose(ones + slow_out + slow_red)).reshape(
+        geo.num_outputs, geo.num_inputs)
+    if cfg.vectorize_input:
+        off = np.asarray(_storage_offset(a), np.int64)
+        for d in slow_out:
+            off = off[..., None] + np.arange(shape[d], dtype=np.int64) * strides[d]
+        shifts = np.ascontiguousarray(off.reshape(-1) % INPUT_VEC_SIZE)
+    else:
+        shifts = np.zeros(geo.num_outputs, np.int64)
+    out = np.empty(geo.num_outputs, acc)
+    im = cfg.input_mult
+    run_kernel(_reduce_rows, V, shifts, cfg.vectorize_input, cfg.block_width, cfg.block_height,
+               cfg.ctas_per_output, im[0] != 0, im[1] != 0, im[0], im[1], im[2],
+               cfg.step_input, op, acc(0), out, inputs=2)
+    R = out.reshape([shape[d] for d in slow_out])
+    R = R.transpose(np.argsort(slow_out)) if slow_out else R
+    return np.ascontiguousarray(R).reshape(final_shape)
+
+
+def cuda_sum(array, axes=None, keepdims=False, dtype=None):
+    """``torch.sum`` on CUDA (Reduce.cuh's order, :func:`reduce_acc`):
+    ``array`` holds a tensor's values (float32 storage for float32, bfloat16
+    and float16 tensors; float64 for float64), ``axes`` the dims to reduce
+    (None: all), ``dtype`` the output dtype to round the accumulator to once
+    (an fpemu dtype / Format or ``float64``; None keeps the accumulator).
+    Returns a float32 array (float64 for a float64 input or ``dtype``)."""
+    acc = reduce_acc(array, axes, keepdims, OP_SUM)
+    return acc if dtype is None else _round_to(acc, dtype)
+
+
+def cuda_mean(array, axes=None, keepdims=False, dtype=None):
+    """``torch.mean`` on CUDA: the sum in Reduce.cuh's order times
+    ``factor = float(outputs) / numel`` (ReduceMomentKernel.cu
+    ``mean_kernel_impl``, SharedReduceOps.h ``MeanOps.project``); an empty
+    reduction is NaN."""
+    a = np.asarray(array)
+    acc = reduce_acc(a, axes, keepdims, OP_SUM)
+    t = acc.dtype.type
+    numel = a.size
+    nout = acc.size
+    with np.errstate(all="ignore"):
+        if numel == 0 or a.size // max(nout, 1) == 0:
+            res = np.full(acc.shape, np.nan, acc.dtype)
+        else:
+            factor = t(t(nout) / t(numel))
+            res = (acc * factor).astype(acc.dtype)
+    return res if dtype is None else _round_to(res, dtype)
+
+
+def cuda_norm(array, p, axes=None, keepdims=False, dtype=None):
+    """``linalg.vector_norm`` on CUDA for p = 1 and 2 (ReduceNormKernel.cu:
+    NormOneOps ``acc + |x|``; NormTwoOps ``fma(x, x, acc)`` and ``sqrt`` in
+    ``project``), in Reduce.cuh's order."""
+    if p not in (1, 2):
+        raise FpemuValueError(f"cuda_norm: models p = 1 and p = 2, got p = {p!r}; other "
+                              f"orders are computed elsewhere")
+    acc = reduce_acc(array, axes, keepdims, OP_ABS if p == 1 else OP_SQUARES)
+    res = acc if p == 1 else np.sqrt(acc)
+    return res if dtype is None else _round_to(res, dtype)
+
+
+def _round_to(acc, dtype):
+    from ._dtypes import _store
+    return _store(acc, dtype)
