@@ -282,13 +282,17 @@ def _tc_row(a, ea, B, EB, c, L, F, out_f, e_zero):
     emax = np.empty(N, np.int64)
     scale = np.empty(N, np.float64)
     s = np.empty(N, np.float64)
+    # the loops over j hold no branch and no call that is not inlined, so that
+    # they run on vectors: each is one step of the model for every column
     for kb in range(0, K, L):
         k1 = min(kb + L, K)
         for j in range(N):
-            emax[j] = e_zero if c[j] == 0.0 else _exponent(c[j], -126)
+            ec = max(((f64_bits(c[j]) >> 52) & 0x7FF) - 1023, -126)   # _exponent(c, -126)
+            emax[j] = e_zero if c[j] == 0.0 else ec
         for k in range(kb, k1):
+            eak = ea[k]
             for j in range(N):
-                e = ea[k] + EB[k, j]
+                e = eak + EB[k, j]
                 e = e_zero if e < ZERO_BELOW else e
                 emax[j] = max(emax[j], e)
         for j in range(N):
@@ -299,7 +303,13 @@ def _tc_row(a, ea, B, EB, c, L, F, out_f, e_zero):
             for j in range(N):
                 s[j] += np.trunc((x * B[k, j]) * scale[j])  # exact: < 2**33 in all
         for j in range(N):
-            c[j] = _rz_fp32(s[j] * _pow2(emax[j] - F), out_f)
+            # _rz_fp32(v, out_f) without its branches: scaling by powers of two
+            # is exact, so v * 2**(out_f - e) is v / 2**(e - out_f)
+            v = s[j] * _pow2(emax[j] - F)
+            e = max(((f64_bits(v) >> 52) & 0x7FF) - 1023, -126)
+            t = np.trunc(v * _pow2(out_f - e)) * _pow2(e - out_f)
+            t = t if abs(t) < 2.0**128 else np.copysign(np.inf, t)
+            c[j] = t + 0.0          # -0 and a sum truncated to zero are +0 (the hardware's)
 
 
 @pjit
