@@ -20,6 +20,8 @@ that those calls load instead:
   float64 input, and ``stats_many`` of the monitor's four default formats;
 * ``fpemu.arith`` in fp16, bf16 and e4m3fn; flush-to-zero casts; stats of
   e2m1 (what the lessons' first cells call besides);
+* the CUDA profile's reduction orders (``fpemu.autograd._cuda_reduce``): sums
+  and norms of float32 and float64 values, softmax, nll_loss;
 * the README's MLP training step and a small MLP's first step (a first
   training script's), in bf16 and in fp16 autocast with a GradScaler, AdamW
   and gradient clipping;
@@ -99,6 +101,18 @@ def _experiment(name):
     mod.run(None, **mod.QUICK)
 
 
+def _cuda_reductions(n):
+    from .autograd import _cuda_reduce as cr
+    from .autograd import float32
+    x = _inputs(n)
+    for a in (x, x.astype(np.float64)):
+        cr.cuda_sum(a)
+        cr.cuda_norm(a, 2)
+    rows = x[: n // 64 * 64].reshape(-1, 64)
+    cr.cuda_softmax_backward(rows, cr.cuda_softmax_forward(rows, False), True)
+    cr.cuda_nll_loss_2d(x[:64], x[:64], np.ones(64, bool), True, float32, True)
+
+
 #: the experiments that train a real PyTorch model (the demo extra's torch)
 _NEEDS_TORCH = ("emulated_training",)
 
@@ -164,6 +178,11 @@ def workload():
                                              fpemu.encode(x, f, subnormals=False))))
     for n in (SMALL, LARGE):
         jobs.append((f"stats e2m1 n={n}", lambda x=_inputs(n): fpemu.stats(x, "e2m1")))
+    # the CUDA profile's reduction orders (fpemu.autograd._cuda_reduce): sums
+    # and norms of float32 and float64 values, softmax forward and backward,
+    # nll_loss's 32 threads
+    for n in (SMALL, LARGE):
+        jobs.append((f"cuda-order reductions n={n}", lambda n=n: _cuda_reductions(n)))
     for dtype in ("bfloat16", "float16"):
         jobs.append((f"README MLP step, {dtype} autocast", lambda d=dtype: _mlp_step(d)))
         jobs.append((f"small MLP step, {dtype} autocast",

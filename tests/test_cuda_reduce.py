@@ -331,3 +331,85 @@ def test_bad_input_says_what_to_pass():
         cr.cuda_sum(np.arange(4))
     with pytest.raises(Exception, match="axes"):
         cr.cuda_sum(np.ones(4, np.float32), axes=(3,))
+
+
+# ------------------------------------------------------------------ softmax
+def _oracle_softmax(row, log):
+    """PersistentSoftmax.cuh softmax_warp_forward for one row, written out:
+    lane l holds l, l + W, ...; lane sums from 0; XOR butterfly W/2 .. 1."""
+    f = np.float32
+    n = len(row)
+    p2 = 1
+    while p2 < n:
+        p2 *= 2
+    W = min(p2, 32)
+    m = max(row)
+    lanes = []
+    for lane in range(W):
+        s = f(0)
+        for j in range(lane, p2, W):
+            if j < n:
+                s = f(s + f(np.exp(np.float64(f(row[j] - m)))))
+        lanes.append(s)
+    off = W // 2
+    while off:
+        lanes = [f(lanes[l] + lanes[l ^ off]) for l in range(W)]
+        off //= 2
+    total = lanes[0]
+    if log:
+        return np.array([f(f(v - m) - f(np.log(np.float64(total)))) for v in row], np.float32)
+    return np.array([f(np.float64(f(np.exp(np.float64(f(v - m))))) / np.float64(total))
+                     for v in row], np.float32)
+
+
+def test_softmax_backward_sum_order_by_hand():
+    # log_softmax backward with output 0 (exp 1): grad - sum(grad); FPRev on
+    # 64 elements: lanes hold j and j + 32; butterfly pairs lanes 16 apart first
+    for (i, j), total in {(0, 32): 62, (0, 16): 60, (0, 8): 56, (0, 1): 0}.items():
+        T = _fprev(64, i, j)[None, :]
+        gi = cr.cuda_softmax_backward(T, np.zeros_like(T), True)
+        assert gi[0, 2] == np.float32(1 - total), (i, j)
+
+
+@pytest.mark.parametrize("n", [3, 17, 100, 1000, 1024])
+def test_softmax_forward_matches_the_oracle(n):
+    rng = np.random.default_rng(n)
+    X = (rng.standard_normal((3, n)) * 4).astype(np.float32)
+    for log in (False, True):
+        got = cr.cuda_softmax_forward(X, log)
+        for r in range(3):
+            assert bits(got[r]).tolist() == bits(_oracle_softmax(X[r], log)).tolist()
+
+
+def test_softmax_wired_under_cuda_only():
+    rng = np.random.default_rng(3)
+    X = (rng.standard_normal((4, 300)) * 4).astype(np.float32)
+    t = fa.tensor(X)
+    with use_profile(Profile("cuda")):
+        y = fa.nn.functional.softmax(t, -1).numpy()
+        ly = fa.nn.functional.log_softmax(t, -1).numpy()
+    want = np.stack([_oracle_softmax(X[r], False) for r in range(4)])
+    lwant = np.stack([_oracle_softmax(X[r], True) for r in range(4)])
+    assert bits(y).tolist() == bits(want).tolist()
+    assert bits(ly).tolist() == bits(lwant).tolist()
+    # the float64 path rounded once differs on some element
+    e = np.exp(X.astype(np.float64) - X.max(1, keepdims=True))
+    once = (e / e.sum(1, keepdims=True)).astype(np.float32)
+    assert bits(once).tolist() != bits(y).tolist()
+
+
+# ----------------------------------------------------------------- nll_loss
+def test_nll_loss_sum_order_by_hand():
+    # 32 threads: thread t subtracts frames t, t + 32; thread 0 then adds the
+    # 32 partials in order (Loss.cu nll_loss_forward_reduce_cuda_kernel_2d)
+    for (i, j), want in {(0, 32): -62.0, (0, 1): -60.0, (0, 31): 0.0}.items():
+        v = _fprev(64, i, j)
+        logp = np.zeros((64, 2), np.float32)
+        logp[:, 1] = v
+        target = fa.tensor(np.ones(64, np.int64))
+        with use_profile(Profile("cuda")):
+            loss = fa.nn.functional.nll_loss(fa.tensor(logp), target, reduction="sum")
+        assert loss.item() == want, (i, j)
+        with use_profile(Profile("cuda")):
+            mean = fa.nn.functional.nll_loss(fa.tensor(logp), target)
+        assert bits(mean.numpy()) == bits(np.float32(np.float32(want) / np.float32(64)))

@@ -569,3 +569,178 @@ def cuda_norm(array, p, axes=None, keepdims=False, dtype=None):
 def _round_to(acc, dtype):
     from ._dtypes import _store
     return _store(acc, dtype)
+
+
+# ------------------------------------------------------------------ softmax
+# aten/src/ATen/native/cuda/PersistentSoftmax.cuh (softmax_warp_forward,
+# softmax_warp_backward), dispatched by cuda/SoftMax.cu host_softmax when the
+# softmax runs along the last dim (inner size 1) and dim_size <= 1024 with
+# dim_size * sizeof(scalar_t) <= 4096. One warp of W = min(next_pow2(n), 32)
+# lanes per row (WARP_BATCH rows per warp do not mix); lane l holds elements
+# l, l + W, ... (WARP_ITERATIONS of them, -inf / 0 past the end); a lane adds
+# its values in that order from 0, then warp_reduce combines the lanes with a
+# butterfly (WARP_SHFL_XOR by W/2, ..., 1): every lane ends with the same sum.
+
+def persistent_softmax_applies(n, inner, itemsize):
+    """host_softmax's test for the persistent warp kernel."""
+    return inner == 1 and 0 < n <= 1024 and n * itemsize <= 4096
+
+
+@jit
+def _warp_width(n):
+    p = 1
+    while p < n:
+        p *= 2
+    return min(p, 32), p
+
+
+@jit
+def _butterfly(s, w):
+    """warp_reduce<Add>: for offset = w/2 .. 1, s[l] = s[l] + s[l ^ offset]."""
+    off = w // 2
+    t = np.empty_like(s)
+    while off > 0:
+        for lane in range(w):
+            t[lane] = s[lane] + s[lane ^ off]
+        for lane in range(w):
+            s[lane] = t[lane]
+        off //= 2
+    return s[0]
+
+
+@jit
+def _exp32(v):
+    """expf, as the correctly rounded float32 value (CUDA's expf is not
+    correctly rounded; not modelled)."""
+    return np.float32(np.exp(np.float64(v)))
+
+
+@pjit
+def _softmax_fwd_rows(X, log, out):
+    rows, n = X.shape
+    w, p2 = _warp_width(n)
+    iters = p2 // w
+    for r in prange(rows):
+        m = np.float32(-np.inf)
+        for j in range(n):                       # lanes' max, then the max butterfly
+            v = X[r, j]
+            if not (m > v):
+                m = v
+        s = np.zeros(w, np.float32)
+        for lane in range(w):
+            acc = np.float32(0)
+            for it in range(iters):
+                j = lane + it * w
+                if j < n:
+                    acc = np.float32(acc + _exp32(np.float32(X[r, j] - m)))
+            s[lane] = acc
+        total = _butterfly(s, w)
+        if log:
+            ls = np.float32(np.log(np.float64(total)))
+            for j in range(n):
+                out[r, j] = np.float32(np.float32(X[r, j] - m) - ls)
+        else:
+            for j in range(n):
+                if total == 0:
+                    out[r, j] = np.nan
+                else:
+                    e = _exp32(np.float32(X[r, j] - m))
+                    out[r, j] = np.float32(np.float64(e) / np.float64(total))
+
+
+@pjit
+def _softmax_bwd_rows(T, Y, log, out):
+    """``T``: grad * output rounded to the dtype (softmax; SoftMax.cu
+    softmax_backward_cuda_out's ``tmp``) or the grad (log_softmax)."""
+    rows, n = T.shape
+    w, p2 = _warp_width(n)
+    iters = p2 // w
+    for r in prange(rows):
+        s = np.zeros(w, np.float32)
+        for lane in range(w):
+            acc = np.float32(0)
+            for it in range(iters):
+                j = lane + it * w
+                if j < n:
+                    acc = np.float32(acc + T[r, j])
+            s[lane] = acc
+        total = _butterfly(s, w)
+        for j in range(n):
+            y = Y[r, j]
+            if log:
+                y = _exp32(y)
+            out[r, j] = fma32(-y, total, T[r, j])     # nvcc: t - y * sum as one fma
+
+
+def cuda_softmax_forward(X, log):
+    """softmax (``log`` False) or log_softmax of the rows of ``X`` (float32
+    values, rows along the last axis, n <= 1024), PersistentSoftmax.cuh's
+    order; float32 results (the caller rounds to the dtype)."""
+    X = np.ascontiguousarray(X, np.float32)
+    out = np.empty_like(X)
+    run_kernel(_softmax_fwd_rows, X, bool(log), out, inputs=1)
+    return out
+
+
+def cuda_softmax_backward(T, Y, log):
+    """softmax_warp_backward on rows: ``T - Y * sum(T)`` (softmax, T = grad *
+    output in the dtype) or ``T - expf(Y) * sum(T)`` (log_softmax, T = grad),
+    contracted to one fma; float32 results."""
+    T = np.ascontiguousarray(T, np.float32)
+    Y = np.ascontiguousarray(Y, np.float32)
+    out = np.empty_like(T)
+    run_kernel(_softmax_bwd_rows, T, Y, bool(log), out, inputs=2)
+    return out
+
+
+# ------------------------------------------------------------------ nll_loss
+#: aten/src/ATen/native/cuda/Loss.cu: NLL_LOSS_THREADS, one block
+NLL_LOSS_THREADS = 32
+
+
+@jit
+def _nll_threads(x, w, keep, fused, sh, aw):
+    """nll_loss_forward_reduce_cuda_kernel_2d's threads: thread t takes frames
+    t, t + 32, ...; ``sh[t] -= x * w`` (float32: nvcc's fma(-x, w, sh); the
+    caller passes x * w rounded to a 16-bit dtype with ``fused`` False) and
+    ``aw[t] += w``; then thread 0 adds sh[0..31] and aw[0..31] in order."""
+    n = x.shape[0]
+    for i in range(n):
+        t = i % 32
+        if keep[i]:
+            if fused:
+                sh[t] = fma32(-x[i], w[i], sh[t])
+            else:
+                sh[t] = sh[t] - x[i]
+            aw[t] = aw[t] + w[i]
+    out = np.float32(0)
+    tot = np.float32(0)
+    for t in range(32):
+        out = out + sh[t]
+        tot = tot + aw[t]
+    return out, tot
+
+
+def cuda_nll_loss_2d(picked, weights, keep, mean, dtype, weighted):
+    """The "sum" / "mean" nll_loss of an (N, C) input on CUDA (Loss.cu
+    ``nll_loss_forward_reduce_cuda_kernel_2d``, 32 threads): ``picked`` the
+    float32 values ``input[i, target[i]]``, ``weights`` their class weights
+    (float32 values of the dtype), ``keep`` the frames whose target is not
+    ``ignore_index``. Returns (loss, total_weight) as float32 values, the
+    loss ``output_acc / total_weight_acc`` for "mean"; the caller rounds."""
+    from ._dtypes import _store
+    x = np.ascontiguousarray(picked, np.float32)
+    w = np.ascontiguousarray(weights, np.float32) if weighted else np.ones_like(x)
+    # without weights sh -= x * 1 is sh - x; float32 weights: fma(-x, w, sh);
+    # 16-bit weights: c10's operator* rounds x * w to the dtype first
+    fused = bool(weighted) and dtype.name == "fp32"
+    if weighted and not fused:
+        x = np.ascontiguousarray(_store(x.astype(np.float64) * w, dtype), np.float32)
+    sh = np.zeros(NLL_LOSS_THREADS, np.float32)
+    aw = np.zeros(NLL_LOSS_THREADS, np.float32)
+    out, tot = _nll_threads(x, w, np.ascontiguousarray(keep, np.bool_), fused, sh, aw)
+    out, tot = np.float32(out), np.float32(tot)
+    if mean:
+        with np.errstate(all="ignore"):
+            out = np.float32(out / tot)
+    return out, tot

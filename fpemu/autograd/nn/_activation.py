@@ -12,6 +12,9 @@ from ...formats import Format
 from .._autocast import cast_inputs
 from .._common import f64, float_dt, wrap_dim
 from .._core import Tensor, _result, _store, float64, is_float, to_dtype
+from .._cuda_reduce import (
+    cuda_softmax_backward, cuda_softmax_forward, persistent_softmax_applies,
+)
 from .._profile import get_profile
 from ..ops.elementwise import _unary, mul, neg, relu, sigmoid, where
 from ..ops.inplace import apply_inplace
@@ -210,6 +213,21 @@ def _softmax_input(op, x, dim, dtype, stacklevel):
     return x, float_dt(x), _dim(dim, x.ndim), f64(x)
 
 
+def _cuda_rows(x, dt, d):
+    """Under the CUDA profile, when ATen runs the persistent warp softmax
+    (PersistentSoftmax.cuh; ``_cuda_reduce``): the shape of its rows, else None.
+    float64 and softmaxes along an inner dim or over more than 1024 elements
+    (cunn_SoftMaxForward, cunn_SpatialSoftMaxForward) stay float64 rounded once."""
+    if get_profile().device != "cuda" or dt is float64 or d is None or x._data.size == 0:
+        return None
+    n = x.shape[d]
+    inner = int(np.prod(x.shape[d + 1:], dtype=np.int64))
+    itemsize = 4 if dt.name == "fp32" else (dt.bits + 7) // 8
+    if not persistent_softmax_applies(n, inner, itemsize):
+        return None
+    return (x._data.size // n, n)
+
+
 def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output.
 
@@ -219,6 +237,9 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     :func:`_cpu_softmax_inner` says. The backward reads the stored output:
     ``y * (g - sum(g * y))``."""
     x, dt, d, X = _softmax_input("softmax", input, dim, dtype, _stacklevel)
+    rows = _cuda_rows(x, dt, d)
+    if rows is not None:
+        return _cuda_softmax(x, dt, rows, False)
     with np.errstate(all="ignore"):
         e = np.exp(X - X.max(axis=d, keepdims=True, initial=-np.inf))
         if get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
@@ -263,6 +284,9 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     subtraction; along another dim everything is float32, the sum in index
     order. The backward reads the stored output: ``g - exp(y) * sum(g)``."""
     x, dt, d, X = _softmax_input("log_softmax", input, dim, dtype, _stacklevel)
+    rows = _cuda_rows(x, dt, d)
+    if rows is not None:
+        return _cuda_softmax(x, dt, rows, True)
     with np.errstate(all="ignore"):
         shifted = X - X.max(axis=d, keepdims=True, initial=-np.inf)
         total = np.exp(shifted).sum(axis=d, keepdims=True)
@@ -286,6 +310,26 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
             E = np.exp(res.astype(np.float64)).astype(om).astype(np.float64)
             return (_store(G - E * S, dt),)
     return _result(res, dt, (x,), backward, saved=("out",), op="log_softmax")
+
+
+def _cuda_softmax(x, dt, rows, log):
+    """softmax / log_softmax by PersistentSoftmax.cuh's kernels (forward: max,
+    the lanes' sums of expf(x - max), the butterfly, ``e / sum`` or ``x - max -
+    logf(sum)``; backward: SoftMax.cu's ``tmp = grad * output`` in the dtype for
+    softmax, the sum of it (or of grad for log_softmax) in the same order, then
+    ``fma(-y, sum, tmp)`` / ``fma(-expf(y), sum, grad)``), rounded to the dtype."""
+    shape = x.shape
+    with np.errstate(all="ignore"):
+        res = _store(cuda_softmax_forward(x._data.reshape(rows), log).reshape(shape), dt)
+
+    def backward(g):
+        Yo = res.reshape(rows)
+        with np.errstate(all="ignore"):
+            G = _store(g, dt).reshape(rows)
+            T = G if log else _store(G.astype(np.float64) * Yo, dt)
+            return (_store(cuda_softmax_backward(T, Yo, log).reshape(shape), dt),)
+    return _result(res, dt, (x,), backward, saved=("out",),
+                   op="log_softmax" if log else "softmax")
 
 
 def _sequential_sum_f32(E, axis):

@@ -12,6 +12,7 @@ from ...errors import FpemuRuntimeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._common import f64, float_dt, grad_part
 from .._core import _result, _store, bool_, float64, is_float, no_grad, Tensor
+from .._cuda_reduce import cuda_nll_loss_2d
 from .._profile import get_profile
 from ..ops.elementwise import (
     add, clamp_min, div, exp, log, masked_fill, mul, neg, pow, rsub, sub, where,
@@ -75,7 +76,16 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,  
         return _nll_loss_cpu(logp, target, picked, w, keep, tc, Lm.shape, reduction, dt,
                              weight is not None)
     losses = -picked * w
-    if reduction == "none":
+    if (get_profile().device == "cuda" and dt is not float64 and logp.ndim == 2
+            and reduction != "none" and N > 0):
+        # Loss.cu nll_loss_forward_reduce_cuda_kernel_2d: 32 threads' float32
+        # partial sums, added in order; the backward divides by the stored
+        # total weight (a value of the dtype)
+        out, tot = cuda_nll_loss_2d(picked, w, keep, reduction == "mean", dt,
+                                    weight is not None)
+        res = _store(np.asarray(out), dt)
+        denom = float(_store(np.asarray(tot), dt)) if reduction == "mean" else 1.0
+    elif reduction == "none":
         res, denom = _store(losses.reshape(target.shape), dt), None
     elif reduction == "sum":
         res, denom = _store(np.asarray(losses.sum()), dt), 1.0
