@@ -289,12 +289,19 @@ def _tc_row(a, ea, B, EB, c, L, F, out_f, e_zero):
         for j in range(N):
             ec = max(((f64_bits(c[j]) >> 52) & 0x7FF) - 1023, -126)   # _exponent(c, -126)
             emax[j] = e_zero if c[j] == 0.0 else ec
-        for k in range(kb, k1):
-            eak = ea[k]
-            for j in range(N):
-                e = eak + EB[k, j]
-                e = e_zero if e < ZERO_BELOW else e
-                emax[j] = max(emax[j], e)
+        if e_zero <= -126:
+            # a zero term's exponent sum is below ZERO_BELOW and counts as
+            # e_zero, which cannot raise emax: it starts at e_zero or at -126
+            for k in range(kb, k1):
+                eak = ea[k]
+                for j in range(N):
+                    emax[j] = max(emax[j], eak + EB[k, j])
+        else:                       # a model whose zeros align above fp32's emin
+            for k in range(kb, k1):
+                eak = ea[k]
+                for j in range(N):
+                    e = eak + EB[k, j]
+                    emax[j] = max(emax[j], e_zero if e < ZERO_BELOW else e)
         for j in range(N):
             scale[j] = _pow2(F - emax[j])
             s[j] = np.trunc(c[j] * scale[j])

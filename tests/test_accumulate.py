@@ -150,6 +150,24 @@ def test_extra_alignment_bits_of_later_generations():
         assert _tc([1.0, 2.0**-12], -1.0, model, [1.0, 2.0**-13]) == kept, model
 
 
+def test_zero_terms_align_the_block_where_a_model_says_so():
+    """A zero product counts with the model's ``e_zero`` in the block's
+    largest exponent. The presets' e_zero (-131..-133) lies below fp32's
+    emin and never sets the alignment; a model with e_zero = 0 aligns
+    2**-10 to 2**0 with 3 fraction bits and truncates it to 0 (worked by
+    hand from the TensorCore definition)."""
+    low = ac.TensorCore("zeros-low", 4, 3, 23, -133)
+    high = ac.TensorCore("zeros-high", 4, 3, 23, 0)
+    x = [2.0**-10, 0.0, 0.0, 0.0]
+    assert ac.dot([1.0] * 4, x, "fp16", model=low).item() == 2.0**-10
+    assert ac.dot([1.0] * 4, x, "fp16", model=high).item() == 0.0
+    assert ac.dot([1.0] * 4, [2.0**-10, 1.0, 0.0, 0.0], "fp16", model=high).item() == 1.0
+    a = np.ones((2, 4))
+    b = np.array(x)[:, None] * np.ones((1, 3))
+    assert (ac.matmul(a, b, "fp16", model=high) == 0).all()
+    assert (ac.matmul(a, b, "fp16", model=low) == 2.0**-10).all()
+
+
 # --------------------------------------------------------------- MMA-Sim
 MMASIM = {"v100": ("fp16", "v100"), "a100": ("bf16", "a100"), "h100": ("bf16", "h100"),
           "h100-fp16": ("fp16", "h100"), "h100-fp8": ("e4m3fn", "h100-fp8"),
