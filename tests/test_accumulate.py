@@ -158,14 +158,15 @@ def test_zero_terms_align_the_block_where_a_model_says_so():
     hand from the TensorCore definition)."""
     low = ac.TensorCore("zeros-low", 4, 3, 23, -133)
     high = ac.TensorCore("zeros-high", 4, 3, 23, 0)
-    x = [2.0**-10, 0.0, 0.0, 0.0]
-    assert ac.dot([1.0] * 4, x, "fp16", model=low).item() == 2.0**-10
-    assert ac.dot([1.0] * 4, x, "fp16", model=high).item() == 0.0
-    assert ac.dot([1.0] * 4, [2.0**-10, 1.0, 0.0, 0.0], "fp16", model=high).item() == 1.0
+    x, c = [2.0**-10, 0.0, 0.0, 0.0], 2.0**-12      # c is no zero: only the terms are
+    assert ac.dot([1.0] * 4, x, "fp16", model=low, c=c).item() == 2.0**-10 + 2.0**-12
+    assert ac.dot([1.0] * 4, x, "fp16", model=high, c=c).item() == 0.0
+    assert ac.dot([1.0] * 4, [2.0**-10, 1.0, 0.0, 0.0], "fp16", model=high, c=c).item() == 1.0
     a = np.ones((2, 4))
     b = np.array(x)[:, None] * np.ones((1, 3))
-    assert (ac.matmul(a, b, "fp16", model=high) == 0).all()
-    assert (ac.matmul(a, b, "fp16", model=low) == 2.0**-10).all()
+    cm = np.full((2, 3), c)
+    assert (ac.matmul(a, b, "fp16", model=high, c=cm) == 0).all()
+    assert (ac.matmul(a, b, "fp16", model=low, c=cm) == 2.0**-10 + 2.0**-12).all()
 
 
 # --------------------------------------------------------------- MMA-Sim
