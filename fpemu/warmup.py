@@ -21,7 +21,7 @@ that those calls load instead:
 * ``fpemu.arith`` in fp16, bf16 and e4m3fn; flush-to-zero casts; stats of
   e2m1 (what the lessons' first cells call besides);
 * the CUDA profile's reduction orders (``fpemu.autograd._cuda_reduce``): sums
-  and norms of float32 and float64 values, softmax, nll_loss;
+  and norms of float32 and float64 values, softmax, nll_loss, layer_norm;
 * the README's MLP training step and a small MLP's first step (a first
   training script's), in bf16 and in fp16 autocast with a GradScaler, AdamW
   and gradient clipping;
@@ -111,6 +111,7 @@ def _cuda_reductions(n):
     rows = x[: n // 64 * 64].reshape(-1, 64)
     cr.cuda_softmax_backward(rows, cr.cuda_softmax_forward(rows, False), True)
     cr.cuda_nll_loss_2d(x[:64], x[:64], np.ones(64, bool), True, float32, True)
+    cr.cuda_layer_norm(rows, rows[0], rows[0], 1e-5)
 
 
 #: the experiments that train a real PyTorch model (the demo extra's torch)
@@ -180,7 +181,7 @@ def workload():
         jobs.append((f"stats e2m1 n={n}", lambda x=_inputs(n): fpemu.stats(x, "e2m1")))
     # the CUDA profile's reduction orders (fpemu.autograd._cuda_reduce): sums
     # and norms of float32 and float64 values, softmax forward and backward,
-    # nll_loss's 32 threads
+    # nll_loss's 32 threads, layer_norm's Welford rows
     for n in (SMALL, LARGE):
         jobs.append((f"cuda-order reductions n={n}", lambda n=n: _cuda_reductions(n)))
     for dtype in ("bfloat16", "float16"):

@@ -413,3 +413,94 @@ def test_nll_loss_sum_order_by_hand():
         with use_profile(Profile("cuda")):
             mean = fa.nn.functional.nll_loss(fa.tensor(logp), target)
         assert bits(mean.numpy()) == bits(np.float32(np.float32(want) / np.float32(64)))
+
+
+# --------------------------------------------------------------- layer_norm
+def _fma32(a, b, c):
+    """float32 fma from exact rationals, rounded to nearest even (test-only)."""
+    from fractions import Fraction
+    v = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    if v == 0:
+        return np.float32(0)
+    e = abs(v.numerator).bit_length() - v.denominator.bit_length()
+    if Fraction(2) ** e > abs(v):
+        e -= 1
+    scale = Fraction(2) ** (23 - max(e, -126))
+    q = v * scale
+    n, rem = divmod(q.numerator, q.denominator)
+    twice = 2 * rem
+    if twice > q.denominator or (twice == q.denominator and n % 2):
+        n += 1
+    return np.float32(float(Fraction(n) / scale))
+
+
+def _oracle_layer_norm(row, gamma, beta, eps):
+    """layer_norm_kernel.cu vectorized_layer_norm_kernel for one row: 256
+    threads, cuWelfordOnlineSum per element, shuffles down 16..1, warps 4, 2, 1."""
+    f = np.float32
+    N = len(row)
+
+    def online(v, s):
+        m, s2, c = s
+        d = f(v - m)
+        c1 = f(c + 1)
+        nm = _fma32(d, f(1 / np.float64(c1)), m)
+        return nm, _fma32(d, f(v - nm), s2), c1
+
+    def combine(B, A):
+        d = f(B[0] - A[0])
+        cnt = f(A[2] + B[2])
+        if not cnt > 0:
+            return f(0), f(0), cnt
+        coef = f(1 / np.float64(cnt))
+        na, nb = f(A[2] * coef), f(B[2] * coef)
+        return (_fma32(na, A[0], f(nb * B[0])),
+                _fma32(f(f(d * d) * A[2]), nb, f(A[1] + B[1])), cnt)
+
+    threads = []
+    for t in range(256):
+        s = (f(0), f(0), f(0))
+        for i in range(t, N // 4, 256):
+            for ii in range(4):
+                s = online(row[4 * i + ii], s)
+        threads.append(s)
+    warps = []
+    for y in range(8):
+        lanes = threads[32 * y: 32 * y + 32]
+        for off in (16, 8, 4, 2, 1):
+            lanes = [combine(lanes[l], lanes[l + off]) if l < off else lanes[l]
+                     for l in range(32)]
+        warps.append(lanes[0])
+    for off in (4, 2, 1):
+        warps = [combine(warps[y], warps[y + off]) if y < off else warps[y] for y in range(8)]
+    mean = warps[0][0]
+    var = f(np.float64(warps[0][1]) / N)
+    rstd = f(1 / np.sqrt(np.float64(f(var + f(eps)))))
+    return np.array([_fma32(g, f(rstd * f(v - mean)), b) for v, g, b in zip(row, gamma, beta)],
+                    np.float32)
+
+
+@pytest.mark.parametrize("N", [64, 1032])
+def test_layer_norm_matches_the_oracle(N):
+    rng = np.random.default_rng(N)
+    X = (rng.standard_normal((2, N)) * 3 + 5).astype(np.float32)
+    g = rng.standard_normal(N).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    y, _, _ = cr.cuda_layer_norm(X, g, b, 1e-5)
+    for r in range(2):
+        assert bits(y[r]).tolist() == bits(_oracle_layer_norm(X[r], g, b, 1e-5)).tolist()
+
+
+def test_layer_norm_wired_under_cuda_only():
+    rng = np.random.default_rng(2)
+    X = (rng.standard_normal((16, 256)) * 3 + 5).astype(np.float32)
+    g = rng.standard_normal(256).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    args = (fa.tensor(X), (256,), fa.tensor(g), fa.tensor(b))
+    with use_profile(Profile("cuda")):
+        y = fa.nn.functional.layer_norm(*args).numpy()
+    with use_profile(Profile("cpu")):
+        y64 = fa.nn.functional.layer_norm(*args).numpy()
+    want = np.stack([_oracle_layer_norm(X[r], g, b, 1e-5) for r in range(16)])
+    assert bits(y).tolist() == bits(want).tolist()
+    assert bits(y64).tolist() != bits(y).tolist()        # float64 rounded once differs

@@ -546,7 +546,7 @@ def cuda_mean(array, axes=None, keepdims=False, dtype=None):
     numel = a.size
     nout = acc.size
     with np.errstate(all="ignore"):
-        if numel == 0 or a.size // max(nout, 1) == 0:
+        if numel == 0:
             res = np.full(acc.shape, np.nan, acc.dtype)
         else:
             factor = t(t(nout) / t(numel))
@@ -744,3 +744,126 @@ def cuda_nll_loss_2d(picked, weights, keep, mean, dtype, weighted):
         with np.errstate(all="ignore"):
             out = np.float32(out / tot)
     return out, tot
+
+
+# ---------------------------------------------------------------- layer_norm
+# aten/src/ATen/native/cuda/layer_norm_kernel.cu, vectorized_layer_norm_kernel
+# (float, half and bfloat16 rows whose length N is a multiple of vec_size = 4,
+# aligned buffers): one block of 32 x 8 threads per row (num_threads() = 256);
+# thread t = x + 32 y takes the 4-element vectors t, t + 256, ... and feeds
+# their elements in order to cuWelfordOnlineSum; the lanes combine with
+# WARP_SHFL_DOWN by 16, 8, 4, 2, 1 (cuWelfordCombine), the warps through
+# shared memory (offsets 4, 2, 1); var = sigma2 / float(N); rstd =
+# rsqrt(var + eps); y = gamma * (rstd * (x - mean)) + beta. nvcc's
+# contractions of the Welford formulas are taken as LLVM's DAG combiner
+# forms them (a product that feeds an add becomes an fma, the first operand
+# of the add first); they are read from the source, not yet measured.
+
+@jit
+def _rcp(v):
+    """1.f / v, IEEE division (nvcc's default -prec-div=true)."""
+    return np.float32(1.0 / np.float64(v))
+
+
+@jit
+def _welford_online(val, mean, s2, cnt):
+    """cuWelfordOnlineSum: delta = val - mean; count + 1; mean + delta *
+    (1 / count) and sigma2 + delta * (val - new_mean), each an fma."""
+    delta = np.float32(val - mean)
+    nc = np.float32(cnt + np.float32(1))
+    nm = fma32(delta, _rcp(nc), mean)
+    ns = fma32(delta, np.float32(val - nm), s2)
+    return nm, ns, nc
+
+
+@jit
+def _welford_combine(bm, bs, bc, am, as_, ac):
+    """cuWelfordCombine(dataB, dataA)."""
+    delta = np.float32(bm - am)
+    count = np.float32(ac + bc)
+    if count > 0:
+        coef = _rcp(count)
+        na = np.float32(ac * coef)
+        nb = np.float32(bc * coef)
+        mean = fma32(na, am, np.float32(nb * bm))
+        s2 = fma32(np.float32(np.float32(delta * delta) * ac), nb, np.float32(as_ + bs))
+        return mean, s2, count
+    return np.float32(0), np.float32(0), count
+
+
+@pjit
+def _layer_norm_rows(X, gamma, beta, has_gamma, has_beta, eps, out, stats):
+    M, N = X.shape
+    nvec = N // 4
+    for r in prange(M):
+        wm = np.zeros(256, np.float32)
+        ws = np.zeros(256, np.float32)
+        wc = np.zeros(256, np.float32)
+        for t in range(256):
+            m = np.float32(0)
+            s = np.float32(0)
+            c = np.float32(0)
+            i = t
+            while i < nvec:
+                for ii in range(4):
+                    m, s, c = _welford_online(X[r, 4 * i + ii], m, s, c)
+                i += 256
+            wm[t] = m
+            ws[t] = s
+            wc[t] = c
+        for y in range(8):                       # intra-warp: shuffle down 16 .. 1
+            b = 32 * y
+            off = 16
+            while off > 0:
+                for lane in range(off):
+                    wm[b + lane], ws[b + lane], wc[b + lane] = _welford_combine(
+                        wm[b + lane], ws[b + lane], wc[b + lane],
+                        wm[b + lane + off], ws[b + lane + off], wc[b + lane + off])
+                off //= 2
+        off = 4                                  # inter-warp: offsets 4, 2, 1
+        while off > 0:
+            for y in range(off):
+                a = 32 * y
+                b = 32 * (y + off)
+                wm[a], ws[a], wc[a] = _welford_combine(wm[a], ws[a], wc[a],
+                                                       wm[b], ws[b], wc[b])
+            off //= 2
+        mean = wm[0]
+        var = np.float32(np.float64(ws[0]) / np.float64(np.float32(N)))
+        rstd = np.float32(1.0 / np.sqrt(np.float64(np.float32(var + eps))))
+        stats[r, 0] = mean
+        stats[r, 1] = rstd
+        for j in range(N):
+            xh = np.float32(rstd * np.float32(X[r, j] - mean))
+            if has_gamma and has_beta:
+                out[r, j] = fma32(gamma[j], xh, beta[j])
+            elif has_gamma:
+                out[r, j] = np.float32(gamma[j] * xh)
+            elif has_beta:
+                out[r, j] = fma32(rstd, np.float32(X[r, j] - mean), beta[j])
+            else:
+                out[r, j] = xh
+
+
+def vectorized_layer_norm_applies(N, storage_offset, dtype_is_float64):
+    """layer_norm_kernel.cu's test for vectorized_layer_norm_kernel (float,
+    half, bfloat16; N a multiple of 4 up to 2**24; aligned rows)."""
+    return (not dtype_is_float64 and N % 4 == 0 and 0 < N <= 1 << 24
+            and storage_offset % 4 == 0)
+
+
+def cuda_layer_norm(X, gamma, beta, eps):
+    """vectorized_layer_norm_kernel on the rows of ``X`` (M, N) (float32
+    values): returns (y, mean, rstd) as float32 (y before the cast to the
+    dtype). ``gamma`` / ``beta``: the (N,) values or None. rstd takes the
+    correctly rounded 1 / sqrt (CUDA's rsqrtf is not correctly rounded: not
+    modelled)."""
+    X = np.ascontiguousarray(X, np.float32)
+    M, N = X.shape
+    g = np.ascontiguousarray(gamma if gamma is not None else np.ones(N), np.float32).reshape(-1)
+    b = np.ascontiguousarray(beta if beta is not None else np.zeros(N), np.float32).reshape(-1)
+    out = np.empty_like(X)
+    stats = np.empty((M, 2), np.float32)
+    run_kernel(_layer_norm_rows, X, g, b, gamma is not None, beta is not None,
+               np.float32(eps), out, stats, inputs=3)
+    return out, stats[:, 0], stats[:, 1]

@@ -9,6 +9,8 @@ from ...errors import FpemuRuntimeError
 from .._autocast import cast_inputs
 from .._common import f64, float_dt, wrap_dim
 from .._core import _result, _store, float64, is_float, no_grad, Tensor, to_dtype
+from .._cuda_reduce import _storage_offset, cuda_layer_norm, vectorized_layer_norm_applies
+from .._profile import get_profile
 from ..ops.reduce import norm, sum as _sum
 from ..ops.elementwise import clamp, clone, div, mul
 from ..ops.inplace import write
@@ -34,8 +36,12 @@ def _norm_axes(x, normalized_shape, weight=None):
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # noqa: A002
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last dims, in
-    float64. Autocast: fp32 (input, weight and bias cast, fp32 output)."""
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dims.
+    Under the CUDA profile, where ATen runs ``vectorized_layer_norm_kernel``
+    (float32 / 16-bit rows of a multiple of 4 elements), its Welford order and
+    float32 epilogue (``fpemu.autograd._cuda_reduce.cuda_layer_norm``);
+    otherwise, and for the backward, float64 rounded once. Autocast: fp32
+    (input, weight and bias cast, fp32 output)."""
     x, weight, bias = cast_inputs("layer_norm", input, weight, bias)
     axes, ns = _norm_axes(x, normalized_shape)
     dt = float_dt(x)
@@ -45,8 +51,20 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # no
     rstd = 1.0 / np.sqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
     xhat = xc * rstd
     Wv = f64(weight) if weight is not None else 1.0
-    Y = xhat * Wv + (f64(bias) if bias is not None else 0.0)
-    res = _store(Y, dt)
+    N = int(np.prod(ns, dtype=np.int64))
+    if (get_profile().device == "cuda" and x._data.size
+            and all(t is None or t.dtype == dt for t in (weight, bias))
+            and vectorized_layer_norm_applies(N, _storage_offset(x._data), dt is float64)):
+        # the vectorized CUDA kernel's Welford statistics and epilogue in
+        # float32 (layer_norm_kernel.cu; fpemu.autograd._cuda_reduce); the
+        # backward below stays float64
+        Y32, _, _ = cuda_layer_norm(x._data.reshape(-1, N),
+                                    None if weight is None else weight._data.reshape(-1),
+                                    None if bias is None else bias._data.reshape(-1), eps)
+        res = _store(Y32.reshape(x.shape), dt)
+    else:
+        Y = xhat * Wv + (f64(bias) if bias is not None else 0.0)
+        res = _store(Y, dt)
 
     def backward(g):
         G = g.astype(np.float64)
