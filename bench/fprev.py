@@ -275,8 +275,8 @@ def shape_text(tree):
         elif order == sorted(order)[::-1]:
             how = "in reverse index order"
         else:
-            how = "in the order " + ", ".join(map(str, order[:4])) + (", ..." if len(order) > 4
-                                                                     else "")
+            more = ", ..." if len(order) > 4 else ""
+            how = "in the order " + ", ".join(map(str, order[:4])) + more
         return f"a chain of {len(ls)} leaves {_leaf_text(ls)} {how}"
     if _is_balanced(tree):
         return f"a balanced tree of {len(ls)} leaves {_leaf_text(ls)}"

@@ -1184,7 +1184,7 @@ def _tc_candidates(A, B, bias, dt, gpu):
             if bias is None:
                 out.append((name, lambda m=model, S=S: each(
                     lambda a, b: accumulate.matmul(a, b, fmt, "fp32", fmt, model=m, splitk=S))))
-                if S > 1:           # partial sums rounded to the dtype (reduced-precision reduction)
+                if S > 1:           # the parts rounded to the dtype (reduced-precision reduction)
                     def parts(a, b, m=model, S=S):
                         acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
                         for lo, hi in accumulate.SplitK(S).parts(K):

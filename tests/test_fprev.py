@@ -39,14 +39,14 @@ def warp_sum(x, add=lambda a, b: f32(a + b)):
     """32 lanes: lane l sums x[l], x[l + 32], ... in turn (a thread's loop),
     then shfl_down by 16, 8, 4, 2, 1; lane 0 holds the result."""
     lanes = [None] * 32
-    for l in range(32):
+    for lane in range(32):
         acc = None
-        for k in range(l, len(x), 32):
+        for k in range(lane, len(x), 32):
             acc = x[k] if acc is None else add(acc, x[k])
-        lanes[l] = acc
+        lanes[lane] = acc
     for off in (16, 8, 4, 2, 1):
-        lanes = [add(lanes[l], lanes[l + off]) if l + off < 32 and lanes[l + off] is not None
-                 and lanes[l] is not None else lanes[l] for l in range(32)]
+        lanes = [add(lanes[t], lanes[t + off]) if t + off < 32 and lanes[t + off] is not None
+                 and lanes[t] is not None else lanes[t] for t in range(32)]
     return lanes[0]
 
 
@@ -160,8 +160,8 @@ def test_a_subset_of_leaves_gives_the_induced_tree():
             return t if t in ids else None
         kids = [k for k in (induced(c) for c in t) if k is not None]
         return None if not kids else kids[0] if len(kids) == 1 else tuple(kids)
-    assert fprev.canonical(tree) == fprev.canonical(induced(warp_sum(list(range(n)),
-                                                                      add=sym_add)))
+    want = induced(warp_sum(list(range(n)), add=sym_add))
+    assert fprev.canonical(tree) == fprev.canonical(want)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
