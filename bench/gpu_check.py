@@ -53,13 +53,18 @@ Steps, in order (``--steps`` picks some):
    per output in the same launch), and random-input forward and backward
    of sum, mean, vector_norm, softmax, log_softmax, layer_norm, nll_loss and
    cross_entropy compared with fpemu.autograd;
-8. ``libm``: exp, log, tanh, erf, sigmoid, gelu and rsqrt on every bf16 and
+8. ``e2e_ops``: the end-to-end scenarios' op streams (``fpemu record
+   --ops``: every ATen op of steps 0 and 10 with its inputs and outputs),
+   packed as ``e2e_ops.tar.gz``; at home, ``fpemu parity --first-difference
+   SCENARIO`` names the first op fpemu does not reproduce (the dry run
+   replays its one stream);
+9. ``libm``: exp, log, tanh, erf, sigmoid, gelu and rsqrt on every bf16 and
    fp16 input and on about 200,000 float32 inputs (the 16-bit values, random
    ones, each binade's edges), compared with fpemu.autograd (and with the
    float64 value rounded once, for scale);
-9. ``triton``: fpemu's Triton kernels' bit-exactness and speed, when
+10. ``triton``: fpemu's Triton kernels' bit-exactness and speed, when
    fpemu has them;
-10. ``casts``, ``cuda_checks``, ``torch_checks``: ``bench/cuda_casts.py``,
+11. ``casts``, ``cuda_checks``, ``torch_checks``: ``bench/cuda_casts.py``,
    ``bench/cuda_checks.py`` and ``bench/torch_cuda_checks.py`` when their
    committed data do not cover this GPU and torch version.
 
@@ -86,7 +91,7 @@ for the way back::
     PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out R; tar czf $OUT/gpu_check.tgz R
 
 then, here: ``tar xzf gpu_check.tgz`` into ``bench/gpu_check/``, unpack
-``traces.tar.gz`` into ``tests/reference`` if it came, and
+``traces.tar.gz`` and ``e2e_ops.tar.gz`` into ``tests/reference`` if they came, and
 ``python bench/gpu_check.py --fit bench/gpu_check/<gpu>-torch<version>``.
 """
 
@@ -112,14 +117,14 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-STEPS = ("env", "traces", "gemm", "attention", "sgemm", "gemm16", "reductions", "libm",
-         "triton", "casts", "cuda_checks", "torch_checks")
+STEPS = ("env", "traces", "gemm", "attention", "sgemm", "gemm16", "reductions", "e2e_ops",
+         "libm", "triton", "casts", "cuda_checks", "torch_checks")
 # rough cost of each step on an H100 (seconds): a step starts only if it fits
 COST = {"env": 1, "traces": 150, "gemm": 60, "attention": 20, "sgemm": 10, "gemm16": 10,
-        "reductions": 40, "libm": 10, "triton": 10, "casts": 120, "cuda_checks": 30,
+        "reductions": 40, "e2e_ops": 30, "libm": 10, "triton": 10, "casts": 120, "cuda_checks": 30,
         "torch_checks": 120}
 HOST_COST = {"env": 1, "traces": 20, "gemm": 20, "attention": 10, "sgemm": 10, "gemm16": 10,
-             "reductions": 20, "libm": 10, "triton": 1, "casts": 30, "cuda_checks": 60,
+             "reductions": 20, "e2e_ops": 10, "libm": 10, "triton": 1, "casts": 30, "cuda_checks": 60,
              "torch_checks": 1}
 KS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 KS_SMALL = (16, 128, 1024)
@@ -347,6 +352,40 @@ def step_traces(run):
             "failed": failed}
 
 
+# --------------------------------------------------------------- e2e ops
+def step_e2e_ops(run):
+    """The op streams of the end-to-end scenarios (``fpemu record --ops``:
+    every ATen op of steps 0 and 10, inputs and outputs) into the trace
+    folder's ``ops/``, packed as ``e2e_ops.tar.gz``; ``fpemu parity
+    --first-difference SCENARIO`` then names, on the host, the first op whose
+    output fpemu does not reproduce. The dry run replays its one stream."""
+    from fpemu.reference import record
+    from fpemu.reference.opstream import OPS_DIR, first_difference
+    from fpemu.reference.scenarios import SCENARIOS
+    root = run.args.traces_root
+    folder = os.path.join(root, record.trace_dir_name(run.torch, run.device))
+    names = [n for n, sc in SCENARIOS.items() if sc.group == "e2e"]
+    steps = (0, 10)
+    if run.args.small:
+        names, steps = names[:1], (0,)
+    ops = os.path.join(folder, OPS_DIR)
+    missing = [n for n in names if not os.path.exists(os.path.join(ops, f"{n}.npz"))]
+    lines = [f"{len(names) - len(missing)} of {len(names)} op streams already in "
+             f"{os.path.relpath(ops, ROOT)}"]
+    if missing:
+        t0 = time.monotonic()
+        record.record_op_streams(run.device, root, missing, steps, log=lines.append)
+        lines.append(f"recorded {len(missing)} in {time.monotonic() - t0:.0f} s")
+    with tarfile.open(run.path("e2e_ops.tar.gz"), "w:gz") as tar:
+        tar.add(ops, arcname=os.path.join(os.path.basename(folder), OPS_DIR))
+    lines.append(f"packed as e2e_ops.tar.gz (unpack into {os.path.relpath(root, ROOT)})")
+    if run.device != "cuda":            # host work: the replay (the GPU's is done at home)
+        first = first_difference(folder, names[0], log=lambda text: None)
+        lines.append(f"{names[0]}: first difference "
+                     + (first.line().strip() if first else "none"))
+    return {"status": "done", "lines": lines}
+
+
 # ----------------------------------------------------------------- gemm
 def gemm_cases(small, device):
     """Every probe as a dict: kind (matmul / scaled_mm), dtypes, shape,
@@ -539,6 +578,18 @@ def gemm_candidates(case):
         if fmt == "tf32":              # TF32 not used: float32 products, float32 sums
             out.append(("float32 sequential (no tf32)",
                         lambda A, B: accumulate.matmul(A, B, "fp32", model="sequential")))
+
+        def profile_product(A, B):
+            """The CUDA profile's own product (its GPU's tensor-core model and
+            cuBLAS's recorded split), before the rounding to the output dtype."""
+            import fpemu.autograd as ft
+            from fpemu.autograd.ops.linalg import mm_acc
+            dt = ft.float32 if fmt == "tf32" else getattr(ft, case["dtype"])
+            with ft.use_profile(ft.Profile("cuda")):
+                acc = mm_acc(np.asarray(A, np.float32), np.asarray(B, np.float32), dt,
+                             tf32=fmt == "tf32")
+            return acc if out_fmt == "fp32" else quantize(acc, out_fmt)
+        out.append(("fpemu CUDA profile (its GPU's model and split)", profile_product))
     else:
         for split in ("auto", 1, 2, 3, 4, 6):
             out.append((f"fpemu _scaled_mm splitk={split}", ("scaled_mm", split)))
@@ -670,8 +721,11 @@ def fpemu_attention(torch, case, cpu, release):
     import fpemu.autograd as ft
     ins = _attention_inputs(torch, case)
     q, k, v = (ft.nn.from_torch(ins[n]).requires_grad_() for n in ("q", "k", "v"))
-    with ft.use_profile(ft.Profile("cpu" if cpu else "cuda", release)):
-        o = ft.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
+    F = ft.nn.functional
+    backend = {"flash": F.SDPBackend.FLASH_ATTENTION,
+               "efficient": F.SDPBackend.EFFICIENT_ATTENTION}[case["backend"]]
+    with ft.use_profile(ft.Profile("cpu" if cpu else "cuda", release)), F.sdpa_kernel([backend]):
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
         o.backward(ft.nn.from_torch(ins["dout"]))
     return {"out": o.detach().float().numpy(), "dq": q.grad.float().numpy(),
             "dk": k.grad.float().numpy(), "dv": v.grad.float().numpy()}
@@ -1866,7 +1920,8 @@ def step_torch_checks(run):
 
 STEP_FUNCS = {"env": step_env, "traces": step_traces, "gemm": step_gemm,
               "attention": step_attention, "sgemm": step_sgemm, "gemm16": step_gemm16,
-              "reductions": step_reductions, "libm": step_libm, "triton": step_triton,
+              "reductions": step_reductions, "e2e_ops": step_e2e_ops, "libm": step_libm,
+              "triton": step_triton,
               "casts": step_casts,
               "cuda_checks": step_cuda_checks, "torch_checks": step_torch_checks}
 

@@ -31,8 +31,8 @@ def _run(out, *extra, timeout=600):
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_check")
-    p = _run(out, "--steps", "env,traces,gemm,attention,sgemm,gemm16,reductions,libm,triton,"
-             "cuda_checks,torch_checks")
+    p = _run(out, "--steps", "env,traces,gemm,attention,sgemm,gemm16,reductions,e2e_ops,libm,"
+             "triton,cuda_checks,torch_checks")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return out, p
 
@@ -40,8 +40,8 @@ def dry_run(tmp_path_factory):
 def test_the_dry_run_runs_every_step_and_writes_the_summary(dry_run):
     out, p = dry_run
     state = json.loads((out / "state.json").read_text())
-    steps = ["env", "traces", "gemm", "attention", "sgemm", "gemm16", "reductions", "libm",
-             "triton", "cuda_checks", "torch_checks"]
+    steps = ["env", "traces", "gemm", "attention", "sgemm", "gemm16", "reductions", "e2e_ops",
+             "libm", "triton", "cuda_checks", "torch_checks"]
     assert {k: v["status"] for k, v in state.items()} == {s: "done" for s in steps}
     summary = (out / "summary.md").read_text()
     for s in steps:
@@ -52,6 +52,21 @@ def test_the_dry_run_runs_every_step_and_writes_the_summary(dry_run):
     assert env["torch"] == torch.__version__ and env["host"] is True
     # traces: the CPU folder's casts scenarios replayed, none failed
     assert state["traces"]["failed"] == [] and state["traces"]["counts"]["bit-exact"] > 0
+
+
+def test_the_op_streams_are_packed_and_replayed(dry_run):
+    """e2e_ops packs the trace folder's op streams for the way back and, on
+    the host, names the first op that differs (the CPU's: MKL's addmm)."""
+    out, p = dry_run
+    state = json.loads((out / "state.json").read_text())
+    lines = state["e2e_ops"]["lines"]
+    assert any("packed as e2e_ops.tar.gz" in line for line in lines)
+    assert any(line.startswith("e2e-mlp-fp32: first difference #0") and "aten.addmm" in line
+               for line in lines), lines
+    import tarfile
+    with tarfile.open(out / "e2e_ops.tar.gz") as tar:
+        names = tar.getnames()
+    assert any(n.endswith("ops/e2e-mlp-fp32.npz") for n in names)
 
 
 def test_the_gemm_probes_are_recorded_and_fitted(dry_run):
