@@ -399,20 +399,29 @@ def test_softmax_wired_under_cuda_only():
 
 
 # ----------------------------------------------------------------- nll_loss
+def test_nll_loss_thread_count():
+    # Loss.cu nll_loss_threads: clamp(1 << round(log2(nframe / 16)), 32, 1024)
+    assert [cr.nll_loss_threads(n) for n in (1, 64, 735, 736, 1000, 3000, 100000)] == \
+        [32, 32, 32, 64, 64, 256, 1024]
+
+
 def test_nll_loss_sum_order_by_hand():
-    # 32 threads: thread t subtracts frames t, t + 32; thread 0 then adds the
-    # 32 partials in order (Loss.cu nll_loss_forward_reduce_cuda_kernel_2d)
-    for (i, j), want in {(0, 32): -62.0, (0, 1): -60.0, (0, 31): 0.0}.items():
+    # 64 frames -> 32 threads: thread t subtracts frames t and t + 32, then the
+    # shared-memory tree adds threads 16 apart first, then 8, 4, 2, 1
+    # (Loss.cu nll_loss_forward_reduce_cuda_kernel_2d); FPRev: M at i, -M at j
+    cases = {(0, 32): -62.0, (0, 16): -60.0, (0, 8): -56.0, (0, 1): 0.0}
+    for (i, j), want in cases.items():
         v = _fprev(64, i, j)
         logp = np.zeros((64, 2), np.float32)
         logp[:, 1] = v
         target = fa.tensor(np.ones(64, np.int64))
         with use_profile(Profile("cuda")):
             loss = fa.nn.functional.nll_loss(fa.tensor(logp), target, reduction="sum")
-        assert loss.item() == want, (i, j)
-        with use_profile(Profile("cuda")):
             mean = fa.nn.functional.nll_loss(fa.tensor(logp), target)
+        assert loss.item() == want, (i, j)
         assert bits(mean.numpy()) == bits(np.float32(np.float32(want) / np.float32(64)))
+    # the float64 sum rounded once (the old model) gives -62 for (0, 1)
+    assert np.float32(-_fprev(64, 0, 1).astype(np.float64).sum()) == -62.0
 
 
 # --------------------------------------------------------------- layer_norm

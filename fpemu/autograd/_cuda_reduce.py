@@ -694,40 +694,50 @@ def cuda_softmax_backward(T, Y, log):
 
 
 # ------------------------------------------------------------------ nll_loss
-#: aten/src/ATen/native/cuda/Loss.cu: NLL_LOSS_THREADS, one block
-NLL_LOSS_THREADS = 32
+def nll_loss_threads(nframe):
+    """Loss.cu ``nll_loss_threads``: ``clamp(1 << round(log2(nframe / 16)),
+    32, 1024)`` (integer division; std::round rounds halves away from 0)."""
+    q = int(nframe) // 16
+    if q < 1:
+        return 32
+    k = math.floor(math.log2(q) + 0.5)
+    return int(min(max(1 << k, 32), 1024))
 
 
 @jit
 def _nll_threads(x, w, keep, fused, sh, aw):
-    """nll_loss_forward_reduce_cuda_kernel_2d's threads: thread t takes frames
-    t, t + 32, ...; ``sh[t] -= x * w`` (float32: nvcc's fma(-x, w, sh); the
-    caller passes x * w rounded to a 16-bit dtype with ``fused`` False) and
-    ``aw[t] += w``; then thread 0 adds sh[0..31] and aw[0..31] in order."""
+    """nll_loss_forward_reduce_cuda_kernel_2d's block of T = len(sh) threads:
+    thread t takes frames t, t + T, ...; ``sh[t] -= x * w`` (float32 weights:
+    nvcc's fma(-x, w, sh); the caller passes x * w rounded to a 16-bit dtype,
+    or x without weights, with ``fused`` False) and ``aw[t] += w``; then the
+    shared-memory tree, strides T/2, ..., 1."""
     n = x.shape[0]
+    T = sh.shape[0]
     for i in range(n):
-        t = i % 32
+        t = i % T
         if keep[i]:
             if fused:
                 sh[t] = fma32(-x[i], w[i], sh[t])
             else:
                 sh[t] = sh[t] - x[i]
             aw[t] = aw[t] + w[i]
-    out = np.float32(0)
-    tot = np.float32(0)
-    for t in range(32):
-        out = out + sh[t]
-        tot = tot + aw[t]
-    return out, tot
+    stride = T // 2
+    while stride > 0:
+        for t in range(stride):
+            sh[t] = sh[t] + sh[t + stride]
+            aw[t] = aw[t] + aw[t + stride]
+        stride //= 2
+    return sh[0], aw[0]
 
 
 def cuda_nll_loss_2d(picked, weights, keep, mean, dtype, weighted):
     """The "sum" / "mean" nll_loss of an (N, C) input on CUDA (Loss.cu
-    ``nll_loss_forward_reduce_cuda_kernel_2d``, 32 threads): ``picked`` the
-    float32 values ``input[i, target[i]]``, ``weights`` their class weights
-    (float32 values of the dtype), ``keep`` the frames whose target is not
-    ``ignore_index``. Returns (loss, total_weight) as float32 values, the
-    loss ``output_acc / total_weight_acc`` for "mean"; the caller rounds."""
+    ``nll_loss_forward_reduce_cuda_kernel_2d``, one block of
+    :func:`nll_loss_threads` threads): ``picked`` the float32 values
+    ``input[i, target[i]]``, ``weights`` their class weights (values of the
+    dtype), ``keep`` the frames whose target is not ``ignore_index``. Returns
+    (loss, total_weight) as float32 values, the loss ``sum / total_weight``
+    for "mean"; the caller rounds to the dtype."""
     from ._dtypes import _store
     x = np.ascontiguousarray(picked, np.float32)
     w = np.ascontiguousarray(weights, np.float32) if weighted else np.ones_like(x)
@@ -736,8 +746,9 @@ def cuda_nll_loss_2d(picked, weights, keep, mean, dtype, weighted):
     fused = bool(weighted) and dtype.name == "fp32"
     if weighted and not fused:
         x = np.ascontiguousarray(_store(x.astype(np.float64) * w, dtype), np.float32)
-    sh = np.zeros(NLL_LOSS_THREADS, np.float32)
-    aw = np.zeros(NLL_LOSS_THREADS, np.float32)
+    T = nll_loss_threads(x.shape[0])
+    sh = np.zeros(T, np.float32)
+    aw = np.zeros(T, np.float32)
     out, tot = _nll_threads(x, w, np.ascontiguousarray(keep, np.bool_), fused, sh, aw)
     out, tot = np.float32(out), np.float32(tot)
     if mean:
