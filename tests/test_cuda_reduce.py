@@ -84,7 +84,7 @@ def _oracle_sum(row, block, ctas, vectorize, im, step, shift=0):
         lanes = vals[:dim_x] + [f(0)] * (32 - dim_x)
         off = 1
         while off < dim_x:           # __shfl_down_sync: lanes past 31 read their own
-            lanes = [f(lanes[l] + lanes[l + off if l + off < 32 else l]) for l in range(32)]
+            lanes = [f(lanes[k] + lanes[k + off if k + off < 32 else k]) for k in range(32)]
             off *= 2
         return lanes[0]
 
@@ -137,10 +137,10 @@ CONFIGS = [
     # (8, 3, 5) over dims 0 and 2: reduced dims (5, stride 1), (8, stride 15)
     (((8, 3, 5), (0, 2), 132), ((32, 2), (2, 1), False, 1, (1, 0, 0), (0, 1), 32)),
     # 2**23: 16384 values per thread; ctas = max(min(SMs * 4, 1024), 64)
-    (((2 ** 23,), (0,), 132), ((512, 1), (1, 528), True, 1, (1, 512, 512), (0, 0),
-                                512 * 528)),
-    (((2 ** 23,), (0,), 108), ((512, 1), (1, 432), True, 1, (1, 512, 512), (0, 0),
-                                512 * 432)),
+    (((2 ** 23,), (0,), 132),
+     ((512, 1), (1, 528), True, 1, (1, 512, 512), (0, 0), 512 * 528)),
+    (((2 ** 23,), (0,), 108),
+     ((512, 1), (1, 432), True, 1, (1, 512, 512), (0, 0), 512 * 432)),
 ]
 
 
@@ -353,7 +353,7 @@ def _oracle_softmax(row, log):
         lanes.append(s)
     off = W // 2
     while off:
-        lanes = [f(lanes[l] + lanes[l ^ off]) for l in range(W)]
+        lanes = [f(lanes[k] + lanes[k ^ off]) for k in range(W)]
         off //= 2
     total = lanes[0]
     if log:
@@ -477,8 +477,8 @@ def _oracle_layer_norm(row, gamma, beta, eps):
     for y in range(8):
         lanes = threads[32 * y: 32 * y + 32]
         for off in (16, 8, 4, 2, 1):
-            lanes = [combine(lanes[l], lanes[l + off]) if l < off else lanes[l]
-                     for l in range(32)]
+            lanes = [combine(lanes[k], lanes[k + off]) if k < off else lanes[k]
+                     for k in range(32)]
         warps.append(lanes[0])
     for off in (4, 2, 1):
         warps = [combine(warps[y], warps[y + off]) if y < off else warps[y] for y in range(8)]
