@@ -313,8 +313,10 @@ def linear(x, weight, bias=None):
         if w_needs:
             gw = _store(mm_acc(g2.T, X, dt, tf32), dt)
         if bias is not None and bias.requires_grad:
+            # torch's bias gradient is sum_to(grad, bias.shape): one reduction over
+            # the rows, in the order of ATen's CUDA kernel under the CUDA profile
             with np.errstate(invalid="ignore"):      # inf + -inf is NaN, as on the GPU
-                gb = _store(g2.astype(np.float64).sum(axis=0), dt)
+                gb = _sum_to(np.ascontiguousarray(g2), bias.shape, dt)
         return gx, gw, gb
     saved = tuple(t for t, need in ((weight, x_needs), (x, w_needs)) if need)
     # torch's grad_fn: addmm / mm on a matrix, a view of them on other inputs
