@@ -336,6 +336,15 @@ class Plan:
         return _run(self, np.ascontiguousarray(a, np.float64),
                     np.ascontiguousarray(b.T, np.float64), C, False, check=False)
 
+    def dot_rows(self, a, b):
+        """``out[i] = dot(a[i], b[i])`` for (R, K) arrays already holding
+        in_fmt values (not checked again), each a dot product as
+        :func:`matmul` accumulates it: many small products in one kernel
+        call. Returns float64 results of shape (R,)."""
+        C = np.full((a.shape[0], 1), _identity("rne", a.shape[1]))
+        return _run(self, np.ascontiguousarray(a, np.float64),
+                    np.ascontiguousarray(b, np.float64), C, True, check=False)[:, 0]
+
 
 def _plan(in_fmt, acc_fmt="fp32", out_fmt=None, model="sequential", block=128,
           inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None,

@@ -786,7 +786,7 @@ def _cmd_record(args) -> int:
     steps = _steps(args.steps)
     try:
         if args.ops:
-            from .reference.record import record_op_streams
+            from .reference.opstream import record_op_streams
             folder = record_op_streams(args.device, args.out, args.only, steps)
             print(f"op streams written to {folder}/ops")
             return 0

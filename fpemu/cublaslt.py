@@ -264,8 +264,9 @@ def tf32_decision(M, N, K) -> SplitDecision:
     on TF32 tensor cores, as far as the H200 probes know it: a recorded shape
     gives its split (``"table"``); an unrecorded K up to
     :data:`TF32_ONE_TILE_UP_TO` that is a multiple of 32 one 32-wide k-tile
-    per part (``"rule"``: what 12 of 13 recorded shapes did); any other K is
-    assumed unsplit (``"unrecorded"``).
+    per part (``"rule"``: what 12 of 13 recorded shapes did); any other K
+    (below 32 too: 16x16x16 ran as four runs of 4) is assumed unsplit
+    (``"unrecorded"``).
 
     >>> from fpemu import cublaslt
     >>> d = cublaslt.tf32_decision(16, 16, 2048)
@@ -279,8 +280,9 @@ def tf32_decision(M, N, K) -> SplitDecision:
         S, tile = TF32_SPLITS[(M, N, K)]
         return SplitDecision(S, "table", f"recorded on the {GEMM16_TABLE}: {S} parts of "
                                          f"{tile}-wide k-tiles for {M}x{N}x{K}", tile)
-    if min(M, N) == 0 or K <= 32:
-        return SplitDecision(1, "rule", f"K = {K}: one k-tile, one chain", 32)
+    if min(M, N) == 0 or K == 32:
+        return SplitDecision(1, "rule", f"K = {K}: one k-tile, one chain, as every recorded "
+                                        "shape with K = 32 ran", 32)
     if K <= TF32_ONE_TILE_UP_TO and K % 32 == 0:
         return SplitDecision(K // 32, "rule", f"{M}x{N}x{K} is not recorded: one 32-wide "
                                               f"k-tile per part, as 12 of the 13 recorded "

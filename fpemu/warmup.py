@@ -102,16 +102,22 @@ def _experiment(name):
 
 
 def _cuda_reductions(n):
-    from .autograd import _cuda_reduce as cr
-    from .autograd import float32
+    """The CUDA profile's reductions in ATen's order (sum, the 2-norm,
+    softmax and log_softmax, cross_entropy, layer_norm), forward and
+    backward, in float32 and float64."""
+    import fpemu.autograd as torch
+    F = torch.nn.functional
     x = _inputs(n)
-    for a in (x, x.astype(np.float64)):
-        cr.cuda_sum(a)
-        cr.cuda_norm(a, 2)
-    rows = x[: n // 64 * 64].reshape(-1, 64)
-    cr.cuda_softmax_backward(rows, cr.cuda_softmax_forward(rows, False), True)
-    cr.cuda_nll_loss_2d(x[:64], x[:64], np.ones(64, bool), True, float32, True)
-    cr.cuda_layer_norm(rows, rows[0], rows[0], 1e-5)
+    with torch.use_profile(torch.Profile("cuda")):
+        for dt in (torch.float32, torch.float64):
+            t = torch.tensor(x).to(dt)
+            torch.sum(t), torch.sum(t.reshape(-1, 8), 0), torch.linalg.vector_norm(t)
+        rows = torch.tensor(x[: n // 64 * 64].reshape(-1, 64) * 1e-10, requires_grad=True)
+        w, b = torch.ones(64, requires_grad=True), torch.zeros(64, requires_grad=True)
+        target = torch.zeros(rows.shape[0], dtype=torch.int64)
+        loss = (F.softmax(rows, -1).sum() + F.cross_entropy(rows, target)
+                + F.layer_norm(rows, (64,), w, b).sum())
+        loss.backward()
 
 
 #: the experiments that train a real PyTorch model (the demo extra's torch)

@@ -416,6 +416,7 @@ OPS = [
     Op(L + "check_mm_dtype", compare="internal", via="ops.linalg.matmul"),
     Op(L + "set_matmul_model", compare="internal", via="ops.linalg.matmul"),
     Op(L + "matmul_model", compare="internal", via="ops.linalg.matmul"),
+    Op(L + "effective_model", compare="internal", via="ops.linalg.matmul"),
     # -------------------------------------------------------------- inplace
     Op(IP + "write", compare="internal", via="ops.inplace.copy_into"),
     Op(IP + "write_out", compare="internal", via="ops.shape.gather"),

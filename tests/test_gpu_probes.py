@@ -201,9 +201,13 @@ def test_the_profile_names_its_gpu():
     assert ft.Profile("cuda").gpu == "h100"
     with pytest.raises(ValueError, match="gpu must be one of.*'v100'"):
         ft.Profile("cuda", gpu="v100")
-    from fpemu.reference.parity import gpu_of
-    assert [gpu_of(n) for n in ("NVIDIA H200", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB",
-                                "NVIDIA GeForce RTX 4090")] == ["h200", "h100", "a100", "h100"]
+    from fpemu.reference.parity import UnknownGpuWarning, gpu_of
+    assert [gpu_of(n) for n in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe",
+                                "NVIDIA A100-SXM4-80GB", "NVIDIA A800 80GB PCIe", "cpu x86_64")
+            ] == ["h200", "h100", "h100-pcie", "a100", "a100", "h100"]
+    assert ft.Profile("cuda", gpu="h100-pcie").sm_count == 114
+    with pytest.warns(UnknownGpuWarning, match="RTX 4090.*replayed under h100"):
+        assert gpu_of("NVIDIA GeForce RTX 4090") == "h100"
 
 
 def test_tf32_under_the_cuda_profile_is_the_h200_bit_for_bit(monkeypatch):
@@ -234,6 +238,8 @@ def test_tf32_splits_the_recorded_way_and_follows_the_rule_below_512():
     assert (d.splits, d.tile, d.source) == (12, 32, "rule")
     d = fpemu.cublaslt.tf32_decision(100, 100, 1000)
     assert (d.splits, d.source) == (1, "unrecorded")
+    assert fpemu.cublaslt.tf32_decision(32, 32, 16).source == "unrecorded"   # 16x16x16 split
+    assert fpemu.cublaslt.tf32_decision(32, 32, 32).source == "rule"
     a = ft.ones(8, 1000)
     with ft.use_profile(ft.Profile("cuda", "2.11.0")), _tf32_on():
         with pytest.warns(fpemu.cublaslt.UnrecordedSplitWarning, match="TF32 product"):
@@ -248,3 +254,47 @@ class _tf32_on:
 
     def __exit__(self, *exc):
         ft.backends.cuda.matmul.allow_tf32 = self.old
+
+
+def test_batched_products_are_the_per_matrix_products_bit_for_bit():
+    """The CUDA profile's batched bf16 products (many small matrices in one
+    row-by-row kernel call, larger ones one call each) give the bits of each
+    matrix's own product under the same model, broadcast batch dims, inf,
+    NaN and -0 included; a batched product is not split (cuBLAS's recorded
+    splits are of single GEMMs)."""
+    rng = np.random.default_rng(7)
+    from fpemu import quantize
+    from fpemu.autograd.ops import linalg as L
+    for (ba, bb, M, K, N) in (((3, 1), (1, 4), 8, 16, 8), ((2,), (2,), 48, 40, 40),
+                              ((5,), (5,), 16, 4096, 16)):
+        A = quantize(rng.standard_normal(ba + (M, K)).astype(np.float32), "bf16")
+        B = quantize(rng.standard_normal(bb + (K, N)).astype(np.float32), "bf16")
+        A[..., 0, 1], A[..., 1, :] = np.inf, -0.0
+        B[..., 2, 3] = np.nan
+        with ft.use_profile(ft.Profile("cuda", "2.11.0", gpu="h200")), warnings.catch_warnings():
+            warnings.simplefilter("error")      # no split warning: batched GEMMs run unsplit
+            got = L.mm_acc(A, B, ft.bfloat16)
+        batch = np.broadcast_shapes(ba, bb)
+        plan = accumulate.Plan.of("bf16", "fp32", "fp32", model="h100")
+        for idx in np.ndindex(*batch):
+            want = plan.matmul(np.broadcast_to(A, batch + (M, K))[idx],
+                               np.broadcast_to(B, batch + (K, N))[idx]).astype(np.float32)
+            np.testing.assert_array_equal(got[idx].view(np.uint32), want.view(np.uint32))
+
+
+def test_other_16_bit_formats_and_gpus_without_recorded_splits():
+    """A custom 16-bit format multiplies in fp32 in index order (no tensor-core
+    model claims it); on an A100 profile the Ampere model runs unsplit and a
+    long K says that its split is not recorded."""
+    from fpemu.formats import Format
+    e6m9 = Format.custom(6, 9)
+    from fpemu.autograd.ops import linalg as L
+    a = np.ones((4, 64), np.float32)
+    with ft.use_profile(ft.Profile("cuda")):
+        assert L.effective_model(e6m9, False, 4, 4, 64)[0] == "sequential"
+        np.testing.assert_array_equal(L.mm_acc(a, a.T, e6m9), np.full((4, 4), 64, np.float32))
+    with ft.use_profile(ft.Profile("cuda", gpu="a100")):
+        assert L.effective_model(ft.bfloat16, False, 16, 16, 512) == ("a100", 128, "sequential", 1)
+        x = ft.ones(16, 8192, dtype=ft.bfloat16)
+        with pytest.warns(fpemu.cublaslt.UnrecordedSplitWarning, match="on a100 is not recorded"):
+            ft.mm(x, x.t())

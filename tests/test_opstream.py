@@ -177,7 +177,7 @@ def test_the_recorder_keeps_in_place_inputs_as_they_were(tmp_path):
     """Recorded here and now: AdamW's step counters go 0 -> 1 in step 0's
     ``_foreach_add_`` (the input is the value before the in-place call), the
     op sequence is the committed one's, and view / creation ops are left out."""
-    from fpemu.reference.record import record_op_streams
+    from fpemu.reference.opstream import record_op_streams
     folder = record_op_streams("cpu", str(tmp_path), ["e2e-mlp-fp32"], steps=[0],
                                log=lambda *_: None)
     new = OpStream(_path("e2e-mlp-fp32", folder))

@@ -55,6 +55,7 @@ from .ops import *  # noqa: F401,F403
 from .ops import __dict__ as _ops_dict
 from .ops.elementwise import rdiv  # noqa: F401
 from .ops.scaled_mm import _scaled_mm  # noqa: F401  (torch._scaled_mm)
+from .ops.foreach import TORCH_NAMES as _FOREACH_NAMES
 from . import serialization  # noqa: F401
 # torch.linalg (the star import above bound ``linalg`` to ops.linalg, the matmuls)
 import fpemu.autograd.linalg as linalg  # noqa: E402,F401
@@ -178,6 +179,8 @@ class accelerator:
     def synchronize(device=None):
         return None
 
+
+globals().update(_FOREACH_NAMES)          # torch._foreach_mul_, torch._amp_update_scale_, ...
 
 __all__ = sorted(n for n in list(globals()) if not n.startswith("_")) + [
     n for n in _ops_dict if not n.startswith("_")]

@@ -31,12 +31,14 @@ torch version and answers the questions that differ:
   and run each chunk's vector body and scalar tail separately, so which
   elements take the tail depends on it.
 * ``gpu`` (CUDA profile; default ``"h100"``): which GPU's kernels. It sets
-  the tensor-core model of bf16 / fp16 matrix products (:data:`GPUS`; the
-  Hopper model reproduced every bf16 / fp16 ``torch.mm`` probe an H200
-  wrote, ``tests/test_gpu_probes.py``) and the streaming-multiprocessor count
-  from which ATen's CUDA reductions choose their launch. ``"h200"`` is a
-  Hopper with the H100's SM count; ``"a100"`` is Ampere (published model, no
-  probes of ours yet).
+  the tensor-core models of bf16 / fp16 and of TF32 matrix products
+  (:data:`GPUS`; the Hopper models reproduced every bf16 / fp16 and TF32
+  ``torch.mm`` probe an H200 wrote, ``tests/test_gpu_probes.py`` and
+  ``tests/test_gpu_probes_tf32.py``), whether cuBLAS's recorded splits of K
+  apply (Hopper's), and the streaming-multiprocessor count from which ATen's
+  CUDA reductions choose their launch. ``"h200"`` is a Hopper with the H100
+  SXM's SM count, ``"h100-pcie"`` one with 114; ``"a100"`` is Ampere
+  (published model, no probes of ours yet; TF32 then adds in index order).
 * ``e4m3_overflow``: float8_e4m3fn saturates to ±448 from torch 2.12 on
   (PR #178817, merged 2026-04-17); earlier versions give NaN. Derived from the
   version unless given.
@@ -87,6 +89,8 @@ GPUS = {
     "h200": Gpu("h200", "hopper", "h100", 132,
                 "Hopper (sm_90); its probes are the ones the model was fitted to",
                 "h100-tf32"),
+    "h100-pcie": Gpu("h100-pcie", "hopper", "h100", 114,
+                     "Hopper (sm_90), H100 PCIe: the H100's models, 114 SMs", "h100-tf32"),
     "a100": Gpu("a100", "ampere", "a100", 108,
                 "Ampere (sm_80); the published tensor-core model, not yet probed here"),
 }

@@ -220,7 +220,7 @@ def record_ops(torch, env, folder, names, steps=(0, 10), log=print):
     that mark their steps) into ``<folder>/ops/``; returns the paths."""
     from .scenarios import SCENARIOS
     from .record import device_name
-    paths = []
+    paths, failed = [], {}
     for name in names:
         if not stepped(name):
             continue
@@ -232,6 +232,10 @@ def record_ops(torch, env, folder, names, steps=(0, 10), log=print):
             inputs = sc.make_inputs(env, sc.config)
             sc.run(env, sc.config, inputs)
             env.sync()
+        except Exception as exc:            # record the rest; report this one at the end
+            failed[name] = f"{type(exc).__name__}: {exc}"
+            log(f"FAILED   {name:<32} {failed[name]}")
+            continue
         finally:
             env.capture = None
         path = os.path.join(folder, OPS_DIR, f"{name}.npz")
@@ -239,7 +243,36 @@ def record_ops(torch, env, folder, names, steps=(0, 10), log=print):
         log(f"recorded {name:<32} {len(cap.ops)} ops, {len(cap.store.arrays)} tensors "
             f"(steps {', '.join(map(str, sorted(cap.steps)))})")
         paths.append(path)
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(names)} op streams raised in PyTorch and were "
+                           "not recorded (the others are in " + os.path.join(folder, OPS_DIR)
+                           + "): " + "; ".join(f"{k}: {v}" for k, v in failed.items()))
     return paths
+
+
+def record_op_streams(device="cpu", out="tests/reference", only=None, steps=(0, 10), log=print):
+    """``fpemu record --ops``: the op streams of ``steps`` of the end-to-end
+    scenarios among ``only`` into
+    ``<trace folder>/ops/``; the folder's meta.json gains the machine's
+    description if it has none. Returns the trace folder."""
+    from ._env import Env
+    from .record import META, _machine, _read_meta, _torch_for, select, trace_dir_name
+    torch = _torch_for(device)
+    names = [n for n in select(only) if stepped(n)]
+    if not names:
+        raise FpemuValueError(f"--ops records the end-to-end scenarios' steps; none of "
+                              f"{', '.join(select(only))} is one: pass --only 'e2e-*'")
+    folder = os.path.join(out, trace_dir_name(torch, device))
+    os.makedirs(folder, exist_ok=True)
+    meta_path = os.path.join(folder, META)
+    meta = _read_meta(meta_path)
+    if "device" not in meta:
+        meta.update(_machine(torch, device))
+        meta.setdefault("scenarios", {})
+        with open(meta_path, "w") as fh:
+            json.dump(meta, fh, indent=1, sort_keys=True)
+    record_ops(torch, Env(torch, device, "torch"), folder, names, steps, log)
+    return folder
 
 
 # ------------------------------------------------------------------ loading
@@ -401,67 +434,34 @@ def _tensor_list(r, spec):
     return [r.tensor(v) for v in spec["list"]]
 
 
+#: the overloads fpemu.autograd's foreach functions take (a number, or one per
+#: tensor; a tensor only as _foreach_add_'s step counter)
+_FOREACH_REPLAYED = frozenset(
+    [f"_foreach_{n}.{o}" for n in ("add_", "mul_", "div_", "addcmul_", "addcdiv_")
+     for o in ("Scalar", "ScalarList")]
+    + ["_foreach_add_.Tensor", "_foreach_lerp_.Scalar", "_foreach_sqrt.default",
+       "_amp_foreach_non_finite_check_and_unscale_.default", "_amp_update_scale_.default"])
+
+
 def _replay_foreach(r, op, args, kwargs):
-    """``_foreach_*`` and ``_amp_*`` ops through the kernel formulas the
-    optimizers and the GradScaler use (fpemu.autograd._aten)."""
-    from ..autograd import _aten
+    """``_foreach_*`` and ``_amp_*`` ops through fpemu.autograd's own
+    (torch's names, ``fpemu/autograd/ops/foreach.py``), on fresh tensors
+    holding the recorded inputs; the outputs are the tensors they wrote."""
     ft = r.ft
     name = _short(op["op"])
+    if op["op"].split(".", 1)[1] not in _FOREACH_REPLAYED:
+        return None
+    fn = getattr(ft, name)
+    vals = [r.value(a) for a in args]
+    kw = {k: r.value(v) for k, v in kwargs.items()}
     if name == "_amp_update_scale_":
-        scale, tracker, found = (r.tensor(a) for a in args[:3])
-        gf, bf, interval = (r.value(a) for a in args[3:6])
-        s = np.float32(scale.item())
-        n = int(tracker.item())
-        if float(found.item()) != 0:
-            s, n = np.float32(np.float64(s) * bf), 0
-        else:
-            n += 1
-            if n == interval:
-                g = np.float32(np.float64(s) * gf)
-                s, n = (g if np.isfinite(g) else s), 0
-        return [np.array(s, np.float32).reshape(tuple(scale.shape)),
-                np.array(n, np.int64).reshape(tuple(tracker.shape))]
-    xs = _tensor_list(r, args[0])
-    D = xs[0].dtype if xs else None
-
-    def opm(t):
-        return np.asarray(t._data, np.float64 if D is ft.float64 else np.float32)
-    X = [opm(t) for t in xs]
-    val = [r.value(a) for a in args[1:]]
-    overload = op["op"].split(".")[2] if op["op"].count(".") >= 2 else ""
-    if name == "_foreach_mul_" and overload == "Scalar":
-        return [[_aten.mul_scalar(x, val[0], D, True) for x in X]]
-    if name == "_foreach_lerp_" and overload == "Scalar":
-        E = [opm(t) for t in val[0]]
-        return [[_aten.lerp(x, e, val[1], D) for x, e in zip(X, E)]]
-    if name == "_foreach_addcmul_" and overload == "Scalar":
-        v = val[2] if len(val) > 2 else r.value(kwargs.get("value", {"v": 1}))
-        return [[_aten.addcmul(x, opm(a), opm(b), v, D) for x, a, b in zip(X, val[0], val[1])]]
-    if name == "_foreach_addcdiv_" and overload == "ScalarList":
-        return [[_aten.addcdiv(x, opm(a), opm(b), v, D)
-                 for x, a, b, v in zip(X, val[0], val[1], val[2])]]
-    if name in ("_foreach_sqrt", "_foreach_sqrt_"):
-        return [[_aten.sqrt(x, D) for x in X]]
-    if name == "_foreach_div_" and overload == "ScalarList":
-        return [[_aten.foreach_div(x, s, D) for x, s in zip(X, val[0])]]
-    if name == "_foreach_add_" and overload == "Scalar":
-        return [[_aten.add_scalar(x, val[0], D) for x in X]]
-    if name == "_foreach_add_" and overload == "Tensor":
-        alpha = r.value(kwargs["alpha"]) if "alpha" in kwargs else (val[1] if len(val) > 1
-                                                                    else 1)
-        return [[ft.add(t, val[0], alpha=alpha)._data for t in xs]]
+        fn(*vals, **kw)
+        return [vals[0], vals[1]]
     if name == "_amp_foreach_non_finite_check_and_unscale_":
-        found, inv = val[0], val[1]
-        inv32 = np.float32(inv.item())
-        outs, bad = [], False
-        for t, x in zip(xs, X):
-            with np.errstate(all="ignore"):
-                bad |= not np.isfinite(x).all()
-                outs.append(ft.tensor(x.astype(np.float32) * inv32).to(t.dtype)._data
-                            if inv32 != 1 else t._data)
-        return [outs, np.array([1.0 if bad else float(found.item())], np.float32).reshape(
-            found.shape)]
-    return None
+        fn(*vals, **kw)
+        return [vals[0], vals[1]]
+    out = fn(*vals, **kw)
+    return [out] if out is not None else [vals[0]]
 
 
 #: the fused attention ops: (backend, index of is_causal in the forward's and

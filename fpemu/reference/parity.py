@@ -74,12 +74,34 @@ def _load_arrays(folder, name):
                                f"again (`fpemu record --only {name}`)") from None
 
 
+#: recorded device names (lower case, as torch.cuda.get_device_name gives
+#: them) -> fpemu.autograd's GPU, the first match winning
+_GPU_NAMES = (("h100 pcie", "h100-pcie"), ("h100", "h100"), ("h200", "h200"),
+              ("gh200", "h200"), ("a100", "a100"), ("a800", "a100"))
+
+
+class UnknownGpuWarning(UserWarning):
+    """A trace recorded on a GPU fpemu has no profile for: it is replayed
+    under the default GPU's (Hopper's) models and SM count."""
+
+
 def gpu_of(device_name):
-    """The :data:`fpemu.autograd._profile.GPUS` name of a recorded device
-    ("NVIDIA H200" -> "h200"); the default GPU for one fpemu does not know."""
-    from ..autograd._profile import DEFAULT_GPU, GPUS
+    """The GPU (a name of ``fpemu.autograd.Profile``'s ``gpu``) of a recorded
+    device: "NVIDIA H200" -> "h200", "NVIDIA H100 PCIe" -> "h100-pcie"; a
+    CPU's name gives the default; another GPU's the default with an
+    :class:`UnknownGpuWarning`."""
+    from ..autograd import Profile
+    default = Profile("cuda").gpu
     text = str(device_name or "").lower()
-    return next((g for g in GPUS if g in text), DEFAULT_GPU)
+    for key, gpu in _GPU_NAMES:
+        if key in text:
+            return gpu
+    if text and not text.startswith("cpu"):
+        import warnings
+        warnings.warn(f"{device_name!r} is none of the GPUs fpemu has a profile for "
+                      f"({', '.join(sorted({g for _, g in _GPU_NAMES}))}): replayed under "
+                      f"{default}'s models and SM count", UnknownGpuWarning, stacklevel=2)
+    return default
 
 
 def profile_of(meta):

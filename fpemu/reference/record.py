@@ -132,27 +132,3 @@ def record(device="cpu", out="tests/reference", only=None, log=print):
             + ". A scenario must run in real PyTorch on this device: fix it in "
               "fpemu/reference/scenarios.py, then record it again with --only")
     return folder
-
-
-def record_op_streams(device="cpu", out="tests/reference", only=None, steps=(0, 10), log=print):
-    """``fpemu record --ops``: the op streams of ``steps`` of the end-to-end
-    scenarios among ``only`` (fpemu/reference/opstream.py) into
-    ``<trace folder>/ops/``; the folder's meta.json gains the machine's
-    description if it has none. Returns the trace folder."""
-    from .opstream import record_ops, stepped
-    torch = _torch_for(device)
-    names = [n for n in select(only) if stepped(n)]
-    if not names:
-        raise FpemuValueError(f"--ops records the end-to-end scenarios' steps; none of "
-                              f"{', '.join(select(only))} is one: pass --only 'e2e-*'")
-    folder = os.path.join(out, trace_dir_name(torch, device))
-    os.makedirs(folder, exist_ok=True)
-    meta_path = os.path.join(folder, META)
-    meta = _read_meta(meta_path)
-    if "device" not in meta:
-        meta.update(_machine(torch, device))
-        meta.setdefault("scenarios", {})
-        with open(meta_path, "w") as fh:
-            json.dump(meta, fh, indent=1, sort_keys=True)
-    record_ops(torch, Env(torch, device, "torch"), folder, names, steps, log)
-    return folder

@@ -202,7 +202,7 @@ def _sdpa_math(q, k, v, mask_add, dropout_p, sc, mask_t=None):
 def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
     dt = q.dtype
     Q, K, V = (t._data.astype(np.float32, copy=False) for t in (q, k, v))  # saved: checked
-    S32 = _linalg.mm_acc(Q, np.swapaxes(K, -1, -2), dt)          # fp32 scores
+    S32 = _linalg.mm_acc(Q, np.swapaxes(K, -1, -2), dt, fused=True)          # fp32 scores
     with np.errstate(all="ignore"):
         Z = S32.astype(np.float64) * np.float32(sc)
         if mask_add is not None:
@@ -219,7 +219,7 @@ def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
     else:
         p_used = p
     P16 = _store(p_used, dt).astype(np.float32, copy=False)
-    acc = _linalg.mm_acc(P16, V, dt)
+    acc = _linalg.mm_acc(P16, V, dt, fused=True)
     with np.errstate(all="ignore"):
         O32 = (acc / lsum).astype(np.float32)
     res = _store(O32, dt)
@@ -230,17 +230,17 @@ def _sdpa_online(q, k, v, mask_add, dropout_p, sc):
         with np.errstate(all="ignore"):
             Pn = (p_used / lsum).astype(np.float32)            # normalised, fp32
             Pn16 = _store(Pn, dt).astype(np.float32, copy=False)
-            dV = _linalg.mm_acc(np.swapaxes(Pn16, -1, -2), G, dt) if vn else None
-            dP = _linalg.mm_acc(G, np.swapaxes(V, -1, -2), dt)
+            dV = _linalg.mm_acc(np.swapaxes(Pn16, -1, -2), G, dt, fused=True) if vn else None
+            dP = _linalg.mm_acc(G, np.swapaxes(V, -1, -2), dt, fused=True)
             if keep is not None:
                 dP = np.where(keep, dP / np.float32(1 - dropout_p), np.float32(0))
             D = (G.astype(np.float64) * res.astype(np.float64)).sum(axis=-1, keepdims=True)
             Pbase = (p / lsum).astype(np.float32)
             dS = (Pbase * (dP - D.astype(np.float32))).astype(np.float32)
             dS16 = _store(dS, dt).astype(np.float32, copy=False)
-            dQ = _linalg.mm_acc(dS16, K, dt) * np.float32(sc) if qn else None
-            dK = _linalg.mm_acc(np.swapaxes(dS16, -1, -2), Q, dt) * np.float32(sc) if kn \
-                else None
+            dQ = _linalg.mm_acc(dS16, K, dt, fused=True) * np.float32(sc) if qn else None
+            dK = (_linalg.mm_acc(np.swapaxes(dS16, -1, -2), Q, dt, fused=True)
+                  * np.float32(sc) if kn else None)
         return (None if dQ is None else _store(dQ, dt), None if dK is None else _store(dK, dt),
                 None if dV is None else _store(dV, dt))
     return _result(res, dt, (q, k, v), backward, saved=(q, k, v),

@@ -37,7 +37,8 @@ from ...formats import tf32 as _tf32
 from ...quantize import quantize
 from .._autocast import cast_inputs
 from .._core import (
-    Tensor, _named, _result, _store, _sum_to, float32, float64, is_float, result_type,
+    Tensor, _named, _result, _store, _sum_to, bfloat16, float16, float32, float64, is_float,
+    result_type,
 )
 from .._profile import get_profile
 from .._state import State
@@ -81,41 +82,64 @@ def _in_fmt(dt, tf32):
     return _tf32 if tf32 else dt
 
 
-def effective_model(dt, tf32, M=0, N=0, K=0, conv=False):
+#: the GPUs whose cuBLAS splits of K were recorded (the H200's probes)
+_SPLITS_RECORDED_ON = ("hopper",)
+
+
+def _warn_unrecorded(text):
+    """An UnrecordedSplitWarning pointing at the first frame outside fpemu
+    (the user's line that asked for the product)."""
+    import os
+    import sys
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    frame, level = sys._getframe(0), 1          # level 1: this function
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(text, _cublaslt.UnrecordedSplitWarning, stacklevel=level)
+
+
+def effective_model(dt, tf32, M=0, N=0, K=0, conv=False, batch=1, fused=False):
     """``(model, block, inner, splitk)`` of a product of ``dt`` operands of
     shape (M, K) @ (K, N) under the chosen model or the profile's (module
-    text); ``conv``: a convolution's product (cuDNN, no split)."""
+    text). cuBLAS's recorded splits apply to a single GEMM (``batch`` 1) on
+    the GPU they were recorded on; ``conv`` (cuDNN), ``fused`` (a product
+    inside a fused kernel, attention's) and batched products run the
+    tensor-core model unsplit."""
     m = State.matmul
     if m.model != AUTO:
         return m.model, m.block, m.inner, 1
     prof = get_profile()
-    if prof.device == "cuda" and tf32 and prof.gpu_spec.tf32_core:
-        if conv:
-            return prof.gpu_spec.tf32_core, 128, "sequential", 1
-        d = _cublaslt.tf32_decision(M, N, K)
-        if d.source == "unrecorded":
-            warnings.warn(f"{M}x{K} @ {K}x{N} TF32 product: {d.note}; pass "
-                          f"set_matmul_model('{prof.gpu_spec.tf32_core}') and splitk through "
-                          f"fpemu.accumulate to choose", _cublaslt.UnrecordedSplitWarning,
-                          stacklevel=4)
-        return prof.gpu_spec.tf32_core, 128, "sequential", d.splitk
-    if prof.device == "cuda" and not tf32 and dt is not float32 and dt.bits == 16:
-        if conv:
-            return prof.gpu_spec.tensor_core, 128, "sequential", 1
-        d = _cublaslt.gemm16_decision(M, N, K, dt.name)
-        if d.source == "unrecorded":
-            warnings.warn(f"{M}x{K} @ {K}x{N} {dt.name} product: {d.note}; pass "
-                          f"set_matmul_model('{prof.gpu_spec.tensor_core}') and splitk through "
-                          f"fpemu.accumulate to choose", _cublaslt.UnrecordedSplitWarning,
-                          stacklevel=4)
-        return prof.gpu_spec.tensor_core, 128, "sequential", d.splits
-    return "sequential", 128, "sequential", 1
+    gpu = prof.gpu_spec
+    if prof.device != "cuda":
+        return "sequential", 128, "sequential", 1
+    if tf32 and gpu.tf32_core:
+        core, decide, what = gpu.tf32_core, _cublaslt.tf32_decision, "TF32"
+    elif not tf32 and dt in (bfloat16, float16):
+        core, decide, what = gpu.tensor_core, None, dt.name
+    else:                      # float32 SGEMM (not probed), other formats: in order
+        return "sequential", 128, "sequential", 1
+    if conv or fused or batch != 1:
+        return core, 128, "sequential", 1
+    if gpu.arch not in _SPLITS_RECORDED_ON:
+        if K > _cublaslt.GEMM16_UNSPLIT_UP_TO:
+            _warn_unrecorded(f"{M}x{K} @ {K}x{N} {what} product: cuBLAS's split of K on "
+                             f"{gpu.name} is not recorded: unsplit assumed, the GPU may split "
+                             f"it; pass set_matmul_model('{core}') and splitk through "
+                             "fpemu.accumulate to choose")
+        return core, 128, "sequential", 1
+    d = decide(M, N, K) if decide else _cublaslt.gemm16_decision(M, N, K, dt.name)
+    if d.source == "unrecorded":
+        _warn_unrecorded(f"{M}x{K} @ {K}x{N} {what} product: {d.note}; pass "
+                         f"set_matmul_model('{core}') and splitk through fpemu.accumulate to "
+                         "choose")
+    return core, 128, "sequential", d.splitk
 
 
-def mm_acc(A, B, dt, tf32=False, conv=False):
+def mm_acc(A, B, dt, tf32=False, conv=False, fused=False):
     """The fp32 accumulator (float32 array; float64 for float64) of A @ B, both
     at least 2-D with numpy's batch broadcasting, values of ``dt``
-    (``conv``: a convolution's product)."""
+    (``conv``: a convolution's product; ``fused``: a product inside a fused
+    kernel; neither is split as cuBLAS splits)."""
     if dt is float64:
         return np.matmul(A.astype(np.float64), B.astype(np.float64))
     if tf32:
@@ -126,7 +150,8 @@ def mm_acc(A, B, dt, tf32=False, conv=False):
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     if 0 in batch or 0 in (M, K, N):      # an empty sum is 0; no rows or columns: empty
         return np.zeros(batch + (M, N), np.float32)
-    model, block, inner, splitk = effective_model(dt, tf32, M, N, K, conv)
+    model, block, inner, splitk = effective_model(dt, tf32, M, N, K, conv,
+                                                  int(np.prod(batch, dtype=np.int64)), fused)
     if model == "sequential":
         A3 = (A if A.shape[:-2] == batch else np.broadcast_to(A, batch + (M, K))).reshape(
             -1, M, K)
@@ -147,18 +172,27 @@ def mm_acc(A, B, dt, tf32=False, conv=False):
                         batch + (M, N))
 
 
-#: products per call of the paired kernel in :func:`_batched` (memory bound:
-#: two float64 rows of K each)
-_PAIRED_CHUNK = 1 << 22
+#: a matrix of at most this many products (M * N * K) joins the others of its
+#: batch in one call of the row-by-row kernel (each product spelled out as a
+#: pair of rows: memory grows with M * N * K); a larger one runs alone
+_SMALL_PRODUCT = 1 << 16
+#: products per call of the row-by-row kernel
+_PAIRED_CHUNK = 1 << 20
 
 
 def _batched(plan, A3, B3):
-    """A batch of products under one plan, as row-by-column dot products of
-    one kernel call per chunk (a call per small matrix costs more than its
-    arithmetic: attention's heads are many 8x16 products)."""
+    """A batch of products under one plan. Small matrices (attention's many
+    8x16 heads, where a call per matrix costs more than its arithmetic) go
+    as row-by-column dot products, many matrices a kernel call; larger ones
+    one call each (:meth:`fpemu.accumulate.Plan.matmul`, memory M*K + K*N).
+    Both give the same bits."""
     nb, M, K = A3.shape
     N = B3.shape[2]
     out = np.empty((nb, M, N), np.float32)
+    if M * N * K > _SMALL_PRODUCT:
+        for b in range(nb):
+            out[b] = plan.matmul(A3[b], B3[b])
+        return out
     per = max(1, _PAIRED_CHUNK // max(M * N * K, 1))
     for b0 in range(0, nb, per):
         b1 = min(nb, b0 + per)
@@ -166,9 +200,7 @@ def _batched(plan, A3, B3):
                              (b1 - b0, M, N, K)).reshape(-1, K)
         Br = np.broadcast_to(np.swapaxes(np.asarray(B3[b0:b1], np.float64), 1, 2)[:, None],
                              (b1 - b0, M, N, K)).reshape(-1, K)
-        C = np.full((Ar.shape[0], 1), _acc._identity("rne", K))
-        out[b0:b1] = _acc._run(plan, np.ascontiguousarray(Ar), np.ascontiguousarray(Br), C,
-                               True, check=False).reshape(b1 - b0, M, N)
+        out[b0:b1] = plan.dot_rows(Ar, Br).reshape(b1 - b0, M, N)
     return out
 
 
