@@ -360,7 +360,7 @@ def step_e2e_ops(run):
     --first-difference SCENARIO`` then names, on the host, the first op whose
     output fpemu does not reproduce. The dry run replays its one stream."""
     from fpemu.reference import record
-    from fpemu.reference.opstream import OPS_DIR, first_difference
+    from fpemu.reference.opstream import OPS_DIR, OpStream, first_difference, record_op_streams
     from fpemu.reference.scenarios import SCENARIOS
     root = run.args.traces_root
     folder = os.path.join(root, record.trace_dir_name(run.torch, run.device))
@@ -369,12 +369,21 @@ def step_e2e_ops(run):
     if run.args.small:
         names, steps = names[:1], (0,)
     ops = os.path.join(folder, OPS_DIR)
-    missing = [n for n in names if not os.path.exists(os.path.join(ops, f"{n}.npz"))]
+
+    def holds(name):            # a stream of fewer steps (a dry run's) is recorded again
+        path = os.path.join(ops, f"{name}.npz")
+        return os.path.exists(path) and set(steps) <= set(OpStream(path).index["steps"])
+    missing = [n for n in names if not holds(n)]
     lines = [f"{len(names) - len(missing)} of {len(names)} op streams already in "
              f"{os.path.relpath(ops, ROOT)}"]
+    raised = None
     if missing:
         t0 = time.monotonic()
-        record.record_op_streams(run.device, root, missing, steps, log=lines.append)
+        try:
+            record_op_streams(run.device, root, missing, steps, log=lines.append)
+        except RuntimeError as err:         # some raised in torch: the others are recorded
+            raised = str(err)[:400]
+            lines.append(raised)
         lines.append(f"recorded {len(missing)} in {time.monotonic() - t0:.0f} s")
     with tarfile.open(run.path("e2e_ops.tar.gz"), "w:gz") as tar:
         tar.add(ops, arcname=os.path.join(os.path.basename(folder), OPS_DIR))
@@ -383,7 +392,7 @@ def step_e2e_ops(run):
         first = first_difference(folder, names[0], log=lambda text: None)
         lines.append(f"{names[0]}: first difference "
                      + (first.line().strip() if first else "none"))
-    return {"status": "done", "lines": lines}
+    return {"status": "failed" if raised else "done", "lines": lines}
 
 
 # ----------------------------------------------------------------- gemm
@@ -530,7 +539,7 @@ def step_gemm(run):
                 "lines": [f"{ran} probes run now, {len(done)} of {len(cases)} recorded; not "
                           f"fitted here: `python bench/gpu_check.py --fit {run.out}` on the host"]}
     fits = fit_gemm(torch, cases, done, meta, meta.get("device", run.device) == "cpu",
-                    run.release())
+                    run.release(), gpu=_gpu_key(run.env()))
     meta["fits"] = fits
     meta["device"] = meta.get("device", run.device)
     with open(meta_path, "w") as fh:
@@ -545,9 +554,10 @@ def step_gemm(run):
     return {"status": "done" if complete else "partial", "lines": lines}
 
 
-def gemm_candidates(case):
+def gemm_candidates(case, gpu="h100"):
     """(name, function of (A, B) float64 arrays -> float32 outputs) for a
-    recorded probe (``case["out"]``: the output dtype torch wrote)."""
+    recorded probe (``case["out"]``: the output dtype torch wrote; ``gpu``:
+    the recording GPU's profile, whose own product is one candidate)."""
     from fpemu import accumulate, quantize
     from fpemu.accumulate import TensorCore
     out = []
@@ -585,7 +595,7 @@ def gemm_candidates(case):
             import fpemu.autograd as ft
             from fpemu.autograd.ops.linalg import mm_acc
             dt = ft.float32 if fmt == "tf32" else getattr(ft, case["dtype"])
-            with ft.use_profile(ft.Profile("cuda")):
+            with ft.use_profile(ft.Profile("cuda", gpu=gpu)):
                 acc = mm_acc(np.asarray(A, np.float32), np.asarray(B, np.float32), dt,
                              tf32=fmt == "tf32")
             return acc if out_fmt == "fp32" else quantize(acc, out_fmt)
@@ -611,10 +621,11 @@ def _scaled_mm_fpemu(torch, case, ins, split, cpu, release):
     return y.float().numpy()
 
 
-def fit_gemm(torch, cases, done, meta, cpu, release=None):
+def fit_gemm(torch, cases, done, meta, cpu, release=None, gpu="h100"):
     """Per recorded probe: the candidates that reproduce every output bit,
     else the closest one and how many outputs it misses (``release``: the
-    torch version of the recording, for fpemu's profile)."""
+    torch version of the recording, for fpemu's profile; ``gpu``: the
+    recording GPU's profile name)."""
     release = release or torch.__version__.split("+")[0]
     fits = {}
     for case in cases:
@@ -628,7 +639,7 @@ def fit_gemm(torch, cases, done, meta, cpu, release=None):
         exact, best = [], None
         A = ins["a"].float().numpy().astype(np.float64)
         B = ins["b"].float().numpy().astype(np.float64)
-        for name, f in gemm_candidates(meta["cases"][case["id"]]):
+        for name, f in gemm_candidates(meta["cases"][case["id"]], gpu):
             try:
                 if isinstance(f, tuple):
                     if cpu and f[1] not in ("auto", 1):

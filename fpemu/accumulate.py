@@ -92,6 +92,12 @@ class TensorCore:
         if not (isinstance(self.out_fraction_bits, int) and 0 <= self.out_fraction_bits <= 23):
             raise FpemuValueError(f"TensorCore {self.name!r}: out_fraction_bits must be in 0..23, "
                                   f"got {self.out_fraction_bits!r}")
+        if isinstance(self.e_zero, bool) or not isinstance(self.e_zero, int) \
+                or not -300 <= self.e_zero <= 127:
+            raise FpemuValueError(f"TensorCore {self.name!r}: e_zero (the exponent a zero "
+                                  f"term aligns with) must be an int in -300..127, got "
+                                  f"{self.e_zero!r}; the presets use -131..-133, below fp32's "
+                                  "subnormals")
 
 
 #: The published presets (fp32 output/accumulation).

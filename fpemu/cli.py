@@ -622,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record, instead of the traces, every ATen op of chosen training "
                         "steps of the end-to-end scenarios (inputs and outputs) into "
                         "<trace folder>/ops/, for `fpemu parity --first-difference`")
-    r.add_argument("--steps", default="0,10", metavar="N,M",
+    r.add_argument("--steps", metavar="N,M",
                    help="with --ops: the steps to record (default 0,10)")
     r.set_defaults(func=_cmd_record)
     y = sub.add_parser("parity", help="replay recorded traces in fpemu and compare bit for bit",
@@ -783,7 +783,9 @@ def _cmd_record(args) -> int:
     from .reference.record import record
     from .tensorfiles import check_output_dir
     check_output_dir(args.out, "trace folder")
-    steps = _steps(args.steps)
+    if args.steps is not None and not args.ops:
+        raise CliError("--steps goes with --ops (the steps whose op streams are recorded)")
+    steps = _steps(args.steps or "0,10")
     try:
         if args.ops:
             from .reference.opstream import record_op_streams
@@ -802,9 +804,11 @@ def _cmd_first_difference(args) -> int:
     from .reference.parity import TraceFolderError, trace_dirs
     from .reference.scenarios import SCENARIOS
     name = args.first_difference
-    if name not in SCENARIOS:
-        raise CliError(f"--first-difference: no scenario {name!r}; the end-to-end ones are "
-                       + ", ".join(n for n, s in SCENARIOS.items() if s.group == "e2e"))
+    stepped = [n for n, s in SCENARIOS.items() if s.group == "e2e"]
+    if name not in stepped:
+        what = "a scenario without training steps" if name in SCENARIOS else "no scenario"
+        raise CliError(f"--first-difference: {name!r} is {what}; op streams are recorded for "
+                       f"the end-to-end ones: {', '.join(stepped)}")
     dirs = args.dirs or [d for d in trace_dirs()
                          if os.path.exists(os.path.join(d, OPS_DIR, f"{name}.npz"))]
     if not dirs:

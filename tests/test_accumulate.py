@@ -162,6 +162,9 @@ def test_zero_terms_align_the_block_where_a_model_says_so():
     assert ac.dot([1.0] * 4, x, "fp16", model=low, c=c).item() == 2.0**-10 + 2.0**-12
     assert ac.dot([1.0] * 4, x, "fp16", model=high, c=c).item() == 0.0
     assert ac.dot([1.0] * 4, [2.0**-10, 1.0, 0.0, 0.0], "fp16", model=high, c=c).item() == 1.0
+    for bad in (-999, 1100, 1.5, True):
+        with pytest.raises(ValueError, match="e_zero .* must be an int in -300..127"):
+            ac.TensorCore("bad", 4, 3, 23, bad)
     a = np.ones((2, 4))
     b = np.array(x)[:, None] * np.ones((1, 3))
     cm = np.full((2, 3), c)

@@ -212,7 +212,14 @@ def test_the_command_names_the_first_difference_and_refuses_bad_requests():
     assert p.returncode == 1, p.stderr
     assert "first difference:" in p.stdout and "#24   step 10 forward   aten.addmm" in p.stdout
     p = _cli("parity", "--first-difference", "e2e-nope")
-    assert p.returncode == 2 and "no scenario 'e2e-nope'; the end-to-end ones are" in p.stderr
+    assert p.returncode == 2 and "'e2e-nope' is no scenario; op streams are recorded for the " \
+                                 "end-to-end ones: e2e-mlp-fp32" in p.stderr
+    p = _cli("parity", "--first-difference", "casts-f32")
+    assert p.returncode == 2 and "'casts-f32' is a scenario without training steps" in p.stderr
+    p = _cli("parity", "--first-difference", "e2e-mlp-fp32", "--step", "3", CPU)
+    assert p.returncode == 2 and "--step 3: " in p.stderr and "holds steps 0, 10" in p.stderr
+    p = _cli("record", "--steps", "0")
+    assert p.returncode == 2 and "--steps goes with --ops" in p.stderr
     p = _cli("parity", "--step", "3")
     assert p.returncode == 2 and "--step and --all go with --first-difference" in p.stderr
     p = _cli("parity", "--first-difference", "e2e-mlp-fp32",
@@ -220,3 +227,27 @@ def test_the_command_names_the_first_difference_and_refuses_bad_requests():
     assert p.returncode == 2 and "fpemu record --ops --only SCENARIO" in p.stderr
     p = _cli("record", "--ops", "--steps", "1,x")
     assert p.returncode == 2 and "--steps must be step numbers" in p.stderr
+
+
+def test_an_op_that_writes_an_argument_and_returns_a_tensor_records_both():
+    """rrelu in training writes its noise buffer (an argument) and returns a
+    new tensor: both are outputs, the result last; a view op is not kept."""
+    cap = opstream.OpCapture(torch, [0])
+    x = torch.randn(8, generator=torch.Generator().manual_seed(3))
+    with cap.step(0):
+        y = torch.nn.functional.rrelu(x.t(), training=True)
+    ops = [o["op"] for o in cap.ops]
+    assert ops == ["aten.rrelu_with_noise.default"]
+    outs = [cap.store.arrays[o["t"]] for o in cap.ops[0]["outs"]]
+    assert len(outs) == 2
+    np.testing.assert_array_equal(outs[1], y.numpy())
+    assert ((outs[0] >= 1 / 8) & (outs[0] <= 1 / 3) | (outs[0] == 1)).all()   # the noise
+
+
+def test_fp8_distances_count_codes():
+    f = np.float32
+    assert compare_values(np.array([448.0, 0.0], f), np.array([416.0, 0.0], f),
+                          "float8_e4m3fn") == (1, 1)
+    assert compare_values(np.array([-2.0], f), np.array([-1.75], f), "float8_e5m2") == (1, 1)
+    with pytest.raises(ValueError, match=r"shape \[2\], the recorded one \[1\]"):
+        compare_values(np.zeros(2, f), np.zeros(1, f), "float32")

@@ -54,9 +54,21 @@ is_nonzero item _reshape_alias reshape contiguous split split_with_sizes unbind 
 _has_compatible_shallow_copy_type set_ resize_ record_stream lift
 """.split())
 
+#: torch's fp8 dtypes as fpemu's formats
+_FP8 = {"float8_e4m3fn": "e4m3fn", "float8_e5m2": "e5m2", "float8_e4m3fnuz": "e4m3fnuz",
+        "float8_e5m2fnuz": "e5m2fnuz"}
+
 #: bit-code dtypes of the stored tensors
 _BITS = {"bfloat16": np.uint16, "float16": np.uint16, "float8_e4m3fn": np.uint8,
          "float8_e5m2": np.uint8, "float8_e4m3fnuz": np.uint8, "float8_e5m2fnuz": np.uint8}
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flat(a)
+        else:
+            yield a
 
 
 def _short(func):
@@ -112,6 +124,8 @@ class OpCapture:
             yield
             return
         self._step = int(i)
+        self._backward_seen = False
+        self._producer.clear()             # a backward op links to its own step's forward
         mode = _dispatch_mode(self.torch)(self)
         with mode:
             yield
@@ -124,8 +138,14 @@ class OpCapture:
         finally:
             self._paused -= 1
 
-    def _encode(self, x):
+    def _encode(self, x, device=None):
         torch = self.torch
+        if isinstance(x, torch.Tensor) and device not in (None, "cpu") and x.dim() == 0 \
+                and x.device.type == "cpu":
+            # a Python number the op was given: torch wraps it as a 0-d CPU
+            # tensor, and its kernels read it as a number (docs/pytorch-numerics.md)
+            v = x.item()
+            return {"f": repr(float(v))} if x.is_floating_point() else {"v": v}
         if isinstance(x, torch.Tensor):
             src = self._producer.get(self._key(x))
             d = {"t": self.store.add(torch, x)}
@@ -133,7 +153,7 @@ class OpCapture:
                 d["from"] = list(src)
             return d
         if isinstance(x, (list, tuple)):
-            return {"list": [self._encode(v) for v in x]}
+            return {"list": [self._encode(v, device) for v in x]}
         if isinstance(x, torch.dtype):
             return {"dtype": str(x).replace("torch.", "")}
         if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
@@ -148,8 +168,10 @@ class OpCapture:
         if self._paused or name in SKIP or str(func).startswith("profiler."):
             return func(*args, **kwargs)
         in_backward = torch._C._current_graph_task_id() != -1
-        enc_args = [self._encode(a) for a in args]
-        enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()
+        device = next((a.device.type for a in _flat(args) if isinstance(a, torch.Tensor)
+                       and a.device.type != "cpu"), "cpu")
+        enc_args = [self._encode(a, device) for a in args]
+        enc_kwargs = {k: self._encode(v, device) for k, v in kwargs.items()
                       if k not in ("device", "layout", "pin_memory", "memory_format",
                                    "non_blocking")}
         out = func(*args, **kwargs)
@@ -159,16 +181,12 @@ class OpCapture:
                 v = args[i] if i < len(args) else kwargs.get(a.name)
                 if v is not None:
                     written.append(v)
-        if written:
-            outs = written
-        elif isinstance(out, torch.Tensor):
-            outs = [out]
-        elif isinstance(out, list):            # a Tensor[] return: one output
-            outs = [out]
-        elif isinstance(out, tuple):           # several returns
-            outs = list(out)
-        else:
-            outs = []
+        # the arguments it wrote, then every return that is a new tensor (not
+        # an alias of an argument: an in-place op returns self)
+        returns = (list(out) if isinstance(out, tuple) else [out]
+                   if isinstance(out, (torch.Tensor, list)) else [])
+        fresh = [r for r, spec in zip(returns, func._schema.returns) if spec.alias_info is None]
+        outs = written + fresh
         index = len(self.ops)
         enc_outs = []
         for j, o in enumerate(outs):
@@ -181,8 +199,12 @@ class OpCapture:
                 self._producer[self._key(o)] = (index, j)
             else:
                 enc_outs.append({"v": None})
-        phase = ("backward" if in_backward else
-                 "optimizer" if name.startswith(("_foreach", "_amp_", "_fused")) else "forward")
+        if in_backward:
+            self._backward_seen = True
+        # after the step's backward every op is the optimizer's or the
+        # GradScaler's (unscaling, the step, the scale's update)
+        optimizer = self._backward_seen or name.startswith(("_foreach", "_amp_", "_fused"))
+        phase = "backward" if in_backward else "optimizer" if optimizer else "forward"
         self.ops.append({"op": str(func), "step": self._step, "phase": phase,
                          "args": enc_args, "kwargs": enc_kwargs, "outs": enc_outs})
         return out
@@ -309,8 +331,7 @@ class OpStream:
             return a.view(np.float16).astype(np.float32)
         if name in _BITS:
             from ..quantize import decode
-            fmt = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
-                   "float8_e4m3fnuz": "e4m3fnuz", "float8_e5m2fnuz": "e5m2fnuz"}[name]
+            fmt = _FP8[name]
             return decode(a, fmt).astype(np.float32)
         return a
 
@@ -362,7 +383,21 @@ def compare_values(got, want, dtype):
     got = np.asarray(got)
     want = np.asarray(want)
     if got.shape != want.shape:
-        return want.size, float("inf")
+        raise FpemuValueError(f"fpemu's output has shape {list(got.shape)}, the recorded one "
+                              f"{list(want.shape)}")
+    if dtype in _FP8:                   # distances in the format's own codes
+        from ..quantize import encode
+        fmt = _FP8[dtype]
+        g, w = encode(got.astype(np.float32), fmt), encode(want.astype(np.float32), fmt)
+        gn, wn = np.isnan(got), np.isnan(want)
+        diff = (g != w) & ~(gn & wn)
+        if not diff.any():
+            return 0, 0
+        if (gn ^ wn)[diff].any():
+            return int(diff.sum()), float("inf")
+        order = [np.where(c & 0x80, -(c.astype(np.int64) & 0x7F), c.astype(np.int64))
+                 for c in (g, w)]
+        return int(diff.sum()), int(np.abs(order[0] - order[1])[diff].max())
     if dtype in ("int64", "int32", "bool", "uint8", "int8", "int16"):
         d = got.astype(np.int64) != want.astype(np.int64)
         return int(d.sum()), (int(np.abs(got.astype(np.int64) - want.astype(np.int64)).max())
@@ -465,10 +500,11 @@ def _replay_foreach(r, op, args, kwargs):
 
 
 #: the fused attention ops: (backend, index of is_causal in the forward's and
-#: the backward's arguments, how many outputs the forward has)
-_SDPA = {"flash_attention_for_cpu": ("FLASH_ATTENTION", 4, 7, 2),
-         "flash_attention": ("FLASH_ATTENTION", 4, 11, 9),
-         "efficient_attention": ("EFFICIENT_ATTENTION", 6, 11, 4)}
+#: the backward's arguments, how many outputs the forward has, index of
+#: dropout_p in the forward's and the backward's arguments)
+_SDPA = {"flash_attention_for_cpu": ("FLASH_ATTENTION", 4, 7, 2, 3, 6),
+         "flash_attention": ("FLASH_ATTENTION", 4, 11, 9, 3, 10),
+         "efficient_attention": ("EFFICIENT_ATTENTION", 6, 11, 4, 5, 9)}
 
 
 def _sdpa(r, name, A, K, grad):
@@ -481,7 +517,7 @@ def _sdpa(r, name, A, K, grad):
     kind = kind[:-len("_backward")] if grad is not None else kind
     if kind not in _SDPA:
         return None
-    backend, causal_fwd, causal_bwd, n_out = _SDPA[kind]
+    backend, causal_fwd, causal_bwd, n_out, drop_fwd, drop_bwd = _SDPA[kind]
     first = 1 if grad is not None else 0
     q, k, v = (r.tensor(A[first + i], grad=grad is not None) for i in range(3))
     c = causal_bwd if grad is not None else causal_fwd
@@ -489,6 +525,11 @@ def _sdpa(r, name, A, K, grad):
     scale = r.value(K["scale"]) if "scale" in K else None
     if kind == "efficient_attention" and "t" in A[3 + first]:
         return None                                   # an attention bias: not replayed
+    if "t" in K.get("attn_mask", {}):
+        return None                                   # a mask: not replayed
+    d = drop_bwd if grad is not None else drop_fwd
+    if len(A) > d and r.value(A[d]):
+        return None                                   # dropout's random draws: not replayed
     with F.sdpa_kernel([getattr(F.SDPBackend, backend)]):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
     if grad is None:
@@ -517,13 +558,18 @@ def _replay(r, op):
     if name == "addmm":
         return [ft.addmm(*args[:3], beta=kw.get("beta", 1), alpha=kw.get("alpha", 1))]
     if name in ("add", "sub") and len(args) >= 2:
-        return [getattr(ft, name)(args[0], args[1], alpha=kw.get("alpha", 1))]
+        alpha = args[2] if len(args) > 2 else kw.get("alpha", 1)     # .Scalar: positional
+        return [getattr(ft, name)(args[0], args[1], alpha=alpha)]
     if name in ("mul", "div") and len(args) == 2 and not kw:
         return [getattr(ft, name)(*args)]
     if name in ("sum", "mean"):
-        dims = args[1] if len(args) > 1 else None
-        return [getattr(ft, name)(args[0], dims, *args[2:3], dtype=kw.get("dtype"))
-                if dims is not None else getattr(ft, name)(args[0], dtype=kw.get("dtype"))]
+        dims = args[1] if len(args) > 1 else kw.get("dim")
+        keepdim = args[2] if len(args) > 2 else kw.get("keepdim", False)
+        if dims is None or dims == []:            # over every element
+            dims = list(range(args[0].ndim)) if keepdim else None
+        fn = getattr(ft, name)
+        return [fn(args[0], dims, keepdim, dtype=kw.get("dtype")) if dims is not None
+                else fn(args[0], dtype=kw.get("dtype"))]
     if name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "reciprocal", "neg",
                 "abs", "square"):
         return [getattr(ft, name)(args[0])]
@@ -638,8 +684,11 @@ def replay_ops(path, profile, step=None, log=None, stop_at_first=False):
                 for jj, (gg, ww) in enumerate(zip(gs, ws)):
                     vals, _ = _as_values(gg)
                     dt = stream.dtype(ww["t"])
-                    n, u = compare_values(vals, stream.values(ww["t"]), dt)
                     label = f"out{j}" + (f"[{jj}]" if len(ws) > 1 else "")
+                    try:
+                        n, u = compare_values(vals, stream.values(ww["t"]), dt)
+                    except FpemuValueError as err:          # another shape: all differ
+                        label, n, u = f"{label} ({err})", int(np.size(vals)), float("inf")
                     res.outputs.append((f"{label} {dt}{list(np.shape(vals))}", n,
                                         int(np.size(vals)), u))
             if any(n for _, n, _, _ in res.outputs):
@@ -661,12 +710,18 @@ def first_difference(folder, name, step=None, log=print, show_all=False):
     meta = load_meta(folder)
     path = os.path.join(folder, OPS_DIR, f"{name}.npz")
     profile = profile_of(meta)
+    if step is not None:
+        recorded = OpStream(path).index["steps"]
+        if step not in recorded:
+            raise FpemuValueError(f"--step {step}: {path} holds steps "
+                                  f"{', '.join(map(str, recorded))}; pass one of them, or "
+                                  f"record step {step} with `fpemu record --ops --steps {step}`")
     results = replay_ops(path, profile, step, log=log if show_all else None)
     equal = sum(r.status == "equal" for r in results)
     skipped = [r for r in results if r.status == "not replayed"]
     first = next((r for r in results if r.status == "differs"), None)
     gpu = f" (gpu {profile.gpu})" if profile.device == "cuda" else ""
-    log(f"{path}: {len(results)} ops replayed under the profile {profile.name}{gpu}: "
+    log(f"{path}: {len(results)} ops under the profile {profile.name}{gpu}: "
         f"{equal} equal, "
         f"{sum(r.status == 'differs' for r in results)} differ, {len(skipped)} not replayed")
     if first is None:
