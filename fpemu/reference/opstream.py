@@ -113,7 +113,6 @@ class OpCapture:
         self.ops = []
         self._producer = {}           # live tensor identity -> (op index, output index)
         self._paused = 0
-        self._mode = None
 
     def _key(self, t):
         return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), str(t.dtype))
@@ -461,14 +460,6 @@ def _grads(out, grad, *xs):
     return [None if x is None else x.grad for x in xs]
 
 
-def _arrays(r, spec):
-    return [r.s.values(v["t"]) for v in spec["list"]]
-
-
-def _tensor_list(r, spec):
-    return [r.tensor(v) for v in spec["list"]]
-
-
 #: the overloads fpemu.autograd's foreach functions take (a number, or one per
 #: tensor; a tensor only as _foreach_add_'s step counter)
 _FOREACH_REPLAYED = frozenset(
@@ -489,10 +480,7 @@ def _replay_foreach(r, op, args, kwargs):
     fn = getattr(ft, name)
     vals = [r.value(a) for a in args]
     kw = {k: r.value(v) for k, v in kwargs.items()}
-    if name == "_amp_update_scale_":
-        fn(*vals, **kw)
-        return [vals[0], vals[1]]
-    if name == "_amp_foreach_non_finite_check_and_unscale_":
+    if name.startswith("_amp_"):        # both write their first two arguments
         fn(*vals, **kw)
         return [vals[0], vals[1]]
     out = fn(*vals, **kw)
