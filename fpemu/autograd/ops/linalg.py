@@ -18,9 +18,14 @@ The model is the active profile's unless a program chooses one
   TF32 probes an H200 wrote (``tests/test_gpu_probes_tf32.py``). Convolutions
   (cuDNN, ``torch.backends.cudnn.allow_tf32``) use the model unsplit: cuDNN's
   order is not probed.
-* float32 without TF32 (cuBLAS's SGEMM on CUDA, MKL on the CPU) and every
-  product of the CPU profile: ``"sequential"``, fp32 adds in index order, run
-  by a batched float32 kernel. SGEMM's order is not yet probed.
+* The recorded splits are of single GEMMs on Hopper: batched products
+  (``bmm``), the products inside a fused attention kernel and convolutions run
+  the tensor-core model unsplit, and a GPU of another architecture runs it
+  unsplit with a warning past K = 2048.
+* float32 without TF32 (cuBLAS's SGEMM on CUDA, MKL on the CPU), 16-bit
+  formats other than bf16 / fp16, and every product of the CPU profile:
+  ``"sequential"``, fp32 adds in index order, run by a batched float32
+  kernel. SGEMM's order is not yet probed.
 * float64: float64 products and sums (numpy's matmul).
 """
 
