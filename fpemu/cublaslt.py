@@ -280,9 +280,9 @@ def tf32_decision(M, N, K) -> SplitDecision:
         S, tile = TF32_SPLITS[(M, N, K)]
         return SplitDecision(S, "table", f"recorded on the {GEMM16_TABLE}: {S} parts of "
                                          f"{tile}-wide k-tiles for {M}x{N}x{K}", tile)
-    if min(M, N) == 0 or K == 32:
-        return SplitDecision(1, "rule", f"K = {K}: one k-tile, one chain, as every recorded "
-                                        "shape with K = 32 ran", 32)
+    if min(M, N) == 0 or K <= 4 or K == 32:
+        return SplitDecision(1, "rule", f"K = {K}: one chain (K = 32 ran so on every recorded "
+                                        "shape; 4 or fewer products cannot be split)", 32)
     if K <= TF32_ONE_TILE_UP_TO and K % 32 == 0:
         return SplitDecision(K // 32, "rule", f"{M}x{N}x{K} is not recorded: one 32-wide "
                                               f"k-tile per part, as 12 of the 13 recorded "

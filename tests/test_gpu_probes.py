@@ -240,6 +240,7 @@ def test_tf32_splits_the_recorded_way_and_follows_the_rule_below_512():
     assert (d.splits, d.source) == (1, "unrecorded")
     assert fpemu.cublaslt.tf32_decision(32, 32, 16).source == "unrecorded"   # 16x16x16 split
     assert fpemu.cublaslt.tf32_decision(32, 32, 32).source == "rule"
+    assert fpemu.cublaslt.tf32_decision(1, 1, 1).splits == 1
     a = ft.ones(8, 1000)
     with ft.use_profile(ft.Profile("cuda", "2.11.0")), _tf32_on():
         with pytest.warns(fpemu.cublaslt.UnrecordedSplitWarning, match="TF32 product"):
