@@ -1861,6 +1861,8 @@ def step_triton(run):
         return {"status": "done", "lines": ["fpemu has no Triton kernels yet (the device-speed "
                                             "issue): nothing to check"]}
     cmd = [sys.executable, os.path.join(ROOT, "bench", "triton_check.py"), "--out", run.out]
+    if run.args.small:           # the dry run: the interpreter's timings mean nothing, one each
+        cmd += ["--small", "--repeats", "1"]
     return _subprocess_step(run, cmd, "triton")
 
 
