@@ -513,3 +513,22 @@ def test_layer_norm_wired_under_cuda_only():
     want = np.stack([_oracle_layer_norm(X[r], g, b, 1e-5) for r in range(16)])
     assert bits(y).tolist() == bits(want).tolist()
     assert bits(y64).tolist() != bits(y).tolist()        # float64 rounded once differs
+
+
+def test_mean_backward_multiplies_by_the_reciprocal_on_cuda_and_divides_on_the_cpu():
+    """torch's mean_backward divides the gradient by the count, a number:
+    CUDA's div_true multiplies by its reciprocal (taken in double, rounded
+    to float32), the CPU divides. 7 / 3 tells them apart by one ulp; torch's
+    CPU is the oracle of the CPU side."""
+    import torch
+    f = np.float32
+    want = {"cuda": f(f(7) * f(1 / 3)), "cpu": f(7 / 3)}
+    assert want["cuda"] != want["cpu"]
+    for dev in ("cuda", "cpu"):
+        with use_profile(Profile(dev)):
+            x = fa.ones(3, requires_grad=True)
+            x.mean().backward(fa.tensor(7.0))
+        assert (x.grad.numpy().view(np.uint32) == want[dev].view(np.uint32)).all(), dev
+    t = torch.ones(3, requires_grad=True)
+    t.mean().backward(torch.tensor(7.0))
+    assert (t.grad.numpy().view(np.uint32) == want["cpu"].view(np.uint32)).all()

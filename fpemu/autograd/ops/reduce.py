@@ -17,6 +17,7 @@ import collections
 
 import numpy as np
 
+from .. import _aten
 from .._autocast import cast_inputs
 from .._core import (
     Tensor, _named, _result, _store, bool_, float64, int64, is_float, to_dtype,
@@ -102,7 +103,13 @@ def mean(x, dim=None, keepdim=False, dtype=None):
             res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim) / n, dt)
 
     def backward(g):
-        return (_expand_back(_store(g.astype(np.float64) / n, dt), axes, keepdim, x.shape),)
+        # torch's mean_backward divides by the count, a number: on CUDA a
+        # multiplication by its reciprocal (docs/pytorch-numerics.md §3.2)
+        om = np.float64 if dt is float64 else np.float32
+        with np.errstate(all="ignore"):
+            gi = _aten.div_scalar(np.asarray(g, om), n, dt) if n else _store(
+                np.asarray(g, np.float64) / n, dt)
+        return (_expand_back(gi, axes, keepdim, x.shape),)
     return _result(res, dt, (x,), backward, op="mean" if dim is None else "MeanBackward1")
 
 
