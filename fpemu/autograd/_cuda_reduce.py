@@ -292,7 +292,8 @@ def _config(geo, sm_count, storage_offset=0):
 # ------------------------------------------------------------------ kernels
 def _fma_any(a, b, c):
     """fma in the operands' precision (float32: llvm.fma.f32; float64)."""
-    raise NotImplementedError("only called from compiled code")
+    raise NotImplementedError("_fma_any is a Numba overload: call it from a @jit function "
+                              "(from Python: fpemu._jit.fma32 or fpemu._jit.fma)")
 
 
 @overload(_fma_any)
@@ -595,6 +596,22 @@ def _warp_width(n):
 
 
 @jit
+def _warp_sum(v, w, iters):
+    """A row's sum as the persistent softmax kernel takes it: lane l adds
+    elements l, l + w, ... in float32 from 0, then the lanes' XOR butterfly."""
+    n = v.shape[0]
+    s = np.zeros(w, np.float32)
+    for lane in range(w):
+        acc = np.float32(0)
+        for it in range(iters):
+            j = lane + it * w
+            if j < n:
+                acc = np.float32(acc + v[j])
+        s[lane] = acc
+    return _butterfly(s, w)
+
+
+@jit
 def _butterfly(s, w):
     """warp_reduce<Add>: for offset = w/2 .. 1, s[l] = s[l] + s[l ^ offset]."""
     off = w // 2
@@ -626,15 +643,10 @@ def _softmax_fwd_rows(X, log, out):
             v = X[r, j]
             if not (m > v):
                 m = v
-        s = np.zeros(w, np.float32)
-        for lane in range(w):
-            acc = np.float32(0)
-            for it in range(iters):
-                j = lane + it * w
-                if j < n:
-                    acc = np.float32(acc + _exp32(np.float32(X[r, j] - m)))
-            s[lane] = acc
-        total = _butterfly(s, w)
+        e = np.empty(n, np.float32)
+        for j in range(n):
+            e[j] = _exp32(np.float32(X[r, j] - m))
+        total = _warp_sum(e, w, iters)
         if log:
             ls = np.float32(np.log(np.float64(total)))
             for j in range(n):
@@ -656,15 +668,7 @@ def _softmax_bwd_rows(T, Y, log, out):
     w, p2 = _warp_width(n)
     iters = p2 // w
     for r in prange(rows):
-        s = np.zeros(w, np.float32)
-        for lane in range(w):
-            acc = np.float32(0)
-            for it in range(iters):
-                j = lane + it * w
-                if j < n:
-                    acc = np.float32(acc + T[r, j])
-            s[lane] = acc
-        total = _butterfly(s, w)
+        total = _warp_sum(T[r], w, iters)
         for j in range(n):
             y = Y[r, j]
             if log:

@@ -100,27 +100,27 @@ def lerp_(tensors, ends, weight):
     return None
 
 
+def _pointwise_(kernel, name, tensors, tensors1, tensors2, value):
+    """``self <- kernel(self, t1, t2, value)`` over three lists (addcmul /
+    addcdiv), ``value`` a number or one per tensor."""
+    xs = _tensors(tensors, name)
+    a, b = _tensors(tensors1, name), _tensors(tensors2, name)
+    _same_length(xs, a, name)
+    _same_length(xs, b, name)
+    for t, x, y, v in zip(xs, a, b, _per_tensor(value, len(xs), name)):
+        with np.errstate(all="ignore"):
+            t._a = kernel(_om(t), _om(x), _om(y), v, t.dtype)
+    return None
+
+
 def addcmul_(tensors, tensors1, tensors2, value=1):
     """``torch._foreach_addcmul_(self, t1, t2, value | values)``."""
-    xs = _tensors(tensors, "_foreach_addcmul_")
-    a, b = _tensors(tensors1, "_foreach_addcmul_"), _tensors(tensors2, "_foreach_addcmul_")
-    _same_length(xs, a, "_foreach_addcmul_")
-    _same_length(xs, b, "_foreach_addcmul_")
-    for t, x, y, v in zip(xs, a, b, _per_tensor(value, len(xs), "_foreach_addcmul_")):
-        t._a = _aten.addcmul(_om(t), _om(x), _om(y), v, t.dtype)
-    return None
+    return _pointwise_(_aten.addcmul, "_foreach_addcmul_", tensors, tensors1, tensors2, value)
 
 
 def addcdiv_(tensors, tensors1, tensors2, value=1):
     """``torch._foreach_addcdiv_(self, t1, t2, value | values)``."""
-    xs = _tensors(tensors, "_foreach_addcdiv_")
-    a, b = _tensors(tensors1, "_foreach_addcdiv_"), _tensors(tensors2, "_foreach_addcdiv_")
-    _same_length(xs, a, "_foreach_addcdiv_")
-    _same_length(xs, b, "_foreach_addcdiv_")
-    for t, x, y, v in zip(xs, a, b, _per_tensor(value, len(xs), "_foreach_addcdiv_")):
-        with np.errstate(all="ignore"):
-            t._a = _aten.addcdiv(_om(t), _om(x), _om(y), v, t.dtype)
-    return None
+    return _pointwise_(_aten.addcdiv, "_foreach_addcdiv_", tensors, tensors1, tensors2, value)
 
 
 def sqrt(tensors):
