@@ -323,9 +323,32 @@ def _not_emulated(err):
     return isinstance(err, NotImplementedError) or "emulated" in str(err)
 
 
-def _run_sample(op, fn, sample, dtype):
+def _codes_equal(got, want):
+    """(equal, total): how many floating-point elements of the outputs carry
+    the same bit code as torch's (every NaN equal to every NaN; a result of
+    another shape or dtype counts none of its elements equal)."""
+    equal = total = 0
+    for g, w in zip(_flat(got), _flat(want)):
+        if not isinstance(w, torch.Tensor) or not w.is_floating_point():
+            continue
+        b = _np(w)
+        total += b.size
+        if not hasattr(g, "shape") or tuple(g.shape) != tuple(w.shape) or \
+                _dtype_name(g.dtype) != _dtype_name(w.dtype):
+            continue
+        a = _np(g)
+        ua = a.view(np.uint64 if a.dtype == np.float64 else np.uint32)
+        ub = b.view(ua.dtype)
+        equal += int(np.count_nonzero((ua == ub) | (np.isnan(a) & np.isnan(b))))
+    return equal, total
+
+
+def _run_sample(op, fn, sample, dtype, tally=None):
     """None when fpemu agrees (or torch refuses the sample), "not emulated"
-    when fpemu refuses it with its own error, else what is wrong."""
+    when fpemu refuses it with its own error, else what is wrong. ``tally``
+    (a Counter), where given, gains the forward outputs' ``equal`` and
+    ``total`` floating-point elements (:func:`_codes_equal`) of the samples
+    whose values are compared."""
     name = op.name
     exact = _exactness(op, sample)
     rtol = RTOL[dtype]
@@ -358,6 +381,10 @@ def _run_sample(op, fn, sample, dtype):
                  - {type(w.message).__name__ for w in torch_warned})
         if extra:
             return f"warning: fpemu warns ({', '.join(sorted(extra))}) where torch does not"
+        if tally is not None and exact is not None:
+            equal, total = _codes_equal(got, want)
+            tally["equal"] += equal
+            tally["total"] += total
         why = _differ(got, want, exact, rtol, "values")
         if why:
             return why
@@ -427,8 +454,8 @@ def _gradient_noise(op, sample, tgrads, cots):
             for a, b in zip(tgrads, g64)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _without_the_harness_stack_walks():
+@contextlib.contextmanager
+def _harness_stack_walks_off():
     """Two costs of torch's test harness that check nothing here, taken out
     (two thirds of this file's time, the samples unchanged):
 
@@ -451,8 +478,16 @@ def _without_the_harness_stack_walks():
     if not any(m is not None and m.is_available() for m in others):
         mp.setattr(torch.random, "_manual_seed_impl",
                    lambda seed: torch.default_generator.manual_seed(int(seed)))
-    yield
-    mp.undo()
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _without_the_harness_stack_walks():
+    with _harness_stack_walks_off():
+        yield
 
 
 def _ops():
@@ -587,6 +622,81 @@ def coverage_table():
             + "\n".join(lines))
 
 
+#: the OpInfo entries whose values are products of BLAS (MKL) or oneDNN
+#: kernels on torch CPU: their summation order is the library's, held to a
+#: few ulps (the summation-order tier of docs/autograd.md)
+PRODUCTS = {
+    "matmul", "mm", "bmm", "addmm", "addmv", "addbmm", "baddbmm", "addr", "mv", "dot", "vdot",
+    "inner", "outer", "tensordot", "einsum", "chain_matmul", "linalg.multi_dot",
+    "linalg.matmul", "linalg.vecdot", "__rmatmul__", "nn.functional.linear",
+    "nn.functional.bilinear", "nn.functional.conv1d", "nn.functional.conv2d",
+    "nn.functional.conv3d", "nn.functional.conv_transpose1d",
+    "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d",
+    "nn.functional.scaled_dot_product_attention",
+    "nn.functional.multi_head_attention_forward", "cdist", "nn.functional.pairwise_distance",
+}
+
+
+def exact_share(dtypes=DTYPES):
+    """Per OpInfo entry fpemu runs and dtype, how many floating-point
+    elements of the forward outputs (over every sample whose values are
+    compared) carry torch CPU's bit code: {key: {dtype: (equal, total)}}."""
+    share = collections.defaultdict(dict)
+    for op in _ops():
+        fn = _resolve(op)
+        for dtype in dtypes:
+            dt = getattr(torch, dtype)
+            if dt not in op.supported_dtypes("cpu"):
+                continue
+            tally = collections.Counter()
+            with _torch_quiet():
+                samples = list(op.sample_inputs("cpu", dt, requires_grad=False))
+            for sample in samples:
+                _run_sample(op, fn, sample, dtype, tally)
+            share[_key(op)][dtype] = (tally["equal"], tally["total"])
+    return share
+
+
+def _pct(equal, total):
+    return f"{100 * equal / total:.2f} %" if total else "-"
+
+
+def exact_share_table(share):
+    """Markdown: the totals (all entries; those outside the BLAS / oneDNN
+    products) and one row per entry, those with the most differing float32
+    elements first."""
+    def total(dtype, keep=lambda k: True):
+        e = sum(v[dtype][0] for k, v in share.items() if dtype in v and keep(k))
+        t = sum(v[dtype][1] for k, v in share.items() if dtype in v and keep(k))
+        return e, t
+
+    def outside(k):
+        return k.split(".")[0] not in PRODUCTS and k not in PRODUCTS and \
+            k.rsplit(".", 1)[0] not in PRODUCTS
+    lines = ["| | float32 elements | bit for bit | float64 elements | bit for bit |",
+             "|---|---|---|---|---|"]
+    for what, keep in (("every entry", lambda k: True),
+                       ("outside the BLAS / oneDNN products", outside)):
+        e32, t32 = total("float32", keep)
+        e64, t64 = total("float64", keep)
+        lines.append(f"| {what} | {t32} | {_pct(e32, t32)} | {t64} | {_pct(e64, t64)} |")
+    lines += ["", "| op (OpInfo) | float32 elements | bit for bit | float64 elements | "
+              "bit for bit | tier |", "|---|---|---|---|---|---|"]
+
+    def missing(kv):
+        e, t = kv[1].get("float32", (0, 0))
+        e64, t64 = kv[1].get("float64", (0, 0))
+        return (-(t - e), -(t64 - e64), kv[0])
+    names = {_key(op): op.name.rsplit(".", 1)[-1] for op in op_db}
+    for k, v in sorted(share.items(), key=missing):
+        e32, t32 = v.get("float32", (0, 0))
+        e64, t64 = v.get("float64", (0, 0))
+        tier = ("product (summation order)" if not outside(k) else
+                "bit for bit" if names.get(k) in EXACT else "ulps")
+        lines.append(f"| `{k}` | {t32} | {_pct(e32, t32)} | {t64} | {_pct(e64, t64)} | {tier} |")
+    return "\n".join(lines)
+
+
 def test_the_coverage_page_lists_the_ops_fpemu_lacks():
     """docs/opinfo-coverage.md (written by ``python tests/test_opinfo.py
     --table``) names every OpInfo entry fpemu lacks, and no other."""
@@ -616,6 +726,11 @@ def test_the_coverage_page_counts_tensor_methods_and_properties():
     for name in ("T", "mT", "float", "to", "item", "new_zeros", "__radd__", "zero_"):
         assert any(_resolve(op) is not None for op in op_db if op.name == name), name
 
+
+if __name__ == "__main__" and "--exact" in sys.argv:
+    # the bit-exact share alone (minutes): python tests/test_opinfo.py --exact
+    with _harness_stack_walks_off():
+        print(exact_share_table(exact_share()))
 
 if __name__ == "__main__" and "--table" in sys.argv:
     print(f"""# Coverage by PyTorch's op tests
