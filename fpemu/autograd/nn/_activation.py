@@ -11,7 +11,8 @@ from ...errors import FpemuRuntimeError, FpemuValueError
 from ...formats import Format
 from .._autocast import cast_inputs
 from .._common import f64, float_dt, wrap_dim
-from .._core import Tensor, _result, _store, float64, is_float, to_dtype
+from .._core import Tensor, _result, _store, float32, float64, is_float, to_dtype
+from .. import _cpu_math
 from .._cuda_reduce import (
     cuda_softmax_backward, cuda_softmax_forward, persistent_softmax_applies,
 )
@@ -184,8 +185,37 @@ def glu(input, dim=-1):  # noqa: A002
     if input.shape[dim] % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension "
                            f"{wrap_dim(dim, input.ndim)} is size {input.shape[dim]}")
+    if _cpu_exact(input.dtype):
+        return _cpu_glu(input, wrap_dim(dim, input.ndim))
     a, b = input.chunk(2, dim)
     return mul(a, sigmoid(b))
+
+
+def _cpu_exact(dt):
+    """The CPU profile on a float32 / float64 tensor: the forward follows
+    ATen's CPU kernel bit for bit (:mod:`.._cpu_math`)."""
+    return get_profile().cpu and (dt is float32 or dt is float64)
+
+
+def _cpu_glu(x, d):
+    """glu as ``glu_kernel`` (Activation.cpp) computes it over the halves'
+    strided views (:func:`.._cpu_math.glu`); the backward, ``g * s`` and
+    ``g * a * s * (1 - s)`` with ``s = sigmoid(b)``, in float64 rounded once."""
+    dt = x.dtype
+    M = x.shape[d] // 2
+    X = x._data
+    lo = tuple(slice(0, M) if k == d else slice(None) for k in range(X.ndim))
+    hi = tuple(slice(M, 2 * M) if k == d else slice(None) for k in range(X.ndim))
+    with np.errstate(all="ignore"):
+        res = _cpu_math.glu(X[lo], X[hi])
+
+    def backward(g):
+        A, B = X[lo].astype(np.float64), X[hi].astype(np.float64)
+        G = g.astype(np.float64)
+        with np.errstate(all="ignore"):
+            s = 1 / (1 + np.exp(-B))
+            return (_store(np.concatenate([G * s, G * A * s * (1 - s)], axis=d), dt),)
+    return _result(res, dt, (x,), backward, saved=(x,), op="glu")
 
 
 # ------------------------------------------------------------------- softmax
