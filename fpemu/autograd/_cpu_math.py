@@ -340,3 +340,139 @@ def glu(a, b):
     input, their strides deciding the vector rows)."""
     mask = elementwise_mask(a.shape, (a, b), a.itemsize)
     return _run(_glu, a.shape, a.dtype, a, b, mask=mask)
+
+
+# ----------------------------------------------------------------- softmax
+@jit
+def _lane_sum(e, lanes, tree):
+    """``vec::reduce_all`` / ``map_reduce_all`` with ``+`` over a row
+    (functional_base.h): under ``lanes`` elements the lane-0 sum in order;
+    else ``lanes`` accumulators (element j into lane j % lanes, the last
+    partial vector into its first lanes), then ``VecReduceAllSIMD``: for
+    float32 the butterfly (lane i plus lane i ^ k, k = lanes / 2 ... 1), for
+    float64 lane 0 plus lanes 1, 2, ... in order."""
+    n = e.size
+    if n < lanes:
+        s = e[0]
+        for j in range(1, n):
+            s = s + e[j]
+        return s
+    acc = e[:lanes].copy()
+    for j in range(lanes, n):
+        acc[j % lanes] = acc[j % lanes] + e[j]
+    if tree:
+        k = lanes // 2
+        while k >= 1:
+            nxt = acc.copy()
+            for i in range(lanes):
+                nxt[i] = acc[i] + acc[i ^ k]
+            acc = nxt
+            k //= 2
+        return acc[0]
+    s = acc[0]
+    for i in range(1, lanes):
+        s = s + acc[i]
+    return s
+
+
+@jit
+def _softmax_lastdim(x, lanes, tree, out):
+    """``_vec_softmax_lastdim`` on rows (SoftMaxKernel.cpp): the max, ``exp(x
+    - max)`` by ``vec::map`` (SLEEF for every element, the partial vector
+    too), their lane sum, ``x * (1 / sum)``."""
+    one = x.dtype.type(1)
+    for r in range(x.shape[0]):
+        row = x[r]
+        m = row[0]
+        for j in range(1, row.size):
+            v = row[j]
+            if v != v or m != m:
+                m = v if v != v else m
+            elif v > m:
+                m = v
+        e = np.empty(row.size, x.dtype)
+        for j in range(row.size):
+            e[j] = vexp(row[j] - m)
+        inv = one / _lane_sum(e, lanes, tree)
+        for j in range(row.size):
+            out[r, j] = e[j] * inv
+
+
+@jit
+def _softmax_inner(x, vec, out):
+    """``_vec_softmax`` (a dim that is not the last; x: outer, dim, inner):
+    per (outer, inner) position the max over the dim, ``exp(x - max)`` (SLEEF
+    where ``vec`` marks the position as a vector lane, else libm), their sum
+    from 0 in order, ``e / sum``."""
+    zero = x.dtype.type(0)
+    for o in range(x.shape[0]):
+        for i in range(x.shape[2]):
+            m = x[o, 0, i]
+            for d in range(1, x.shape[1]):
+                v = x[o, d, i]
+                if v != v or m != m:
+                    m = v if v != v else m
+                elif v > m:
+                    m = v
+            s = zero
+            for d in range(x.shape[1]):
+                e = vexp(x[o, d, i] - m) if vec[o, i] else sexp(x[o, d, i] - m)
+                out[o, d, i] = e
+                s = s + e
+            for d in range(x.shape[1]):
+                out[o, d, i] = out[o, d, i] / s
+
+
+def _softmax_vector_positions(outer, inner, dim_size, lanes, threads):
+    """Which (outer, inner) positions ``_vec_softmax`` runs as vector lanes:
+    ``parallel_for`` over the outer * inner positions, in a task's range a
+    position starts a vector of ``lanes`` when the vector stays inside its
+    row of inner positions and inside the range, else the rest of the row
+    (or of the range) is scalar. Measured on torch 2.13 (one and two
+    threads): the range is cut into ``threads`` equal tasks whatever its
+    size (the source's grain, ``GRAIN_SIZE / dim_size``, does not keep a
+    small softmax on one thread); ``dim_size`` is kept for that grain."""
+    n = outer * inner
+    vec = np.zeros(n, bool)
+    if threads > 1 and n > 1:
+        tasks = min(threads, n)
+        chunk = -(-n // tasks)
+        bounds = [(b, min(n, b + chunk)) for b in range(0, n, chunk)]
+    else:
+        bounds = [(0, n)]
+    for begin, end in bounds:
+        idx = begin
+        while idx < end:
+            col = idx % inner
+            if col + lanes <= inner and idx + lanes <= end:
+                vec[idx:idx + lanes] = True
+                idx += lanes
+            else:
+                idx += (end - idx) if idx + lanes > end else (inner - col)
+    return vec.reshape(outer, inner)
+
+
+def softmax(x, dim):
+    """ATen's CPU softmax of a float32 / float64 array along ``dim``
+    (``softmax_lastdim_kernel_impl`` / ``softmax_kernel_impl``)."""
+    prof = get_profile()
+    lanes = prof.cpu_lanes(x.itemsize)
+    X = np.ascontiguousarray(x)
+    if X.ndim == 0:
+        X = X.reshape(1)
+        dim = 0
+    if X.size == 0:
+        return np.empty(x.shape, x.dtype)
+    shape = X.shape
+    if dim == X.ndim - 1:
+        rows = X.reshape(-1, shape[-1])
+        out = np.empty(rows.shape, X.dtype)
+        run_kernel(_softmax_lastdim, rows, lanes, X.dtype == np.float32, out, inputs=1)
+        return out.reshape(x.shape)
+    outer = int(np.prod(shape[:dim], dtype=np.int64))
+    inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
+    X3 = X.reshape(outer, shape[dim], inner)
+    vec = _softmax_vector_positions(outer, inner, shape[dim], lanes, prof.cpu_threads)
+    out = np.empty(X3.shape, X.dtype)
+    run_kernel(_softmax_inner, X3, vec, out, inputs=2)
+    return out.reshape(x.shape)

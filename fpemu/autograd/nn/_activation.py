@@ -261,7 +261,8 @@ def _cuda_rows(x, dt, d):
 def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output.
 
-    Under the CPU profile a bfloat16 / float16 input follows ATen's CPU
+    Under the CPU profile float32 and float64 follow ATen's CPU kernels bit
+    for bit (:func:`.._cpu_math.softmax`); a bfloat16 / float16 input follows ATen's CPU
     kernels (bit for bit on torch 2.13 CPU): the exponentials and their sum
     in float32, along the last dim ``e * (1 / sum)``, along another dim as
     :func:`_cpu_softmax_inner` says. The backward reads the stored output:
@@ -271,16 +272,10 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     if rows is not None:
         return _cuda_softmax(x, dt, rows, False)
     with np.errstate(all="ignore"):
-        e = np.exp(X - X.max(axis=d, keepdims=True, initial=-np.inf))
-        if get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
-            e32 = e.astype(np.float32)
-            if d == x.ndim - 1:
-                s32 = e32.astype(np.float64).sum(axis=d, keepdims=True).astype(np.float32)
-                Y = e32 * (np.float32(1) / s32)
-            else:
-                Y = _cpu_softmax_inner(e32, d, dt)
+        if _cpu_exact(dt):
+            Y = _cpu_math.softmax(x._data, 0 if d is None else d)
         else:
-            Y = e / e.sum(axis=d, keepdims=True)
+            Y = _softmax_values(x, dt, d, X)
     res = _store(Y, dt)
 
     def backward(g):
@@ -295,6 +290,20 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
                 S = (G * Yo).sum(axis=d, keepdims=True).astype(om).astype(np.float64)
             return (_store(Yo * (G - S), dt),)
     return _result(res, dt, (x,), backward, saved=("out",), op="softmax")
+
+
+def _softmax_values(x, dt, d, X):
+    """softmax's values in float64 (``X``: the input in float64), except
+    that under the CPU profile a 16-bit tensor keeps the exponentials and
+    their sum in float32 as ATen's CPU kernels do."""
+    e = np.exp(X - X.max(axis=d, keepdims=True, initial=-np.inf))
+    if get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
+        e32 = e.astype(np.float32)
+        if d == x.ndim - 1:
+            s32 = e32.astype(np.float64).sum(axis=d, keepdims=True).astype(np.float32)
+            return e32 * (np.float32(1) / s32)
+        return _cpu_softmax_inner(e32, d, dt)
+    return e / e.sum(axis=d, keepdims=True)
 
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
