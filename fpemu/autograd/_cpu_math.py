@@ -476,3 +476,18 @@ def softmax(x, dim):
     out = np.empty(X3.shape, X.dtype)
     run_kernel(_softmax_inner, X3, vec, out, inputs=2)
     return out.reshape(x.shape)
+
+
+# ------------------------------------------------------------- activations
+def hardsigmoid(x):
+    """``hardsigmoid_kernel``: ``min(max(x + 3, 0), 6) / 6``, each step in
+    the dtype (the same in the vector body and the tail)."""
+    t = x.dtype.type
+    return np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6)
+
+
+def hardswish(x):
+    """``hardswish_kernel``: ``x * min(max(x + 3, 0), 6) / 6``, each step in
+    the dtype, left to right."""
+    t = x.dtype.type
+    return x * np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6)

@@ -54,12 +54,33 @@ def softplus(x, beta=1.0, threshold=20.0):
     return _unary("softplus", x, fwd, bwd)
 
 
-def _activation(name, x, fwd, bwd, inplace=False, autocast=False):
+def _activation(name, x, fwd, bwd, inplace=False, autocast=False, cpu=None):
     """An elementwise activation through ``_unary`` (float64, one rounding),
-    or written into ``x`` with ``inplace``."""
+    or written into ``x`` with ``inplace``. ``cpu``: instead of ``fwd``, the
+    model of ATen's CPU kernel on the tensor's float32 / float64 values
+    (:mod:`.._cpu_math`); the backward stays ``bwd`` in float64."""
+    def run(v):
+        if cpu is None:
+            return _unary(name, v, fwd, bwd, autocast=autocast)
+        return _cpu_unary(name, v, cpu, bwd)
     if inplace:
-        return apply_inplace(x, lambda v: _unary(name, v, fwd, bwd, autocast=autocast))
-    return _unary(name, x, fwd, bwd, autocast=autocast)
+        return apply_inplace(x, run)
+    return run(x)
+
+
+def _cpu_unary(name, x, kernel, bwd):
+    """``kernel(x's values)`` as the output; the gradient ``bwd(g, x, y)`` in
+    float64, rounded once (as :func:`_unary`)."""
+    dt = x.dtype
+    with np.errstate(all="ignore"):
+        res = kernel(x._data)
+    X = x._data
+
+    def backward(g):
+        with np.errstate(all="ignore"):
+            return (_store(bwd(g.astype(np.float64), X.astype(np.float64),
+                               res.astype(np.float64)), dt),)
+    return _result(res, dt, (x,), backward, saved=(x,), op=name, stored=True)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):  # noqa: A002
@@ -137,18 +158,28 @@ def hardsigmoid(input, inplace=False):  # noqa: A002
     """relu6(x + 3) / 6."""
     # the backward multiplies by ATen's one_sixth, 1.0f / 6.0f (float32's, for
     # float64 tensors too)
+    if _cpu_exact(input.dtype):
+        return _activation("hardsigmoid", input, None, _hardsigmoid_grad, inplace,
+                           cpu=_cpu_math.hardsigmoid)
     return _activation("hardsigmoid", input, lambda v: np.clip(v + 3.0, 0.0, 6.0) / 6.0,
-                       lambda g, v, y: np.where((v > -3) & (v < 3),
-                                                g * float(np.float32(1) / np.float32(6)), 0.0),
-                       inplace)
+                       _hardsigmoid_grad, inplace)
+
+
+def _hardsigmoid_grad(g, v, y):
+    return np.where((v > -3) & (v < 3), g * float(np.float32(1) / np.float32(6)), 0.0)
 
 
 def hardswish(input, inplace=False):  # noqa: A002
     """x * relu6(x + 3) / 6."""
+    if _cpu_exact(input.dtype):
+        return _activation("hardswish", input, None, _hardswish_grad, inplace,
+                           cpu=_cpu_math.hardswish)
     return _activation("hardswish", input, lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0,
-                       lambda g, v, y: np.where(v < -3, 0.0,
-                                                np.where(v <= 3, g * (2 * v + 3) / 6.0, g)),
-                       inplace)
+                       _hardswish_grad, inplace)
+
+
+def _hardswish_grad(g, v, y):
+    return np.where(v < -3, 0.0, np.where(v <= 3, g * (2 * v + 3) / 6.0, g))
 
 
 def tanhshrink(input):  # noqa: A002
