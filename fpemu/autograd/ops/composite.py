@@ -19,8 +19,9 @@ from .._core import (
     _result, _store, _sum_to, bool_, float32, int64, is_float, result_type, Size, Tensor,
 )
 from .._common import wrap_dim
+from .._profile import get_profile
 from .elementwise import bitwise_xor, clone, div, isnan, lerp, logical_not, mul, sub, where
-from .reduce import _values_indices, mean, norm, sort, std, sum as _sum, var
+from .reduce import _sum_impl, _values_indices, mean, norm, sort, std, sum as _sum, var
 from .shape import cat, flip, gather, movedim, narrow, repeat, stack, transpose, unsqueeze
 from .creation import empty, full
 from .inplace import write_out
@@ -146,10 +147,14 @@ def combinations(input, r=2, with_replacement=False):  # noqa: A002
 
 
 def nansum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
-    """The sum with NaNs counted as zero (their gradient is zero)."""
+    """The sum with NaNs counted as zero (their gradient is zero): under the
+    CPU profile ATen's nansum kernel (cascade_sum loading NaN as 0, in the
+    input's layout), else the sum of the NaN-free tensor."""
     _tensor("nansum", input)
     if not is_float(input.dtype):
         return _sum(input, dim, keepdim, dtype=dtype)
+    if get_profile().cpu:
+        return _sum_impl(input, dim, keepdim, dtype, nan=True)
     return _sum(where(isnan(input), 0.0, input), dim, keepdim, dtype=dtype)
 
 

@@ -4,10 +4,13 @@ Under the CUDA profile ``sum``, ``mean`` and the 1- and 2-norms add in float32
 (float64 for float64 tensors) in the order of ATen's CUDA reduction kernel
 (``aten/src/ATen/native/cuda/Reduce.cuh``, modelled in
 :mod:`fpemu.autograd._cuda_reduce`; ``docs/pytorch-numerics.md`` §6.1) and round
-the accumulator once to the output dtype. Under the CPU profile, and for the
-other reductions (var, std, prod, logsumexp, the other norms), the sum is taken
-in float64 and rounded once (tier 2 where the device adds in float32,
-``docs/autograd.md``). Max, min, argmax, topk and sort are exact.
+the accumulator once to the output dtype. Under the CPU profile ``sum``,
+``mean`` and ``nansum`` add in float32 (float64) in the order of ATen's CPU
+``cascade_sum`` (:mod:`fpemu.autograd._cpu_reduce`, §6.2), for the tensor's
+layout, the profile's capability and thread count. The other reductions (var,
+std, prod, logsumexp, the other norms) take the sum in float64 and round once
+(tier 2 where the device adds in float32, ``docs/autograd.md``). Max, min,
+argmax, topk and sort are exact.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import numpy as np
 from .. import _aten
 from .._autocast import cast_inputs
 from .._core import (
-    Tensor, _named, _result, _store, bool_, float64, int64, is_float, to_dtype,
+    Tensor, _named, _result, _store, bfloat16, bool_, float16, float32, float64, int64,
+    is_float, to_dtype,
 )
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._common import f64, wrap_dim
+from .._cpu_reduce import cpu_sum
 from .._cuda_reduce import cuda_mean, cuda_norm, cuda_sum
 from .._profile import get_profile
 from .elementwise import _tensor_args, maximum, minimum, sqrt
@@ -58,14 +63,32 @@ def _cuda():
     return get_profile().device == "cuda"
 
 
+def _cpu_sum(x, axes, keepdim, nan=False):
+    """The CPU profile's sum of a floating tensor: ATen's cascade_sum order
+    (:func:`fpemu.autograd._cpu_reduce.cpu_sum`), stored in the tensor's
+    dtype (a bfloat16 / float16 sum rounds as torch's kernel does)."""
+    p = get_profile()
+    data = x._data
+    half = "bfloat16" if x.dtype is bfloat16 else "float16" if x.dtype is float16 else None
+    res = cpu_sum(data, axes, keepdim, threads=p.cpu_threads, capability=p.cpu_capability,
+                  nan=nan, dtype=half)
+    return _store(res, x.dtype) if half is None else res
+
+
 def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch's name
-    """Sum rounded once to the output dtype: under the CUDA profile in
-    float32 (float64 for float64) in the order of ATen's CUDA kernel
-    (:func:`fpemu.autograd._cuda_reduce.cuda_sum`), under the CPU profile in
-    float64. Integer and bool inputs sum to int64. Under autocast the op runs
-    with dtype=float32 (fp32 output)."""
+    """Sum: under the CUDA profile in float32 (float64 for float64) in the
+    order of ATen's CUDA kernel (:func:`fpemu.autograd._cuda_reduce.cuda_sum`),
+    rounded once to the output dtype; under the CPU profile in ATen's CPU
+    order (:func:`fpemu.autograd._cpu_reduce.cpu_sum`). Integer and bool
+    inputs sum to int64. Under autocast the op runs with dtype=float32 (fp32
+    output)."""
+    return _sum_impl(x, dim, keepdim, dtype, nan=False)
+
+
+def _sum_impl(x, dim, keepdim, dtype, nan):
+    """sum, and nansum's CPU kernel (``nan``: NaN loaded as 0; its gradient 0)."""
     if dtype is None:
-        (x,) = cast_inputs("sum", x)
+        (x,) = cast_inputs("nansum" if nan else "sum", x)
     else:
         x = to_dtype(x, dtype)
     dt = x.dtype if is_float(x.dtype) else int64
@@ -76,11 +99,16 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch's name
     if _cuda():
         res = cuda_sum(x._data, axes, keepdim, dt)
     else:
-        res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim), dt)
+        res = _cpu_sum(x, axes, keepdim, nan)
 
     def backward(g):
-        return (_expand_back(g, axes, keepdim, x.shape),)
-    return _result(res, dt, (x,), backward, op="sum" if dim is None else "SumBackward1")
+        gi = _expand_back(g, axes, keepdim, x.shape)
+        if nan:
+            gi = np.where(np.isnan(x._data), np.zeros((), gi.dtype), gi)
+        return (gi,)
+    name = ("nansum" if dim is None else "NansumBackward0") if nan else (
+        "sum" if dim is None else "SumBackward1")
+    return _result(res, dt, (x,), backward, op=name)
 
 
 def mean(x, dim=None, keepdim=False, dtype=None):
@@ -98,6 +126,13 @@ def mean(x, dim=None, keepdim=False, dtype=None):
     n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
     if _cuda() and x._data.size:
         res = cuda_mean(x._data, axes, keepdim, dt)
+    elif x._data.size:
+        # ReduceOps.cpp mean_out on CPU: the sum (16-bit tensors: of a float32
+        # copy, in float32) divided by the count, then stored in the dtype
+        xs = x if dt in (float32, float64) else to_dtype(x, float32)
+        om = np.float64 if dt is float64 else np.float32
+        with np.errstate(all="ignore"):
+            res = _store(_cpu_sum(xs, axes, keepdim) / om(n), dt)
     else:
         with np.errstate(all="ignore"):
             res = _store(np.sum(f64(x), axis=axes, keepdims=keepdim) / n, dt)

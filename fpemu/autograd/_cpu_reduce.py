@@ -1,0 +1,463 @@
+"""ATen's CPU sum in its order: float32 adds as ``cascade_sum`` makes them.
+
+torch CPU sums a float32 tensor in float32 (float64 in float64), not once in a
+wider type: ``aten/src/ATen/native/cpu/SumKernel.cpp`` (``cascade_sum``) adds in
+an order fixed by the TensorIterator's shape and strides, the vector width of
+the kernel's instruction set and the thread count. This module computes that
+order and adds in it (``docs/pytorch-numerics.md`` §6.2 states it in words).
+
+The model, step by step (torch 2.13; paths under ``aten/src/ATen/``):
+
+* **The iterator** (``TensorIterator.cpp`` ``reorder_dimensions``,
+  ``coalesce_dimensions``): reduced dims first, sorted by the input's
+  strides; kept dims by the (contiguous) output's; neighbours merged where
+  the strides allow (:func:`fpemu.autograd._cuda_reduce.geometry`, shared
+  with the CUDA model).
+* **The threads** (``TensorIteratorReduce.cpp`` ``parallel_reduce``): under
+  ``GRAIN_SIZE`` = 32768 input elements, or with one thread, one serial walk.
+  Otherwise a full reduction (one output) is ``two_pass_reduction``: the
+  walk's linear range is cut into ``ceil(numel / threads)`` pieces (OpenMP's
+  ``at::parallel_for``), each summed into its own buffer row, and the rows
+  are then summed by the same kernel. Other reductions are
+  ``parallel_dim_reduction``: the outermost kept dim at least as long as the
+  thread count (else the longest) is cut into ``ceil(cols / threads)``
+  columns per thread, rounded down to 128-byte multiples when the columns are
+  adjacent in memory.
+* **The walk** (``TensorIteratorInternal.h`` ``serial_for_each`` and
+  ``DimCounter``): the 2-d loop is called on blocks of the two fastest dims,
+  the first and last block of a range possibly partial.
+* **The 2-d loop** (``SumKernel.cpp`` ``cascade_sum``): with the reduced dim
+  first, a contiguous inner reduction takes vectors (``vectorized_inner_sum``:
+  per row a vector ``row_sum`` of the whole vectors, then the leftover
+  elements into a scalar, then the vector's lanes in order), a contiguous
+  outer reduction takes 4 vectors of outputs at a time, then single vectors,
+  then single columns (``vectorized_outer_sum``), and strided ones the scalar
+  twins (``scalar_inner_sum``, ``scalar_outer_sum``). Each result is added
+  to the output (``CastStoreAccumulate``: ``out += sum``; the output starts
+  at +0).
+* **The cascade** (``multi_row_sum``): four levels of accumulators; every
+  ``2**p`` elements (``p = max(4, ceil(log2(n)) / 4)``) level 0 is added into
+  level 1, and so on up while the count is a multiple of the next power;
+  the levels are added at the end. ``row_sum`` runs it over 4 interleaved
+  accumulators (``ilp_factor``), adds the elements left over into the first,
+  then the other three into it.
+
+Vector widths: ``SumKernel.cpp`` registers its kernels with
+``REGISTER_DISPATCH``, which in the AVX512 build of a kernel file registers
+nothing (``native/DispatchStub.h``): on an AVX512 CPU the AVX2 kernel runs.
+So the sum takes 8 float32 / 4 float64 lanes under AVX512, AVX2 and the
+default build (``Vectorized``'s 32-byte base) alike (:func:`lanes_of`);
+measured with FPRev on torch 2.13 under AVX512 and AVX2. ``nansum`` is the
+same kernel with NaN loaded as 0 (``ignore_nan``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._jit import jit, run_kernel
+from ..errors import FpemuValueError
+from ._cuda_reduce import geometry
+
+#: ``at::internal::GRAIN_SIZE``: below it a reduction runs on one thread
+GRAIN_SIZE = 32768
+#: ``multi_row_sum``'s levels and ``row_sum``'s interleave
+NUM_LEVELS = 4
+ILP = 4
+
+
+@jit
+def _ceil_log2(x):
+    """``utils::CeilLog2`` (cpu/utils.h): 1 for x <= 2, else ceil(log2(x))."""
+    if x <= 2:
+        return 1
+    n = 0
+    v = x - 1
+    while v > 0:
+        v >>= 1
+        n += 1
+    return n
+
+
+@jit
+def _load(X, i, nan, zero, pair):
+    """One lane's load: ``X[i]`` (0 for NaN under nansum); with ``pair`` the
+    16-bit vector loads' ``X[i] + X[i + pair]`` (``InnerSumCastLoadPolicy``:
+    the two float halves of a bfloat16 / float16 vector added)."""
+    v = X[i]
+    if nan and v != v:
+        v = zero
+    if pair:
+        w = X[i + pair]
+        if nan and w != w:
+            w = zero
+        v = v + w
+    return v
+
+
+@jit
+def _round16(v, kind):
+    """float32 ``v`` rounded to bfloat16 (kind 1) or float16 (kind 2), to
+    nearest even, as a float32 (kind 0: unchanged)."""
+    if kind == 0 or v != v or v == 0 or math.isinf(v):
+        return v
+    p, emin, top = (8, -126, 3.3895313892515355e38) if kind == 1 else (11, -14, 65504.0)
+    m, ex = math.frexp(np.float64(v))
+    e = ex - 1
+    if e < emin:
+        e = emin
+    q = math.ldexp(1.0, e - (p - 1))
+    r = np.rint(np.float64(v) / q) * q
+    if abs(r) > top:
+        r = math.copysign(math.inf, r)
+    return np.float32(r)
+
+
+@jit
+def _store(Y, i, s, kind):
+    """``CastStoreAccumulate``: ``out += s`` in the output's dtype."""
+    Y[i] = _round16(Y[i] + s, kind)
+
+
+@jit
+def _multi_row_sum(X, base, row_stride, cols, size, nan, zero, acc, res, pair=0):
+    """``multi_row_sum``: len(cols) accumulators over ``size`` rows (row i of
+    accumulator k at ``base + i * row_stride + cols[k]``); ``acc`` a (4, K)
+    scratch; the sums into ``res[:K]``."""
+    K = cols.shape[0]
+    for j in range(NUM_LEVELS):
+        for k in range(K):
+            acc[j, k] = zero
+    power = _ceil_log2(size) // NUM_LEVELS
+    if power < 4:
+        power = 4
+    step = 1 << power
+    mask = step - 1
+    i = 0
+    while i + step <= size:
+        for _ in range(step):
+            b = base + i * row_stride
+            for k in range(K):
+                acc[0, k] += _load(X, b + cols[k], nan, zero, pair)
+            i += 1
+        for j in range(1, NUM_LEVELS):
+            for k in range(K):
+                acc[j, k] += acc[j - 1, k]
+                acc[j - 1, k] = zero
+            if (i & (mask << (j * power))) != 0:
+                break
+    while i < size:
+        b = base + i * row_stride
+        for k in range(K):
+            acc[0, k] += _load(X, b + cols[k], nan, zero, pair)
+        i += 1
+    for j in range(1, NUM_LEVELS):
+        for k in range(K):
+            acc[0, k] += acc[j, k]
+    for k in range(K):
+        res[k] = acc[0, k]
+
+
+@jit
+def _row_sum(X, base, stride, size, lanes, nan, zero, acc, res, pair=0):
+    """``row_sum``: the cascade over ``ILP`` interleaved accumulators of
+    ``L = len(lanes)`` lanes each (element i, lane l at ``base + i * stride +
+    lanes[l]``), the leftover rows into the first, then the others into it;
+    the L sums into ``res[:L]``."""
+    L = lanes.shape[0]
+    cols = np.empty(ILP * L, np.int64)
+    for r in range(ILP):
+        for lane in range(L):
+            cols[r * L + lane] = r * stride + lanes[lane]
+    size_ilp = size // ILP
+    part = np.empty(ILP * L, res.dtype)
+    _multi_row_sum(X, base, stride * ILP, cols, size_ilp, nan, zero, acc, part, pair)
+    for i in range(size_ilp * ILP, size):
+        for lane in range(L):
+            part[lane] += _load(X, base + i * stride + lanes[lane], nan, zero, pair)
+    for r in range(1, ILP):
+        for lane in range(L):
+            part[lane] += part[r * L + lane]
+    for lane in range(L):
+        res[lane] = part[lane]
+
+
+@jit
+def _loop2d(X, xo, si0, si1, Y, oo, so0, so1, size0, size1, L, vmin, half, nan, zero, kind):
+    """``cascade_sum``'s 2-d loop on a block of ``size0 x size1`` elements
+    (strides in elements; ``so`` the output's, 0 on a reduced dim). ``L``:
+    the accumulator's lanes; ``vmin``: the input vector's (``vec_t::size()``,
+    which decides the vector paths); ``half``: the 16-bit input's layout in a
+    vector load (0: a float32 / float64 input; 1: lane l adds elements l and
+    l + L, the bfloat16 / float16 specialisations; 2: lane l adds elements 2l
+    and 2l + 1, the generic ``load_reduce_vec``); ``kind``: the output's
+    rounding (:func:`_round16`)."""
+    if so0 != 0 and so1 == 0:                       # the reduced dim first
+        si0, si1 = si1, si0
+        so0, so1 = so1, so0
+        size0, size1 = size1, size0
+    if so0 != 0 and so1 != 0:                       # not a reduction: out += in
+        for j in range(size1):
+            for i in range(size0):
+                a = Y[oo + j * so1 + i * so0]
+                b = X[xo + j * si1 + i * si0]
+                if nan:
+                    if a != a:
+                        a = zero
+                    if b != b:
+                        b = zero
+                Y[oo + j * so1 + i * so0] = _round16(a + b, kind)
+        return
+    acc = np.empty((NUM_LEVELS, ILP * 4 * L), Y.dtype)
+    res = np.empty(4 * L, Y.dtype)
+    one = np.zeros(1, np.int64)
+    lanes = np.arange(L)
+    if si0 == 1 and size0 >= vmin:                  # vectorized_inner_sum
+        pair = 0
+        width = L
+        if half == 1:
+            pair, width = L, 2 * L
+        elif half == 2:
+            pair, width = 1, 2 * L
+            lanes = lanes * 2
+        nvec = size0 // width
+        for j in range(size1):
+            row = xo + j * si1
+            _row_sum(X, row, width, nvec, lanes, nan, zero, acc, res, pair)
+            s = zero
+            for k in range(nvec * width, size0):
+                s += _load(X, row + k, nan, zero, 0)
+            for lane in range(L):
+                s += res[lane]
+            _store(Y, oo + j * so1, s, kind)
+    elif si1 == 1 and size1 >= vmin:                # vectorized_outer_sum
+        cols = np.arange(4 * L)
+        j = 0
+        while j + 4 * L <= size1:
+            _multi_row_sum(X, xo + j, si0, cols, size0, nan, zero, acc, res)
+            for k in range(4 * L):
+                _store(Y, oo + (j + k) * so1, res[k], kind)
+            j += 4 * L
+        while j + L <= size1:
+            _row_sum(X, xo + j, si0, size0, lanes, nan, zero, acc, res)
+            for k in range(L):
+                _store(Y, oo + (j + k) * so1, res[k], kind)
+            j += L
+        while j < size1:
+            _row_sum(X, xo + j, si0, size0, one, nan, zero, acc, res)
+            _store(Y, oo + j * so1, res[0], kind)
+            j += 1
+    elif si0 < si1:                                 # scalar_inner_sum
+        for j in range(size1):
+            _row_sum(X, xo + j * si1, si0, size0, one, nan, zero, acc, res)
+            _store(Y, oo + j * so1, res[0], kind)
+    else:                                           # scalar_outer_sum
+        cols = np.arange(4) * si1
+        j = 0
+        while j + 3 < size1:
+            _multi_row_sum(X, xo + j * si1, si0, cols, size0, nan, zero, acc, res)
+            for k in range(4):
+                _store(Y, oo + (j + k) * so1, res[k], kind)
+            j += 4
+        while j < size1:
+            _row_sum(X, xo + j * si1, si0, size0, one, nan, zero, acc, res)
+            _store(Y, oo + j * so1, res[0], kind)
+            j += 1
+
+
+@jit
+def _serial_for_each(X, x0, sin, Y, o0, sout, shape, begin, end, L, vmin, half, nan, zero,
+                     kind):
+    """``serial_for_each`` over the linear range [begin, end) of the
+    iterator (``DimCounter``: blocks of the two fastest dims)."""
+    if end <= begin:
+        return
+    ndim = shape.shape[0]
+    if ndim <= 1:
+        si0 = sin[0] if ndim == 1 else 0
+        so0 = sout[0] if ndim == 1 else 0
+        _loop2d(X, x0 + begin * si0, si0, 0, Y, o0 + begin * so0, so0, 0, end - begin, 1,
+                L, vmin, half, nan, zero, kind)
+        return
+    values = np.zeros(ndim, np.int64)
+    linear = begin
+    for d in range(ndim):
+        if shape[d] > 0:
+            values[d] = linear % shape[d]
+            linear //= shape[d]
+    offset = begin
+    while offset < end:
+        xo = x0
+        oo = o0
+        for d in range(ndim):
+            xo += values[d] * sin[d]
+            oo += values[d] * sout[d]
+        step0 = min(shape[0] - values[0], end - offset)
+        step1 = 1
+        if step0 == shape[0]:
+            step1 = min(shape[1] - values[1], (end - offset) // shape[0])
+        _loop2d(X, xo, sin[0], sin[1], Y, oo, sout[0], sout[1], step0, step1, L, vmin, half,
+                nan, zero, kind)
+        offset += step0 * step1
+        overflow = step0
+        i = 0
+        if step1 != 1:
+            i = 1
+            overflow = step1
+        while i < ndim and overflow > 0:
+            v = values[i] + overflow
+            if v >= shape[i]:
+                overflow = 1
+                v -= shape[i]
+            else:
+                overflow = 0
+            values[i] = v
+            i += 1
+
+
+def _div_up(a, b):
+    return -(-a // b)
+
+
+def _flat_storage(a):
+    """A 1-d view of the memory from ``a``'s first element to its last (all
+    strides non-negative multiples of the item size)."""
+    span = 1 + sum((n - 1) * (s // a.itemsize) for n, s in zip(a.shape, a.strides)) \
+        if a.size else 0
+    return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,),
+                                           writeable=False)
+
+
+def lanes_of(capability, itemsize, avx512_kernel=False):
+    """Elements per ``Vectorized`` of the kernel that runs: 64 bytes for a
+    kernel registered with ``ALSO_REGISTER_AVX512_DISPATCH`` under AVX512
+    (``avx512_kernel``), else 32 (AVX2's, which an AVX512 CPU runs for a
+    ``REGISTER_DISPATCH`` kernel, and the default build's)."""
+    avx512 = str(capability).upper().startswith("AVX512") and avx512_kernel
+    return (64 if avx512 else 32) // itemsize
+
+
+#: the 16-bit dtypes a sum may keep (their values held in float32 arrays)
+_KIND = {None: 0, "bfloat16": 1, "float16": 2}
+
+
+def cpu_sum(array, axes=None, keepdims=False, *, threads=1, capability="AVX512", nan=False,
+            dtype=None):
+    """``torch.sum`` (``nan=True``: ``torch.nansum``) on torch CPU, in
+    ``cascade_sum``'s order for the array's layout (its strides are the
+    tensor's), ``threads`` (``torch.get_num_threads()``) and ``capability``
+    (``torch.backends.cpu.get_cpu_capability()``).
+
+    ``array``: float32 or float64 values; ``dtype`` "bfloat16" / "float16":
+    the tensor is of that dtype (its values in a float32 array) and so is the
+    sum. Such a sum accumulates in float32 and rounds each store to the dtype
+    (``CastStoreAccumulate``), except where the iterator's two fastest dims
+    are both reduced: torch then sums a float32 copy and rounds once
+    (``ReduceOps.cpp`` ``should_use_acc_buffer``). Returns an array of the
+    input's dtype (float32 holding 16-bit values), of the reduced shape."""
+    a = np.asarray(array)
+    if a.dtype not in (np.float32, np.float64):
+        raise FpemuValueError(f"cpu_sum: expected a float32 or float64 array (the values of a "
+                              f"floating tensor), got {a.dtype}; convert it first")
+    if dtype not in _KIND or (dtype is not None and a.dtype != np.float32):
+        raise FpemuValueError(f"cpu_sum: dtype must be None, 'bfloat16' or 'float16' (with "
+                              f"the values in a float32 array), got {dtype!r} for a {a.dtype} "
+                              "array")
+    if threads < 1:
+        raise FpemuValueError(f"cpu_sum: threads must be >= 1 (torch.get_num_threads()), got "
+                              f"{threads}")
+    ndim = a.ndim
+    if axes is None:
+        axes = tuple(range(ndim))
+    axes = tuple(sorted({int(d) % max(ndim, 1) for d in axes})) if ndim else ()
+    if any(s < 0 or s % a.itemsize for s in a.strides):
+        a = np.ascontiguousarray(a)
+    kept = tuple(a.shape[d] for d in range(ndim) if d not in axes)
+    final = tuple(1 if d in axes else a.shape[d] for d in range(ndim)) if keepdims else kept
+    zero = a.dtype.type(0)
+    nout = int(np.prod(kept, dtype=np.int64))
+    Y = np.zeros(nout, a.dtype)
+    if a.size == 0 or nout == 0:
+        return Y.reshape(final)
+    geo = geometry(a.shape, tuple(s // a.itemsize for s in a.strides), axes)
+    kind = _KIND[dtype]
+    half = 0
+    L = lanes_of(capability, a.itemsize)
+    vmin = L
+    if kind:
+        if len(geo.shape) >= 2 and geo.out_strides[0] == 0 and geo.out_strides[1] == 0:
+            # should_use_acc_buffer: a float32 sum, rounded once
+            out = cpu_sum(a, axes, keepdims, threads=threads, capability=capability, nan=nan)
+            return _round_array(out, kind)
+        half = 2 if (nan and kind == 2) else 1
+        vmin = lanes_of(capability, 2)
+    X = _flat_storage(a)
+    shape = np.asarray(geo.shape, np.int64)
+    sin = np.asarray(geo.in_strides, np.int64)
+    sout = np.asarray(geo.out_strides, np.int64)
+    numel = a.size
+    common = (L, vmin, half, nan, zero, kind)
+    if numel < GRAIN_SIZE or threads == 1:
+        run_kernel(_serial_for_each, X, 0, sin, Y, 0, sout, shape, 0, numel, *common,
+                   inputs=1)
+    elif nout == 1:                                  # two_pass_reduction
+        buf = np.zeros(threads, a.dtype)
+        used = min(threads, _div_up(numel, GRAIN_SIZE))
+        chunk = _div_up(numel, used)
+        for t in range(used):
+            lo = t * chunk
+            if lo < numel:
+                run_kernel(_serial_for_each, X, 0, sin, buf, t, sout, shape, lo,
+                           min(numel, lo + chunk), *common, inputs=1)
+        run_kernel(_serial_for_each, buf, 0, np.ones(1, np.int64), Y, 0,
+                   np.zeros(1, np.int64), np.asarray([threads], np.int64), 0, threads,
+                   *common, inputs=1)
+    else:                                            # parallel_dim_reduction
+        dim = _split_dim(geo, threads)
+        cols = geo.shape[dim]
+        used = min(threads, cols)
+        chunk = _div_up(cols, used)
+        multiple = 128 // a.itemsize
+        for t in range(used):
+            lo, hi = t * chunk, min(cols, t * chunk + chunk)
+            if lo >= cols:
+                continue
+            if geo.in_strides[dim] == 1:
+                lo -= lo % multiple
+                if hi != cols:
+                    hi -= hi % multiple
+            if lo == hi:
+                continue
+            sub = shape.copy()
+            sub[dim] = hi - lo
+            run_kernel(_serial_for_each, X, lo * sin[dim], sin, Y, lo * sout[dim], sout, sub,
+                       0, int(np.prod(sub)), *common, inputs=1)
+    return Y.reshape(final)
+
+
+@jit
+def _round_all(v, kind):
+    for i in range(v.shape[0]):
+        v[i] = _round16(v[i], kind)
+
+
+def _round_array(values, kind):
+    out = np.array(values, np.float32).reshape(-1)
+    run_kernel(_round_all, out, kind)
+    return out.reshape(np.shape(values))
+
+
+def _split_dim(geo, threads):
+    """``find_split_dim``: from the outermost dim inwards while not reduced,
+    the first at least ``threads`` long, else the longest."""
+    best = len(geo.shape) - 1
+    for d in range(best, -1, -1):
+        if geo.out_strides[d] == 0:
+            break
+        if geo.shape[d] >= threads:
+            return d
+        if geo.shape[d] > geo.shape[best]:
+            best = d
+    return best

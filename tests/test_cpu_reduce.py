@@ -1,0 +1,184 @@
+"""ATen's CPU sum in its order (fpemu/autograd/_cpu_reduce.py) against torch
+CPU, bit for bit: every path of ``cascade_sum`` (contiguous and strided,
+inner and outer reductions, vector and scalar twins, sizes around the vector
+width and the cascade's level steps), the threads' splits above GRAIN_SIZE,
+16-bit inputs with their per-store rounding, nansum; and the order itself,
+revealed from both sides with FPRev's crafted inputs (bench/fprev.py).
+
+The model takes the capability and thread count torch reports, so the same
+tests hold on an AVX2 machine (``python bench/isa.py avx2 -- pytest ...``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fpemu.autograd as ft                                      # noqa: E402
+from fpemu.autograd._cpu_reduce import GRAIN_SIZE, cpu_sum       # noqa: E402
+from fpemu.errors import FpemuValueError                         # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+from fprev import canonical, count_from_sum, reveal, unit_and_big  # noqa: E402
+
+CAP = torch.backends.cpu.get_cpu_capability()
+THREADS = torch.get_num_threads()
+R = np.random.default_rng(68)
+
+
+def _values(shape, dtype=np.float32):
+    """Signs and magnitudes over six decades: every order rounds otherwise."""
+    return (R.standard_normal(shape) * 10.0 ** R.uniform(-3, 3, shape)).astype(dtype)
+
+
+def _model(x, dims=None, nan=False, dtype=None):
+    return cpu_sum(x, dims, threads=THREADS, capability=CAP, nan=nan, dtype=dtype)
+
+
+def _codes(a):
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint64 if a.dtype == np.float64 else np.uint32).reshape(-1)
+
+
+def _torch(x, dims=None, nan=False):
+    fn = torch.nansum if nan else torch.sum
+    return fn(x, dim=dims) if dims is not None else fn(x)
+
+
+def _equal(t, dims=None, nan=False):
+    """Whether the model's sum of torch tensor ``t`` has torch's bit codes."""
+    want = _torch(t, dims, nan)
+    if t.dtype in (torch.bfloat16, torch.float16):
+        got = _model(t.float().numpy(), dims, nan, str(t.dtype).replace("torch.", ""))
+        return np.array_equal(_codes(got), _codes(want.float().numpy()))
+    got = _model(t.numpy(), dims, nan)
+    return got.shape == tuple(want.shape) and np.array_equal(_codes(got), _codes(want.numpy()))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_full_sums_of_every_length_around_the_vectors_and_levels(dtype):
+    sizes = list(range(1, 80)) + [127, 128, 129, 255, 256, 257, 511, 1023, 1025, 4096,
+                                  4097, 65535, 65536, 65537]
+    bad = [n for n in sizes if not _equal(torch.from_numpy(_values(n, dtype)))]
+    assert not bad, f"sums of these lengths differ from torch's: {bad}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dim_sums_of_every_layout(dtype):
+    """Inner and outer reductions, several dims at once, a transposed and a
+    strided view of each shape (the scalar twins and the iterator's order)."""
+    bad = []
+    for shape in [(3, 5), (17, 33), (9, 64), (64, 9), (5, 130), (130, 5), (2, 3, 4),
+                  (7, 40, 9), (33, 17, 3), (4, 65, 66)]:
+        x = torch.from_numpy(_values(shape, dtype))
+        for view, name in ((x, "contiguous"), (x.transpose(0, -1), "transposed"),
+                           (x[..., ::2], "strided")):
+            for r in range(1, len(shape) + 1):
+                for dims in itertools.combinations(range(len(shape)), r):
+                    if not _equal(view, dims):
+                        bad.append((shape, name, dims))
+    assert not bad, f"{len(bad)} reductions differ from torch's, e.g. {bad[:4]}"
+
+
+def test_the_threads_splits_above_the_grain_size():
+    """Past GRAIN_SIZE elements torch splits a full sum into per-thread
+    partials (two_pass_reduction) and a dim sum by columns
+    (parallel_dim_reduction, rounded to 128 bytes): both as torch does for
+    the thread count it runs with."""
+    n = GRAIN_SIZE
+    cases = [((3 * n + 5,), None), ((n + 1,), None), ((2, n), (1,)), ((n, 2), (0,)),
+             ((300, 250), (0,)), ((250, 300), (1,)), ((3, 200, 100), (1,))]
+    bad = [c for c in cases if not _equal(torch.from_numpy(_values(c[0])), c[1])]
+    assert not bad, f"threads={THREADS}: these differ from torch's: {bad}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sixteen_bit_sums(dtype):
+    """bfloat16 / float16: float32 lanes fed by both halves of a 16-bit
+    vector, each store rounded to the dtype, the float32 copy where the two
+    fastest dims are reduced (should_use_acc_buffer)."""
+    bad = []
+    for shape, dims in [((37,), None), ((1000,), None), ((5, 40), (1,)), ((40, 5), (0,)),
+                        ((3, 50, 7), (1,)), ((64, 70), (0,)), ((70, 64), (1,)),
+                        ((6, 7, 8), (0, 1)), ((6, 7, 8), (0, 2)), ((2 * GRAIN_SIZE,), None),
+                        ((4, 20000), (1,))]:
+        t = torch.from_numpy(_values(shape)).to(dtype)
+        if not _equal(t, dims):
+            bad.append((shape, dims))
+    assert not bad, f"{dtype} sums differ from torch's: {bad}"
+
+
+def test_nansum():
+    x = _values(1000)
+    x[::7] = np.nan
+    t = torch.from_numpy(x)
+    for view, dims in ((t, None), (t.reshape(10, 100), (1,)), (t.reshape(10, 100), (0,)),
+                       (t.reshape(100, 10)[:, ::3], (0,))):
+        assert _equal(view, dims, nan=True), (tuple(view.shape), dims)
+
+
+def _tree(fn, n, dtype="float32"):
+    u, big = unit_and_big(dtype, n)
+
+    def probe(pairs):
+        out = []
+        for i, j in pairs:
+            x = np.full(n, u, np.float32)
+            x[i], x[j] = big, -big
+            out.append(count_from_sum(float(fn(x)), u, n))
+        return out
+    return canonical(reveal(probe, range(n))[0])
+
+
+@pytest.mark.parametrize("n", [10, 37, 70])
+def test_fprev_reveals_the_same_order_in_torch_and_the_model(n):
+    """FPRev (arXiv 2411.00442) rebuilds the summation tree from outputs
+    alone: torch's tree and the model's are the same tree."""
+    want = _tree(lambda x: torch.from_numpy(x).sum().item(), n)
+    got = _tree(lambda x: _model(x).item(), n)
+    assert got == want
+
+
+def test_fprev_tree_of_a_bfloat16_sum():
+    want = _tree(lambda x: torch.from_numpy(x).to(torch.bfloat16).sum().float().item(), 40,
+                 "bfloat16")
+    got = _tree(lambda x: _model(x, dtype="bfloat16").item(), 40, "bfloat16")
+    assert got == want
+
+
+def _cpu_profile():
+    return ft.Profile("cpu", "2.13.0", cpu_threads=THREADS, cpu_capability=CAP)
+
+
+def test_sum_mean_and_nansum_of_the_cpu_profile_print_torchs_digits():
+    """The issue's example: sin(linspace(-pi, pi, 2000)).sum() is 3.7e-6 in
+    torch CPU, not 0.0; and mean / nansum / sum(dim) of fpemu tensors."""
+    t = torch.sin(torch.linspace(-math.pi, math.pi, 2000))
+    with ft.use_profile(_cpu_profile()):
+        f = ft.nn.from_torch(t)
+        assert _codes(ft.sum(f).numpy()).tolist() == _codes(t.sum().numpy()).tolist()
+        x = torch.from_numpy(_values((33, 70)))
+        fx = ft.nn.from_torch(x)
+        for got, want in ((ft.mean(fx), x.mean()), (ft.mean(fx, 1), x.mean(1)),
+                          (ft.sum(fx, 0), x.sum(0)), (ft.nansum(fx, 1), x.nansum(1)),
+                          (fx.sum(dim=(0, 1), keepdim=True), x.sum(dim=(0, 1), keepdim=True)),
+                          (ft.mean(fx.bfloat16(), 1), x.bfloat16().mean(1)),
+                          (ft.sum(fx.bfloat16(), 0), x.bfloat16().sum(0))):
+            g, w = got.float().numpy(), want.float().numpy()
+            assert g.shape == w.shape and np.array_equal(_codes(g), _codes(w))
+
+
+def test_bad_input_gets_a_clear_error():
+    with pytest.raises(FpemuValueError, match="float32 or float64"):
+        cpu_sum(np.arange(4))
+    with pytest.raises(FpemuValueError, match="dtype must be"):
+        cpu_sum(np.zeros(4, np.float64), dtype="bfloat16")
+    with pytest.raises(FpemuValueError, match="threads"):
+        cpu_sum(np.zeros(4, np.float32), threads=0)
