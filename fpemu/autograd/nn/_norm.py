@@ -8,12 +8,14 @@ import numpy as np
 from ...errors import FpemuRuntimeError
 from .._autocast import cast_inputs
 from .._common import f64, float_dt, wrap_dim
-from .._core import _result, _store, float64, is_float, no_grad, Tensor, to_dtype
+from .._core import _result, _store, float32, float64, is_float, no_grad, Tensor, to_dtype
+from .._cpu_norm import aten_lanes, columnwise_sums, fmadd, rowwise_moments
 from .._cuda_reduce import _storage_offset, cuda_layer_norm, vectorized_layer_norm_applies
 from .._profile import get_profile
 from ..ops.reduce import norm, sum as _sum
 from ..ops.elementwise import clamp, clone, div, mul
 from ..ops.inplace import write
+from ._pooling import _channels_last
 from ..ops.shape import broadcast_tensors
 
 
@@ -62,6 +64,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # no
                                     None if weight is None else weight._data.reshape(-1),
                                     None if bias is None else bias._data.reshape(-1), eps)
         res = _store(Y32.reshape(x.shape), dt)
+    elif get_profile().device == "cpu" and x._data.size and dt in (float64, float32) or (
+            get_profile().device == "cpu" and x._data.size and dt.bits == 16):
+        res = _cpu_layer_norm(x, weight, bias, eps, N)
     else:
         Y = xhat * Wv + (f64(bias) if bias is not None else 0.0)
         res = _store(Y, dt)
@@ -77,6 +82,34 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # no
         return _store(gx, dt), gw, gb
     return _result(res, dt, (x, weight, bias), backward,
                    saved=tuple(t for t in (x, weight) if t is not None), op="native_layer_norm")
+
+
+def _cpu_layer_norm(x, weight, bias, eps, N):
+    """torch CPU's forward (``cpu/layer_norm_kernel.cpp``, the AVX2 build that
+    also runs on AVX512, :func:`fpemu.autograd._cpu_norm.aten_lanes`): each
+    row's ``RowwiseMoments``, ``rstd = 1 / sqrt(var + eps)`` with eps in the
+    row's precision, then ``(x - mean) * rstd * gamma + beta``, which GCC
+    contracts: ``fma((x - mean) * rstd, gamma, beta)``, or without a gamma
+    ``fma(x - mean, rstd, beta)`` (beta 0 where absent). A 16-bit input
+    (``layer_norm_kernel_mixed_type``) computes in float32 ``fma(fma(x, rstd,
+    -rstd * mean), gamma, beta)``, rounded once to its dtype."""
+    dt = x.dtype
+    lead = x._data.size // N
+    sixteen = dt not in (float32, float64)
+    acc = np.float64 if dt is float64 else np.float32
+    X = np.ascontiguousarray(x._data, acc).reshape(lead, N)
+    mean, var = rowwise_moments(X, aten_lanes(8 if dt is float64 else 4), sixteen_bit=sixteen)
+    rstd = acc(1) / np.sqrt(var + acc(eps))
+    G = None if weight is None else weight._data.reshape(N).astype(acc)
+    B = np.zeros(N, acc) if bias is None else bias._data.reshape(N).astype(acc)
+    if sixteen:
+        t = fmadd(X, rstd[:, None], (-rstd * mean)[:, None])
+        Y = fmadd(t, np.ones(N, acc) if G is None else G, B)
+    elif G is None:
+        Y = fmadd(X + (-mean)[:, None], rstd[:, None], B)
+    else:
+        Y = fmadd((X + (-mean)[:, None]) * rstd[:, None], G, B)
+    return _store(Y.reshape(x.shape), dt)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
@@ -159,7 +192,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     xhat = xc * rstd
     Wv = f64(weight).reshape(shape) if weight is not None else 1.0
     Bv = f64(bias).reshape(shape) if bias is not None else 0.0
-    res = _store(xhat * Wv + Bv, dt)
+    cpu = _cpu_batch_norm(x, running_mean, running_var, weight, bias, training, eps) \
+        if get_profile().device == "cpu" and X.size else None
+    res = cpu if cpu is not None else _store(xhat * Wv + Bv, dt)
 
     def backward(g):
         G = g.astype(np.float64)
@@ -175,6 +210,87 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     return _result(res, dt, (x, weight, bias), backward,
                    saved=tuple(t for t in (x, weight) if t is not None),
                    op="native_batch_norm")
+
+
+def _cpu_batch_norm(x, running_mean, running_var, weight, bias, training, eps):
+    """torch CPU's forward output (``cpu/batch_norm_kernel.cpp``,
+    ``Normalization.cpp``'s ``batch_norm_cpu_update_stats_template``) for
+    float32 / float64 tensors, contiguous or channels-last; None elsewhere
+    (other layouts, 16-bit, channels-last training with no more positions
+    than threads).
+
+    Training statistics, contiguous: per channel the sum in double in memory
+    order, ``mean = T(sum / n)``; ``var_sum`` adds ``T((x - mean)^2)`` in
+    double (for double the odd last element of each image row with an fma,
+    measured), stored as T. Channels-last: ``at::parallel_for`` over the n
+    positions hands each of ``cpu_threads`` threads a block of
+    ``ceil(n / threads)`` rows, summed in T per channel; the threads' sums add
+    in double. Then ``invstd = T(1 / sqrt(double(T(var_sum / n)) + eps))``.
+    Eval: ``invstd = 1 / sqrt(running_var + T(eps))`` in T. The output is
+    ``fma(x, alpha, beta)`` with ``alpha = invstd * weight`` and ``beta =
+    fma(-mean, alpha, bias)`` (GCC's contraction)."""
+    dt = x.dtype
+    if dt not in (float32, float64):
+        return None
+    acc = np.float64 if dt is float64 else np.float32
+    C = x.shape[1]
+    A = x._data
+    n = A.size // C
+    # an (N, C, 1, ...) contiguous input takes the channels-last kernels
+    # (batch_norm_cpu_collect_stats_kernel: "NC11 is also channels last")
+    cl = _channels_last(A) or (A.flags.c_contiguous and n == A.shape[0])
+    if not (A.flags.c_contiguous or cl):
+        return None
+    if training:
+        if cl:
+            T = min(get_profile().cpu_threads, n)
+            if n <= max(get_profile().cpu_threads, 1):
+                return None
+            rows = np.moveaxis(A, 1, -1).reshape(n, C)
+            chunk = -(-n // T)
+            parts = [rows[t * chunk:(t + 1) * chunk] for t in range(T) if t * chunk < n]
+            total = np.zeros(C, np.float64)
+            for part in parts:
+                buf = np.zeros(C, acc)
+                for r in part:
+                    buf = r + buf
+                total = total + buf
+            mean = (total / n).astype(acc)
+            total = np.zeros(C, np.float64)
+            for part in parts:
+                buf = np.zeros(C, acc)
+                for r in part:
+                    d = r - mean
+                    buf = fmadd(d, d, buf)
+                total = total + buf
+            var_sum = total.astype(acc)
+        else:
+            rows = np.moveaxis(A.reshape(A.shape[0], C, -1), 1, 0).reshape(C, n)
+            total = np.zeros(C, np.float64)
+            for i in range(n):
+                total = total + rows[:, i]
+            mean = (total / n).astype(acc)
+            total = np.zeros(C, np.float64)
+            img = n // A.shape[0]
+            for i in range(n):
+                d = rows[:, i] - mean
+                # float: a float square added to a double. double (measured):
+                # each image row's pairs add the rounded square, an odd last
+                # element adds it with an fma (the compiler's unrolled loop)
+                odd = acc is np.float64 and img % 2 and i % img == img - 1
+                total = fmadd(d, d, total) if odd else total + d * d
+            var_sum = total.astype(acc)
+        var = var_sum / acc(n)
+        invstd = (1.0 / np.sqrt(var.astype(np.float64) + eps)).astype(acc)
+    else:
+        mean = running_mean._data.reshape(C).astype(acc)
+        invstd = acc(1) / np.sqrt(running_var._data.reshape(C).astype(acc) + acc(eps))
+    w = np.ones(C, acc) if weight is None else weight._data.reshape(C).astype(acc)
+    b = np.zeros(C, acc) if bias is None else bias._data.reshape(C).astype(acc)
+    alpha = invstd * w
+    beta = fmadd(-mean, alpha, b)
+    shape = (1, C) + (1,) * (x.ndim - 2)
+    return _store(fmadd(A.astype(acc), alpha.reshape(shape), beta.reshape(shape)), dt)
 
 
 def _update_running(stat, batch_value, momentum):
@@ -220,7 +336,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A0
     shape = (1, C) + (1,) * (x.ndim - 2)
     Wv = f64(weight).reshape(shape) if weight is not None else 1.0
     Bv = f64(bias).reshape(shape) if bias is not None else 0.0
-    res = _store(xhat * Wv + Bv, dt)
+    cpu = _cpu_group_norm(x, num_groups, weight, bias, eps) \
+        if get_profile().device == "cpu" and x._data.size else None
+    res = cpu if cpu is not None else _store(xhat * Wv + Bv, dt)
     spatial = (0,) + tuple(range(2, x.ndim))
 
     def backward(g):
@@ -235,6 +353,61 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A0
     return _result(res, dt, (x, weight, bias), backward,
                    saved=tuple(t for t in (x, weight) if t is not None),
                    op="native_group_norm")
+
+
+def _cpu_group_norm(x, G, weight, bias, eps):
+    """torch CPU's forward (``cpu/group_norm_kernel.cpp``, AVX2 build), or
+    None where it is not modelled (16-bit inputs in channels-last, and
+    channels-last feature maps of 1024 or more positions, whose per-thread
+    buffers are not).
+
+    Contiguous (``GroupNormKernelImplInternal``): each (n, g) row's
+    ``RowwiseMoments``; ``rstd = 1 / sqrt(max(var, 0) + eps)`` in double (eps
+    is a double there), rounded to opmath; without gamma and beta ``(x -
+    mean) * rstd``, else per channel ``scale = rstd * gamma``, ``bias =
+    fma(-scale, mean, beta)`` and ``fma(scale, x, bias)`` (GCC's contraction).
+    Channels-last, under 1024 positions (``ColumnwiseMoments``): vector sums
+    of x and x*x over the positions, ``vec_reduce_all``, ``mean = sum * s``,
+    ``var = max(fma(sumsq, s, -mean * mean), 0)`` with ``s = 1 / (D HxW)``,
+    then the same scale and bias."""
+    dt = x.dtype
+    sixteen = dt not in (float32, float64)
+    acc = np.float64 if dt is float64 else np.float32
+    N, C = x.shape[0], x.shape[1]
+    D = C // G
+    HW = x._data.size // (N * C)
+    lanes = aten_lanes(8 if dt is float64 else 4)
+    gamma = None if weight is None else weight._data.reshape(C).astype(acc)
+    beta = None if bias is None else bias._data.reshape(C).astype(acc)
+    if _channels_last(x._data):
+        if sixteen or HW >= 1024:
+            return None
+        Xc = np.moveaxis(x._data, 1, -1).reshape(N, HW, C).astype(acc)
+        s1, s2 = columnwise_sums(Xc, G, lanes)
+        s = acc(1) / acc(D * HW)
+        mean = s1 * s
+        var = np.maximum(fmadd(s2, s, -(mean * mean)), acc(0))
+        rstd = (1.0 / np.sqrt(var.astype(np.float64) + eps)).astype(acc)
+        scale = rstd[:, :, None] * (np.ones(C, acc) if gamma is None else gamma).reshape(G, D)
+        b = np.zeros(C, acc) if beta is None else beta
+        if gamma is None:           # no contraction in this loop's gamma-less copy
+            bias_c = -scale * mean[:, :, None] + b.reshape(G, D)
+        else:
+            bias_c = fmadd(-scale, mean[:, :, None], b.reshape(G, D))
+        Y = fmadd(Xc.reshape(N, HW, G, D), scale[:, None], bias_c[:, None])
+        Y = np.moveaxis(Y.reshape(N, HW, C), -1, 1).reshape(x.shape)
+        return _store(Y, dt)
+    X = np.ascontiguousarray(x._data, acc).reshape(N * G, D * HW)
+    mean, var = rowwise_moments(X, lanes, sixteen_bit=sixteen)
+    rstd = (1.0 / np.sqrt(np.maximum(var, acc(0)).astype(np.float64) + eps)).astype(acc)
+    if gamma is None and beta is None:
+        Y = (X - mean[:, None]) * rstd[:, None]
+    else:
+        scale = rstd.reshape(N, G, 1) * (np.ones(C, acc) if gamma is None else gamma).reshape(G, D)
+        b = np.zeros(C, acc) if beta is None else beta
+        bias_c = fmadd(-scale, mean.reshape(N, G, 1), b.reshape(G, D))
+        Y = fmadd(scale[..., None], X.reshape(N, G, D, HW), bias_c[..., None])
+    return _store(Y.reshape(x.shape), dt)
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002

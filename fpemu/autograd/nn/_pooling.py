@@ -28,6 +28,8 @@ from ...errors import FpemuRuntimeError
 from .._autocast import cast_inputs
 from .._core import Tensor, _result, _store, int64, is_float
 from .._common import float_dt
+from .._dtypes import opmath
+from .._profile import get_profile
 
 
 def _tuple(v, nd, name):
@@ -99,6 +101,28 @@ def _windows(A, nd, ks, ss, ps, ds, outs, fill):
         Ap, lead + tuple(outs) + tuple(ks),
         st[:-nd] + tuple(st[-nd + i] * ss[i] for i in range(nd)) +
         tuple(st[-nd + i] * ds[i] for i in range(nd)), writeable=False)
+
+
+def _channels_last(a):
+    """Whether torch's ``suggest_memory_format`` calls an array of these
+    strides channels-last (c10's ``is_channels_last_strides_2d`` / ``_3d``:
+    the strides ascend over C, then the spatial dims from the last, then N,
+    with torch's tie rules for size-1 dims)."""
+    if a.ndim not in (4, 5):
+        return False
+    sizes = a.shape
+    strides = [st // a.itemsize for st in a.strides]
+    if strides[1] == 0:
+        return False
+    order = (1, 3, 2, 0) if a.ndim == 4 else (1, 4, 3, 2, 0)
+    lo = 0
+    for d in order:
+        if sizes[d] == 0 or strides[d] < lo:
+            return False
+        if d == 0 and lo == strides[1]:
+            return False
+        lo = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
 
 
 def _batched(x, nd):
@@ -189,8 +213,20 @@ def avg_pool(fname, input, nd, kernel_size, stride, padding, ceil_mode,  # noqa:
         raise FpemuRuntimeError(f'"{fname}" not implemented for \'{x.dtype}\': pool a float '
                                 f'tensor')
     A, batched = _batched(x, nd)
-    W = _windows(A.astype(np.float64), nd, ks, ss, ps, ds, outs, 0.0)
-    sums = W.reshape(A.shape[:2] + tuple(outs) + (int(np.prod(ks)),)).sum(-1)
+    cpu = get_profile().device == "cpu"
+    acc = opmath(x.dtype) if cpu else np.float64
+    W = _windows(A.astype(acc), nd, ks, ss, ps, ds, outs, 0.0)
+    W = W.reshape(A.shape[:2] + tuple(outs) + (int(np.prod(ks)),))
+    if cpu:
+        # AvgPoolKernel.cpp (cpu_avg_pool, cpu_avg_pool_channels_last): the
+        # window's elements added one at a time from +0 in opmath (float32
+        # for float32 / 16-bit, double for double), depth, row, column in
+        # order; the padding's zeros leave a sum that never is -0 unchanged
+        sums = np.zeros(W.shape[:-1], acc)
+        for k in range(W.shape[-1]):
+            sums = sums + W[..., k]
+    else:
+        sums = W.sum(-1)
     # per dim: the window clipped to the padded input, and to the input
     padded, inside = [], []
     for n, k, p, s, o in zip(spatial, ks, ps, ss, outs):
@@ -212,7 +248,16 @@ def avg_pool(fname, input, nd, kernel_size, stride, padding, ceil_mode,  # noqa:
     else:
         div = count
     with np.errstate(all="ignore"):
-        vals = np.where(count > 0, sums / np.where(count > 0, div, 1.0), 0.0)
+        if cpu:
+            # one division by the integer divisor converted to opmath; the
+            # contiguous kernel adds the quotient to a zeroed output (-0
+            # becomes +0), the channels-last one stores it
+            q = sums / np.where(count > 0, div, 1.0).astype(acc)
+            if not _channels_last(x._data if nd > 1 else x._data[..., None, :]):
+                q = q + acc(0)
+            vals = np.where(count > 0, q, acc(0))
+        else:
+            vals = np.where(count > 0, sums / np.where(count > 0, div, 1.0), 0.0)
     dt = float_dt(x)
     res = _store(vals if batched else vals[0], dt)
     share_div = np.where(count > 0, div, np.inf)
