@@ -18,10 +18,17 @@ arithmetic that decides them:
   weights in opmath (float32; float64 for float64 tensors), bicubic's with
   Keys' kernel at ``A = -0.75``.
 
-The weighted sums are taken in float64 and rounded once (torch's kernels
-round after each product and sum in float32: the linear modes are tier 2,
-within a few ulps; nearest only selects and is exact). The gradient is the
-transposed map. Autocast: fp32 (torch's ``upsample_*`` ops).
+Under the CUDA profile the weighted sums are taken in float64 and rounded
+once (the linear modes are tier 2, within a few ulps; nearest only selects
+and is exact). Under a CPU profile (AVX2 or AVX512, float32 and float64)
+the forward is ATen's CPU kernels' own arithmetic, bit for bit: the kernel
+torch picks for the shape and layout (the generic separable one, or the
+channels-last one with its vector width), its fused multiply-adds and
+order, and the nearest kernels' index formulas (``_cpu_resample.py``). The
+adaptive average poolings likewise sum each window in order and divide as
+ATen's kernels do, and an output of one element per plane is ``mean``, as
+in ATen. The gradient is the transposed map, in float64 and rounded once
+under both profiles. Autocast: fp32 (torch's ``upsample_*`` ops).
 """
 
 from __future__ import annotations
@@ -32,10 +39,11 @@ import numpy as np
 
 from ...errors import FpemuNotImplementedError, FpemuRuntimeError, FpemuValueError
 from .._autocast import cast_inputs
-from .._core import _result, _store, float64
+from .._core import _result, _store, float32, float64
 from .._common import f64, float_dt
+from .._profile import get_profile
 from ..ops.creation import zeros
-from . import _pooling
+from . import _cpu_resample, _pooling
 
 _MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
 _LINEAR_DIMS = {"linear": 1, "bilinear": 2, "trilinear": 3, "bicubic": 2}
@@ -240,7 +248,13 @@ def _upsample(input, out_size, scales, mode, align_corners):  # noqa: A002
     out_size = _output_size(x, out_size, scales, op)
     mats = _maps(x, out_size, scales, mode, align_corners)
     dt = float_dt(x)
-    if mode in ("nearest", "nearest-exact"):
+    prof = _cpu_model(x)
+    if prof is not None:
+        res, nearest_sel = _cpu_upsample(x._data, out_size, scales, mode, align_corners, prof)
+        if nearest_sel is not None:
+            mats = [_matrix(i[None], np.ones((1, len(i))), n)
+                    for i, n in zip(nearest_sel, x.shape[2:])]
+    elif mode in ("nearest", "nearest-exact"):
         sel = [np.argmax(M, axis=1) for M in mats]           # one source per output
         res = x._data[(slice(None), slice(None)) + np.ix_(*sel)]
     else:
@@ -251,14 +265,78 @@ def _upsample(input, out_size, scales, mode, align_corners):  # noqa: A002
     return _result(np.ascontiguousarray(res), dt, (x,), backward, op=op)
 
 
+def _cpu_model(x):
+    """The CPU profile when fpemu models ATen's CPU resampling kernels for
+    ``x`` (float32 / float64 under AVX2 or AVX512), else None."""
+    prof = get_profile()
+    if prof.device == "cpu" and x.dtype in (float32, float64) \
+            and prof.cpu_capability.upper() in _cpu_resample.CAPABILITIES:
+        return prof
+    return None
+
+
+def _cpu_upsample(arr, out_size, scales, mode, align_corners, prof):
+    """ATen's CPU upsample kernels (UpSampleKernel.cpp) as torch picks them:
+    the channels-last kernels for 2-d outputs of at most 128 rows plus
+    columns, for channels-last input of more than 3 channels, and (bilinear)
+    for 3 channels on one thread; the generic kernel otherwise. Returns the
+    output and, for the nearest modes, each dim's input indices."""
+    nd = len(out_size)
+    C = arr.shape[1]
+    cl = _cpu_resample.channels_last_contiguous(arr) and C > 3
+    small = nd == 2 and sum(out_size) <= 128          # _use_vectorized_kernel_cond_2d
+    lanes = prof.cpu_lanes(arr.itemsize)
+    cap = prof.cpu_capability
+    om = arr.dtype.type
+    if mode in ("nearest", "nearest-exact"):
+        vectorized = cl or small
+        sel = [_cpu_resample.nearest_index(n_in, n_out, None if scales is None else scales[k],
+                                           mode == "nearest-exact", vectorized, om)
+               for k, (n_in, n_out) in enumerate(zip(arr.shape[2:], out_size))]
+        return arr[(slice(None), slice(None)) + np.ix_(*sel)], sel
+    if mode in ("bilinear", "trilinear") and (
+            cl or small or (mode == "bilinear" and prof.cpu_threads == 1 and C == 3)):
+        return _cpu_resample.upsample_linear_channels_last(arr, out_size, scales, align_corners,
+                                                           lanes, cap), None
+    return _cpu_resample.upsample_generic(arr, out_size, scales, align_corners,
+                                          mode == "bicubic"), None
+
+
+def _cpu_adaptive(x, outs, prof):
+    """ATen's CPU adaptive average pooling of ``x`` (AdaptiveAvgPoolKernel.cpp;
+    one output per plane: ``mean``, as ATen's adaptive_avg_pool2d/3d call)."""
+    nd = len(outs)
+    if all(o == 1 for o in outs):
+        return x.mean(tuple(range(-nd, 0)), keepdim=True)
+    arr = x._data
+    batched = arr.reshape((-1,) + arr.shape[-nd - 1:]) if arr.ndim == nd + 2 else arr[None]
+    lanes = None
+    if nd == 2 and _cpu_resample.suggests_channels_last(arr):
+        lanes = prof.cpu_lanes(arr.itemsize)
+    res = _cpu_resample.adaptive_avg_pool(batched, outs, lanes, prof.cpu_capability)
+    return res.reshape(tuple(x.shape[:-nd]) + tuple(outs))
+
+
 def adaptive_avg_pool2d(input, output_size):  # noqa: A002
     """The mean over torch's adaptive windows: output row i averages input rows
     floor(i H / oh) .. ceil((i + 1) H / oh) - 1, likewise the columns (None
-    keeps the input's size); in float64, rounded once."""
+    keeps the input's size); in float64, rounded once (a CPU profile: ATen's
+    CPU kernel, bit for bit, see the module note)."""
     oh, ow = _adaptive_sizes(input, output_size, 2)
     H, W = input.shape[-2:]
     if oh == 0 or ow == 0:
         return zeros(tuple(input.shape[:-2]) + (oh, ow), dtype=input.dtype) * input.sum()
+    prof = _cpu_model(input)
+    if prof is not None:
+        if oh == 1 and ow == 1:
+            return _cpu_adaptive(input, (1, 1), prof)
+        Ah, Aw = _adaptive_weights(H, oh), _adaptive_weights(W, ow)
+        dt = float_dt(input)
+
+        def cpu_backward(g):
+            return (_store(Ah.T @ g.astype(np.float64) @ Aw, dt),)
+        return _result(_cpu_adaptive(input, (oh, ow), prof), dt, (input,), cpu_backward,
+                       op="adaptive_avg_pool2d")
     if H % oh == 0 and W % ow == 0:
         return _pooling.avg_pool("avg_pool2d", input, 2, (H // oh, W // ow), None, 0, False,
                                  True, None)
@@ -322,7 +400,8 @@ def _sizes(v, n):
 def adaptive_avg_pool3d(input, output_size):  # noqa: A002
     """The mean over torch's adaptive windows along the last three dims
     (output i averages inputs floor(i n / o) .. ceil((i + 1) n / o) - 1;
-    None keeps the input's size), in float64, rounded once."""
+    None keeps the input's size), in float64, rounded once (a CPU profile:
+    ATen's CPU kernel, bit for bit, see the module note)."""
     outs = _adaptive_sizes(input, output_size, 3)
     spatial = input.shape[-3:]
     if any(n == 0 for n in spatial) and any(o for o in outs):
@@ -334,8 +413,14 @@ def adaptive_avg_pool3d(input, output_size):  # noqa: A002
     (input,) = cast_inputs("adaptive_avg_pool3d", input)
     dt = float_dt(input)
     lead = tuple(input.shape[:-3])
-    X = input._data.astype(np.float64).reshape((-1, 1) + tuple(spatial))
-    res = _store(_apply(X, mats).reshape(lead + tuple(outs)), dt)
+    prof = _cpu_model(input)
+    if prof is not None and all(o == 1 for o in outs):
+        return _cpu_adaptive(input, tuple(outs), prof)
+    if prof is not None:
+        res = _cpu_adaptive(input, tuple(outs), prof)
+    else:
+        X = input._data.astype(np.float64).reshape((-1, 1) + tuple(spatial))
+        res = _store(_apply(X, mats).reshape(lead + tuple(outs)), dt)
 
     def backward(g):
         G = g.astype(np.float64).reshape((-1, 1) + tuple(outs))
