@@ -9,13 +9,17 @@ import functools
 
 import numpy as np
 
-from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
+from ...errors import (
+    FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError, FpemuValueError,
+)
 from .._core import (
-    _result, _values_as, as_dtype, bool_, check_device, float32, float64, int16, int32, int64,
-    int8, is_float, result_type, Tensor, tensor, uint8,
+    _result, _values_as, as_dtype, bfloat16, bool_, check_device, float16, float32, float64,
+    int16, int32, int64, int8, is_float, np_dtype, result_type, Tensor, tensor, uint8,
 )
 from .._state import State
 from .._common import shape_arg
+from .._profile import get_profile
+from .. import _cpu_factories
 from .elementwise import _zero_grads
 from .inplace import copy_into, write_out
 
@@ -26,6 +30,16 @@ def _dtype(dtype, default=float32):
 
 def _make(array, dtype, requires_grad):
     t = Tensor(_values_as(array, dtype), dtype)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _exact(values, dtype, requires_grad):
+    """A tensor holding ``values``, already in ``dtype``'s storage and
+    rounding (the CPU range kernels' models: no second rounding, which would
+    drop a float16 NaN's sign)."""
+    t = Tensor(np.ascontiguousarray(values, np_dtype(dtype)), dtype)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -260,6 +274,11 @@ def _drawn_from(out, params, op):
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False, out=None):
+    """Values from ``start`` up to (not including) ``end`` by ``step``
+    (numbers or 0-d tensors). Under the CPU profile, torch's CPU kernel bit
+    for bit (:mod:`.._cpu_factories`: vector lanes and scalar tail, per
+    thread chunk); under the CUDA profile, numpy's ``arange`` rounded once to
+    the dtype."""
     if end is None:
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
@@ -277,17 +296,41 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if (st > 0 and hi < lo) or (st < 0 and hi > lo):
         raise FpemuRuntimeError(f"arange(): upper bound and lower bound inconsistent with step "
                                 f"sign (start={lo}, end={hi}, step={st})")
-    values = np.arange(*vals)
     if dtype is None:
         dtype = float32 if any(isinstance(v, float) for v in vals) else int64
-    return write_out(out, _make(values, as_dtype(dtype), requires_grad), "arange")
+    dtype = as_dtype(dtype)
+    prof = get_profile()
+    if prof.device == "cpu":
+        _cpu_factory_dtype("arange", dtype)
+        t = _exact(_cpu_factories.arange_values(lo, hi, st, dtype, prof.cpu_threads), dtype,
+                   requires_grad)
+    else:
+        t = _make(np.arange(*vals), dtype, requires_grad)
+    return write_out(out, t, "arange")
+
+
+def _cpu_factory_dtype(name, dtype):
+    """The CPU range kernels' dtypes (ATen dispatches them over the float and
+    integer types, bfloat16 and float16; bool and float8 are refused)."""
+    if dtype not in (float64, float32, bfloat16, float16, int64, int32, int16, int8, uint8):
+        raise FpemuNotImplementedError(f'"{name}_cpu" not implemented for \'{dtype}\' (the CPU '
+                                       f"range kernels take float64, float32, bfloat16, "
+                                       f"float16 and the integer dtypes)")
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     """``steps`` values from ``start`` to ``end`` (numbers or 0-d tensors, as
-    torch's tensor overload takes them), in float64 rounded once."""
+    torch's tensor overload takes them). Under the CPU profile, torch's CPU
+    kernel bit for bit (:mod:`.._cpu_factories`: the first half steps up from
+    ``start``, the second down from ``end``, with one FMA each); under the
+    CUDA profile, numpy's ``linspace`` in float64 rounded once."""
     ends = _endpoints("linspace", start, end, steps)
-    return _make(np.linspace(ends[0], ends[1], int(steps)), _dtype(dtype), requires_grad)
+    dt = _dtype(dtype)
+    if get_profile().device == "cpu":
+        _cpu_factory_dtype("linspace", dt)
+        return _exact(_cpu_factories.linspace_values(ends[0], ends[1], int(steps), dt), dt,
+                      requires_grad)
+    return _make(np.linspace(ends[0], ends[1], int(steps)), dt, requires_grad)
 
 
 def _endpoints(name, start, end, steps):
@@ -313,11 +356,18 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_
              out=None):
     """``base ** linspace(start, end, steps)``: torch's kernel takes the
     power of each exponent (steps from the start in the first half, from the
-    end in the second) in double and rounds it to the dtype; fpemu computes
-    the exponents in float64 and rounds each power once."""
+    end in the second) in double and rounds it to the dtype. Under the CPU
+    profile, bit for bit (:mod:`.._cpu_factories`: the endpoints first
+    converted to the dtype, glibc's ``pow``); under the CUDA profile, the
+    exponents in float64 and each power rounded once."""
     ends = _endpoints("logspace", start, end, steps)
     dt = _dtype(dtype)
     n = int(steps)
+    if get_profile().device == "cpu":
+        _cpu_factory_dtype("logspace", dt)
+        t = _exact(_cpu_factories.logspace_values(ends[0], ends[1], n, base, dt), dt,
+                   requires_grad)
+        return t if out is None else copy_into(out, t)
     a, b = (float(e) for e in ends)
     i = np.arange(n, dtype=np.float64)
     if n == 1:
