@@ -54,7 +54,7 @@ from llvmlite import binding as llvm_binding
 from llvmlite import ir
 from numba import types
 from numba.core.caching import IndexDataCacheFile
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 try:
     import fcntl
@@ -260,6 +260,21 @@ def fma32(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+def fma_any(a, b, c):
+    """a * b + c with one rounding in the operands' precision (float32:
+    :func:`fma32`; float64: :func:`fma`), for kernels written once for
+    float32 and float64 tensors."""
+    raise NotImplementedError("fma_any is a Numba overload: call it from a @jit function "
+                              "(from Python: fpemu._jit.fma32 or fpemu._jit.fma)")
+
+
+@overload(fma_any)
+def _fma_any_impl(a, b, c):
+    if a == types.float32:
+        return lambda a, b, c: fma32(a, b, c)
+    return lambda a, b, c: fma(a, b, c)
 
 
 class inlining:

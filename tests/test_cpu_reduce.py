@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fpemu.autograd as ft                                      # noqa: E402
-from fpemu.autograd._cpu_reduce import GRAIN_SIZE, cpu_sum       # noqa: E402
+from fpemu.autograd._cpu_reduce import GRAIN_SIZE, cpu_norm, cpu_sum  # noqa: E402
 from fpemu.errors import FpemuValueError                         # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -182,3 +182,55 @@ def test_bad_input_gets_a_clear_error():
         cpu_sum(np.zeros(4, np.float64), dtype="bfloat16")
     with pytest.raises(FpemuValueError, match="threads"):
         cpu_sum(np.zeros(4, np.float32), threads=0)
+
+
+def _norm_equal(t, p, dims):
+    want = torch.linalg.vector_norm(t, p, dim=dims)
+    half = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(t.dtype)
+    got = cpu_norm(t.float().numpy() if half else t.numpy(), p, dims, threads=THREADS,
+                   capability=CAP, dtype=half)
+    w = want.float().numpy() if half else want.numpy()
+    return got.shape == w.shape and np.array_equal(_codes(got), _codes(w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16,
+                                   torch.float16])
+def test_vector_norms_every_p_and_layout(dtype):
+    """The 2-norm's vectorized row kernel (8 float / 4 double lanes, the
+    tail's squares four at a time, then FMAs), NormOneOps / NormTwoOps /
+    NormOps (libm's pow) in the iterator's order elsewhere, the threads'
+    partials of a long full norm."""
+    bad = []
+    for size in list(range(1, 40)) + [100, 1000, GRAIN_SIZE + 3]:
+        t = torch.from_numpy(_values(size).astype(np.float64)).to(dtype)
+        for p in (1, 2, 3, -1, 1.5, 0.9):
+            if not _norm_equal(t, p, None):
+                bad.append((size, p))
+    for shape in [(3, 5), (9, 64), (64, 9), (2, 3, 4), (7, 40, 9)]:
+        t = torch.from_numpy(_values(shape).astype(np.float64)).to(dtype)
+        for view in (t, t.transpose(0, -1)):
+            for r in range(1, len(shape) + 1):
+                for dims in itertools.combinations(range(len(shape)), r):
+                    for p in (1, 2, 3):
+                        if not _norm_equal(view, p, dims):
+                            bad.append((shape, tuple(view.stride()), dims, p))
+    assert not bad, f"{len(bad)} norms differ from torch's, e.g. {bad[:4]}"
+
+
+def test_norm_of_the_cpu_profile_and_its_size_one_cases():
+    """fpemu's norm, linalg.vector_norm and the 1 / inf matrix norms under the
+    CPU profile; a norm over size-1 dims is abs(), but torch runs the kernel
+    for a 0-d tensor with an explicit dim (pow(pow(|x|, 3), 1/3) != |x|)."""
+    x = torch.from_numpy(_values((6, 35)))
+    s = torch.tensor(-8.478446960449219)
+    with ft.use_profile(_cpu_profile()):
+        fx, fs = ft.nn.from_torch(x), ft.nn.from_torch(s)
+        cases = [(ft.norm(fx), x.norm()), (ft.norm(fx, 3, 1), x.norm(3, 1)),
+                 (ft.linalg.vector_norm(fx, 1.5, 0), torch.linalg.vector_norm(x, 1.5, 0)),
+                 (ft.linalg.matrix_norm(fx, math.inf), torch.linalg.matrix_norm(x, math.inf)),
+                 (ft.linalg.matrix_norm(fx, 1), torch.linalg.matrix_norm(x, 1)),
+                 (ft.norm(fs, 3, 0), torch.norm(s, 3, 0)), (ft.norm(fs, 3), torch.norm(s, 3)),
+                 (ft.norm(ft.nn.from_torch(x[:, :1]), 3, 1), torch.norm(x[:, :1], 3, 1))]
+        for got, want in cases:
+            assert np.array_equal(_codes(got.numpy()), _codes(want.numpy())), (got, want)
+    assert torch.norm(s, 3, 0).item() != abs(s.item())      # the kernel, not abs()

@@ -54,10 +54,9 @@ import dataclasses
 import math
 
 import numpy as np
-from numba import prange, types
-from numba.extending import overload
+from numba import prange
 
-from .._jit import fma, fma32, jit, pjit, run_kernel
+from .._jit import fma32, fma_any, jit, pjit, run_kernel
 from ..errors import FpemuValueError
 
 #: ``cudaDeviceProp.maxThreadsPerMultiProcessor`` of the modelled GPUs (Hopper
@@ -290,17 +289,8 @@ def _config(geo, sm_count, storage_offset=0):
 
 
 # ------------------------------------------------------------------ kernels
-def _fma_any(a, b, c):
-    """fma in the operands' precision (float32: llvm.fma.f32; float64)."""
-    raise NotImplementedError("_fma_any is a Numba overload: call it from a @jit function "
-                              "(from Python: fpemu._jit.fma32 or fpemu._jit.fma)")
-
-
-@overload(_fma_any)
-def _fma_any_impl(a, b, c):
-    if a == types.float32:
-        return lambda a, b, c: fma32(a, b, c)
-    return lambda a, b, c: fma(a, b, c)
+#: fma in the operands' precision (float32: llvm.fma.f32; float64)
+_fma_any = fma_any
 
 
 @jit

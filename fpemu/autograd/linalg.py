@@ -23,7 +23,6 @@ from ._autocast import cast_inputs
 from ._core import _result, _store, as_dtype, int32, is_float, Tensor, to_dtype
 from ._missing import module_getattr as _module_getattr
 from ._common import f64, sum_to_shape as _sum_to, wrap_dim
-from .ops.elementwise import abs as _abs
 from .ops.elementwise import mul
 from .ops.inplace import write_out
 from .ops.linalg import matmul  # noqa: F401  (torch.linalg.matmul)
@@ -88,9 +87,10 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
                                     "for the 2 and -2 norms")
         res = singular_norm(A, d0, d1, keepdim, "nuc" if ord == "nuc" else str(int(ord)))
     elif ord in (math.inf, -math.inf, 1, -1):
-        # rows (inf) or columns (1): sum the magnitudes over the other dim first
+        # rows (inf) or columns (1): the 1-norms over the other dim first
+        # (torch's linalg_matrix_norm: vector_norm(A, 1, dim), then amax / amin)
         first, then = (d1, d0) if math.isinf(ord) else (d0, d1)
-        sums = _sum(_abs(A), first, keepdim=True)
+        sums = vector_norm(A, 1, (first,), keepdim=True)
         pick = amax if ord > 0 else amin
         res = pick(sums, then, keepdim=True)
         if not keepdim:

@@ -28,7 +28,7 @@ from .._core import (
 )
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._common import f64, wrap_dim
-from .._cpu_reduce import cpu_sum
+from .._cpu_reduce import cpu_norm, cpu_sum
 from .._cuda_reduce import cuda_mean, cuda_norm, cuda_sum
 from .._profile import get_profile
 from .elementwise import _tensor_args, maximum, minimum, sqrt
@@ -440,10 +440,13 @@ def prod(x, dim=None, keepdim=False, dtype=None):
 
 
 def norm(x, p="fro", dim=None, keepdim=False):
-    """The p-norm (2 by default), rounded once. Under the CUDA profile p = 1
-    and p = 2 add in float32 in ATen's CUDA order (ReduceNormKernel.cu,
-    :func:`fpemu.autograd._cuda_reduce.cuda_norm`); other p, and the CPU
-    profile, in float64."""
+    """The p-norm (2 by default). Under the CUDA profile p = 1 and p = 2 add
+    in float32 (float64 for float64) in ReduceNormKernel.cu's order
+    (:func:`fpemu.autograd._cuda_reduce.cuda_norm`); under the CPU profile
+    every finite nonzero p as ReduceOpsKernel.cpp computes it
+    (:func:`fpemu.autograd._cpu_reduce.cpu_norm`: the accumulator's type,
+    its order, libm's pow); the rest in float64, rounded once (0 and
+    +-inf count or select: exact)."""
     if p == "fro":
         p = 2
     if p == "nuc":
@@ -456,6 +459,14 @@ def norm(x, p="fro", dim=None, keepdim=False):
     with np.errstate(all="ignore"):
         if _cuda() and p in (1.0, 2.0) and X.size:
             n = cuda_norm(x._data, int(p), axes, True).astype(np.float64)
+        elif (np.isfinite(p) and p != 0 and X.size and not _cuda()
+              and x.dtype in (float32, float64, bfloat16, float16)):
+            prof = get_profile()
+            half = {bfloat16: "bfloat16", float16: "float16"}.get(x.dtype)
+            n = cpu_norm(x._data, p, axes, True, threads=prof.cpu_threads,
+                         capability=prof.cpu_capability, dtype=half,
+                         size_one_abs=x.ndim > 0 or dim is None or dim == ()).astype(
+                             np.float64)
         elif p == np.inf:
             n = np.max(np.abs(X), axis=axes, keepdims=True)
         elif p == -np.inf:
