@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fpemu.autograd as ft                                      # noqa: E402
-from fpemu.autograd._cpu_reduce import GRAIN_SIZE, cpu_norm, cpu_sum  # noqa: E402
+from fpemu.autograd._cpu_reduce import GRAIN_SIZE, cpu_norm, cpu_sum, cpu_var  # noqa: E402,E501
 from fpemu.errors import FpemuValueError                         # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -234,3 +234,50 @@ def test_norm_of_the_cpu_profile_and_its_size_one_cases():
         for got, want in cases:
             assert np.array_equal(_codes(got.numpy()), _codes(want.numpy())), (got, want)
     assert torch.norm(s, 3, 0).item() != abs(s.item())      # the kernel, not abs()
+
+
+def _var_equal(t, dims, corr, sqrt, with_mean):
+    if with_mean:
+        want, want_mu = (torch.std_mean if sqrt else torch.var_mean)(t, dim=dims,
+                                                                     correction=corr)
+    else:
+        want, want_mu = (torch.std if sqrt else torch.var)(t, dim=dims, correction=corr), None
+    got, mu = cpu_var(t.numpy(), dims, corr, take_sqrt=sqrt, threads=THREADS,
+                      with_mean=with_mean)
+    ok = got.shape == tuple(want.shape) and np.array_equal(_codes(got), _codes(want.numpy()))
+    return ok and (not with_mean or np.array_equal(_codes(mu), _codes(want_mu.numpy())))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_var_std_and_their_means(dtype):
+    """A full var / std: the float mean, then the double sum of squared
+    deviations per thread chunk and 2-d block (std_var_all_cpu); dim
+    reductions and var_mean / std_mean: Welford in double per output, the
+    threads' partials combined for one long output."""
+    bad = []
+    for size in list(range(2, 30)) + [1000, GRAIN_SIZE + 7, 3 * GRAIN_SIZE]:
+        t = torch.from_numpy(_values(size).astype(np.float64) + 3).to(dtype)
+        for sqrt, with_mean, corr in itertools.product((False, True), (False, True), (0, 1)):
+            if not _var_equal(t, None, corr, sqrt, with_mean):
+                bad.append((size, sqrt, with_mean, corr))
+    for shape in [(3, 5), (9, 64), (2, 3, 4), (7, 40, 9), (300, 200)]:
+        t = torch.from_numpy(_values(shape).astype(np.float64)).to(dtype)
+        for view in (t, t.transpose(0, -1)):
+            for r in range(1, len(shape) + 1):
+                for dims in itertools.combinations(range(len(shape)), r):
+                    for sqrt, with_mean in itertools.product((False, True), repeat=2):
+                        if not _var_equal(view, dims, 1, sqrt, with_mean):
+                            bad.append((shape, tuple(view.stride()), dims, sqrt, with_mean))
+    assert not bad, f"{len(bad)} differ from torch's, e.g. {bad[:4]}"
+
+
+def test_var_mean_of_the_cpu_profile():
+    x = torch.from_numpy(_values((5, 5, 5)).astype(np.float64))
+    with ft.use_profile(_cpu_profile()):
+        fx = ft.nn.from_torch(x)
+        for got, want in ((ft.var_mean(fx), torch.var_mean(x)), (ft.std(fx), torch.std(x)),
+                          (ft.std_mean(fx, 1), torch.std_mean(x, 1)),
+                          (ft.var(fx, (0, 2)), torch.var(x, (0, 2)))):
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                assert np.array_equal(_codes(g.numpy()), _codes(w.numpy()))

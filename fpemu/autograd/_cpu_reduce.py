@@ -692,3 +692,138 @@ def _norm2_lastdim_bf16(X, rows, n, L, contract, out):
             v = X[base + i]
             b = fma_any(v, v, b)
         out[r] = _round16(np.sqrt(b), 1)
+
+
+# ---------------------------------------------------- variance and std
+@jit
+def _welford(X, offsets, roff, lo, hi, mean, m2, nf):
+    """``WelfordOps::reduce`` in double (``SharedReduceOps.h``; measured:
+    no contraction) over the reduced elements ``roff[lo:hi]`` of each output,
+    continuing from the accumulators (mean, m2, count) given."""
+    for o in range(offsets.shape[0]):
+        mu = mean[o]
+        s = m2[o]
+        n = nf[o]
+        for i in range(lo, hi):
+            v = np.float64(X[offsets[o] + roff[i]])
+            n += 1.0
+            delta = v - mu
+            mu = mu + delta / n
+            s = s + delta * (v - mu)
+        mean[o] = mu
+        m2[o] = s
+        nf[o] = n
+
+
+@jit
+def _sum_dx2(X, roff, starts, mean):
+    """``std_var_all_cpu``'s sum of ``(double(x) - mean)^2``: a local sum per
+    2-d block of the walk (block ``b`` is ``roff[starts[b]:starts[b + 1]]``),
+    each added to the running total (ReduceOps.cpp, compiled without FMA)."""
+    total = 0.0
+    for b in range(starts.shape[0] - 1):
+        local = 0.0
+        for i in range(starts[b], starts[b + 1]):
+            d = np.float64(X[roff[i]]) - mean
+            local += d * d
+        total += local
+    return total
+
+
+def _block_starts(shape, lo, hi):
+    """Where ``serial_for_each`` starts a new 2-d block within [lo, hi) of an
+    iterator of ``shape`` (``DimCounter.max_2d_step``), and ``hi``."""
+    if len(shape) <= 1:
+        return [lo, hi]
+    starts = []
+    offset = lo
+    while offset < hi:
+        starts.append(offset)
+        v0 = offset % shape[0]
+        step0 = min(shape[0] - v0, hi - offset)
+        step = step0
+        if step0 == shape[0]:
+            v1 = (offset // shape[0]) % shape[1]
+            step = shape[0] * min(shape[1] - v1, (hi - offset) // shape[0])
+        offset += step
+    return starts + [hi]
+
+
+def cpu_var(array, axes=None, correction=1, keepdims=False, *, take_sqrt=False, threads=1,
+            with_mean=False):
+    """``torch.var`` / ``torch.std`` (``take_sqrt``) of a float32 or float64
+    array on torch CPU (``ReduceOps.cpp`` ``std_var_out``): a full reduction
+    takes ``std_var_all_cpu`` (the float mean ``self.mean()``, then the sum
+    of squared deviations in double, per thread chunk and 2-d block); others,
+    and ``var_mean`` / ``std_mean`` (``with_mean``: also returns the mean),
+    ``WelfordOps`` in double per output (``binary_kernel_reduce``: the
+    iterator's order; per-thread partials combined past GRAIN_SIZE for one
+    output). The result is rounded once to the input's dtype."""
+    a = np.asarray(array)
+    if a.dtype not in (np.float32, np.float64):
+        raise FpemuValueError(f"cpu_var: expected a float32 or float64 array, got {a.dtype}; "
+                              "convert it first")
+    ndim = a.ndim
+    if axes is None:
+        axes = tuple(range(ndim))
+    axes = tuple(sorted({int(d) % max(ndim, 1) for d in axes})) if ndim else ()
+    if any(s < 0 or s % a.itemsize for s in a.strides):
+        a = np.ascontiguousarray(a)
+    kept_axes = [d for d in range(ndim) if d not in axes]
+    kept = tuple(a.shape[d] for d in kept_axes)
+    final = tuple(1 if d in axes else a.shape[d] for d in range(ndim)) if keepdims else kept
+    nout = int(np.prod(kept, dtype=np.int64))
+    geo = geometry(a.shape, tuple(s // a.itemsize for s in a.strides), axes)
+    X = _flat_storage(a)
+    roff = _offsets(a, geo.red_axes)
+    count = roff.shape[0]
+    if not with_mean and nout == 1 and count and geo.num_reduce_dims == len(geo.shape):
+        mean = float(cpu_sum(a, axes, threads=threads)[()] / a.dtype.type(count))
+        parts = [(0, count)]
+        if count > GRAIN_SIZE and threads > 1:
+            used = min(threads, _div_up(count, GRAIN_SIZE))
+            chunk = _div_up(count, used)
+            parts = [(lo, min(count, lo + chunk)) for lo in range(0, count, chunk)]
+        total = 0.0
+        for lo, hi in parts:
+            starts = np.asarray(_block_starts(geo.shape, lo, hi), np.int64)
+            total = total + run_kernel(_sum_dx2, X, roff, starts, mean, inputs=3)
+        with np.errstate(all="ignore"):
+            v = np.float64(total) / max(0.0, count - correction)
+            v = np.sqrt(v) if take_sqrt else v
+        return np.full(final, v, a.dtype), None
+    rows = _offsets(a, list(reversed(kept_axes)))
+    mean = np.zeros(nout, np.float64)
+    m2 = np.zeros(nout, np.float64)
+    nf = np.zeros(nout, np.float64)
+    if nout == 1 and count >= GRAIN_SIZE and threads > 1:
+        used = min(threads, _div_up(count, GRAIN_SIZE))
+        chunk = _div_up(count, used)
+        acc = (0.0, 0.0, 0.0)
+        for lo in range(0, count, chunk):
+            pm, ps, pn = np.zeros(1), np.zeros(1), np.zeros(1)
+            run_kernel(_welford, X, rows, roff, lo, min(count, lo + chunk), pm, ps, pn,
+                       inputs=3)
+            acc = _welford_combine(acc, (pm[0], ps[0], pn[0]))
+        mean[0], m2[0], nf[0] = acc
+    elif nout:
+        run_kernel(_welford, X, rows, roff, 0, count, mean, m2, nf, inputs=3)
+    with np.errstate(all="ignore"):
+        div = np.where(nf > correction, nf - correction, 0.0)
+        v = m2 / div
+        v = np.sqrt(v) if take_sqrt else v
+    res = v.astype(a.dtype).reshape(final)
+    return res, (mean.astype(a.dtype).reshape(final) if with_mean else None)
+
+
+def _welford_combine(a, b):
+    """``WelfordOps::combine`` (an empty side returns the other)."""
+    (am, a2, an), (bm, b2, bn) = a, b
+    if an == 0:
+        return b
+    if bn == 0:
+        return a
+    delta = bm - am
+    n = an + bn
+    nb_over_n = bn / n
+    return am + delta * nb_over_n, a2 + b2 + delta * delta * an * nb_over_n, n

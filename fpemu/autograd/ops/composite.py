@@ -16,12 +16,15 @@ import numpy as np
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._core import (
-    _result, _store, _sum_to, bool_, float32, int64, is_float, result_type, Size, Tensor,
+    _result, _store, _sum_to, bool_, float32, float64, int64, is_float, result_type, Size,
+    Tensor,
 )
 from .._common import wrap_dim
 from .._profile import get_profile
 from .elementwise import bitwise_xor, clone, div, isnan, lerp, logical_not, mul, sub, where
-from .reduce import _sum_impl, _values_indices, mean, norm, sort, std, sum as _sum, var
+from .reduce import (
+    _sum_impl, _values_indices, _var_std, mean, norm, sort, std, sum as _sum, var,
+)
 from .shape import cat, flip, gather, movedim, narrow, repeat, stack, transpose, unsqueeze
 from .creation import empty, full
 from .inplace import write_out
@@ -185,6 +188,17 @@ def _stat_mean(name, stat, x, dim, args, kwargs):
         dim = None
     keep = kwargs.get("keepdim", args[1] if len(args) > 1 and isinstance(args[1], bool) else
                       False)
+    if get_profile().cpu and x.dtype in (float32, float64) and x.numel():
+        # torch CPU's var_mean / std_mean: one Welford pass gives both (even
+        # for a full reduction, which var alone sums otherwise); the mean is
+        # its double mean rounded to the dtype (its gradient: mean's)
+        names = ("unbiased", "keepdim", "correction")
+        kw = dict(zip(names, args), **kwargs)
+        res, m = _var_std(x, dim, kw.get("unbiased"), kw.get("keepdim", False),
+                          kw.get("correction"), stat is std, with_mean=True)
+        mu = mean(x, dim, keepdim=keep)
+        mu._data = np.asarray(m, mu._data.dtype).reshape(mu._data.shape)
+        return res, mu
     return stat(x, dim, *args, **kwargs), mean(x, dim, keepdim=keep)
 
 

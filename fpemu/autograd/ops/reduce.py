@@ -28,10 +28,10 @@ from .._core import (
 )
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._common import f64, wrap_dim
-from .._cpu_reduce import cpu_norm, cpu_sum
+from .._cpu_reduce import cpu_norm, cpu_sum, cpu_var
 from .._cuda_reduce import cuda_mean, cuda_norm, cuda_sum
 from .._profile import get_profile
-from .elementwise import _tensor_args, maximum, minimum, sqrt
+from .elementwise import _tensor_args, maximum, minimum
 from .inplace import write_out
 
 _values_indices = collections.namedtuple("torch_return_types", ["values", "indices"])
@@ -154,8 +154,25 @@ def _scalar_name(dt):
 
 
 def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    """Variance in float64 (``correction`` 1 by default, as torch);
-    ``var(x, False)`` is torch's older ``var(input, unbiased)``."""
+    """Variance (``correction`` 1 by default, as torch); ``var(x, False)`` is
+    torch's older ``var(input, unbiased)``. Under the CPU profile float32 and
+    float64 as ATen's CPU kernels compute it (the full reduction's double sum
+    of squared deviations from the float mean, Welford in double per output
+    elsewhere: :func:`fpemu.autograd._cpu_reduce.cpu_var`); otherwise in
+    float64, rounded once."""
+    return _var_std(x, dim, unbiased, keepdim, correction, False)[0]
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    """The square root of :func:`var`, taken before the rounding to the dtype
+    (as torch's kernels do)."""
+    return _var_std(x, dim, unbiased, keepdim, correction, True)[0]
+
+
+def _var_std(x, dim, unbiased, keepdim, correction, take_sqrt, with_mean=False):
+    """var or std (``take_sqrt``), and with ``with_mean`` the mean torch's
+    var_mean / std_mean return with it (their Welford mean under the CPU
+    profile), as (tensor, mean array or None)."""
     if isinstance(dim, (bool, np.bool_)):
         if unbiased is not None:
             raise FpemuTypeError("var(): unbiased passed twice (positionally as the second "
@@ -169,19 +186,26 @@ def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
     mu = X.mean(axis=axes, keepdims=True)
     dev = X - mu
     denom = builtins.max(n - correction, 0)
-    with np.errstate(all="ignore"):
-        v = (dev * dev).sum(axis=axes, keepdims=keepdim) / denom
-    res = _store(v, x.dtype)
+    mean = None
+    if not _cuda() and x.dtype in (float32, float64) and x._data.size:
+        v, mean = cpu_var(x._data, axes, correction, keepdim, take_sqrt=take_sqrt,
+                          threads=get_profile().cpu_threads, with_mean=with_mean)
+        res = _store(v, x.dtype)
+    else:
+        with np.errstate(all="ignore"):
+            v = (dev * dev).sum(axis=axes, keepdims=keepdim) / denom
+            res = _store(np.sqrt(v) if take_sqrt else v, x.dtype)
 
     def backward(g):
+        # torch's var_backward: 2 / dof * grad * (x - mean); std_backward
+        # divides the gradient by 2 * std first
         G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
         with np.errstate(all="ignore"):
+            if take_sqrt:
+                G = G / _expand_back(2.0 * res.astype(np.float64), axes, keepdim, x.shape)
             return (_store(G * 2 * dev / denom, x.dtype),)
-    return _result(res, x.dtype, (x,), backward, saved=(x,), op="var")
-
-
-def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    return sqrt(var(x, dim, unbiased, keepdim, correction))
+    out = _result(res, x.dtype, (x,), backward, saved=(x,), op="std" if take_sqrt else "var")
+    return out, mean
 
 
 def amax(x, dim=None, keepdim=False, *, out=None):
