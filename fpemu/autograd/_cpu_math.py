@@ -12,12 +12,20 @@ elements of a row (the tail) run the scalar lambda, whose ``std::exp`` etc.
 are glibc's ``expf`` / ``exp``.
 
 This module holds per-lane Numba models of the SLEEF functions the modelled
-kernels call (the same operations in the same order, ``fma32`` / ``fma``
-where SLEEF's ``vmla`` is an FMA), calls of the process's libm for the
-scalar tails (the glibc torch's own process calls), the model of which
-elements of a row take the vector body (:func:`vector_mask`), and the
-kernels of the ops modelled (``activation`` below). Every function here
-computes lane by lane: a SIMD lane depends only on its own element.
+kernels call (expf / exp, expm1f / expm1, logf / log (u10), log1pf /
+log1p, tanhf / tanh: the same operations in the same order, ``fma32`` /
+``fma`` where SLEEF's FMA build fuses, the double-float / double-double
+helpers of ``df.h`` / ``dd.h``), ATen's own float erf, oneDNN's AVX-512
+gelu_erf (torch hands a contiguous float32 gelu to oneDNN), calls of the
+process's libm for the scalar tails (the glibc torch's own process calls),
+the model of which elements of a row take the vector body
+(:func:`vector_mask`), and the kernels of the ops modelled (glu, softmax,
+log_softmax, sigmoid, silu, gelu, elu / selu / celu, softplus, mish,
+log_sigmoid, hardswish, hardsigmoid). Every function here computes lane by
+lane: a SIMD lane depends only on its own element. The kernels modelled are
+all registered with ``ALSO_REGISTER_AVX512_DISPATCH`` (or, log_sigmoid, run
+every element through the vector code), so the profile's vector width is
+the one they run with.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .._jit import (
-    f32_from_ubits, f64_from_bits, fma, fma32, jit, run_kernel,
+    f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, fma, fma32, fma_any, jit, run_kernel,
 )
 from ._profile import get_profile
 
@@ -122,6 +130,279 @@ def sleef_expf(d):
     return u
 
 
+@jit
+def _one32(x):
+    return _f(1)
+
+
+@jit
+def _one64(x):
+    return 1.0
+
+
+# ------------------------------------------- SLEEF, float: double-float pairs
+# SLEEF's ``df.h`` / ``dd.h`` carry a float32 / float64 value as an
+# unevaluated sum (hi, lo); each helper below follows its namesake's
+# operations (FMA build: vfmapn is fma(x, y, -z), vfmanp fma(-x, y, z), vrec
+# 1 / x), on float32 (``df*_vf2``) or float64 (``dd*_vd2``) alike.
+@jit
+def _df_add2_f2f(xh, xl, y):
+    """dfadd2_vf2_vf2_vf"""
+    s = xh + y
+    v = s - xh
+    t = (xh - (s - v)) + (y - v)
+    return s, t + xl
+
+
+@jit
+def _df_add2_f2f2(xh, xl, yh, yl):
+    """dfadd2_vf2_vf2_vf2"""
+    s = xh + yh
+    v = s - xh
+    t = (xh - (s - v)) + (yh - v)
+    return s, t + (xl + yl)
+
+
+@jit
+def _df_add2_ff(x, y):
+    """dfadd2_vf2_vf_vf"""
+    s = x + y
+    v = s - x
+    return s, (x - (s - v)) + (y - v)
+
+
+@jit
+def _df_add_ff(x, y):
+    """dfadd_vf2_vf_vf (|x| >= |y|)"""
+    s = x + y
+    return s, (x - s) + y
+
+
+@jit
+def _df_add_ff2(x, yh, yl):
+    """dfadd_vf2_vf_vf2"""
+    s = x + yh
+    return s, ((x - s) + yh) + yl
+
+
+@jit
+def _df_add_f2f(xh, xl, y):
+    """dfadd_vf2_vf2_vf"""
+    s = xh + y
+    return s, ((xh - s) + y) + xl
+
+
+@jit
+def _df_add_f2f2(xh, xl, yh, yl):
+    """dfadd_vf2_vf2_vf2"""
+    s = xh + yh
+    return s, (((xh - s) + yh) + xl) + yl
+
+
+@jit
+def _df_mul_f2f(xh, xl, y):
+    """dfmul_vf2_vf2_vf"""
+    s = xh * y
+    return s, fma_any(xl, y, fma_any(xh, y, -s))
+
+
+@jit
+def _df_mul_f2f2(xh, xl, yh, yl):
+    """dfmul_vf2_vf2_vf2"""
+    s = xh * yh
+    return s, fma_any(xh, yl, fma_any(xl, yh, fma_any(xh, yh, -s)))
+
+
+@jit
+def _df_squ(xh, xl):
+    """dfsqu_vf2_vf2"""
+    s = xh * xh
+    return s, fma_any(xh + xh, xl, fma_any(xh, xh, -s))
+
+
+@jit
+def _df_rec_f2(dh, dl):
+    """dfrec_vf2_vf2"""
+    one = _one(dh)
+    s = one / dh
+    return s, s * fma_any(-dl, s, fma_any(-dh, s, one))
+
+
+@jit
+def _df_div(nh, nl, dh, dl):
+    """dfdiv_vf2_vf2_vf2"""
+    one = _one(dh)
+    t = one / dh
+    s = nh * t
+    u = fma_any(t, nh, -s)
+    v = fma_any(-dl, t, fma_any(-dh, t, one))
+    return s, fma_any(s, v, fma_any(nl, t, u))
+
+
+@jit
+def _ilogb2k_f(d):
+    """vilogb2k_vi2_vf: the biased exponent field minus 127."""
+    return np.int32((f32_ubits(d) >> np.uint32(23)) & np.uint32(0xFF)) - np.int32(0x7F)
+
+
+@jit
+def _ldexp3_f(d, q):
+    """vldexp3_vf_vf_vi2: q added to the exponent field."""
+    return f32_from_ubits(np.uint32((np.int64(f32_ubits(d)) + (np.int64(q) << 23))
+                                    & 0xFFFFFFFF))
+
+
+@jit
+def _expk2f(xh, xl):
+    """SLEEF's expk2f: exp of a double-float, as a double-float."""
+    u = (xh + xl) * _R_LN2F
+    q = _rint_i32(u)
+    qf = _f(q)
+    sh, sl = _df_add2_f2f(xh, xl, qf * -_L2UF)
+    sh, sl = _df_add2_f2f(sh, sl, qf * -_L2LF)
+    u = _f(0.1980960224e-3)
+    u = fma32(u, sh, _f(0.1394256484e-2))
+    u = fma32(u, sh, _f(0.8333456703e-2))
+    u = fma32(u, sh, _f(0.4166637361e-1))
+    th, tl = _df_mul_f2f(sh, sl, u)
+    th, tl = _df_add2_f2f(th, tl, _f(0.166666659414234244790680580464e+0))
+    th, tl = _df_mul_f2f2(sh, sl, th, tl)
+    th, tl = _df_add2_f2f(th, tl, _f(0.5))
+    ah, al = _df_squ(sh, sl)
+    ah, al = _df_mul_f2f2(ah, al, th, tl)
+    th, tl = _df_add2_f2f2(sh, sl, ah, al)
+    th, tl = _df_add_ff2(_f(1), th, tl)
+    th = _ldexp2_f(th, q)
+    tl = _ldexp2_f(tl, q)
+    if xh < _f(-104):
+        th = _f(0)
+        tl = _f(0)
+    return th, tl
+
+
+@jit
+def sleef_expm1f(a):
+    """``Sleef_expm1f16_u10`` / ``Sleef_expm1f8_u10`` (SLEEF's xexpm1f)."""
+    eh, el = _expk2f(a, _f(0))
+    dh, dl = _df_add2_f2f(eh, el, _f(-1))
+    x = dh + dl
+    if a > _f(88.72283172607421875):
+        x = _INF32
+    if a < _f(-16.635532333438687426013570):
+        x = _f(-1)
+    if f32_ubits(a) == np.uint32(0x80000000):
+        x = _f(-0.0)
+    if a != a:
+        x = a
+    return x
+
+
+@jit
+def sleef_tanhf(x):
+    """``Sleef_tanhf16_u10`` / ``Sleef_tanhf8_u10`` (SLEEF's xtanhf)."""
+    y = abs(x)
+    dh, dl = _expk2f(y, _f(0))
+    eh, el = _df_rec_f2(dh, dl)
+    nh, nl = _df_add_f2f2(dh, dl, -eh, -el)
+    mh, ml = _df_add_f2f2(dh, dl, eh, el)
+    dh, dl = _df_div(nh, nl, mh, ml)
+    y = dh + dl
+    if abs(x) > _f(8.664339742) or y != y:
+        y = _f(1)
+    if f32_ubits(x) & np.uint32(0x80000000):
+        y = -y
+    if x != x:
+        y = x
+    return y
+
+
+_LN2F_HI = _f(0.69314718246459960938)
+_LN2F_LO = _f(-1.904654323148236017e-09)
+
+
+@jit
+def _logf_core(e, xh, xl):
+    """The tail of xlogf_u1 / xlog1pf: e * ln2 + 2 atanh(x), x a double-float."""
+    x2 = xh * xh
+    t = _f(+0.3027294874e+0)
+    t = fma32(t, x2, _f(+0.3996108174e+0))
+    t = fma32(t, x2, _f(+0.6666694880e+0))
+    sh, sl = _df_mul_f2f(_LN2F_HI, _LN2F_LO, e)
+    sh, sl = _df_add_f2f2(sh, sl, xh * _f(2), xl * _f(2))
+    sh, sl = _df_add_f2f(sh, sl, (x2 * xh) * t)
+    return sh + sl
+
+
+@jit
+def sleef_logf(d):
+    """``Sleef_logf16_u10`` / ``Sleef_logf8_u10`` (SLEEF's xlogf_u1; the
+    AVX2 build's scaling of subnormals and the AVX512 build's getexp /
+    getmant give the same exponent and mantissa)."""
+    if not (d > _f(0)) or d == _INF32:
+        if d != d or d < _f(0):
+            return _f(np.nan)
+        if d == _f(0):
+            return -_INF32
+        return _INF32
+    e = np.int32(0)
+    if d < _f(1.1754943508222875e-38):
+        d = d * _f(18446744073709551616.0)
+        e = np.int32(-64)
+    k = _ilogb2k_f(d * _f(1.0 / 0.75))
+    m = _ldexp3_f(d, -k)
+    e = e + k
+    ah, al = _df_add2_ff(_f(-1), m)
+    bh, bl = _df_add2_ff(_f(1), m)
+    xh, xl = _df_div(ah, al, bh, bl)
+    return _logf_core(_f(e), xh, xl)
+
+
+_LOG1PF_BOUND = _f(1.0e+38)
+
+
+@jit
+def sleef_log1pf(d):
+    """``Sleef_log1pf16_u10`` / ``Sleef_log1pf8_u10`` (SLEEF's xlog1pf)."""
+    dp1 = d + _f(1)
+    e = np.int32(0)
+    if dp1 < _f(1.1754943508222875e-38):
+        dp1 = dp1 * _f(18446744073709551616.0)
+        e = np.int32(-64)
+    k = _ilogb2k_f(dp1 * _f(1.0 / 0.75))
+    t = _ldexp3_f(_f(1), -k)
+    m = fma32(d, t, t - _f(1))
+    e = e + k
+    bh, bl = _df_add_ff(_f(2), m)
+    xh, xl = _df_div(m, _f(0), bh, bl)
+    r = _logf_core(_f(e), xh, xl)
+    if not (d <= _LOG1PF_BOUND):
+        r = sleef_logf(d)
+    if _f(-1) > d or d != d:
+        r = _f(np.nan)
+    if d == _f(-1):
+        r = -_INF32
+    if f32_ubits(d) == np.uint32(0x80000000):
+        r = _f(-0.0)
+    return r
+
+
+@jit
+def aten_erff(x):
+    """``Vectorized<float>::erf`` (vec512_float.h / vec256_float.h): ATen's
+    own rational approximation (Abramowitz and Stegun 7.1.26) with SLEEF's
+    expf, FMA where the header calls ``_mm*_fmadd_ps``."""
+    neg = np.uint32(f32_ubits(x) & np.uint32(0x80000000))
+    a = abs(x)
+    t = _f(1) / fma32(_f(0.3275911), a, _f(1))
+    r = fma32(_f(1.061405429), t, _f(-1.453152027))
+    r = fma32(r, t, _f(1.421413741))
+    r = fma32(r, t, _f(-0.284496736))
+    r = fma32(r, t, _f(0.254829592))
+    e = -sleef_expf(-(x * x))
+    y = fma32(e * t, r, _f(1))
+    return f32_from_ubits(np.uint32(f32_ubits(y) ^ neg))
+
+
 # ----------------------------------------------------------- SLEEF, double
 _R_LN2 = 1.442695040888963407359924681001892137426645954152985934135449406931
 _L2U = .69314718055966295651160180568695068359375
@@ -171,6 +452,161 @@ def sleef_exp(d):
     return u
 
 
+@jit
+def _poly2(x, c1, c0):
+    return fma(x, c1, c0)
+
+
+@jit
+def _poly4(x, x2, c3, c2, c1, c0):
+    return fma(x2, fma(x, c3, c2), fma(x, c1, c0))
+
+
+@jit
+def _expk2(xh, xl):
+    """SLEEF's expk2: exp of a double-double, as a double-double (its
+    polynomial by Estrin's scheme, POLY10)."""
+    u = (xh + xl) * _R_LN2
+    dq = np.rint(u)
+    q = np.int64(dq) if abs(dq) < 2147483648.0 else np.int64(-2147483648)
+    sh, sl = _df_add2_f2f(xh, xl, dq * -_L2U)
+    sh, sl = _df_add2_f2f(sh, sl, dq * -_L2L)
+    s2h, s2l = _df_squ(sh, sl)
+    s4h, s4l = _df_squ(s2h, s2l)
+    s8 = s4h * s4h
+    x, x2, x4 = sh, s2h, s4h
+    u = fma(s8, _poly2(x, +0.1602472219709932072e-9, +0.2092255183563157007e-8),
+            fma(x4, _poly4(x, x2, +0.2505230023782644465e-7, +0.2755724800902135303e-6,
+                           +0.2755731892386044373e-5, +0.2480158735605815065e-4),
+                _poly4(x, x2, +0.1984126984148071858e-3, +0.1388888888886763255e-2,
+                       +0.8333333333333347095e-2, +0.4166666666666669905e-1)))
+    th, tl = _df_mul_f2f(sh, sl, +0.1666666666666666574e+0)
+    th, tl = _df_add_ff2(0.5, th, tl)
+    th, tl = _df_mul_f2f2(th, tl, sh, sl)
+    th, tl = _df_add_ff2(1.0, th, tl)
+    th, tl = _df_mul_f2f2(th, tl, sh, sl)
+    th, tl = _df_add_ff2(1.0, th, tl)
+    ah, al = _df_mul_f2f(s4h, s4l, u)
+    th, tl = _df_add_f2f2(th, tl, ah, al)
+    th = _ldexp2_d(th, q)
+    tl = _ldexp2_d(tl, q)
+    if xh < -1000.0:
+        th = 0.0
+        tl = 0.0
+    return th, tl
+
+
+@jit
+def sleef_expm1(a):
+    """``Sleef_expm1d8_u10`` / ``Sleef_expm1d4_u10`` (SLEEF's xexpm1)."""
+    eh, el = _expk2(a, 0.0)
+    dh, dl = _df_add2_f2f(eh, el, -1.0)
+    x = dh + dl
+    if a > 709.782712893383996732223:
+        x = np.inf
+    if a < -36.736800569677101399113302437:
+        x = -1.0
+    if f64_bits(a) == np.int64(-9223372036854775808):
+        x = -0.0
+    if a != a:
+        x = a
+    return x
+
+
+@jit
+def sleef_tanh(x):
+    """``Sleef_tanhd8_u10`` / ``Sleef_tanhd4_u10`` (SLEEF's xtanh)."""
+    y = abs(x)
+    dh, dl = _expk2(y, 0.0)
+    eh, el = _df_rec_f2(dh, dl)
+    nh, nl = _df_add2_f2f2(dh, dl, -eh, -el)
+    mh, ml = _df_add2_f2f2(dh, dl, eh, el)
+    dh, dl = _df_div(nh, nl, mh, ml)
+    y = dh + dl
+    if abs(x) > 18.714973875 or y != y:
+        y = 1.0
+    if x < 0.0 or f64_bits(x) == np.int64(-9223372036854775808):
+        y = -y
+    if x != x:
+        y = x
+    return y
+
+
+@jit
+def _ilogb2k_d(d):
+    return np.int64((f64_bits(d) >> 52) & 0x7FF) - 0x3FF
+
+
+@jit
+def _ldexp3_d(d, q):
+    return f64_from_bits(f64_bits(d) + (np.int64(q) << 52))
+
+
+@jit
+def _log_core(e, xh, xl):
+    """The tail of xlog_u1 / xlog1p: e * ln2 + 2 atanh(x), x a double-double
+    (POLY7 in x**2)."""
+    x2 = xh * xh
+    x4 = x2 * x2
+    x8 = x4 * x4
+    t = fma(x8, fma(x4, 0.1532076988502701353e+0,
+                    fma(x2, 0.1525629051003428716e+0, 0.1818605932937785996e+0)),
+            _poly4(x2, x4, 0.2222214519839380009e+0, 0.2857142932794299317e+0,
+                   0.3999999999635251990e+0, 0.6666666666667333541e+0))
+    sh, sl = _df_mul_f2f(0.693147180559945286226764, 2.319046813846299558417771e-17, e)
+    sh, sl = _df_add_f2f2(sh, sl, xh * 2.0, xl * 2.0)
+    sh, sl = _df_add_f2f(sh, sl, (x2 * xh) * t)
+    return sh + sl
+
+
+@jit
+def sleef_log(d):
+    """``Sleef_logd8_u10`` / ``Sleef_logd4_u10`` (SLEEF's xlog_u1)."""
+    if not (d > 0.0) or d == np.inf:
+        if d != d or d < 0.0:
+            return np.nan
+        if d == 0.0:
+            return -np.inf
+        return np.inf
+    e = np.int64(0)
+    if d < 2.2250738585072014e-308:
+        d = d * 18446744073709551616.0
+        e = np.int64(-64)
+    k = _ilogb2k_d(d * (1.0 / 0.75))
+    m = _ldexp3_d(d, -k)
+    e = e + k
+    ah, al = _df_add2_ff(-1.0, m)
+    bh, bl = _df_add2_ff(1.0, m)
+    xh, xl = _df_div(ah, al, bh, bl)
+    return _log_core(np.float64(e), xh, xl)
+
+
+@jit
+def sleef_log1p(d):
+    """``Sleef_log1pd8_u10`` / ``Sleef_log1pd4_u10`` (SLEEF's xlog1p)."""
+    dp1 = d + 1.0
+    e = np.int64(0)
+    if dp1 < 2.2250738585072014e-308:
+        dp1 = dp1 * 18446744073709551616.0
+        e = np.int64(-64)
+    k = _ilogb2k_d(dp1 * (1.0 / 0.75))
+    t = _ldexp3_d(1.0, -k)
+    m = fma(d, t, t - 1.0)
+    e = e + k
+    bh, bl = _df_add_ff(2.0, m)
+    xh, xl = _df_div(m, 0.0, bh, bl)
+    r = _log_core(np.float64(e), xh, xl)
+    if not (d <= 1.0e+307):
+        r = sleef_log(d)
+    if d < -1.0 or d != d:
+        r = np.nan
+    if d == -1.0:
+        r = -np.inf
+    if f64_bits(d) == np.int64(-9223372036854775808):
+        r = -0.0
+    return r
+
+
 # ------------------------------------------- one name for float32 and float64
 def _generic(name, f32, f64):
     """A function of one float that calls ``f32`` on a float32 and ``f64`` on
@@ -192,6 +628,15 @@ def _generic(name, f32, f64):
 
 
 vexp = _generic("vexp", sleef_expf, sleef_exp)
+_one = _generic("_one", _one32, _one64)
+vexpm1 = _generic("vexpm1", sleef_expm1f, sleef_expm1)
+sexpm1 = _generic("sexpm1", c_expm1f, c_expm1)
+vtanh = _generic("vtanh", sleef_tanhf, sleef_tanh)
+stanh = _generic("stanh", c_tanhf, c_tanh)
+vlog = _generic("vlog", sleef_logf, sleef_log)
+slog = _generic("slog", c_logf, c_log)
+vlog1p = _generic("vlog1p", sleef_log1pf, sleef_log1p)
+slog1p = _generic("slog1p", c_log1pf, c_log1p)
 sexp = _generic("sexp", c_expf, c_exp)
 
 
@@ -491,3 +936,353 @@ def hardswish(x):
     the dtype, left to right."""
     t = x.dtype.type
     return x * np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6)
+
+
+# ------------------------------------------------- sigmoid, silu, gelu
+@jit
+def _sigmoid(x, vec, out):
+    one = out.dtype.type(1)
+    zero = out.dtype.type(0)
+    for i in range(out.size):
+        e = vexp(zero - x[i]) if vec[i] else sexp(-x[i])
+        out[i] = one / (one + e)
+
+
+@jit
+def _silu(x, vec, out):
+    one = out.dtype.type(1)
+    for i in range(out.size):
+        e = vexp(-x[i]) if vec[i] else sexp(-x[i])
+        out[i] = x[i] / (one + e)
+
+
+def _unary_kernel(kernel, x, *extra):
+    """``kernel`` over the float32 / float64 array ``x`` (any strides) with
+    the vector-body mask of ``x``'s iteration."""
+    mask = elementwise_mask(x.shape, (x,), x.itemsize)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.size, x.dtype)
+    run_kernel(kernel, flat, np.ascontiguousarray(mask).reshape(-1), *extra, out, inputs=2)
+    return out.reshape(x.shape)
+
+
+def sigmoid(x):
+    """``sigmoid_kernel`` (UnaryOpsKernel.cpp, ALSO_REGISTER_AVX512_DISPATCH):
+    the vector body ``1 / (1 + exp(0 - x))`` with SLEEF's exp, the tail
+    ``1 / (1 + std::exp(-x))``."""
+    return _unary_kernel(_sigmoid, x)
+
+
+def silu(x):
+    """``silu_kernel`` (Activation.cpp, ALSO_REGISTER_AVX512_DISPATCH):
+    ``x / (1 + exp(-x))``, SLEEF's exp in the vector body, libm's in the
+    tail."""
+    return _unary_kernel(_silu, x)
+
+
+@jit
+def _gelu_erf32(x, vec, out):
+    alpha = _f(0.70710678118654752440)
+    half = _f(0.5)
+    one = _f(1)
+    for i in range(out.size):
+        v = x[i]
+        e = aten_erff(v * alpha) if vec[i] else c_erff(v * alpha)
+        out[i] = v * half * (one + e)
+
+
+def gelu(x):
+    """``GeluKernelImpl`` (Activation.cpp, ALSO_REGISTER_AVX512_DISPATCH) with
+    ``approximate='none'``: ``vectorized_gelu`` / ``scalar_gelu`` of
+    native/cpu/Gelu.h, ``x * 0.5 * (1 + erf(x * M_SQRT1_2))`` with ATen's
+    ``Vectorized<float>::erf`` in the vector body and libm's ``erff`` in the
+    tail."""
+    if x.dtype != np.float32:
+        raise TypeError("gelu: the CPU model takes float32")
+    return _unary_kernel(_gelu_erf32, x)
+
+
+# --------------------------------------------------- oneDNN's gelu (erf)
+# torch's CPU gelu (aten/src/ATen/native/Activation.cpp, gelu_out_cpu) hands
+# a contiguous float32 tensor of more than one element to oneDNN
+# (``use_mkldnn``: ideep's eltwise_gelu_erf); oneDNN's JIT injector
+# (src/cpu/x64/injectors/jit_uni_eltwise_injector.cpp,
+# ``gelu_erf_minimax_approx_compute_vector_fwd``) on AVX-512 evaluates
+# erf(x / sqrt 2) as one of 25 degree-5 polynomials in |x|, picked by the
+# exponent and two leading mantissa bits of |x| (the coefficient table
+# ``gelu_erf_minimax_polynomial``, bit patterns below, degree 0 first).
+_GELU_MINIMAX = np.array([
+    [0xa6f2cb94, 0x32827792, 0x3381cc0c, 0x34523d4a, 0x351ac44d, 0x35f36d88, 0x36ee8229,
+     0x37b8a3bb, 0x3867a213, 0x3940033b, 0x3a2a5a1d, 0x3ae35863, 0x3b7828f2, 0x3c08b14b,
+     0x3c515ed3, 0xbb503236, 0xbd8d8e5e, 0xbe8abcd9, 0xbf0c19a2, 0xbeccb328, 0x3e176ced,
+     0x3f470d99, 0x3f7abb28, 0x3f800000, 0x00000000],
+    [0x3f4c422a, 0x3f4c421f, 0x3f4c4207, 0x3f4c41cb, 0x3f4c413b, 0x3f4c3fad, 0x3f4c3a2f,
+     0x3f4c2d40, 0x3f4c146a, 0x3f4bc341, 0x3f4ad08c, 0x3f48f8cf, 0x3f45fac7, 0x3f404e07,
+     0x3f3b980f, 0x3f48dff3, 0x3f78b21b, 0x3fbb0704, 0x40019c32, 0x3fe536d6, 0x3f81331e,
+     0x3e6c8684, 0x3c98f936, 0x00000000, 0x3f800000],
+    [0xb62173f4, 0x3735e4cf, 0x37f2ff89, 0x388c23be, 0x3917535c, 0x39ab2ab0, 0x3a60fadb,
+     0x3af9b960, 0x3b6e5491, 0x3c0a4ec5, 0x3ca5aa8c, 0x3d2138d9, 0x3d8737d4, 0x3ddfb660,
+     0x3e0f27ab, 0x3d94004b, 0xbe0efdeb, 0xbf1d96c3, 0xbf89db58, 0xbf6d9897, 0xbef69fb8,
+     0xbdc4f8a8, 0xbbde6422, 0x00000000, 0x00000000],
+    [0xbe081a19, 0xbe084570, 0xbe08639b, 0xbe089837, 0xbe08f409, 0xbe09ab95, 0xbe0b66d0,
+     0xbe0e400a, 0xbe124df8, 0xbe1bde02, 0xbe2f19c9, 0xbe4931bf, 0xbe685fbc, 0xbe89c95f,
+     0xbe96cbca, 0xbe8044aa, 0xbe0550f2, 0x3dcfd6a1, 0x3e94c826, 0x3e79345f, 0x3decec91,
+     0x3ca46568, 0x3aa1e00a, 0x00000000, 0x00000000],
+    [0xba3d61db, 0x39f097a3, 0x3a5845dc, 0x3ab1fa35, 0x3b0cefb8, 0x3b653ab6, 0x3bcae527,
+     0x3c221712, 0x3c6c5840, 0x3cc0a703, 0x3d1dcc19, 0x3d63656d, 0x3d955907, 0x3dbf9910,
+     0x3dd53f69, 0x3db7dcef, 0x3d639ebe, 0xba6ede48, 0xbd22be69, 0xbd041cf1, 0xbc64f5ab,
+     0xbb097a32, 0xb8ebf380, 0x00000000, 0x00000000],
+    [0x3cb7d80c, 0x3c9b6050, 0x3c978d11, 0x3c92e850, 0x3c8d058b, 0x3c848454, 0x3c6cd623,
+     0x3c4c824b, 0x3c2a7935, 0x3be0b390, 0x3b0651ac, 0xbb232f53, 0xbbd42fa0, 0xbc2c5366,
+     0xbc492c9e, 0xbc2a7aa6, 0xbbd55d04, 0xba823a76, 0x3b102aa8, 0x3ae25a7e, 0x3a31f792,
+     0x38b84375, 0x3689bb5a, 0x00000000, 0x00000000]
+], np.uint32).view(np.float32)
+_GELU_IDX_BIAS = 0xC21FFFFF
+_GELU_RBOUND = np.array([0x40B15CEE], np.uint32).view(np.float32)[0]
+
+
+@jit
+def _onednn_gelu_erf512(x, table, out):
+    """oneDNN's AVX-512 gelu_erf per element: the polynomial's index is
+    ``(bits(|x|) + 0xc21fffff) >> 21`` (int32 wrap, arithmetic shift) kept
+    in [1, 24], 23 beyond ``rbound``; Horner in |x| with FMA; the sign put
+    back; ``(x * (1 + p)) * 0.5``."""
+    for i in range(out.size):
+        v = x[i]
+        a = abs(v)
+        b = np.int64(f32_ubits(a)) + _GELU_IDX_BIAS
+        b = b & 0xFFFFFFFF
+        if b >= 0x80000000:
+            b -= 0x100000000
+        k = b >> 21
+        k = min(max(k, 1), 24)
+        if _GELU_RBOUND < a:
+            k = 23
+        p = table[5, k]
+        for d in range(4, -1, -1):
+            p = fma32(p, a, table[d, k])
+        if f32_ubits(v) & np.uint32(0x80000000):
+            p = -p
+        p = p + _f(1)
+        out[i] = (v * p) * _f(0.5)
+
+
+def onednn_gelu(x):
+    """torch's CPU gelu (erf form) of a contiguous float32 array of two or
+    more elements: oneDNN's eltwise_gelu_erf (AVX-512 build, every element
+    through the same vector code)."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.size, np.float32)
+    run_kernel(_onednn_gelu_erf512, flat, _GELU_MINIMAX, out, inputs=2)
+    return out.reshape(x.shape)
+
+
+_GELU_BETA = 1.41421356237309504880 * 1.12837916709551257390 * 0.5   # M_SQRT2 * M_2_SQRTPI * 0.5
+
+
+@jit
+def _gelu_tanh(x, vec, beta, kappa, out):
+    half = out.dtype.type(0.5)
+    one = out.dtype.type(1)
+    for i in range(out.size):
+        v = x[i]
+        inner = beta * fma_any(kappa, v * v * v, v)
+        t = vtanh(inner) if vec[i] else stanh(inner)
+        out[i] = half * v * (one + t)
+
+
+def gelu_model(x, approximate):
+    """The model of torch CPU's gelu for the float32 / float64 array ``x``
+    under the active profile, or None where fpemu has none:
+
+    * ``'none'``, float32, C-contiguous, two or more elements: oneDNN's
+      gelu_erf (:func:`onednn_gelu`; its AVX-512 code only: on an AVX2 CPU
+      oneDNN takes another approximation, not modelled);
+    * ``'none'``, float32 otherwise: ATen's kernel (:func:`gelu`);
+    * ``'tanh'``: ``vectorized_gelu_approximated_with_tanh`` /
+      ``scalar_gelu_approximated_with_tanh`` (Gelu.h), ``x * x * x``,
+      ``kBeta * (x + kKappa * cube)`` with the sum and product contracted
+      into one FMA (GCC, in the vector body and in the tail: measured),
+      SLEEF's tanhf / tanh in the vector body, libm's in the tail;
+    * ``'none'``, float64: None (SLEEF's double erf is not modelled)."""
+    if approximate == "tanh":
+        t = x.dtype.type
+        return lambda v: _unary_kernel(_gelu_tanh, v, t(_GELU_BETA), t(0.044715))
+    if x.dtype != np.float32:
+        return None
+    if x.flags.c_contiguous and x.size > 1:
+        if not get_profile().cpu_capability.upper().startswith("AVX512"):
+            return None
+        return onednn_gelu
+    return gelu
+
+
+# ------------------------------------------------------- elu, softplus, mish
+@jit
+def _elu(x, vec, negcoef, poscoef, negipt, out):
+    zero = out.dtype.type(0)
+    for i in range(out.size):
+        a = x[i]
+        if vec[i]:
+            out[i] = vexpm1(a * negipt) * negcoef if not (a >= zero) else a * poscoef
+        else:
+            out[i] = sexpm1(a * negipt) * negcoef if a < zero else a * poscoef
+
+
+def elu(x, alpha, scale, input_scale):
+    """``elu_kernel`` (Activation.cpp with native/cpu/Elu.h,
+    ALSO_REGISTER_AVX512_DISPATCH) on a float32 / float64 array: with
+    ``negcoef = alpha * scale`` (in the dtype), ``poscoef = scale``,
+    ``negiptcoef = input_scale``, the tail takes ``expm1(x * negiptcoef) *
+    negcoef`` where ``x < 0`` (libm's expm1), the vector body where not ``x
+    >= 0`` (SLEEF's expm1), else ``x * poscoef``."""
+    t = x.dtype.type
+    return _unary_kernel(_elu, x, t(t(alpha) * t(scale)), t(scale), t(input_scale))
+
+
+@jit
+def _softplus(x, vec, beta, threshold, out):
+    for i in range(out.size):
+        a = x[i]
+        ab = a * beta
+        if ab > threshold:
+            out[i] = a
+        elif vec[i]:
+            out[i] = vlog1p(vexp(ab)) / beta
+        else:
+            out[i] = slog1p(sexp(ab)) / beta
+
+
+def softplus(x, beta, threshold):
+    """``softplus_kernel`` (Activation.cpp, ALSO_REGISTER_AVX512_DISPATCH):
+    ``x`` where ``x * beta > threshold``, else ``log1p(exp(x * beta)) /
+    beta``: SLEEF's exp and log1p in the vector body, libm's in the tail
+    (beta and threshold in the dtype)."""
+    t = x.dtype.type
+    return _unary_kernel(_softplus, x, t(beta), t(threshold))
+
+
+@jit
+def _mish(x, vec, out):
+    for i in range(out.size):
+        a = x[i]
+        if vec[i]:
+            out[i] = a * vtanh(vlog1p(vexp(a)))
+        else:
+            out[i] = a * stanh(slog1p(sexp(a)))
+
+
+def mish(x):
+    """``mish_kernel`` (Activation.cpp, ALSO_REGISTER_AVX512_DISPATCH):
+    ``x * tanh(log1p(exp(x)))``, SLEEF's functions in the vector body,
+    libm's in the tail."""
+    return _unary_kernel(_mish, x)
+
+
+@jit
+def _log_sigmoid(x, out):
+    zero = out.dtype.type(0)
+    for i in range(out.size):
+        a = x[i]
+        m = a if a < zero or a != a else zero
+        out[i] = m - vlog1p(vexp(-abs(a)))
+
+
+def log_sigmoid(x):
+    """``log_sigmoid_cpu_kernel`` (Activation.cpp): ``vec::minimum(x, 0) -
+    log1p(exp(-|x|))`` for every element through the vector code (its
+    leftover vector is loaded partially, not run by a scalar loop), SLEEF's
+    exp and log1p; ``minimum`` keeps NaN and gives +0 for -0."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.size, x.dtype)
+    run_kernel(_log_sigmoid, flat, out, inputs=1)
+    return out.reshape(x.shape)
+
+
+# ------------------------------------------------------------- log_softmax
+@jit
+def _log_softmax_lastdim(x, lanes, tree, out):
+    """``serial_vec_log_softmax_lastdim_range`` (LogSoftmaxKernelImpl.h) on
+    rows: the max (``vec::reduce_all`` of ``maximum``, NaN kept), the lane
+    sum of SLEEF's ``exp(x - max)`` (``map_reduce_all``), SLEEF's log of it
+    (``vec::map``, the partial vector too), ``x - max - log``."""
+    for r in range(x.shape[0]):
+        row = x[r]
+        m = row[0]
+        for j in range(1, row.size):
+            v = row[j]
+            if v != v or m != m:
+                m = v if v != v else m
+            elif v > m:
+                m = v
+        e = np.empty(row.size, x.dtype)
+        for j in range(row.size):
+            e[j] = vexp(row[j] - m)
+        lg = vlog(_lane_sum(e, lanes, tree))
+        for j in range(row.size):
+            out[r, j] = row[j] - m - lg
+
+
+@jit
+def _log_softmax_inner(x, vec, out):
+    """``serial_vec_logsoftmax_range`` (x: outer, dim, inner): per position
+    the max over the dim (``data > max`` picks, NaN never), the sum from 0
+    in dim order of ``exp(x - max)`` (SLEEF where ``vec`` marks the position
+    a vector lane, else libm), SLEEF's log of the sum, ``x - max - log``."""
+    for o in range(x.shape[0]):
+        for i in range(x.shape[2]):
+            m = -np.inf
+            m = x.dtype.type(m)
+            for d in range(x.shape[1]):
+                v = x[o, d, i]
+                if v > m:
+                    m = v
+            s = x.dtype.type(0)
+            for d in range(x.shape[1]):
+                s = s + (vexp(x[o, d, i] - m) if vec[o, i] else sexp(x[o, d, i] - m))
+            lg = vlog(s)
+            for d in range(x.shape[1]):
+                out[o, d, i] = x[o, d, i] - m - lg
+
+
+def _log_softmax_vector_positions(outer, inner, dim_size, itemsize, lanes):
+    """Which inner positions ``serial_vec_logsoftmax_range`` runs as vector
+    lanes: the inner dim cut into chunks of ``min(inner, max(128 KiB /
+    dim_size / itemsize, lanes) rounded down to lanes)`` positions, each
+    chunk's leading whole vectors (the chunking does not depend on the
+    threads)."""
+    chunk = max(128 * 1024 // dim_size // itemsize, lanes) // lanes * lanes
+    chunk = min(chunk, inner)
+    vec = np.zeros(inner, bool)
+    for b in range(0, inner, chunk):
+        size = min(chunk, inner - b)
+        vec[b:b + size - size % lanes] = True
+    return np.broadcast_to(vec, (outer, inner))
+
+
+def log_softmax(x, dim):
+    """ATen's CPU log_softmax of a float32 / float64 array along ``dim``
+    (``log_softmax_lastdim_kernel_impl`` / ``log_softmax_kernel_impl``,
+    LogSoftmaxKernelImpl.h)."""
+    prof = get_profile()
+    lanes = prof.cpu_lanes(x.itemsize)
+    X = np.ascontiguousarray(x)
+    if X.ndim == 0:
+        X = X.reshape(1)
+        dim = 0
+    if X.size == 0:
+        return np.empty(x.shape, x.dtype)
+    shape = X.shape
+    if dim == X.ndim - 1:
+        rows = X.reshape(-1, shape[-1])
+        out = np.empty(rows.shape, X.dtype)
+        run_kernel(_log_softmax_lastdim, rows, lanes, X.dtype == np.float32, out, inputs=1)
+        return out.reshape(x.shape)
+    outer = int(np.prod(shape[:dim], dtype=np.int64))
+    inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
+    X3 = X.reshape(outer, shape[dim], inner)
+    vec = np.ascontiguousarray(
+        _log_softmax_vector_positions(outer, inner, shape[dim], X.itemsize, lanes))
+    out = np.empty(X3.shape, X.dtype)
+    run_kernel(_log_softmax_inner, X3, vec, out, inputs=2)
+    return out.reshape(x.shape)

@@ -51,6 +51,9 @@ def softplus(x, beta=1.0, threshold=20.0):
 
     def bwd(g, v, y):
         return np.where(v * beta > threshold, g, g / (1 + np.exp(-beta * v)))
+    if _cpu_exact(x.dtype):
+        return _activation("softplus", x, None, bwd,
+                           cpu=lambda X: _cpu_math.softplus(X, beta, threshold))
     return _unary("softplus", x, fwd, bwd)
 
 
@@ -101,10 +104,19 @@ def relu6(input, inplace=False):  # noqa: A002
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+def _cpu_elu(dt, alpha, scale, input_scale):
+    """Under the CPU profile on float32 / float64: ATen's ``elu_kernel``
+    (:func:`.._cpu_math.elu`) with these coefficients, else None."""
+    if not _cpu_exact(dt):
+        return None
+    return lambda X: _cpu_math.elu(X, alpha, scale, input_scale)
+
+
 def elu(input, alpha=1.0, inplace=False):  # noqa: A002
     """x if x > 0 else alpha * (exp(x) - 1)."""
     return _activation("elu", input, lambda v: np.where(v > 0, v, alpha * np.expm1(v)),
-                       lambda g, v, y: np.where(v > 0, g, g * alpha * np.exp(v)), inplace)
+                       lambda g, v, y: np.where(v > 0, g, g * alpha * np.exp(v)), inplace,
+                       cpu=_cpu_elu(input.dtype, alpha, 1.0, 1.0))
 
 
 def elu_(input, alpha=1.0):  # noqa: A002
@@ -119,16 +131,20 @@ def selu(input, inplace=False):  # noqa: A002
     """scale * elu(x, alpha) with the constants of Klambauer et al. (2017)."""
     a, s = _SELU_ALPHA, _SELU_SCALE
     return _activation("selu", input, lambda v: s * np.where(v > 0, v, a * np.expm1(v)),
-                       lambda g, v, y: g * s * np.where(v > 0, 1.0, a * np.exp(v)), inplace)
+                       lambda g, v, y: g * s * np.where(v > 0, 1.0, a * np.exp(v)), inplace,
+                       cpu=_cpu_elu(input.dtype, a, s, 1.0))
 
 
 def celu(input, alpha=1.0, inplace=False):  # noqa: A002
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
     if alpha == 0:
         raise FpemuValueError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    # ATen's celu is elu(x, alpha, scale 1, input_scale 1 / alpha), the
+    # reciprocal taken in double
     return _activation("celu", input,
                        lambda v: np.where(v > 0, v, alpha * np.expm1(v / alpha)),
-                       lambda g, v, y: np.where(v > 0, g, g * np.exp(v / alpha)), inplace)
+                       lambda g, v, y: np.where(v > 0, g, g * np.exp(v / alpha)), inplace,
+                       cpu=_cpu_elu(input.dtype, alpha, 1.0, 1.0 / float(alpha)))
 
 
 def mish(input, inplace=False):  # noqa: A002
@@ -140,13 +156,15 @@ def mish(input, inplace=False):  # noqa: A002
         t = np.tanh(np.logaddexp(0.0, v))
         sig = 1 / (1 + np.exp(-v))
         return g * (t + v * sig * (1 - t * t))
-    return _activation("mish", input, fwd, bwd, inplace)
+    return _activation("mish", input, fwd, bwd, inplace,
+                       cpu=_cpu_math.mish if _cpu_exact(input.dtype) else None)
 
 
 def logsigmoid(input):  # noqa: A002
     """log(sigmoid(x)) = -softplus(-x), computed without overflow."""
     return _activation("log_sigmoid", input, lambda v: -np.logaddexp(0.0, -v),
-                       lambda g, v, y: g / (1 + np.exp(v)))
+                       lambda g, v, y: g / (1 + np.exp(v)),
+                       cpu=_cpu_math.log_sigmoid if _cpu_exact(input.dtype) else None)
 
 
 def softsign(input):  # noqa: A002
@@ -348,6 +366,9 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     """x - max - log(sum(exp(x - max))), in float64, rounded once.
     Autocast: fp32 output.
 
+    Under the CPU profile float32 and float64 follow ATen's CPU kernels bit
+    for bit (:func:`.._cpu_math.log_softmax`).
+
     Under the CPU profile a bfloat16 / float16 input follows ATen's CPU
     kernels (bit for bit on torch 2.13 CPU): along the last dim the sum of
     exponentials and its logarithm are kept in the tensor's dtype before the
@@ -358,18 +379,10 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     if rows is not None:
         return _cuda_softmax(x, dt, rows, True)
     with np.errstate(all="ignore"):
-        shifted = X - X.max(axis=d, keepdims=True, initial=-np.inf)
-        total = np.exp(shifted).sum(axis=d, keepdims=True)
-        if _cpu_reduced_lastdim(dt, d, x.ndim):
-            log_sum = _store(np.log(_store(total, dt).astype(np.float64)), dt)
-            Y = shifted.astype(np.float32).astype(np.float64) - log_sum
-        elif get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
-            # float32 throughout: the sum in index order, its log, x - max - log
-            s32 = _sequential_sum_f32(np.exp(shifted).astype(np.float32), d)
-            log32 = np.log(s32.astype(np.float64)).astype(np.float32)
-            Y = shifted.astype(np.float32) - log32
+        if _cpu_exact(dt):
+            Y = _cpu_math.log_softmax(x._data, 0 if d is None else d)
         else:
-            Y = shifted - np.log(total)
+            Y = _log_softmax_values(x, dt, d, X)
     res = _store(Y, dt)
 
     def backward(g):
@@ -380,6 +393,24 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
             E = np.exp(res.astype(np.float64)).astype(om).astype(np.float64)
             return (_store(G - E * S, dt),)
     return _result(res, dt, (x,), backward, saved=("out",), op="log_softmax")
+
+
+def _log_softmax_values(x, dt, d, X):
+    """log_softmax's values in float64 (``X``: the input in float64), except
+    for a 16-bit tensor under the CPU profile (see :func:`log_softmax`)."""
+    shifted = X - X.max(axis=d, keepdims=True, initial=-np.inf)
+    total = np.exp(shifted).sum(axis=d, keepdims=True)
+    if _cpu_reduced_lastdim(dt, d, x.ndim):
+        log_sum = _store(np.log(_store(total, dt).astype(np.float64)), dt)
+        Y = shifted.astype(np.float32).astype(np.float64) - log_sum
+    elif get_profile().cpu and isinstance(dt, Format) and dt.bits == 16 and d is not None:
+        # float32 throughout: the sum in index order, its log, x - max - log
+        s32 = _sequential_sum_f32(np.exp(shifted).astype(np.float32), d)
+        log32 = np.log(s32.astype(np.float64)).astype(np.float32)
+        Y = shifted.astype(np.float32) - log32
+    else:
+        Y = shifted - np.log(total)
+    return Y
 
 
 def _cuda_softmax(x, dt, rows, log):

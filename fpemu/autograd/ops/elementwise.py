@@ -34,10 +34,10 @@ from .. import _aten
 from .._autocast import cast_inputs
 from .._profile import get_profile
 from .._core import (
-    _named, _result, _store, as_dtype, bool_, check_memory_format, float64, int64, is_float,
-    np_dtype, opmath, result_type, Tensor, to_dtype as _to,
+    _named, _result, _store, as_dtype, bool_, check_memory_format, float32, float64, int64,
+    is_float, np_dtype, opmath, result_type, Tensor, to_dtype as _to,
 )
-from .. import _special
+from .. import _cpu_math, _special
 from .._cuda_math import powf
 from .._common import (
     broadcast_check, f64, float_dt, grad_part, int_binary, operand, scalar_type, t_or_number,
@@ -398,23 +398,53 @@ def tanh(x):
     return _unary("tanh", x, np.tanh, lambda g, x, y: g * (1 - y * y), save_out=True)
 
 
+def _cpu_kernel(x):
+    """The CPU profile on a float32 / float64 tensor: the forward is the
+    model of ATen's CPU kernel (:mod:`.._cpu_math`), bit for bit."""
+    return get_profile().cpu and isinstance(x, Tensor) and x.dtype in (float32, float64)
+
+
+def _cpu_unary(op, x, model, bwd, save_out=False):
+    """``model(x's values)`` as the output (:mod:`.._cpu_math`); the gradient
+    ``bwd(g, x, y)`` in float64, rounded once, as :func:`_unary` rounds it."""
+    dt = x.dtype
+    X = x._data
+    with np.errstate(all="ignore"):
+        res = model(X)
+
+    def backward(g):
+        with np.errstate(all="ignore"):
+            return (_store(bwd(g.astype(np.float64), X.astype(np.float64),
+                               res.astype(np.float64)), dt),)
+    return _result(res, dt, (x,), backward, saved=("out",) if save_out else (x,), op=op,
+                   stored=True)
+
+
+def _sigmoid_grad(g, x, y):
+    return g * y * (1 - y)
+
+
 def sigmoid(x):
-    return _unary("sigmoid", x, lambda v: 1 / (1 + np.exp(-v)),
-                  lambda g, x, y: g * y * (1 - y), save_out=True)
+    """1 / (1 + exp(-x)); under the CPU profile ATen's ``sigmoid_kernel``
+    bit for bit (:func:`.._cpu_math.sigmoid`)."""
+    if _cpu_kernel(x):
+        return _cpu_unary("sigmoid", x, _cpu_math.sigmoid, _sigmoid_grad, save_out=True)
+    return _unary("sigmoid", x, lambda v: 1 / (1 + np.exp(-v)), _sigmoid_grad, save_out=True)
+
+
+def _silu_grad(g, v, y):
+    s = 1 / (1 + np.exp(-v))
+    return g * s * (1 + v * (1 - s))
 
 
 def silu(x, inplace=False):
-    """x * sigmoid(x), in float64, rounded once."""
+    """x * sigmoid(x), in float64, rounded once; under the CPU profile ATen's
+    ``silu_kernel`` bit for bit (:func:`.._cpu_math.silu`)."""
     if inplace:
         return apply_inplace(x, silu)
-
-    def fwd(v):
-        return v / (1 + np.exp(-v))
-
-    def bwd(g, v, y):
-        s = 1 / (1 + np.exp(-v))
-        return g * s * (1 + v * (1 - s))
-    return _unary("silu", x, fwd, bwd)
+    if _cpu_kernel(x):
+        return _cpu_unary("silu", x, _cpu_math.silu, _silu_grad)
+    return _unary("silu", x, lambda v: v / (1 + np.exp(-v)), _silu_grad)
 
 
 def cos(x):
@@ -676,8 +706,19 @@ def _gelu16(x):
     return _result(res, dt, (x,), backward, saved=(x,), op="gelu", stored=True)
 
 
+def _gelu_erf_grad(g, v, y):
+    return _special.gelu_erf_grad(np.broadcast_to(g, v.shape), v, _special.gelu_erf(v)[1])
+
+
 def gelu(x, approximate="none"):
-    """x * Phi(x) (erf form), or the tanh approximation."""
+    """x * Phi(x) (erf form), or the tanh approximation. Under the CPU
+    profile a float32 / float64 tensor follows torch CPU bit for bit where
+    :func:`.._cpu_math.gelu` models the path (see there)."""
+    if approximate in ("none", "tanh") and _cpu_kernel(x):
+        model = _cpu_math.gelu_model(x._data, approximate)
+        if model is not None:
+            bwd = _gelu_erf_grad if approximate == "none" else _gelu_tanh_grad
+            return _cpu_unary("gelu", x, model, bwd)
     if approximate == "none":
         if isinstance(x, Tensor) and getattr(x.dtype, "name", None) in ("bf16", "fp16"):
             res = _gelu16(x)
@@ -701,15 +742,18 @@ def gelu(x, approximate="none"):
         def fwd(v):
             return 0.5 * v * (1 + np.tanh(_SQRT_2_PI * (v + 0.044715 * (v * v * v))))
 
-        def bwd(g, v, y):
-            inner = _SQRT_2_PI * (v + 0.044715 * (v * v * v))
-            t = np.tanh(inner)
-            d_inner = _SQRT_2_PI * (1 + 3 * 0.044715 * v * v)
-            return g * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * d_inner)
+        bwd = _gelu_tanh_grad
     else:
         raise FpemuRuntimeError(f"gelu(): approximate must be 'none' or 'tanh', got "
                                 f"{approximate!r}")
     return _unary("gelu", x, fwd, bwd)
+
+
+def _gelu_tanh_grad(g, v, y):
+    inner = _SQRT_2_PI * (v + 0.044715 * (v * v * v))
+    t = np.tanh(inner)
+    d_inner = _SQRT_2_PI * (1 + 3 * 0.044715 * v * v)
+    return g * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * d_inner)
 
 
 def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
