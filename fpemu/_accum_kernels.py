@@ -433,8 +433,9 @@ def _a4(A, b, i, k, trans_a):
 
 @pjit
 def bmm_sequential(A, B, out, trans_a):
-    """A (batch, M, K), B (batch, K, N), out (batch, M, N), all float32 and
-    C-contiguous; the accumulator starts at -0.0 (an empty sum is +0.0).
+    """A (batch, M, K), B (batch, K, N), out (batch, M, N), all float32 (or
+    all float64: the same order in float64) and C-contiguous; the
+    accumulator starts at -0.0 (an empty sum is +0.0).
     ``trans_a``: A is given as its transpose (batch, K, M), C-contiguous (the
     weight gradient's ``g.T @ x`` reads ``g`` where it lies; the terms are
     read one at a time, so the layout costs nothing)."""
@@ -448,8 +449,8 @@ def bmm_sequential(A, B, out, trans_a):
         b = t // nrb
         i0 = (t - b * nrb) * BMM_ROWS
         rows = min(BMM_ROWS, M - i0)
-        acc = np.empty((BMM_ROWS, N), np.float32)
-        start = np.float32(0.0) if K == 0 else np.float32(-0.0)
+        acc = np.empty((BMM_ROWS, N), out.dtype)
+        start = np.float32(0.0) if K == 0 else np.float32(-0.0)     # stored exactly
         for r in range(rows):
             for j in range(N):
                 acc[r, j] = start

@@ -893,8 +893,10 @@ def bmm_fp32_sequential(A, B):
     argument checks: the batched kernel behind ``fpemu.autograd``'s matmul.
     Equal to ``matmul(a, b, "fp32")`` of each batch element. B must be
     C-contiguous; A may also be the transposed view of a C-contiguous
-    (batch, K, M) array (``g.swapaxes(1, 2)``), which is read in place."""
-    out = np.empty((A.shape[0], A.shape[1], B.shape[2]), np.float32)
+    (batch, K, M) array (``g.swapaxes(1, 2)``), which is read in place.
+    float64 batches (both) give the same order in float64."""
+    dt = np.float64 if A.dtype == np.float64 and B.dtype == np.float64 else np.float32
+    out = np.empty((A.shape[0], A.shape[1], B.shape[2]), dt)
     if out.size:
         At = A.swapaxes(1, 2)
         trans_a = not A.flags.c_contiguous and At.flags.c_contiguous

@@ -22,7 +22,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fpemu.autograd as ft                                      # noqa: E402
-from fpemu.autograd._cpu_reduce import GRAIN_SIZE, cpu_norm, cpu_sum, cpu_var  # noqa: E402,E501
+from fpemu.autograd._cpu_reduce import (  # noqa: E402
+    GRAIN_SIZE, cpu_cdist, cpu_norm, cpu_sum, cpu_var,
+)
 from fpemu.errors import FpemuValueError                         # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -281,3 +283,20 @@ def test_var_mean_of_the_cpu_profile():
             for g, w in zip(got if isinstance(got, tuple) else (got,),
                             want if isinstance(want, tuple) else (want,)):
                 assert np.array_equal(_codes(g.numpy()), _codes(w.numpy()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cdist_direct_kernel(dtype):
+    """torch CPU's own cdist kernel (no more than 25 rows a side for p = 2):
+    |a - b| accumulated in the dtype, the 2-norm's squares as the compiled
+    loop takes them, libm's pow and a double root for other p."""
+    bad = []
+    for P, R, M in [(1, 1, 1), (3, 4, 5), (7, 2, 9), (5, 5, 16), (2, 25, 33), (1, 3, 70)]:
+        a = torch.from_numpy(_values((2, P, M)).astype(np.float64)).to(dtype)
+        b = torch.from_numpy(_values((2, R, M)).astype(np.float64)).to(dtype)
+        for p in (1.0, 2.0, 3.0, 0.5, 1.5):
+            want = torch.cdist(a, b, p=p).numpy()
+            got = cpu_cdist(a.numpy(), b.numpy(), p, CAP)
+            if not np.array_equal(_codes(got), _codes(want)):
+                bad.append((P, R, M, p))
+    assert not bad, f"cdist differs from torch's for {bad}"

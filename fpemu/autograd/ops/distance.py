@@ -22,7 +22,9 @@ import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError
 from .._autocast import cast_inputs
-from .._core import Tensor, _result, _store, float64, is_float
+from .._core import Tensor, _result, _store, float32, float64, is_float
+from .._cpu_reduce import cpu_cdist
+from .._profile import get_profile
 from . import linalg as _linalg
 from .._common import sum_to_shape
 
@@ -94,6 +96,15 @@ def _euclid_mm(A, B, dt):
 
 
 def _direct(A, B, p, dt):
+    prof = get_profile()
+    if prof.cpu and dt in (float32, float64) and np.isfinite(p) and p > 0 and A.size \
+            and B.size:
+        # torch CPU's own kernel, in the dtype and its order (_cpu_reduce.cpu_cdist)
+        om = np.float64 if dt is float64 else np.float32
+        shape = A.shape[:-2]
+        res = cpu_cdist(A.astype(om).reshape((-1,) + A.shape[-2:]),
+                        B.astype(om).reshape((-1,) + B.shape[-2:]), p, prof.cpu_capability)
+        return res.reshape(shape + res.shape[1:])
     D = np.abs(A[..., :, None, :] - B[..., None, :, :])
     with np.errstate(all="ignore"):
         if p == 0:

@@ -26,7 +26,10 @@ The model is the active profile's unless a program chooses one
   formats other than bf16 / fp16, and every product of the CPU profile:
   ``"sequential"``, fp32 adds in index order, run by a batched float32
   kernel. SGEMM's order is not yet probed.
-* float64: float64 products and sums (numpy's matmul).
+* float64: under the CPU profile ``"sequential"`` in float64 (products and
+  sums rounded to float64 in index order: MKL's DGEMM for the small
+  products of torch's op tests, not its blocked large ones); under the CUDA
+  profile numpy's matmul.
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def mm_acc(A, B, dt, tf32=False, conv=False, fused=False):
     at least 2-D with numpy's batch broadcasting, values of ``dt``
     (``conv``: a convolution's product; ``fused``: a product inside a fused
     kernel; neither is split as cuBLAS splits)."""
-    if dt is float64:
+    if dt is float64 and get_profile().device == "cuda":
         return np.matmul(A.astype(np.float64), B.astype(np.float64))
     if tf32:
         A = quantize(np.asarray(A, np.float32), "tf32")
@@ -154,18 +157,19 @@ def mm_acc(A, B, dt, tf32=False, conv=False, fused=False):
              else np.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     if 0 in batch or 0 in (M, K, N):      # an empty sum is 0; no rows or columns: empty
-        return np.zeros(batch + (M, N), np.float32)
+        return np.zeros(batch + (M, N), np.float64 if dt is float64 else np.float32)
     model, block, inner, splitk = effective_model(dt, tf32, M, N, K, conv,
                                                   int(np.prod(batch, dtype=np.int64)), fused)
     if model == "sequential":
         A3 = (A if A.shape[:-2] == batch else np.broadcast_to(A, batch + (M, K))).reshape(
             -1, M, K)
-        if A3.dtype != np.float32 or not (A3.flags.c_contiguous
-                                          or A3.swapaxes(1, 2).flags.c_contiguous):
-            A3 = np.ascontiguousarray(A3, np.float32)    # (a transposed A is read in place)
+        om = np.float64 if dt is float64 else np.float32
+        if A3.dtype != om or not (A3.flags.c_contiguous
+                                  or A3.swapaxes(1, 2).flags.c_contiguous):
+            A3 = np.ascontiguousarray(A3, om)            # (a transposed A is read in place)
         B3 = np.ascontiguousarray(
             B if B.shape[:-2] == batch else np.broadcast_to(B, batch + (K, N)),
-            np.float32).reshape(-1, K, N)
+            om).reshape(-1, K, N)
         return _acc.bmm_fp32_sequential(A3, B3).reshape(batch + (M, N))
     fmt = _in_fmt(dt, tf32)
     plan = _acc.Plan.of(fmt, "fp32", "fp32", model=model, block=block, inner=inner,
