@@ -94,7 +94,7 @@ def _exactness(op, sample):
         return False
     if name in RANDOM:
         return None
-    return short in EXACT
+    return short in EXACT or _key(op) in HELD
 
 
 def _seeded(fn):
@@ -622,9 +622,9 @@ def coverage_table():
             + "\n".join(lines))
 
 
-#: the OpInfo entries whose values are products of BLAS (MKL) or oneDNN
-#: kernels on torch CPU: their summation order is the library's, held to a
-#: few ulps (the summation-order tier of docs/autograd.md)
+#: the OpInfo entries whose values are products of BLAS / LAPACK (MKL) or
+#: oneDNN kernels on torch CPU: their summation order is the library's, held
+#: to a few ulps (the summation-order tier of docs/autograd.md)
 PRODUCTS = {
     "matmul", "mm", "bmm", "addmm", "addmv", "addbmm", "baddbmm", "addr", "mv", "dot", "vdot",
     "inner", "outer", "tensordot", "einsum", "chain_matmul", "linalg.multi_dot",
@@ -634,7 +634,20 @@ PRODUCTS = {
     "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d",
     "nn.functional.scaled_dot_product_attention",
     "nn.functional.multi_head_attention_forward", "cdist", "nn.functional.pairwise_distance",
+    "linalg.lu_factor", "linalg.lu_factor_ex", "linalg.lu", "linalg.lu_solve", "linalg.solve",
+    "linalg.solve_ex", "linalg.solve_triangular", "triangular_solve", "linalg.inv",
+    "linalg.inv_ex", "inverse", "linalg.det", "det", "linalg.slogdet", "logdet",
+    "linalg.cholesky", "linalg.cholesky_ex", "cholesky", "cholesky_solve", "cholesky_inverse",
+    "linalg.eigh", "linalg.eigvalsh", "linalg.matrix_power", "linalg.tensorsolve",
+    "linalg.tensorinv", "linalg.cond", "linalg.matrix_norm", "linalg.norm", "norm.nuc",
 }
+
+#: where tests/test_opinfo.py --table writes the per-entry shares
+COVERAGE_PAGE = os.path.join(os.path.dirname(__file__), "..", "docs", "opinfo-coverage.md")
+
+
+def _is_product(key):
+    return key in PRODUCTS or key.rsplit(".", 1)[0] in PRODUCTS
 
 
 def exact_share(dtypes=DTYPES):
@@ -661,40 +674,78 @@ def _pct(equal, total):
     return f"{100 * equal / total:.2f} %" if total else "-"
 
 
-def exact_share_table(share):
-    """Markdown: the totals (all entries; those outside the BLAS / oneDNN
-    products) and one row per entry, those with the most differing float32
-    elements first."""
-    def total(dtype, keep=lambda k: True):
+def _other_isa_share():
+    """The shares under AVX2 (``bench/isa.py avx2``: ATen, MKL, oneDNN,
+    numpy and Numba as on an AVX2-only CPU), from a child process; None on a
+    CPU without AVX-512 (its own run is the AVX2 one)."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return None
+    import json
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, os.path.join(here, "..", "bench", "isa.py"), "avx2",
+                          "--", sys.executable, os.path.abspath(__file__), "--exact-json"],
+                         capture_output=True, text=True, cwd=here, timeout=3600, check=True)
+    return {k: {d: tuple(v) for d, v in dv.items()}
+            for k, dv in json.loads(out.stdout.splitlines()[-1]).items()}
+
+
+def exact_share_table(shares):
+    """Markdown: the totals (every entry; those outside the products) per
+    instruction set, then one row per entry (the most differing float32
+    elements first) with its share under each instruction set and its tier.
+    ``shares``: {isa name: exact_share() run under it}."""
+    isas = list(shares)
+
+    def total(share, dtype, keep):
         e = sum(v[dtype][0] for k, v in share.items() if dtype in v and keep(k))
         t = sum(v[dtype][1] for k, v in share.items() if dtype in v and keep(k))
         return e, t
 
-    def outside(k):
-        return k.split(".")[0] not in PRODUCTS and k not in PRODUCTS and \
-            k.rsplit(".", 1)[0] not in PRODUCTS
-    lines = ["| | float32 elements | bit for bit | float64 elements | bit for bit |",
-             "|---|---|---|---|---|"]
+    head = "".join(f" float32 {i} | float64 {i} |" for i in isas)
+    lines = [f"| |{head}", "|---|" + "---|---|" * len(isas)]
     for what, keep in (("every entry", lambda k: True),
-                       ("outside the BLAS / oneDNN products", outside)):
-        e32, t32 = total("float32", keep)
-        e64, t64 = total("float64", keep)
-        lines.append(f"| {what} | {t32} | {_pct(e32, t32)} | {t64} | {_pct(e64, t64)} |")
-    lines += ["", "| op (OpInfo) | float32 elements | bit for bit | float64 elements | "
-              "bit for bit | tier |", "|---|---|---|---|---|---|"]
+                       ("outside the BLAS / LAPACK / oneDNN products",
+                        lambda k: not _is_product(k))):
+        cells = "".join(f" {_pct(*total(shares[i], 'float32', keep))} | "
+                        f"{_pct(*total(shares[i], 'float64', keep))} |" for i in isas)
+        lines.append(f"| {what} |{cells}")
+    first = shares[isas[0]]
+    lines += ["", f"| op (OpInfo) | float32 elements | float64 elements |{head} tier |",
+              "|---|---|---|" + "---|---|" * len(isas) + "---|"]
 
-    def missing(kv):
-        e, t = kv[1].get("float32", (0, 0))
-        e64, t64 = kv[1].get("float64", (0, 0))
-        return (-(t - e), -(t64 - e64), kv[0])
+    def missing(key):
+        return -sum(v[0][1] - v[0][0] + v[1][1] - v[1][0] for v in (
+            (shares[i][key].get("float32", (0, 0)), shares[i][key].get("float64", (0, 0)))
+            for i in isas)), key
     names = {_key(op): op.name.rsplit(".", 1)[-1] for op in op_db}
-    for k, v in sorted(share.items(), key=missing):
-        e32, t32 = v.get("float32", (0, 0))
-        e64, t64 = v.get("float64", (0, 0))
-        tier = ("product (summation order)" if not outside(k) else
-                "bit for bit" if names.get(k) in EXACT else "ulps")
-        lines.append(f"| `{k}` | {t32} | {_pct(e32, t32)} | {t64} | {_pct(e64, t64)} | {tier} |")
+    for key in sorted(first, key=missing):
+        cells = "".join(f" {_pct(*shares[i][key].get('float32', (0, 0)))} | "
+                        f"{_pct(*shares[i][key].get('float64', (0, 0)))} |" for i in isas)
+        exact = all(e == t for i in isas for e, t in shares[i][key].values())
+        tier = ("product (summation order)" if _is_product(key) else
+                "bit for bit" if names.get(key) in EXACT or exact else "ulps")
+        lines.append(f"| `{key}` | {first[key].get('float32', (0, 0))[1]} | "
+                     f"{first[key].get('float64', (0, 0))[1]} |{cells} {tier} |")
     return "\n".join(lines)
+
+
+def _held_bit_for_bit():
+    """The entries the coverage page's share table holds bit for bit (every
+    float32 and float64 element equal under every instruction set measured):
+    their values are compared by bit code (the tier tightens as an op becomes
+    exact). Only on AVX2 / AVX-512 CPUs, the instruction sets measured."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return frozenset()
+    try:
+        with open(COVERAGE_PAGE) as fh:
+            page = fh.read()
+    except OSError:
+        return frozenset()
+    return frozenset(re.findall(r"^\| `([^`]+)` \|[^\n]*\| bit for bit \|$", page, re.M))
+
+
+HELD = _held_bit_for_bit()
 
 
 def test_the_coverage_page_lists_the_ops_fpemu_lacks():
@@ -727,19 +778,47 @@ def test_the_coverage_page_counts_tensor_methods_and_properties():
         assert any(_resolve(op) is not None for op in op_db if op.name == name), name
 
 
-if __name__ == "__main__" and "--exact" in sys.argv:
-    # the bit-exact share alone (minutes): python tests/test_opinfo.py --exact
+if __name__ == "__main__" and "--exact-json" in sys.argv:
+    # the shares as JSON on the last line (the AVX2 child of --table)
+    import json
     with _harness_stack_walks_off():
-        print(exact_share_table(exact_share()))
+        print(json.dumps(exact_share()))
+elif __name__ == "__main__" and "--exact" in sys.argv:
+    # the bit-exact share under this CPU's instruction set alone (about 20 s)
+    with _harness_stack_walks_off():
+        print(exact_share_table({torch.backends.cpu.get_cpu_capability(): exact_share()}))
 
 if __name__ == "__main__" and "--table" in sys.argv:
+    # the page, both tables (about two minutes: the AVX2 shares in a child)
+    with _harness_stack_walks_off():
+        _shares = {torch.backends.cpu.get_cpu_capability(): exact_share()}
+        _avx2 = _other_isa_share()
+        if _avx2 is not None:
+            _shares["AVX2"] = _avx2
+        _coverage = coverage_table()
     print(f"""# Coverage by PyTorch's op tests
 
 Which entries of PyTorch's op database (`op_db`, torch 2.13) `fpemu.autograd`
 runs in `tests/test_opinfo.py` (see [autograd.md](autograd.md)),
 which samples it refuses as not emulated, and which ops it does not have,
-with their float32 sample counts. Written by `python tests/test_opinfo.py
---table > docs/opinfo-coverage.md`; the tests check that the list of ops
-fpemu lacks is current.
+with their float32 sample counts; then how many of their forward output
+elements carry torch CPU's bit code under the CPU profile. Written by
+`python tests/test_opinfo.py --table > docs/opinfo-coverage.md`; the tests
+check that the list of ops fpemu lacks is current, and hold every entry the
+second table marks "bit for bit" to torch's bit codes.
 
-{coverage_table()}""")
+{_coverage}
+
+## Bit for bit with torch CPU
+
+The share of the float32 and float64 forward output elements of every
+sample (whose values are compared: not the random draws) that carry torch
+CPU's bit code, under the CPU profile (`Profile("cpu", cpu_capability=...,
+cpu_threads=torch.get_num_threads())`), on this machine's instruction set and
+as torch runs on an AVX2-only CPU (`python bench/isa.py avx2`). Tiers: "bit for
+bit", every element equal under both; "product", a BLAS / LAPACK (MKL) or
+oneDNN product, whose summation order is the library's (held to a few ulps);
+"ulps", the rest (held to a few ulps). `python tests/test_opinfo.py --exact`
+prints the share under this CPU's instruction set alone (about 20 s).
+
+{exact_share_table(_shares)}""")

@@ -480,6 +480,7 @@ def norm(x, p="fro", dim=None, keepdim=False):
     p = float(p)
     axes = _axes(dim, x.ndim)
     X = f64(x)
+    value = None
     with np.errstate(all="ignore"):
         if _cuda() and p in (1.0, 2.0) and X.size:
             n = cuda_norm(x._data, int(p), axes, True).astype(np.float64)
@@ -487,10 +488,18 @@ def norm(x, p="fro", dim=None, keepdim=False):
               and x.dtype in (float32, float64, bfloat16, float16)):
             prof = get_profile()
             half = {bfloat16: "bfloat16", float16: "float16"}.get(x.dtype)
-            n = cpu_norm(x._data, p, axes, True, threads=prof.cpu_threads,
-                         capability=prof.cpu_capability, dtype=half,
-                         size_one_abs=x.ndim > 0 or dim is None or dim == ()).astype(
-                             np.float64)
+            value = cpu_norm(x._data, p, axes, True, threads=prof.cpu_threads,
+                             capability=prof.cpu_capability, dtype=half,
+                             size_one_abs=x.ndim > 0 or dim is None or dim == ()).astype(
+                                 np.float64)
+            # the gradient takes the norm in float64 (gradients: float64,
+            # rounded once); the value is torch's
+            if p == 2:
+                n = np.sqrt((X * X).sum(axis=axes, keepdims=True))
+            elif p == 1:
+                n = np.abs(X).sum(axis=axes, keepdims=True)
+            else:
+                n = (np.abs(X) ** p).sum(axis=axes, keepdims=True) ** (1 / p)
         elif p == np.inf:
             n = np.max(np.abs(X), axis=axes, keepdims=True)
         elif p == -np.inf:
@@ -499,7 +508,9 @@ def norm(x, p="fro", dim=None, keepdim=False):
             n = (X != 0).sum(axis=axes, keepdims=True).astype(np.float64)
         else:
             n = (np.abs(X) ** p).sum(axis=axes, keepdims=True) ** (1 / p)
-    res = _store(n if keepdim else np.squeeze(n, axis=axes), x.dtype)
+    if value is None:
+        value = n
+    res = _store(value if keepdim else np.squeeze(value, axis=axes), x.dtype)
 
     def backward(g):
         G = _expand_back(g.astype(np.float64), axes, keepdim, x.shape)
