@@ -22,6 +22,9 @@ that those calls load instead:
   e2m1 (what the lessons' first cells call besides);
 * the CUDA profile's reduction orders (``fpemu.autograd._cuda_reduce``): sums
   and norms of float32 and float64 values, softmax, nll_loss, layer_norm;
+* the CPU profile's models of ATen's CPU kernels (``fpemu.autograd._cpu_*``):
+  sums, norms, var, cdist, activations, softmax, normalization, pooling,
+  interpolation, factories;
 * the README's MLP training step and a small MLP's first step (a first
   training script's), in bf16 and in fp16 autocast with a GradScaler, AdamW
   and gradient clipping;
@@ -121,6 +124,30 @@ def _cuda_reductions(n):
         loss.backward()
 
 
+def _cpu_kernels(n):
+    """The CPU profile's models of ATen's CPU kernels (``fpemu.autograd._cpu_*``):
+    sums, means, norms, var, cdist, the activations' SLEEF math, softmax,
+    layer and group norm, pooling, interpolation and the factories, in
+    float32 and float64 (and a bfloat16 sum)."""
+    import fpemu.autograd as torch
+    F = torch.nn.functional
+    x = _inputs(n)[: n // 64 * 64] * 1e-10
+    with torch.use_profile(torch.Profile("cpu")):
+        for dt in (torch.float32, torch.float64):
+            t = torch.tensor(x).to(dt)
+            m = t.reshape(-1, 64)
+            torch.sum(t), torch.mean(m, 0), torch.nansum(m, 1), torch.var(t), torch.std(m, 1)
+            torch.var_mean(m, 1), torch.linalg.vector_norm(t), torch.norm(m, 1, 0)
+            torch.norm(m, 3, 1), torch.cdist(m[:4], m[4:8])
+            F.gelu(m), F.glu(m), F.silu(m), F.softmax(m, -1), F.log_softmax(m, 0)
+            F.layer_norm(m, (64,)), F.group_norm(m.reshape(-1, 4, 16), 2)
+            img = m.reshape(-1, 1, 8, 8)
+            F.avg_pool2d(img, 2), F.adaptive_avg_pool2d(img, 3)
+            F.interpolate(img, scale_factor=2, mode="bilinear")
+            torch.linspace(0, 1, 50, dtype=dt), torch.arange(0, 5, 0.1, dtype=dt)
+        torch.sum(torch.tensor(x).to(torch.bfloat16))
+
+
 #: the experiments that train a real PyTorch model (the demo extra's torch)
 _NEEDS_TORCH = ("emulated_training",)
 
@@ -191,6 +218,8 @@ def workload():
     # nll_loss's 32 threads, layer_norm's Welford rows
     for n in (SMALL, LARGE):
         jobs.append((f"cuda-order reductions n={n}", lambda n=n: _cuda_reductions(n)))
+    # the CPU profile's kernels in ATen's CPU order (fpemu.autograd._cpu_*)
+    jobs.append(("cpu-profile kernels", lambda: _cpu_kernels(4096)))
     for dtype in ("bfloat16", "float16"):
         jobs.append((f"README MLP step, {dtype} autocast", lambda d=dtype: _mlp_step(d)))
         jobs.append((f"small MLP step, {dtype} autocast",
