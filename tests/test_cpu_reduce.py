@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 import fpemu.autograd as ft                                      # noqa: E402
 from fpemu.autograd._cpu_reduce import (  # noqa: E402
-    GRAIN_SIZE, cpu_cdist, cpu_norm, cpu_sum, cpu_var,
+    GRAIN_SIZE, cpu_cdist, cpu_norm, cpu_prod, cpu_sum, cpu_var,
 )
 from fpemu.errors import FpemuValueError                         # noqa: E402
 
@@ -300,3 +300,30 @@ def test_cdist_direct_kernel(dtype):
             if not np.array_equal(_codes(got), _codes(want)):
                 bad.append((P, R, M, p))
     assert not bad, f"cdist differs from torch's for {bad}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16,
+                                   torch.float16])
+def test_prod_in_binary_kernel_reduce_vecs_order(dtype):
+    """prod: reduction128's four vectors and lanes for a contiguous reduced
+    dim, the column blocks of an outer reduction, the plain loop otherwise;
+    16-bit products rounded at every multiplication; the threads' splits."""
+    bad = []
+    for size in list(range(1, 70)) + [127, 128, 129, 1000, GRAIN_SIZE + 9]:
+        t = torch.from_numpy(1 + 0.01 * R.standard_normal(size)).to(dtype)
+        bad += [size] if not _prod_equal(t, None) else []
+    for shape in [(3, 5), (9, 64), (64, 9), (2, 3, 4), (7, 40, 9), (40, 70)]:
+        t = torch.from_numpy(1 + 0.01 * R.standard_normal(shape)).to(dtype)
+        for view in (t, t.transpose(0, -1)):
+            for d in range(len(shape)):
+                bad += [(shape, tuple(view.stride()), d)] if not _prod_equal(view, d) else []
+    assert not bad, f"{len(bad)} products differ from torch's, e.g. {bad[:4]}"
+
+
+def _prod_equal(t, d):
+    want = t.prod(d) if d is not None else t.prod()
+    half = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(t.dtype)
+    got = cpu_prod(t.float().numpy() if half else t.numpy(), None if d is None else (d,),
+                   threads=THREADS, capability=CAP, dtype=half)
+    w = want.float().numpy() if half else want.numpy()
+    return got.shape == w.shape and np.array_equal(_codes(got), _codes(w))

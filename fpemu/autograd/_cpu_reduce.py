@@ -272,8 +272,74 @@ def _loop2d(X, xo, si0, si1, Y, oo, so0, so1, size0, size1, L, vmin, half, nan, 
 
 
 @jit
+def _loop2d_prod(X, xo, si0, si1, Y, oo, so0, so1, size0, size1, L, kind):
+    """``binary_kernel_reduce_vec``'s 2-d loop (``native/cpu/Reduce.h``) with
+    ``a * b`` (``prod_kernel_impl``): a contiguous reduced dim runs
+    ``vectorized_inner_reduction`` (``reduction128`` over 4 vectors of ``L``
+    lanes a step, the 4 vectors multiplied ``(v0 * v1) * (v2 * v3)``, the lanes
+    in order into the output, then the leftover elements one by one); outputs
+    contiguous along dim 1 run ``vectorized_outer_reduction`` (blocks of 4L
+    columns down the reduced dim, then the output; the other columns one by
+    one); otherwise the plain loop ``out = out * x``. Each product rounded to
+    the dtype (``kind``)."""
+    if so0 == 0 and si0 == 1:                         # vectorized_inner_reduction
+        acc = np.empty(4 * L, Y.dtype)
+        for j in range(size1):
+            row = xo + j * si1
+            o = oo + j * so1
+            count = size0 // (4 * L)
+            if count > 0:
+                for k in range(4 * L):
+                    acc[k] = X[row + k]
+                for i in range(1, count):
+                    for k in range(4 * L):
+                        acc[k] = _round16(acc[k] * X[row + i * 4 * L + k], kind)
+                for k in range(L):
+                    a = _round16(acc[k] * acc[L + k], kind)
+                    b = _round16(acc[2 * L + k] * acc[3 * L + k], kind)
+                    acc[k] = _round16(a * b, kind)
+                b0 = acc[0]
+                for k in range(1, L):
+                    b0 = _round16(b0 * acc[k], kind)
+                Y[o] = _round16(Y[o] * b0, kind)
+            for i in range(count * 4 * L, size0):
+                Y[o] = _round16(Y[o] * X[row + i], kind)
+    elif so0 == 0 and so1 == 1 and si1 == 1:           # vectorized_outer_reduction
+        acc = np.empty(4 * L, Y.dtype)
+        blocks = size1 // (4 * L)
+        for blk in range(blocks):
+            c0 = blk * 4 * L
+            for k in range(4 * L):
+                acc[k] = X[xo + c0 + k]
+            for i in range(1, size0):
+                for k in range(4 * L):
+                    acc[k] = _round16(acc[k] * X[xo + i * si0 + c0 + k], kind)
+            for k in range(4 * L):
+                Y[oo + c0 + k] = _round16(acc[k] * Y[oo + c0 + k], kind)
+        for c in range(blocks * 4 * L, size1):
+            for i in range(size0):
+                Y[oo + c] = _round16(Y[oo + c] * X[xo + i * si0 + c], kind)
+    else:                                             # basic_loop per outer index
+        for j in range(size1):
+            for i in range(size0):
+                o = oo + j * so1 + i * so0
+                Y[o] = _round16(Y[o] * X[xo + j * si1 + i * si0], kind)
+
+
+@jit
+def _loop(X, xo, si0, si1, Y, oo, so0, so1, size0, size1, L, vmin, half, nan, zero, kind,
+          prod):
+    """The 2-d loop of the reduction: cascade_sum's, or prod's."""
+    if prod:
+        _loop2d_prod(X, xo, si0, si1, Y, oo, so0, so1, size0, size1, L, kind)
+    else:
+        _loop2d(X, xo, si0, si1, Y, oo, so0, so1, size0, size1, L, vmin, half, nan, zero,
+                kind)
+
+
+@jit
 def _serial_for_each(X, x0, sin, Y, o0, sout, shape, begin, end, L, vmin, half, nan, zero,
-                     kind):
+                     kind, prod):
     """``serial_for_each`` over the linear range [begin, end) of the
     iterator (``DimCounter``: blocks of the two fastest dims)."""
     if end <= begin:
@@ -282,8 +348,8 @@ def _serial_for_each(X, x0, sin, Y, o0, sout, shape, begin, end, L, vmin, half, 
     if ndim <= 1:
         si0 = sin[0] if ndim == 1 else 0
         so0 = sout[0] if ndim == 1 else 0
-        _loop2d(X, x0 + begin * si0, si0, 0, Y, o0 + begin * so0, so0, 0, end - begin, 1,
-                L, vmin, half, nan, zero, kind)
+        _loop(X, x0 + begin * si0, si0, 0, Y, o0 + begin * so0, so0, 0, end - begin, 1,
+              L, vmin, half, nan, zero, kind, prod)
         return
     values = np.zeros(ndim, np.int64)
     linear = begin
@@ -302,8 +368,8 @@ def _serial_for_each(X, x0, sin, Y, o0, sout, shape, begin, end, L, vmin, half, 
         step1 = 1
         if step0 == shape[0]:
             step1 = min(shape[1] - values[1], (end - offset) // shape[0])
-        _loop2d(X, xo, sin[0], sin[1], Y, oo, sout[0], sout[1], step0, step1, L, vmin, half,
-                nan, zero, kind)
+        _loop(X, xo, sin[0], sin[1], Y, oo, sout[0], sout[1], step0, step1, L, vmin, half,
+              nan, zero, kind, prod)
         offset += step0 * step1
         overflow = step0
         i = 0
@@ -347,6 +413,15 @@ def lanes_of(capability, itemsize, avx512_kernel=False):
 _KIND = {None: 0, "bfloat16": 1, "float16": 2}
 
 
+def cpu_prod(array, axes=None, keepdims=False, *, threads=1, capability="AVX512", dtype=None):
+    """``torch.prod`` on torch CPU (``ReduceOpsKernel.cpp`` ``prod_kernel_impl``:
+    ``binary_kernel_reduce_vec`` with ``a * b``, :func:`_loop2d_prod`; the
+    output starts at 1; the same iterator, walk and thread splits as
+    :func:`cpu_sum`). ``array``, ``dtype``: as for :func:`cpu_sum` (a 16-bit
+    product rounds every multiplication to the dtype)."""
+    return _reduce(array, axes, keepdims, threads, capability, False, dtype, True)
+
+
 def cpu_sum(array, axes=None, keepdims=False, *, threads=1, capability="AVX512", nan=False,
             dtype=None):
     """``torch.sum`` (``nan=True``: ``torch.nansum``) on torch CPU, in
@@ -361,6 +436,10 @@ def cpu_sum(array, axes=None, keepdims=False, *, threads=1, capability="AVX512",
     are both reduced: torch then sums a float32 copy and rounds once
     (``ReduceOps.cpp`` ``should_use_acc_buffer``). Returns an array of the
     input's dtype (float32 holding 16-bit values), of the reduced shape."""
+    return _reduce(array, axes, keepdims, threads, capability, nan, dtype, False)
+
+
+def _reduce(array, axes, keepdims, threads, capability, nan, dtype, prod):
     a = np.asarray(array)
     if a.dtype not in (np.float32, np.float64):
         raise FpemuValueError(f"cpu_sum: expected a float32 or float64 array (the values of a "
@@ -382,7 +461,7 @@ def cpu_sum(array, axes=None, keepdims=False, *, threads=1, capability="AVX512",
     final = tuple(1 if d in axes else a.shape[d] for d in range(ndim)) if keepdims else kept
     zero = a.dtype.type(0)
     nout = int(np.prod(kept, dtype=np.int64))
-    Y = np.zeros(nout, a.dtype)
+    Y = np.full(nout, 1 if prod else 0, a.dtype)        # fill_(identity)
     if a.size == 0 or nout == 0:
         return Y.reshape(final)
     geo = geometry(a.shape, tuple(s // a.itemsize for s in a.strides), axes)
@@ -390,7 +469,9 @@ def cpu_sum(array, axes=None, keepdims=False, *, threads=1, capability="AVX512",
     half = 0
     L = lanes_of(capability, a.itemsize)
     vmin = L
-    if kind:
+    if kind and prod:
+        L = lanes_of(capability, 2)                  # Vectorized<BFloat16 / Half>
+    if kind and not prod:
         if len(geo.shape) >= 2 and geo.out_strides[0] == 0 and geo.out_strides[1] == 0:
             # should_use_acc_buffer: a float32 sum, rounded once
             out = cpu_sum(a, axes, keepdims, threads=threads, capability=capability, nan=nan)
@@ -402,12 +483,12 @@ def cpu_sum(array, axes=None, keepdims=False, *, threads=1, capability="AVX512",
     sin = np.asarray(geo.in_strides, np.int64)
     sout = np.asarray(geo.out_strides, np.int64)
     numel = a.size
-    common = (L, vmin, half, nan, zero, kind)
+    common = (L, vmin, half, nan, zero, kind, prod)
     if numel < GRAIN_SIZE or threads == 1:
         run_kernel(_serial_for_each, X, 0, sin, Y, 0, sout, shape, 0, numel, *common,
                    inputs=1)
     elif nout == 1:                                  # two_pass_reduction
-        buf = np.zeros(threads, a.dtype)
+        buf = np.full(threads, 1 if prod else 0, a.dtype)
         used = min(threads, _div_up(numel, GRAIN_SIZE))
         chunk = _div_up(numel, used)
         for t in range(used):

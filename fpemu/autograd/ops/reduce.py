@@ -28,7 +28,7 @@ from .._core import (
 )
 from ...errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from .._common import f64, wrap_dim
-from .._cpu_reduce import cpu_norm, cpu_sum, cpu_var
+from .._cpu_reduce import cpu_norm, cpu_prod, cpu_sum, cpu_var
 from .._cuda_reduce import cuda_mean, cuda_norm, cuda_sum
 from .._profile import get_profile
 from .elementwise import _tensor_args, maximum, minimum
@@ -436,6 +436,9 @@ def cumprod(x, dim, *, dtype=None, out=None):
 
 
 def prod(x, dim=None, keepdim=False, dtype=None):
+    """The product: under the CPU profile in the dtype and the order of
+    ATen's ``binary_kernel_reduce_vec`` (:func:`fpemu.autograd._cpu_reduce.cpu_prod`),
+    otherwise in float64, rounded once."""
     if dtype is None:
         (x,) = cast_inputs("prod", x)      # autocast: fp32 (CPU), dtype=float32 (CUDA)
     else:
@@ -446,7 +449,14 @@ def prod(x, dim=None, keepdim=False, dtype=None):
             np.int64), int64)
     X = f64(x)
     P = np.prod(X, axis=axes, keepdims=True)
-    res = _store(np.prod(X, axis=axes, keepdims=keepdim), x.dtype)
+    if not _cuda() and x._data.size and x.dtype in (float32, float64, bfloat16, float16):
+        prof = get_profile()
+        half = {bfloat16: "bfloat16", float16: "float16"}.get(x.dtype)
+        res = cpu_prod(x._data, axes, keepdim, threads=prof.cpu_threads,
+                       capability=prof.cpu_capability, dtype=half)
+        res = _store(res, x.dtype) if half is None else res
+    else:
+        res = _store(np.prod(X, axis=axes, keepdims=keepdim), x.dtype)
 
     def backward(g):
         # the product of the other elements: P / X where no element of the
