@@ -8,7 +8,10 @@ vector code:
   over the CPU name; ``NUMBA_CPU_FEATURES`` must list the host's features with
   every ``avx512*`` (and AMX, AVX10) turned off;
 * numpy: ``NPY_DISABLE_CPU_FEATURES`` with its AVX-512 dispatch targets;
-* torch (ATen): ``ATEN_CPU_CAPABILITY=avx2``; MKL: ``MKL_ENABLE_INSTRUCTIONS=AVX2``.
+* torch (ATen): ``ATEN_CPU_CAPABILITY=avx2``; MKL: ``MKL_ENABLE_INSTRUCTIONS=AVX2``;
+  oneDNN (torch's contiguous float32 gelu, convolutions, ...), whose JIT
+  picks its code from the CPU's features, not from ATen's capability:
+  ``ONEDNN_MAX_CPU_ISA=AVX2``.
 
 Numba keys its on-disk cache by CPU name and features, so the masked kernels
 are compiled into a cache directory of their own (``NUMBA_CACHE_DIR``).
@@ -58,7 +61,7 @@ def _masked(features: str) -> str:
 
 def avx2_env(base=None) -> dict:
     """A copy of ``base`` (default ``os.environ``) with AVX-512 masked in
-    Numba, numpy, ATen and MKL (module note)."""
+    Numba, numpy, ATen, MKL and oneDNN (module note)."""
     env = dict(os.environ if base is None else base)
     env.update({
         "NUMBA_CPU_NAME": "haswell",
@@ -66,6 +69,7 @@ def avx2_env(base=None) -> dict:
         "NPY_DISABLE_CPU_FEATURES": numpy_avx512_targets(),
         "ATEN_CPU_CAPABILITY": "avx2",
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
         "NUMBA_CACHE_DIR": os.path.join(tempfile.gettempdir(), "fpemu-numba-avx2"),
     })
     return env
@@ -86,7 +90,8 @@ def main(argv=None):
         args.print, args.command = True, []
     if args.print:
         for k in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES",
-                  "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "NUMBA_CACHE_DIR"):
+                  "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
+                  "NUMBA_CACHE_DIR"):
             print(f"export {k}={shlex.quote(env[k])}")
         return 0
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command

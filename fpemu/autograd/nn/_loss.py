@@ -1,5 +1,16 @@
 """The losses of ``torch.nn.functional``, computed in float64 and rounded once
-(the text of :mod:`fpemu.autograd.nn.functional`)."""
+(the text of :mod:`fpemu.autograd.nn.functional`).
+
+Under the CPU profile, for float32 and float64, the forward values follow
+torch 2.13 CPU instead, bit for bit where the module says so: each loss's
+elementwise formula step by step as ATen computes it (``Loss.cpp``,
+``cpu/BinaryOpsKernel.cpp``'s huber / smooth_l1 / mse kernels, the Python
+decompositions of ``torch/nn/functional.py``), every step rounded to the
+dtype, then the reduction through fpemu's models of ``sum`` / ``mean``
+(ATen's cascade sum). Steps that call ``at::exp`` / ``at::log`` run MKL's
+VML on torch's side (``ATen/cpu/vml.h``), which fpemu does not reproduce:
+there fpemu takes the correctly rounded value. Gradients are unchanged.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +22,8 @@ import numpy as np
 from ...errors import FpemuRuntimeError, FpemuValueError
 from .._autocast import cast_inputs
 from .._common import f64, float_dt, grad_part
-from .._core import _result, _store, bool_, float64, is_float, no_grad, Tensor
+from .._core import _result, _store, bool_, float32, float64, is_float, no_grad, Tensor
+from .. import _cpu_math
 from .._cuda_reduce import cuda_nll_loss_2d
 from .._profile import get_profile
 from ..ops.elementwise import (
@@ -35,6 +47,46 @@ def _reduction(reduction, size_average=None, reduce=None):
     if reduction not in ("mean", "sum", "none"):
         raise FpemuValueError(f"{reduction} is not a valid value for reduction")
     return reduction
+
+
+def _cpu_exact(dt):
+    """The CPU profile on a float32 / float64 loss: torch CPU's steps."""
+    return get_profile().device == "cpu" and dt in (float32, float64)
+
+
+def _np(dt):
+    return np.float32 if dt is float32 else np.float64
+
+
+def _arr(x, dt, shape=None):
+    """A tensor's (or a number's) values in the dtype, broadcast to ``shape``."""
+    a = np.asarray(x._data if isinstance(x, Tensor) else x, _np(dt))
+    return a if shape is None else np.broadcast_to(a, shape)
+
+
+def _cpu_reduced(per, red, dt, *inputs):
+    """``apply_loss_reduction`` (Loss.cpp) on the elementwise loss ``per``:
+    ``mean()`` / ``sum()`` of the loss tensor through fpemu's CPU models of
+    ATen's reductions, the loss laid out in memory as ``TensorIterator``
+    allocates the output of an elementwise op on the tensors ``inputs``
+    (their strides' order: a transposed input gives a transposed loss, which
+    the cascade sum walks in memory order)."""
+    if red == "none":
+        return per
+    per = np.asarray(per, _np(dt))
+    strides = [tuple(s // a._data.itemsize for s in
+                     np.broadcast_to(a._data, per.shape).strides)
+               for a in inputs if isinstance(a, Tensor) and per.ndim]
+    if strides:
+        perm = _cpu_math._iteration(per.shape, strides)[0]
+        order = perm[::-1]                                 # slowest dim first
+        laid = np.empty([per.shape[d] for d in order], per.dtype)
+        per_view = laid.transpose(np.argsort(order))
+        per_view[...] = per
+        per = per_view
+    t = Tensor(per, dt)
+    with no_grad():
+        return (_mean(t) if red == "mean" else _sum(t))._data
 
 
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,  # noqa: A002
@@ -256,7 +308,7 @@ def _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim):
     return neg(_sum(prod, dim=cdim))
 
 
-def _pointwise_loss(name, input, target, reduction, fwd, bwd):  # noqa: A002
+def _pointwise_loss(name, input, target, reduction, fwd, bwd, cpu=None):  # noqa: A002
     input, target = cast_inputs(name, input, target)
     if isinstance(target, Tensor):
         try:
@@ -270,10 +322,15 @@ def _pointwise_loss(name, input, target, reduction, fwd, bwd):  # noqa: A002
     T = f64(target) if isinstance(target, Tensor) else np.float64(target)
     with np.errstate(all="ignore"):
         per = fwd(X - T)
-    if reduction == "none":
-        res, scale = _store(per, dt), None
+    scale = None if reduction == "none" else per.size if reduction == "mean" else 1
+    if cpu is not None and _cpu_exact(dt):
+        shape = np.broadcast_shapes(X.shape, np.shape(T))
+        with np.errstate(all="ignore"):
+            res = np.asarray(_cpu_reduced(cpu(_arr(input, dt, shape), _arr(target, dt, shape)),
+                                          reduction, dt, input, target))
+    elif reduction == "none":
+        res = _store(per, dt)
     else:
-        scale = per.size if reduction == "mean" else 1
         with np.errstate(all="ignore"):
             res = _store(np.asarray(per.sum() / scale), dt)
 
@@ -290,35 +347,67 @@ def _pointwise_loss(name, input, target, reduction, fwd, bwd):  # noqa: A002
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean",  # noqa: A002
              weight=None):
-    """mean((input - target)^2) in float64, rounded once. Autocast: fp32."""
+    """mean((input - target)^2) in float64, rounded once; under the CPU
+    profile ``mse_kernel`` (cpu/BinaryOpsKernel.cpp): ``d = a - b; d * d``
+    in the dtype, then the reduction. Autocast: fp32."""
     return _pointwise_loss("mse_loss", input, target, _reduction(reduction, size_average,
                                                                  reduce),
-                           lambda d: d * d, lambda d: 2 * d)
+                           lambda d: d * d, lambda d: 2 * d, cpu=_mse_cpu)
+
+
+def _mse_cpu(a, b):
+    d = a - b
+    return d * d
+
+
+def _l1_cpu(a, b):
+    return np.abs(a - b)
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  # noqa: A002
+    """mean(|input - target|); under the CPU profile Loss.cpp's ``(input -
+    target).abs()`` in the dtype, then the reduction."""
     return _pointwise_loss("l1_loss", input, target, _reduction(reduction, size_average,
                                                                 reduce),
-                           np.abs, np.sign)
+                           np.abs, np.sign, cpu=_l1_cpu)
 
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None,  # noqa: A002
                    reduction="mean", beta=1.0):
+    """``0.5 d^2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta``;
+    under the CPU profile ``smooth_l1_kernel`` (cpu/BinaryOpsKernel.cpp):
+    ``z = |a - b|``, ``0.5 * z * z / beta`` or ``z - 0.5 * beta`` in the
+    dtype (beta rounded to it; vector body and scalar tail agree), then the
+    reduction."""
     if beta == 0:
         return l1_loss(input, target, reduction=reduction)
+
+    def cpu(a, b):
+        half, bt = a.dtype.type(0.5), a.dtype.type(beta)
+        z = np.abs(a - b)
+        return np.where(z < bt, half * z * z / bt, z - half * bt)
     return _pointwise_loss(
         "smooth_l1_loss", input, target, _reduction(reduction, size_average, reduce),
         lambda d: np.where(np.abs(d) < beta, 0.5 * d * d / beta, np.abs(d) - 0.5 * beta),
-        lambda d: np.where(np.abs(d) < beta, d / beta, np.sign(d)))
+        lambda d: np.where(np.abs(d) < beta, d / beta, np.sign(d)), cpu=cpu)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
+    """``0.5 d^2`` where ``|d| < delta``, else ``delta (|d| - 0.5 delta)``;
+    under the CPU profile ``huber_kernel`` (cpu/BinaryOpsKernel.cpp): ``z =
+    |a - b|``, ``0.5 * z * z`` or ``delta * (z - 0.5 * delta)`` in the dtype
+    (delta rounded to it), then the reduction."""
     if delta <= 0:
         raise FpemuRuntimeError("huber_loss does not support non-positive values for delta.")
+
+    def cpu(a, b):
+        half, dl = a.dtype.type(0.5), a.dtype.type(delta)
+        z = np.abs(a - b)
+        return np.where(z < dl, half * z * z, dl * (z - half * dl))
     return _pointwise_loss(
         "huber_loss", input, target, _reduction(reduction),
         lambda d: np.where(np.abs(d) < delta, 0.5 * d * d, delta * (np.abs(d) - 0.5 * delta)),
-        lambda d: np.where(np.abs(d) < delta, d, delta * np.sign(d)))
+        lambda d: np.where(np.abs(d) < delta, d, delta * np.sign(d)), cpu=cpu)
 
 
 def gaussian_nll_loss(input, target, var, full=False, eps=1e-6,  # noqa: A002
@@ -567,7 +656,12 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
             per = (1 - T) * X + lw * softplus_neg
         per = per * W
     loss, scale = _reduce_loss(per, red)
-    res = _store(loss, dt)
+    if _cpu_exact(dt):
+        with np.errstate(all="ignore"):
+            res = np.asarray(_cpu_reduced(
+                _bce_logits_cpu(input, target, weight, pos_weight, dt), red, dt, input))
+    else:
+        res = _store(loss, dt)
 
     def backward(g):
         G = g.astype(np.float64)
@@ -586,6 +680,20 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
                 None, None)
     return _result(res, dt, (input, target, weight, pos_weight), backward,
                    saved=(input, target), op="binary_cross_entropy_with_logits")
+
+
+def _bce_logits_cpu(input, target, weight, pos_weight, dt):  # noqa: A002
+    """Loss.cpp's ``binary_cross_entropy_with_logits``, op by op in the
+    dtype: ``log_sigmoid(x)`` (:func:`.._cpu_math.log_sigmoid`), times
+    ``(pos_weight - 1) * t + 1`` if given, then ``(1 - t) * x`` minus it,
+    times ``weight`` if given."""
+    one = _np(dt)(1)
+    x, t = _arr(input, dt), _arr(target, dt)
+    ls = _cpu_math.log_sigmoid(np.ascontiguousarray(x))
+    if pos_weight is not None:
+        ls = ls * ((_arr(pos_weight, dt) - one) * t + one)
+    loss = (one - t) * x - ls
+    return loss * _arr(weight, dt) if weight is not None else loss
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,  # noqa: A002
@@ -611,7 +719,15 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         log_1mx = np.maximum(np.log1p(-X), -100.0)
         per = ((T - 1) * log_1mx - T * log_x) * W
     loss, scale = _reduce_loss(per, red)
-    res = _store(loss, dt)
+    if _cpu_exact(dt):
+        # binary_cross_entropy_out_cpu: the scalar kernel, then loss.mul_(weight)
+        with np.errstate(all="ignore"):
+            per_dt = _cpu_math.binary_cross_entropy(_arr(input, dt), _arr(target, dt))
+            if weight is not None:
+                per_dt = per_dt * _arr(weight, dt, per_dt.shape)
+            res = np.asarray(_cpu_reduced(per_dt, red, dt, input, target))
+    else:
+        res = _store(loss, dt)
 
     def backward(g):
         G = g.astype(np.float64)
@@ -651,7 +767,10 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean",  # n
     loss, scale = _reduce_loss(per, red)
     if reduction == "batchmean" and input.ndim:
         loss, scale = loss / input.shape[0], input.shape[0]
-    res = _store(loss, dt)
+    if _cpu_exact(dt):
+        res = _kl_div_cpu(input, target, red, reduction, log_target, dt)
+    else:
+        res = _store(loss, dt)
 
     def backward(g):
         G = g.astype(np.float64)
@@ -664,3 +783,22 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean",  # n
         return (_store(np.broadcast_to(gi, X.shape), dt),
                 _store(np.broadcast_to(gt, T.shape), dt))
     return _result(res, dt, (input, target), backward, saved=(target,), op="kl_div")
+
+
+def _kl_div_cpu(input, target, red, reduction, log_target, dt):  # noqa: A002
+    """Loss.cpp's ``kl_div`` in the dtype: ``xlogy(t, t) - t * x``
+    (:func:`.._cpu_math.xlogy`, glibc's log), or with ``log_target``
+    ``exp(t) * (t - x)`` (torch's exp is MKL's vsExp / vdExp: here the
+    correctly rounded exp); then the reduction, and "batchmean"'s division
+    of the sum by the batch size (a float scalar of the dtype)."""
+    f = _np(dt)
+    x, t = np.broadcast_arrays(_arr(input, dt), _arr(target, dt))
+    with np.errstate(all="ignore"):
+        if log_target:
+            per = np.exp(t.astype(np.float64)).astype(f) * (t - x)
+        else:
+            per = _cpu_math.xlogy(t, t) - t * x
+        res = np.asarray(_cpu_reduced(per, red, dt, target, input))
+        if reduction == "batchmean" and input.ndim:
+            res = np.asarray(res / f(input.shape[0]))
+    return res

@@ -365,13 +365,32 @@ def log(x):
     return _unary("log", x, np.log, lambda g, x, y: g / x, autocast=True)
 
 
+def _log1p_grad(g, x, y):
+    return g / (1 + x)
+
+
 def log1p(x):
-    return _unary("log1p", x, np.log1p, lambda g, x, y: g / (1 + x), autocast=True)
+    """log(1 + x); under the CPU profile (float32 / float64) ATen's
+    ``log1p_kernel`` bit for bit: SLEEF's log1p on every element
+    (:func:`.._cpu_math.log1p`)."""
+    (x,) = cast_inputs("log1p", x)
+    if _cpu_kernel(x):
+        return _cpu_unary("log1p", x, _cpu_math.log1p, _log1p_grad)
+    return _unary("log1p", x, np.log1p, _log1p_grad)
+
+
+def _expm1_grad(g, x, y):
+    return g * (y + 1)
 
 
 def expm1(x):
-    return _unary("expm1", x, np.expm1, lambda g, x, y: g * (y + 1), autocast=True,
-                  save_out=True)
+    """exp(x) - 1; under the CPU profile (float32 / float64) ATen's
+    ``expm1_kernel`` bit for bit: SLEEF's expm1 on every element
+    (:func:`.._cpu_math.expm1`)."""
+    (x,) = cast_inputs("expm1", x)
+    if _cpu_kernel(x):
+        return _cpu_unary("expm1", x, _cpu_math.expm1, _expm1_grad, save_out=True)
+    return _unary("expm1", x, np.expm1, _expm1_grad, save_out=True)
 
 
 def sqrt(x):
@@ -386,12 +405,28 @@ def sqrt(x):
     return _result(res, dt, (x,), backward, saved=("out",), op="sqrt")
 
 
+def _rsqrt_grad(g, x, y):
+    return -0.5 * g * y * y * y
+
+
+def _rsqrt_cpu(v):
+    """``rsqrt_kernel`` (UnaryOpsKernel.cpp): the vector body's
+    ``Vectorized::rsqrt`` is ``1 / sqrt(x)`` (a division of the IEEE root)
+    and the scalar tail's ``1 / std::sqrt(x)`` the same two roundings in the
+    dtype, so the layout does not matter (measured, torch 2.13)."""
+    one = v.dtype.type(1)
+    return one / np.sqrt(v)
+
+
 def rsqrt(x):
     """1 / sqrt(x) (CUDA's ``rsqrtf``: within an ulp of the float64 value
-    rounded, tier 2). Autocast: fp32."""
+    rounded, tier 2); under the CPU profile (float32 / float64) torch CPU's
+    two roundings, the root and then the quotient, bit for bit. Autocast:
+    fp32."""
     (x,) = cast_inputs("rsqrt", x)
-    return _unary("rsqrt", x, lambda v: 1.0 / np.sqrt(v),
-                  lambda g, x, y: -0.5 * g * y * y * y, save_out=True)
+    if _cpu_kernel(x):
+        return _cpu_unary("rsqrt", x, _rsqrt_cpu, _rsqrt_grad, save_out=True)
+    return _unary("rsqrt", x, lambda v: 1.0 / np.sqrt(v), _rsqrt_grad, save_out=True)
 
 
 def tanh(x):
