@@ -302,7 +302,9 @@ def test_autograd_sum_mean_under_each_profile():
         assert fa.tensor(x).mean().item() == np.float32(np.float32(2.0 ** 24 + 6) *
                                                         np.float32(0.125))
     with use_profile(Profile("cpu")):
-        assert fa.tensor(x).sum().item() == 2.0 ** 24 + 8
+        # torch CPU's cascade_sum: one vector of 8 lanes, added in order from
+        # 0 (each + 1 to 2^24 a tie, to even: 2^24), as torch 2.13 CPU prints
+        assert fa.tensor(x).sum().item() == 2.0 ** 24
 
 
 def test_bf16_sum_rounds_the_float32_accumulator_once():

@@ -73,10 +73,10 @@ import math
 import numpy as np
 
 from .._jit import fma, fma32, jit
+from ._profile import GRAIN_SIZE
 from ..errors import FpemuRuntimeError
 from ._dtypes import _store, bfloat16, float16, float32, float64, int64, np_dtype
 
-GRAIN_SIZE = 32768          # at::internal::GRAIN_SIZE
 VECTOR_BYTES = 32           # the AVX2 build's Vectorized width (see the module note)
 
 _SIXTEEN = (bfloat16, float16)

@@ -32,8 +32,8 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from .._jit import jit
-from ._cuda_reduce import _fma_any
+from .._jit import fma_any, jit
+from ._profile import cpu_vector_lanes
 
 CHUNK = 16           # kChunkSize
 
@@ -76,7 +76,7 @@ def _add_moments_vec(m0_add, m1_add, m2_add, m0, m1, m2, L):
         cd = c * delta
         m0d = delta * fm0
         m1[q] = m1[q] + cd
-        m2[q] = _fma_any(m0d, cd, m2_tmp)
+        m2[q] = fma_any(m0d, cd, m2_tmp)
     return n
 
 
@@ -112,8 +112,8 @@ def _rowwise_moments_kernel(X, L, V, mean, var):
                     for q in range(L):
                         x = X[r, off + q]
                         d = x - m1v[q]
-                        m1v[q] = _fma_any(cj, d, m1v[q])
-                        m2v[q] = _fma_any(d, x - m1v[q], m2v[q])
+                        m1v[q] = fma_any(cj, d, m1v[q])
+                        m2v[q] = fma_any(d, x - m1v[q], m2v[q])
                 m0_stk[0] = _add_moments_vec(m0, m1v, m2v, m0_stk[0], m1_stk[0], m2_stk[0], L)
             mask = i + 1
             j = 1
@@ -142,8 +142,8 @@ def _rowwise_moments_kernel(X, L, V, mean, var):
             nn = c0 + m0_add
             c = _as(0.0, one) if nn == 0 else _as(m0_add, one) / _as(nn, one)
             d = m1_stk[0, q] - s1
-            s1 = _fma_any(c, d, s1)
-            s2 += _fma_any(d * d * c, _as(c0, one), m2_stk[0, q])
+            s1 = fma_any(c, d, s1)
+            s2 += fma_any(d * d * c, _as(c0, one), m2_stk[0, q])
             c0 = nn
         mean[r] = s1
         var[r] = s2 / _as(N, one)
@@ -224,8 +224,8 @@ def aten_lanes(itemsize):
     with plain ``REGISTER_DISPATCH``: DispatchStub gives such a kernel no
     AVX512 entry, so an AVX512 CPU runs its AVX2 build, 32-byte vectors
     (measured: torch 2.13's layer_norm statistics follow 8 float lanes on an
-    AVX512 machine)."""
-    return 32 // itemsize
+    AVX512 machine; :func:`fpemu.autograd._profile.cpu_vector_lanes`)."""
+    return cpu_vector_lanes("AVX2", itemsize)
 
 
 @jit
@@ -236,7 +236,7 @@ def _fma_rows(A, B, C, out):
     c = C.ravel()
     o = out.ravel()
     for i in range(a.size):
-        o[i] = _fma_any(a[i], b[i], c[i])
+        o[i] = fma_any(a[i], b[i], c[i])
 
 
 def fmadd(a, b, c):

@@ -64,9 +64,8 @@ from numba.extending import intrinsic, overload
 from .._jit import fma_any, jit, run_kernel
 from ..errors import FpemuValueError
 from ._cuda_reduce import geometry
+from ._profile import GRAIN_SIZE, cpu_vector_lanes
 
-#: ``at::internal::GRAIN_SIZE``: below it a reduction runs on one thread
-GRAIN_SIZE = 32768
 #: ``multi_row_sum``'s levels and ``row_sum``'s interleave
 NUM_LEVELS = 4
 ILP = 4
@@ -400,13 +399,11 @@ def _flat_storage(a):
                                            writeable=False)
 
 
-def lanes_of(capability, itemsize, avx512_kernel=False):
-    """Elements per ``Vectorized`` of the kernel that runs: 64 bytes for a
-    kernel registered with ``ALSO_REGISTER_AVX512_DISPATCH`` under AVX512
-    (``avx512_kernel``), else 32 (AVX2's, which an AVX512 CPU runs for a
-    ``REGISTER_DISPATCH`` kernel, and the default build's)."""
-    avx512 = str(capability).upper().startswith("AVX512") and avx512_kernel
-    return (64 if avx512 else 32) // itemsize
+def lanes_of(capability, itemsize):
+    """Elements per ``Vectorized`` of the reductions' kernels, which
+    ``REGISTER_DISPATCH`` registers: AVX2's 32-byte vectors on AVX512 too
+    (:func:`fpemu.autograd._profile.cpu_vector_lanes`)."""
+    return cpu_vector_lanes(capability, itemsize, avx512_build=False)
 
 
 #: the 16-bit dtypes a sum may keep (their values held in float32 arrays)

@@ -289,8 +289,6 @@ def _config(geo, sm_count, storage_offset=0):
 
 
 # ------------------------------------------------------------------ kernels
-#: fma in the operands' precision (float32: llvm.fma.f32; float64)
-_fma_any = fma_any
 
 
 @jit
@@ -298,7 +296,7 @@ def _acc_add(op, acc, v):
     """``ops.reduce``: SumOps / MeanOps ``acc + x``, NormTwoOps ``acc + x * x``
     (contracted by nvcc to ``fma(x, x, acc)``), NormOneOps ``acc + |x|``."""
     if op == OP_SQUARES:
-        return _fma_any(v, v, acc)
+        return fma_any(v, v, acc)
     if op == OP_ABS:
         return acc + abs(v)
     return acc + v

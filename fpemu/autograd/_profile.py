@@ -161,10 +161,10 @@ class Profile:
             parts.append((lo, lo + size - size % lanes, hi))
         return parts
 
-    def cpu_lanes(self, itemsize: int) -> int:
-        """Elements per ATen CPU vector for an element of ``itemsize`` bytes."""
-        width = 64 if self.cpu_capability.upper().startswith("AVX512") else 32
-        return width // itemsize
+    def cpu_lanes(self, itemsize: int, avx512_build: bool = True) -> int:
+        """Elements per ATen CPU vector for an element of ``itemsize`` bytes
+        in the build of the kernel that runs (:func:`cpu_vector_lanes`)."""
+        return cpu_vector_lanes(self.cpu_capability, itemsize, avx512_build)
 
     def cpu_binary_body(self, itemsize: int) -> int:
         """Elements per step of the vector body of an ATen CPU binary kernel
@@ -183,6 +183,23 @@ class Profile:
 
 
 CUDA = Profile("cuda", "2.13.0")
+
+#: ``at::internal::GRAIN_SIZE``: ATen's CPU loops and reductions run on one
+#: thread below this many elements
+GRAIN_SIZE = 32768
+
+
+def cpu_vector_lanes(capability: str, itemsize: int, avx512_build: bool = True) -> int:
+    """Elements of one ATen ``Vectorized`` of ``itemsize``-byte values in the
+    build of a CPU kernel that runs under ``capability``: 64 bytes under
+    AVX512 for a kernel with an AVX512 build (``avx512_build``: its file
+    registers it with ``ALSO_REGISTER_AVX512_DISPATCH``), else 32. A kernel
+    registered with plain ``REGISTER_DISPATCH`` has no AVX512 entry
+    (``native/DispatchStub.h``), so an AVX512 CPU runs its AVX2 build (the
+    sums, norms, products, layer_norm's statistics, arange / linspace:
+    measured); the default build's vectors are 32 bytes too."""
+    avx512 = str(capability).upper().startswith("AVX512") and avx512_build
+    return (64 if avx512 else 32) // itemsize
 
 
 def profile_from_env(value):
