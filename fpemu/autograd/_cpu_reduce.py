@@ -580,28 +580,31 @@ def _c_pow_impl(x, y):
 
 
 @jit
-def _norm2_lastdim(X, rows, n, L, contract, kind, out):
+def _norm2_lastdim(X, rows, n, L, halves, contract, kind, out):
     """``norm_kernel_tensor_iterator_impl``'s vectorized 2-norm of each
     contiguous row (``binary_kernel_reduce_lastdim``): ``L`` lane
     accumulators of ``acc + x * x`` (separate multiply and add) over the whole
-    vectors, the lanes added in order, then the tail. The AVX2 build's
-    compiler (torch 2.13, measured) computes the tail four at a time with
-    rounded squares added in order and the last ``n % 4`` as FMAs
-    (``contract``; the default build has no FMA); the root rounded once (to
-    the 16-bit dtype, ``kind``)."""
+    vectors (a bfloat16 vector, ``halves`` 2, holds two float vectors: its low
+    half's squares go in first, then its high half's), the lanes added in
+    order, then the tail. The AVX2 build's compiler (torch 2.13, measured)
+    computes the tail four at a time with rounded squares added in order and
+    the last ``n % 4`` as FMAs (``contract``; the default build has no FMA);
+    the root rounded once (to the 16-bit dtype, ``kind``)."""
     zero = out.dtype.type(0)
     acc = np.empty(L, out.dtype)
+    W = halves * L
     for r in range(rows.shape[0]):
         base = rows[r]
         for lane in range(L):
             acc[lane] = zero
-        body = n - n % L
+        body = n - n % W
         d = 0
         while d < body:
-            for lane in range(L):
-                v = X[base + d + lane]
-                acc[lane] = acc[lane] + v * v
-            d += L
+            for h in range(halves):
+                for lane in range(L):
+                    v = X[base + d + h * L + lane]
+                    acc[lane] = acc[lane] + v * v
+            d += W
         b = acc[0]
         for lane in range(1, L):
             b = b + acc[lane]
@@ -705,11 +708,8 @@ def cpu_norm(array, p, axes=None, keepdims=False, *, threads=1, capability="AVX5
     contract = not str(capability).upper().startswith("DEFAULT")
     if p == 2 and geo.num_reduce_dims == 1 and geo.in_strides[0] == 1 and kind != 2:
         L = lanes_of(capability, a.itemsize)
-        if kind == 1:
-            run_kernel(_norm2_lastdim_bf16, X, rows, geo.shape[0], L, contract, out, inputs=2)
-        else:
-            run_kernel(_norm2_lastdim, X, rows, geo.shape[0], L, contract, kind, out,
-                       inputs=2)
+        run_kernel(_norm2_lastdim, X, rows, geo.shape[0], L, 2 if kind == 1 else 1, contract,
+                   kind, out, inputs=2)
         return out.reshape(final)
     roff = _offsets(a, geo.red_axes)
     numel = roff.shape[0]
@@ -733,43 +733,6 @@ def cpu_norm(array, p, axes=None, keepdims=False, *, threads=1, capability="AVX5
     elif p != 1:
         run_kernel(_norm_root, out, pa)
     return _round_array(out, kind).reshape(final) if kind else out.reshape(final)
-
-
-@jit
-def _norm2_lastdim_bf16(X, rows, n, L, contract, out):
-    """:func:`_norm2_lastdim` for bfloat16 rows: a 16-lane bfloat16 vector
-    adds the squares of its two float halves into the 8 float lanes (first
-    the low half, then the high), the tail in float32; the root rounded to
-    bfloat16."""
-    zero = out.dtype.type(0)
-    acc = np.empty(L, out.dtype)
-    W = 2 * L
-    for r in range(rows.shape[0]):
-        base = rows[r]
-        for lane in range(L):
-            acc[lane] = zero
-        body = n - n % W
-        d = 0
-        while d < body:
-            for lane in range(L):
-                v = X[base + d + lane]
-                acc[lane] = acc[lane] + v * v
-            for lane in range(L):
-                v = X[base + d + L + lane]
-                acc[lane] = acc[lane] + v * v
-            d += W
-        b = acc[0]
-        for lane in range(1, L):
-            b = b + acc[lane]
-        k = n - body
-        m = body + (k // 4) * 4 if contract else n
-        for i in range(body, m):
-            v = X[base + i]
-            b = b + v * v
-        for i in range(m, n):
-            v = X[base + i]
-            b = fma_any(v, v, b)
-        out[r] = _round16(np.sqrt(b), 1)
 
 
 # ---------------------------------------------------- variance and std
