@@ -39,7 +39,8 @@ from numba.extending import intrinsic, overload
 from .._jit import (
     f32_from_ubits, f32_ubits, f64_bits, f64_from_bits, fma, fma32, fma_any, jit, run_kernel,
 )
-from ._profile import get_profile
+from ._cuda_reduce import reorder_dims
+from ._profile import GRAIN_SIZE, get_profile
 
 _f = np.float32
 
@@ -641,7 +642,6 @@ sexp = _generic("sexp", c_expf, c_exp)
 
 
 # ------------------------------------------------------------------ layout
-GRAIN_SIZE = 32768          # at::internal::GRAIN_SIZE
 
 
 def _iteration(shape, strides):
@@ -652,29 +652,7 @@ def _iteration(shape, strides):
     input stays put). ``strides``: one tuple of element strides per existing
     operand (an allocated output takes the order and is left out)."""
     nd = len(shape)
-    perm = list(range(nd - 1, -1, -1))
-
-    def should_swap(d0, d1):
-        for st in strides:
-            s0, s1 = st[d0], st[d1]
-            if s0 == 0 or s1 == 0:
-                continue
-            if s0 < s1:
-                return -1
-            if s0 > s1:
-                return 1
-            if shape[d0] > shape[d1]:
-                return 1
-        return 0
-    for i in range(1, nd):
-        d1 = i
-        for d0 in range(i - 1, -1, -1):
-            c = should_swap(perm[d0], perm[d1])
-            if c > 0:
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-                d1 = d0
-            elif c < 0:
-                break
+    perm = reorder_dims(shape, [(st, False) for st in strides])
     # the output, allocated in this order: its strides
     out = [0] * nd
     acc = 1

@@ -101,25 +101,15 @@ class Geometry:
     num_inputs: int
 
 
-def geometry(shape, strides, axes):
-    """The iterator of a reduction of a tensor of ``shape`` and ``strides`` (in
-    elements) over ``axes`` (TensorIterator.cpp ``reorder_dimensions``,
-    ``coalesce_dimensions``; the output is allocated contiguous, as the
-    structured reductions' ``resize_reduction`` does)."""
-    shape = tuple(int(n) for n in shape)
-    strides = tuple(int(s) for s in strides)
-    ndim = len(shape)
-    red = set(int(a) for a in axes)
-    out_stride = {}
-    s = 1
-    for d in reversed(range(ndim)):
-        if d in red:
-            out_stride[d] = 0
-        else:
-            out_stride[d] = s
-            s *= shape[d]
-    dims = [d for d in range(ndim) if shape[d] != 1]
-    operands = ((out_stride, True), (dict(enumerate(strides)), False))
+def reorder_dims(shape, operands, dims=None):
+    """TensorIterator.cpp ``reorder_dimensions``: the order of ``dims`` (all
+    by default), fastest first. ``operands``: (strides, is_output) per
+    operand, strides indexable by dim, 0 on a broadcast (or reduced) dim. A
+    reduction's output moves its reduced dims first; then the first operand
+    whose strides differ decides (the smaller stride first; equal strides:
+    the smaller dim first); broadcast dims are skipped. An insertion sort
+    from the slowest dim, as ATen's."""
+    dims = list(range(len(shape))) if dims is None else list(dims)
 
     def should_swap(d0, d1):
         for st, is_output in operands:
@@ -146,6 +136,28 @@ def geometry(shape, strides, axes):
                 dim1 = dim0
             elif c < 0:
                 break
+    return perm
+
+
+def geometry(shape, strides, axes):
+    """The iterator of a reduction of a tensor of ``shape`` and ``strides`` (in
+    elements) over ``axes`` (TensorIterator.cpp ``reorder_dimensions``,
+    ``coalesce_dimensions``; the output is allocated contiguous, as the
+    structured reductions' ``resize_reduction`` does)."""
+    shape = tuple(int(n) for n in shape)
+    strides = tuple(int(s) for s in strides)
+    ndim = len(shape)
+    red = set(int(a) for a in axes)
+    out_stride = {}
+    s = 1
+    for d in reversed(range(ndim)):
+        if d in red:
+            out_stride[d] = 0
+        else:
+            out_stride[d] = s
+            s *= shape[d]
+    dims = [d for d in range(ndim) if shape[d] != 1]
+    perm = reorder_dims(shape, ((out_stride, True), (dict(enumerate(strides)), False)), dims)
     cshape = [shape[d] for d in perm]
     cin = [strides[d] for d in perm]
     cout = [out_stride[d] for d in perm]
