@@ -327,3 +327,20 @@ def _prod_equal(t, d):
                    threads=THREADS, capability=CAP, dtype=half)
     w = want.float().numpy() if half else want.numpy()
     return got.shape == w.shape and np.array_equal(_codes(got), _codes(w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rms_norm_of_the_cpu_profile(dtype):
+    """torch's CPU rms_norm: x * x, its cascade mean, + eps, rsqrt's two
+    roundings, x * rstd, * weight, each step in the dtype."""
+    F = ft.nn.functional
+    with ft.use_profile(_cpu_profile()):
+        for shape, ns in [((3, 17), (17,)), ((2, 5, 40), (40,)), ((2, 5, 8), (5, 8))]:
+            x = torch.from_numpy(_values(shape).astype(np.float64)).to(dtype)
+            w = torch.from_numpy(_values(ns).astype(np.float64)).to(dtype)
+            for weight, eps in ((None, None), (w, 1e-5)):
+                want = torch.nn.functional.rms_norm(x, ns, weight, eps)
+                got = F.rms_norm(ft.nn.from_torch(x), ns,
+                                 None if weight is None else ft.nn.from_torch(weight), eps)
+                assert np.array_equal(_codes(got.detach().numpy()), _codes(want.numpy())), \
+                    (shape, ns, eps)

@@ -10,6 +10,7 @@ from .._autocast import cast_inputs
 from .._common import f64, float_dt, wrap_dim
 from .._core import _result, _store, float32, float64, is_float, no_grad, Tensor, to_dtype
 from .._cpu_norm import aten_lanes, columnwise_sums, fmadd, rowwise_moments
+from .._cpu_reduce import cpu_sum
 from .._cuda_reduce import _storage_offset, cuda_layer_norm, vectorized_layer_norm_applies
 from .._profile import get_profile
 from ..ops.reduce import norm, sum as _sum
@@ -124,7 +125,22 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
     rstd = 1.0 / np.sqrt((X * X).mean(axis=axes, keepdims=True) + eps)
     xhat = X * rstd
     Wv = f64(weight) if weight is not None else 1.0
-    res = _store(xhat * Wv, dt)
+    prof = get_profile()
+    if prof.cpu and dt in (float32, float64) and x.numel() and (
+            weight is None or weight.dtype is dt):
+        # torch's rms_norm on CPU (layer_norm.cpp, rms_norm_symint): x * x,
+        # its mean (cascade_sum's order, divided by the count), + eps, rsqrt
+        # (two roundings), x * rstd, * weight: each step rounded in the dtype
+        om = np.float64 if dt is float64 else np.float32
+        xd = x._data.astype(om)
+        sq = np.multiply(xd, xd)
+        m = cpu_sum(sq, axes, True, threads=prof.cpu_threads,
+                    capability=prof.cpu_capability) / om(int(np.prod([x.shape[a] for a in axes])))
+        r = om(1) / np.sqrt((m + om(eps)).astype(om))
+        y = (xd * r.astype(om)).astype(om)
+        res = _store(y * weight._data.astype(om) if weight is not None else y, dt)
+    else:
+        res = _store(xhat * Wv, dt)
 
     def backward(g):
         G = g.astype(np.float64)
