@@ -906,10 +906,12 @@ def _node_name(name):
 
 def _sum_to(g, shape, dtype):
     """Sum a gradient over broadcast axes, one reduction as ATen's ``sum_to``
-    (ExpandUtils.h): under the CUDA profile the gradient's values in
-    ``dtype`` added in float32 (float64 for float64) in the order of ATen's
-    CUDA reduction kernel (``fpemu.autograd._cuda_reduce``), under the CPU
-    profile in float64; rounded once."""
+    (ExpandUtils.h): the gradient's values in ``dtype`` added in float32
+    (float64 for float64) in the order of ATen's reduction kernel, under the
+    CUDA profile its CUDA kernel's (``fpemu.autograd._cuda_reduce``), under
+    the CPU profile ``cascade_sum``'s (``fpemu.autograd._cpu_reduce``, which
+    also rounds a 16-bit sum as torch's kernel does); other formats in
+    float64, rounded once."""
     shape = tuple(shape)
     if g.shape == shape:
         return g
@@ -921,6 +923,14 @@ def _sum_to(g, shape, dtype):
         vals = np.asarray(g, np.float64) if dtype is float64 else (
             g if g.dtype == np.float32 and dtype.name == "fp32" else _store(g, dtype))
         return cuda_sum(vals, axes, True, dtype).reshape(shape)
+    if g.size and dtype in (float32, float64, bfloat16, float16):
+        from ._cpu_reduce import cpu_sum
+        prof = get_profile()
+        vals = np.asarray(g, np.float64) if dtype is float64 else (
+            g if g.dtype == np.float32 and dtype is float32 else _store(g, dtype))
+        half = "bfloat16" if dtype is bfloat16 else "float16" if dtype is float16 else None
+        return cpu_sum(vals, axes, True, threads=prof.cpu_threads,
+                       capability=prof.cpu_capability, dtype=half).reshape(shape)
     s = g.astype(np.float64).sum(axis=axes, keepdims=True)
     return _store(s.reshape(shape), dtype)
 
