@@ -5,12 +5,13 @@ Under the CUDA profile ``sum``, ``mean`` and the 1- and 2-norms add in float32
 (``aten/src/ATen/native/cuda/Reduce.cuh``, modelled in
 :mod:`fpemu.autograd._cuda_reduce`; ``docs/pytorch-numerics.md`` §6.1) and round
 the accumulator once to the output dtype. Under the CPU profile ``sum``,
-``mean`` and ``nansum`` add in float32 (float64) in the order of ATen's CPU
-``cascade_sum`` (:mod:`fpemu.autograd._cpu_reduce`, §6.2), for the tensor's
-layout, the profile's capability and thread count. The other reductions (var,
-std, prod, logsumexp, the other norms) take the sum in float64 and round once
-(tier 2 where the device adds in float32, ``docs/autograd.md``). Max, min,
-argmax, topk and sort are exact.
+``mean``, ``nansum``, ``prod``, the norms, ``var`` and ``std`` compute as ATen's
+CPU kernels do, in their dtype and order (:mod:`fpemu.autograd._cpu_reduce`,
+``docs/pytorch-numerics.md`` §6.2), for the tensor's layout, the profile's
+capability and thread count. The rest (the CUDA profile's var, std, prod and
+other norms; ``logsumexp``, whose exp and log torch CPU takes from MKL) sum in
+float64 and round once (tier 2, ``docs/autograd.md``). Max, min, argmax,
+topk and sort are exact.
 """
 
 from __future__ import annotations
