@@ -1,10 +1,14 @@
-"""ATen's CPU sum in its order: float32 adds as ``cascade_sum`` makes them.
+"""ATen's CPU reductions in their order: sums as ``cascade_sum`` makes them,
+products, norms, variances and ``cdist`` as their kernels do.
 
 torch CPU sums a float32 tensor in float32 (float64 in float64), not once in a
 wider type: ``aten/src/ATen/native/cpu/SumKernel.cpp`` (``cascade_sum``) adds in
 an order fixed by the TensorIterator's shape and strides, the vector width of
 the kernel's instruction set and the thread count. This module computes that
-order and adds in it (``docs/pytorch-numerics.md`` §6.2 states it in words).
+order and adds in it (``docs/pytorch-numerics.md`` §6.2 states it in words);
+further down, the other reductions on the same walk: :func:`cpu_prod`
+(``binary_kernel_reduce_vec``), :func:`cpu_norm`, :func:`cpu_var` and
+:func:`cpu_cdist`.
 
 The model, step by step (torch 2.13; paths under ``aten/src/ATen/``):
 
