@@ -344,3 +344,21 @@ def test_rms_norm_of_the_cpu_profile(dtype):
                                  None if weight is None else ft.nn.from_torch(weight), eps)
                 assert np.array_equal(_codes(got.detach().numpy()), _codes(want.numpy())), \
                     (shape, ns, eps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log_softmax_backward_along_the_last_dim(dtype):
+    """The gradient's lane sum, then ``g - exp(y) * sum`` as one FMA with
+    SLEEF's exp: torch CPU's log_softmax backward, bit for bit."""
+    bad = []
+    for rows, cols in [(1, 1), (3, 7), (2, 16), (4, 33), (1, 70), (5, 129)]:
+        x = torch.from_numpy(_values((rows, cols)).astype(np.float64) / 1e3).to(dtype)
+        g = torch.from_numpy(_values((rows, cols)).astype(np.float64)).to(dtype)
+        x.requires_grad_(True)
+        (want,) = torch.autograd.grad(torch.log_softmax(x, -1), x, g)
+        with ft.use_profile(_cpu_profile()):
+            fx = ft.nn.from_torch(x.detach()).requires_grad_(True)
+            ft.nn.functional.log_softmax(fx, -1).backward(ft.nn.from_torch(g))
+        if not np.array_equal(_codes(fx.grad.numpy()), _codes(want.numpy())):
+            bad.append((rows, cols))
+    assert not bad, f"log_softmax gradients differ from torch's for {bad}"

@@ -13,6 +13,7 @@ from .._autocast import cast_inputs
 from .._common import f64, float_dt, wrap_dim
 from .._core import Tensor, _result, _store, float32, float64, is_float, to_dtype
 from .. import _cpu_math
+from .._cpu_reduce import cpu_log_softmax_backward
 from .._cuda_reduce import (
     cuda_softmax_backward, cuda_softmax_forward, persistent_softmax_applies,
 )
@@ -386,8 +387,13 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
     res = _store(Y, dt)
 
     def backward(g):
-        G = g.astype(np.float64)
         om = np.float64 if dt is float64 else np.float32
+        if _cpu_exact(dt) and (d is None or d == x.ndim - 1 or x.ndim == 0):
+            # torch CPU's kernel along the last dim: the gradient's lane sum,
+            # then g - exp(y) * sum as one FMA (_cpu_reduce)
+            return (cpu_log_softmax_backward(_store(g, dt).astype(om), res.astype(om),
+                                             get_profile().cpu_capability),)
+        G = g.astype(np.float64)
         with np.errstate(all="ignore"):
             S = G.sum(axis=d, keepdims=True).astype(om).astype(np.float64)
             E = np.exp(res.astype(np.float64)).astype(om).astype(np.float64)
