@@ -30,6 +30,8 @@ the one they run with.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -1351,3 +1353,346 @@ def xlogy(x, y):
     out = np.empty(X.size, x.dtype)
     run_kernel(_xlogy, X, Y, out, inputs=2)
     return out.reshape(x.shape)
+
+
+# -------------------------------------------------------------------- pow
+# ``pow_tensor_scalar_kernel`` / ``pow_tensor_tensor_kernel``
+# (aten/src/ATen/native/cpu/PowKernel.cpp, registered with
+# ALSO_REGISTER_AVX512_DISPATCH): the vector body is ``Vectorized::pow``,
+# SLEEF's ``Sleef_powf16_u10`` / ``Sleef_powd8_u10`` (AVX512) or
+# ``Sleef_powf8_u10`` / ``Sleef_powd4_u10`` (AVX2): xpowf / xpow of
+# sleefsimdsp.c / sleefsimddp.c with their logkf / logk and expkf / expk
+# helpers (FMA builds); the tail is the C library's pow.
+_F32_MIN = _f(1.1754943508222875e-38)
+_R_075F = _f(1) / _f(0.75)
+_NAN32_ONES = np.uint32(0xFFFFFFFF)
+
+
+@jit
+def _getexp(v):
+    """``vgetexp`` (AVX512 getexp) of a positive finite value: floor(log2 v)
+    as an integer (0, whose result the callers replace, gives -1)."""
+    m, e = math.frexp(v)
+    return e - 1
+
+
+@jit
+def _getmant_f(d):
+    """``vgetmant_vf_vf`` (_MM_MANT_NORM_p75_1p5): the significand of a
+    positive finite float32 d scaled into [0.75, 1.5)."""
+    mm, e = math.frexp(d)
+    m = _f(mm + mm)
+    if m >= _f(1.5):
+        m = m * _f(0.5)
+    return m
+
+
+@jit
+def _logkf(d, avx512):
+    """SLEEF's logkf: log of a positive float32 as a double-float (the
+    AVX512 build takes getexp / getmant, the AVX2 build scales subnormals
+    and reads the exponent field)."""
+    if avx512:
+        v = d * _R_075F
+        ef = _f(128) if v == _INF32 else _f(_getexp(v))
+        m = _getmant_f(d)
+    else:
+        o = d < _F32_MIN
+        if o:
+            d = d * _f(18446744073709551616.0)
+        e = _ilogb2k_f(d * _R_075F)
+        m = _ldexp3_f(d, -e)
+        if o:
+            e = e - np.int32(64)
+        ef = _f(e)
+    ah, al = _df_add2_ff(_f(-1), m)
+    bh, bl = _df_add2_ff(_f(1), m)
+    xh, xl = _df_div(ah, al, bh, bl)
+    x2h, x2l = _df_squ(xh, xl)
+    t = _f(0.240320354700088500976562)
+    t = fma32(t, x2h, _f(0.285112679004669189453125))
+    t = fma32(t, x2h, _f(0.400007992982864379882812))
+    sh, sl = _df_mul_f2f(_LN2F_HI, _LN2F_LO, ef)
+    sh, sl = _df_add_f2f2(sh, sl, xh * _f(2), xl * _f(2))
+    ph, pl = _df_mul_f2f(x2h, x2l, t)
+    ph, pl = _df_add2_f2f2(ph, pl, _f(0.66666662693023681640625), _f(3.69183861259614332084311e-09))
+    qh, ql = _df_mul_f2f2(x2h, x2l, xh, xl)
+    qh, ql = _df_mul_f2f2(qh, ql, ph, pl)
+    return _df_add_f2f2(sh, sl, qh, ql)
+
+
+@jit
+def _i32(v):
+    """int64 -> int32 with wrap-around."""
+    return np.int32(((np.int64(v) + 2147483648) & 0xFFFFFFFF) - 2147483648)
+
+
+@jit
+def _ldexp_f(x, q):
+    """SLEEF's vldexp_vf_vf_vi2 (int32 lanes, wrapping)."""
+    m = q >> 31
+    m = _i32((_i32((_i32(m + q)) >> 6) - m) << 4)
+    q = _i32(q - _i32(m << 2))
+    m = _i32(m + 0x7F)
+    if not (m > 0):
+        m = np.int32(0)
+    if m > 0xFF:
+        m = np.int32(0xFF)
+    u = f32_from_ubits(np.uint32(np.int64(m) << 23))
+    x = ((x * u) * u) * u * u
+    u = f32_from_ubits(np.uint32((np.int64(_i32(q + 0x7F)) << 23) & 0xFFFFFFFF))
+    return x * u
+
+
+@jit
+def _expkf(dh, dl):
+    """SLEEF's expkf: exp of a double-float, as a float32."""
+    q = _rint_i32((dh + dl) * _R_LN2F)
+    qf = _f(q)
+    sh, sl = _df_add2_f2f(dh, dl, qf * -_L2UF)
+    sh, sl = _df_add2_f2f(sh, sl, qf * -_L2LF)
+    s = sh + sl
+    sl = (sh - s) + sl
+    sh = s
+    u = _f(0.00136324646882712841033936)
+    u = fma32(u, sh, _f(0.00836596917361021041870117))
+    u = fma32(u, sh, _f(0.0416710823774337768554688))
+    u = fma32(u, sh, _f(0.166665524244308471679688))
+    u = fma32(u, sh, _f(0.499999850988388061523438))
+    ah, al = _df_squ(sh, sl)
+    ah, al = _df_mul_f2f(ah, al, u)
+    th, tl = _df_add_f2f2(sh, sl, ah, al)
+    th, tl = _df_add_ff2(_f(1), th, tl)
+    u = _ldexp_f(th + tl, q)
+    if dh < _f(-104):
+        u = _f(0)
+    return u
+
+
+@jit
+def _pow_fix(x, y, result, yisint, yisodd):
+    """The special cases xpowf / xpow apply after expk (same order)."""
+    one = _one(x)
+    zero = one - one
+    if x > zero:
+        sgn = one
+    elif yisint:
+        sgn = -one if yisodd else one
+    else:
+        sgn = one * np.nan
+    result = result * sgn
+    efx = abs(x) - one
+    if np.signbit(y):
+        efx = -efx
+    if np.isinf(y):
+        if efx < zero:
+            result = zero
+        elif efx == zero:
+            result = one
+        else:
+            result = one * np.inf
+    if np.isinf(x) or x == zero:
+        r = zero if (np.signbit(y) != (x == zero)) else one * np.inf
+        s = x if yisodd else one
+        if np.signbit(s):
+            r = -r
+        result = r
+    return result
+
+
+@jit
+def sleef_powf(x, y, avx512):
+    """``Sleef_powf16_u10`` / ``Sleef_powf8_u10`` (SLEEF's xpowf)."""
+    yisint = np.trunc(y) == y or abs(y) > _f(16777216)
+    yisodd = False
+    if abs(y) < _f(16777216):
+        yisodd = yisint and (np.int32(y) & 1) == 1
+    lh, ll = _logkf(abs(x), avx512)
+    dh, dl = _df_mul_f2f(lh, ll, y)
+    result = _expkf(dh, dl)
+    if result != result:
+        result = _INF32
+    result = _pow_fix(x, y, result, yisint, yisodd)
+    if x != x or y != y:
+        result = f32_from_ubits(_NAN32_ONES)
+    if y == _f(0) or x == _f(1):
+        result = _f(1)
+    return result
+
+
+_LN2_HI = 0.693147180559945286226764
+_LN2_LO = 2.319046813846299558417771e-17
+_R_075 = 1.0 / 0.75
+_LOG_DBL_MAX = 709.782712893383973096
+
+
+@jit
+def _getmant_d(d):
+    """``vgetmant_vd_vd`` (_MM_MANT_NORM_p75_1p5) of a positive finite d."""
+    mm, e = math.frexp(d)
+    m = mm + mm
+    if m >= 1.5:
+        m = m * 0.5
+    return m
+
+
+@jit
+def _logk(d, avx512):
+    """SLEEF's logk: log of a positive float64 as a double-double (its
+    polynomial by Estrin's scheme, POLY9)."""
+    if avx512:
+        v = d * _R_075
+        ef = 1024.0 if v == np.inf else float(_getexp(v))
+        m = _getmant_d(d)
+    else:
+        o = d < 2.2250738585072014e-308
+        if o:
+            d = d * 18446744073709551616.0
+        e = np.int64((f64_bits(d * _R_075) >> 52) & 0x7FF) - 0x3FF
+        m = f64_from_bits(f64_bits(d) - (e << 52))
+        if o:
+            e = e - 64
+        ef = float(e)
+    ah, al = _df_add2_ff(-1.0, m)
+    bh, bl = _df_add2_ff(1.0, m)
+    xh, xl = _df_div(ah, al, bh, bl)
+    x2h, x2l = _df_squ(xh, xl)
+    x2 = x2h
+    x4 = x2 * x2
+    x8 = x4 * x4
+    x16 = x8 * x8
+    t = fma(x16, 0.116255524079935043668677,
+            fma(x8, _poly4(x2, x4, 0.103239680901072952701192, 0.117754809412463995466069,
+                           0.13332981086846273921509, 0.153846227114512262845736),
+                _poly4(x2, x4, 0.181818180850050775676507, 0.222222222230083560345903,
+                       0.285714285714249172087875, 0.400000000000000077715612)))
+    sh, sl = _df_mul_f2f(_LN2_HI, _LN2_LO, ef)
+    sh, sl = _df_add_f2f2(sh, sl, xh * 2.0, xl * 2.0)
+    yh, yl = _df_mul_f2f2(x2h, x2l, xh, xl)
+    ph, pl = _df_mul_f2f2(yh, yl, 0.666666666666666629659233, 3.80554962542412056336616e-17)
+    sh, sl = _df_add_f2f2(sh, sl, ph, pl)
+    yh, yl = _df_mul_f2f2(x2h, x2l, yh, yl)
+    ph, pl = _df_mul_f2f(yh, yl, t)
+    return _df_add_f2f2(sh, sl, ph, pl)
+
+
+@jit
+def _expk(dh, dl):
+    """SLEEF's expk: exp of a double-double, as a float64 (POLY10)."""
+    dq = np.rint((dh + dl) * _R_LN2)
+    q = np.int64(dq) if abs(dq) < 2147483648.0 else np.int64(-2147483648)
+    sh, sl = _df_add2_f2f(dh, dl, dq * -_L2U)
+    sh, sl = _df_add2_f2f(sh, sl, dq * -_L2L)
+    s = sh + sl
+    sl = (sh - s) + sl
+    sh = s
+    s2 = sh * sh
+    s4 = s2 * s2
+    s8 = s4 * s4
+    u = fma(s8, _poly2(sh, 2.51069683420950419527139e-08, 2.76286166770270649116855e-07),
+            fma(s4, _poly4(sh, s2, 2.75572496725023574143864e-06, 2.48014973989819794114153e-05,
+                           0.000198412698809069797676111, 0.0013888888939977128960529),
+                _poly4(sh, s2, 0.00833333333332371417601081, 0.0416666666665409524128449,
+                       0.166666666666666740681535, 0.500000000000000999200722)))
+    th, tl = _df_add_ff2(1.0, sh, sl)
+    ah, al = _df_squ(sh, sl)
+    ah, al = _df_mul_f2f(ah, al, u)
+    th, tl = _df_add_f2f2(th, tl, ah, al)
+    u = _ldexp2_d(th + tl, q)
+    if dh < -1000.0:
+        u = 0.0
+    return u
+
+
+@jit
+def sleef_pow(x, y, avx512):
+    """``Sleef_powd8_u10`` / ``Sleef_powd4_u10`` (SLEEF's xpow)."""
+    yisint = np.rint(y) == y
+    yisodd = yisint and np.rint(y * 0.5) != y * 0.5
+    lh, ll = _logk(abs(x), avx512)
+    dh, dl = _df_mul_f2f(lh, ll, y)
+    result = _expk(dh, dl)
+    if dh > _LOG_DBL_MAX:
+        result = np.inf
+    result = _pow_fix(x, y, result, yisint, yisodd)
+    if x != x or y != y:
+        result = f64_from_bits(np.int64(-1))
+    if y == 0.0 or x == 1.0:
+        result = 1.0
+    return result
+
+
+def _libm2(name, ty):
+    """A call of the C library's two-argument ``name`` (``powf`` / ``pow``,
+    glibc's, the one ATen's scalar ``std::pow`` reaches)."""
+    @intrinsic
+    def call(typingctx, x, y):
+        if x != ty or y != ty:
+            return None
+
+        def codegen(context, builder, signature, args):
+            llty = ir.FloatType() if ty == types.float32 else ir.DoubleType()
+            fn = cgutils.get_or_insert_function(builder.module,
+                                                ir.FunctionType(llty, [llty, llty]), name)
+            return builder.call(fn, args)
+        return ty(ty, ty), codegen
+    return call
+
+
+c_powf = _libm2("powf", types.float32)
+c_pow2 = _libm2("pow", types.float64)
+
+
+@jit
+def _pow_tt(x, y, vec, avx512, out):
+    for i in range(out.size):
+        if vec[i]:
+            out[i] = sleef_powf(x[i], y[i], avx512)
+        else:
+            out[i] = c_powf(x[i], y[i])
+
+
+@jit
+def _pow_tt_d(x, y, vec, avx512, out):
+    for i in range(out.size):
+        if vec[i]:
+            out[i] = sleef_pow(x[i], y[i], avx512)
+        else:
+            out[i] = c_pow2(x[i], y[i])
+
+
+@jit
+def _pow_ts(x, vec, y, e, avx512, out):
+    for i in range(out.size):
+        if vec[i]:
+            out[i] = sleef_powf(x[i], y, avx512)
+        else:
+            out[i] = np.float32(c_pow2(np.float64(x[i]), e))
+
+
+@jit
+def _pow_ts_d(x, vec, y, e, avx512, out):
+    for i in range(out.size):
+        out[i] = sleef_pow(x[i], y, avx512) if vec[i] else c_pow2(x[i], e)
+
+
+def pow_model(x, y):
+    """``pow_tensor_tensor_kernel`` (``y`` an array) or the general case of
+    ``pow_tensor_scalar_kernel`` (``y`` a Python number; the exponents the
+    kernel special-cases are the caller's) on float32 / float64 arrays:
+    SLEEF's pow in the vector body (:func:`sleef_powf` / :func:`sleef_pow`;
+    a scalar exponent as the dtype), the C library's pow in the tail (for a
+    scalar exponent ``std::pow(base, double exponent)``: a float32 base
+    widened, the power rounded to float32)."""
+    avx512 = get_profile().cpu_lanes(4) == 16
+    dt = x.dtype
+    if isinstance(y, np.ndarray):
+        shape = np.broadcast_shapes(x.shape, y.shape)
+        mask = elementwise_mask(shape, (x, y), dt.itemsize)
+        flat = [np.ascontiguousarray(np.broadcast_to(a, shape), dt).reshape(-1) for a in (x, y)]
+        out = np.empty(flat[0].size, dt)
+        run_kernel(_pow_tt if dt == np.float32 else _pow_tt_d, *flat,
+                   np.ascontiguousarray(mask).reshape(-1), avx512, out, inputs=3)
+        return out.reshape(shape)
+    e = float(y)
+    return _unary_kernel(_pow_ts if dt == np.float32 else _pow_ts_d, x, dt.type(e), e, avx512)

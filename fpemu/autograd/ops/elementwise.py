@@ -263,11 +263,15 @@ def pow(a, exponent):  # noqa: A001 - torch's name
     om = opmath(dt)
     A = operand(a, dt)
     cuda_powf = getattr(dt, "name", None) in ("fp32", "fp16", "bf16") and not get_profile().cpu
+    cpu_sleef = get_profile().cpu and dt in (float32, float64)
     with np.errstate(all="ignore"):
         if isinstance(exponent, Tensor):
             E = operand(exponent, dt)
-            R = _store(powf(A, E) if cuda_powf else
-                       np.power(A.astype(np.float64), E.astype(np.float64)), dt)
+            if cpu_sleef:                       # PowKernel.cpp: SLEEF's pow, libm's in the tail
+                R = _cpu_math.pow_model(A, E)
+            else:
+                R = _store(powf(A, E) if cuda_powf else
+                           np.power(A.astype(np.float64), E.astype(np.float64)), dt)
         else:
             e = float(exponent)
             special = {2.0: lambda x: x * x, 3.0: lambda x: x * x * x,
@@ -276,6 +280,8 @@ def pow(a, exponent):  # noqa: A001 - torch's name
                        1.0: lambda x: x}
             if e in special:
                 R = _store(special[e](A), dt)
+            elif cpu_sleef:
+                R = _cpu_math.pow_model(A, e)
             elif cuda_powf:                     # the exponent as a float32 (opmath) scalar
                 R = _store(powf(A, np.float32(e)), dt)
             else:
@@ -312,8 +318,14 @@ def _pow_scalar_base(s, exponent):
     dt = float_dt(exponent)
     E = f64(exponent)
     with np.errstate(all="ignore"):
-        R = np.power(float(s), E)
-    res = _store(R, dt)
+        if get_profile().cpu and dt in (float32, float64):
+            # torch wraps the number as a 0-dim tensor of the dtype: pow_tensor_tensor_kernel
+            res = _cpu_math.pow_model(np.asarray(s, np_dtype(dt)),
+                                      exponent._data.astype(np_dtype(dt), copy=False))
+            R = res.astype(np.float64)
+        else:
+            R = np.power(float(s), E)
+            res = _store(R, dt)
 
     def backward(g):
         with np.errstate(all="ignore"):
