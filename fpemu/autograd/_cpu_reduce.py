@@ -60,14 +60,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
 from .._jit import fma_any, jit, run_kernel
 from ..errors import FpemuValueError
-from ._cpu_math import _lane_sum, vexp
+from ._cpu_math import _lane_sum, c_pow2, c_powf, vexp
 from ._cuda_reduce import geometry
 from ._profile import GRAIN_SIZE, cpu_vector_lanes
 
@@ -391,6 +389,22 @@ def _serial_for_each(X, x0, sin, Y, o0, sout, shape, begin, end, L, vmin, half, 
             i += 1
 
 
+def _layout(a, axes, keepdims):
+    """The array with strides the models read (non-negative multiples of the
+    item size, else a contiguous copy), the reduced axes sorted (None: all;
+    a 0-d array reduces over none), the kept axes and the result's shape."""
+    ndim = a.ndim
+    if axes is None:
+        axes = tuple(range(ndim))
+    axes = tuple(sorted({int(d) % max(ndim, 1) for d in axes})) if ndim else ()
+    if any(s < 0 or s % a.itemsize for s in a.strides):
+        a = np.ascontiguousarray(a)
+    kept_axes = [d for d in range(ndim) if d not in axes]
+    final = tuple(1 if d in axes else a.shape[d] for d in range(ndim)) if keepdims else \
+        tuple(a.shape[d] for d in kept_axes)
+    return a, axes, kept_axes, final
+
+
 def _div_up(a, b):
     return -(-a // b)
 
@@ -453,14 +467,8 @@ def _reduce(array, axes, keepdims, threads, capability, nan, dtype, prod):
     if threads < 1:
         raise FpemuValueError(f"cpu_sum: threads must be >= 1 (torch.get_num_threads()), got "
                               f"{threads}")
-    ndim = a.ndim
-    if axes is None:
-        axes = tuple(range(ndim))
-    axes = tuple(sorted({int(d) % max(ndim, 1) for d in axes})) if ndim else ()
-    if any(s < 0 or s % a.itemsize for s in a.strides):
-        a = np.ascontiguousarray(a)
-    kept = tuple(a.shape[d] for d in range(ndim) if d not in axes)
-    final = tuple(1 if d in axes else a.shape[d] for d in range(ndim)) if keepdims else kept
+    a, axes, kept_axes, final = _layout(a, axes, keepdims)
+    kept = tuple(a.shape[d] for d in kept_axes)
     zero = a.dtype.type(0)
     nout = int(np.prod(kept, dtype=np.int64))
     Y = np.full(nout, 1 if prod else 0, a.dtype)        # fill_(identity)
@@ -551,27 +559,6 @@ def _split_dim(geo, threads):
 
 
 # ------------------------------------------------------------------ norms
-def _libm_pow(name, ty):
-    """A call of the C library's ``powf`` / ``pow`` (glibc's, the one torch's
-    scalar ``std::pow`` reaches in this process)."""
-    @intrinsic
-    def call(typingctx, x, y):
-        if x != ty or y != ty:
-            return None
-
-        def codegen(context, builder, signature, args):
-            llty = ir.FloatType() if ty == types.float32 else ir.DoubleType()
-            fn = cgutils.get_or_insert_function(builder.module,
-                                                ir.FunctionType(llty, [llty, llty]), name)
-            return builder.call(fn, args)
-        return ty(ty, ty), codegen
-    return call
-
-
-_powf = _libm_pow("powf", types.float32)
-_pow = _libm_pow("pow", types.float64)
-
-
 def c_pow(x, y):
     """``std::pow`` on two float32 or two float64 values (from @jit code)."""
     raise NotImplementedError("c_pow is a Numba overload: call it from a @jit function")
@@ -580,8 +567,8 @@ def c_pow(x, y):
 @overload(c_pow)
 def _c_pow_impl(x, y):
     if x == types.float32:
-        return lambda x, y: _powf(x, y)
-    return lambda x, y: _pow(x, y)
+        return lambda x, y: c_powf(x, y)
+    return lambda x, y: c_pow2(x, y)
 
 
 @jit
@@ -690,15 +677,8 @@ def cpu_norm(array, p, axes=None, keepdims=False, *, threads=1, capability="AVX5
     if not (isinstance(p, (int, float, np.number)) and math.isfinite(p) and p != 0):
         raise FpemuValueError(f"cpu_norm: p must be a finite nonzero number (0 and +-inf "
                               f"count or select, exactly), got {p!r}")
-    ndim = a.ndim
-    if axes is None:
-        axes = tuple(range(ndim))
-    axes = tuple(sorted({int(d) % max(ndim, 1) for d in axes})) if ndim else ()
-    if any(s < 0 or s % a.itemsize for s in a.strides):
-        a = np.ascontiguousarray(a)
-    kept_axes = [d for d in range(ndim) if d not in axes]
+    a, axes, kept_axes, final = _layout(a, axes, keepdims)
     kept = tuple(a.shape[d] for d in kept_axes)
-    final = tuple(1 if d in axes else a.shape[d] for d in range(ndim)) if keepdims else kept
     kind = _KIND[dtype]
     nout = int(np.prod(kept, dtype=np.int64))
     out = np.zeros(nout, a.dtype)
@@ -809,15 +789,8 @@ def cpu_var(array, axes=None, correction=1, keepdims=False, *, take_sqrt=False, 
     if a.dtype not in (np.float32, np.float64):
         raise FpemuValueError(f"cpu_var: expected a float32 or float64 array, got {a.dtype}; "
                               "convert it first")
-    ndim = a.ndim
-    if axes is None:
-        axes = tuple(range(ndim))
-    axes = tuple(sorted({int(d) % max(ndim, 1) for d in axes})) if ndim else ()
-    if any(s < 0 or s % a.itemsize for s in a.strides):
-        a = np.ascontiguousarray(a)
-    kept_axes = [d for d in range(ndim) if d not in axes]
+    a, axes, kept_axes, final = _layout(a, axes, keepdims)
     kept = tuple(a.shape[d] for d in kept_axes)
-    final = tuple(1 if d in axes else a.shape[d] for d in range(ndim)) if keepdims else kept
     nout = int(np.prod(kept, dtype=np.int64))
     geo = geometry(a.shape, tuple(s // a.itemsize for s in a.strides), axes)
     X = _flat_storage(a)
