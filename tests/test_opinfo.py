@@ -711,22 +711,25 @@ def exact_share_table(shares):
                         f"{_pct(*total(shares[i], 'float64', keep))} |" for i in isas)
         lines.append(f"| {what} |{cells}")
     first = shares[isas[0]]
-    lines += ["", f"| op (OpInfo) | float32 elements | float64 elements |{head} tier |",
-              "|---|---|---|" + "---|---|" * len(isas) + "---|"]
+    lines += ["", "Per entry: the share in % of its float32 / float64 elements.", "",
+              "| op (OpInfo) | elements |" + "".join(f" {i} |" for i in isas) + " tier |",
+              "|---|---|" + "---|" * len(isas) + "---|"]
 
     def missing(key):
         return -sum(v[0][1] - v[0][0] + v[1][1] - v[1][0] for v in (
             (shares[i][key].get("float32", (0, 0)), shares[i][key].get("float64", (0, 0)))
             for i in isas)), key
+
+    def pair(share):
+        return " / ".join(_pct(*share.get(d, (0, 0))).replace(" %", "") for d in DTYPES)
     names = {_key(op): op.name.rsplit(".", 1)[-1] for op in op_db}
     for key in sorted(first, key=missing):
-        cells = "".join(f" {_pct(*shares[i][key].get('float32', (0, 0)))} | "
-                        f"{_pct(*shares[i][key].get('float64', (0, 0)))} |" for i in isas)
+        cells = "".join(f" {pair(shares[i][key])} |" for i in isas)
         exact = all(e == t for i in isas for e, t in shares[i][key].values())
         tier = ("product (summation order)" if _is_product(key) else
                 "bit for bit" if names.get(key) in EXACT or exact else "ulps")
-        lines.append(f"| `{key}` | {first[key].get('float32', (0, 0))[1]} | "
-                     f"{first[key].get('float64', (0, 0))[1]} |{cells} {tier} |")
+        sizes = " / ".join(str(first[key].get(d, (0, 0))[1]) for d in DTYPES)
+        lines.append(f"| `{key}` | {sizes} |{cells} {tier} |")
     return "\n".join(lines)
 
 
