@@ -726,7 +726,7 @@ def exact_share_table(shares):
     for key in sorted(first, key=missing):
         cells = "".join(f" {pair(shares[i][key])} |" for i in isas)
         exact = all(e == t for i in isas for e, t in shares[i][key].values())
-        tier = ("product (summation order)" if _is_product(key) else
+        tier = ("product" if _is_product(key) else
                 "bit for bit" if names.get(key) in EXACT or exact else "ulps")
         sizes = " / ".join(str(first[key].get(d, (0, 0))[1]) for d in DTYPES)
         lines.append(f"| `{key}` | {sizes} |{cells} {tier} |")
