@@ -877,11 +877,13 @@ def _softmax_vector_positions(outer, inner, dim_size, lanes, threads):
     return vec.reshape(outer, inner)
 
 
-def softmax(x, dim):
-    """ATen's CPU softmax of a float32 / float64 array along ``dim``
-    (``softmax_lastdim_kernel_impl`` / ``softmax_kernel_impl``)."""
-    prof = get_profile()
-    lanes = prof.cpu_lanes(x.itemsize)
+def _softmax_family(x, dim, lastdim_kernel, inner_kernel, positions):
+    """Run a softmax-family kernel of a float32 / float64 array along
+    ``dim``: ``lastdim_kernel(rows, lanes, tree, out)`` on the rows of the
+    last dim, else ``inner_kernel(x3, vec, out)`` on (outer, dim, inner) with
+    ``vec = positions(outer, inner, dim_size, lanes)`` marking the vector
+    lanes."""
+    lanes = get_profile().cpu_lanes(x.itemsize)
     X = np.ascontiguousarray(x)
     if X.ndim == 0:
         X = X.reshape(1)
@@ -892,15 +894,24 @@ def softmax(x, dim):
     if dim == X.ndim - 1:
         rows = X.reshape(-1, shape[-1])
         out = np.empty(rows.shape, X.dtype)
-        run_kernel(_softmax_lastdim, rows, lanes, X.dtype == np.float32, out, inputs=1)
+        run_kernel(lastdim_kernel, rows, lanes, X.dtype == np.float32, out, inputs=1)
         return out.reshape(x.shape)
     outer = int(np.prod(shape[:dim], dtype=np.int64))
     inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
     X3 = X.reshape(outer, shape[dim], inner)
-    vec = _softmax_vector_positions(outer, inner, shape[dim], lanes, prof.cpu_threads)
+    vec = np.ascontiguousarray(positions(outer, inner, shape[dim], lanes))
     out = np.empty(X3.shape, X.dtype)
-    run_kernel(_softmax_inner, X3, vec, out, inputs=2)
+    run_kernel(inner_kernel, X3, vec, out, inputs=2)
     return out.reshape(x.shape)
+
+
+def softmax(x, dim):
+    """ATen's CPU softmax of a float32 / float64 array along ``dim``
+    (``softmax_lastdim_kernel_impl`` / ``softmax_kernel_impl``)."""
+    threads = get_profile().cpu_threads
+    return _softmax_family(x, dim, _softmax_lastdim, _softmax_inner,
+                           lambda o, i, n, lanes: _softmax_vector_positions(o, i, n, lanes,
+                                                                            threads))
 
 
 # ------------------------------------------------------------- activations
@@ -1244,28 +1255,9 @@ def log_softmax(x, dim):
     """ATen's CPU log_softmax of a float32 / float64 array along ``dim``
     (``log_softmax_lastdim_kernel_impl`` / ``log_softmax_kernel_impl``,
     LogSoftmaxKernelImpl.h)."""
-    prof = get_profile()
-    lanes = prof.cpu_lanes(x.itemsize)
-    X = np.ascontiguousarray(x)
-    if X.ndim == 0:
-        X = X.reshape(1)
-        dim = 0
-    if X.size == 0:
-        return np.empty(x.shape, x.dtype)
-    shape = X.shape
-    if dim == X.ndim - 1:
-        rows = X.reshape(-1, shape[-1])
-        out = np.empty(rows.shape, X.dtype)
-        run_kernel(_log_softmax_lastdim, rows, lanes, X.dtype == np.float32, out, inputs=1)
-        return out.reshape(x.shape)
-    outer = int(np.prod(shape[:dim], dtype=np.int64))
-    inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
-    X3 = X.reshape(outer, shape[dim], inner)
-    vec = np.ascontiguousarray(
-        _log_softmax_vector_positions(outer, inner, shape[dim], X.itemsize, lanes))
-    out = np.empty(X3.shape, X.dtype)
-    run_kernel(_log_softmax_inner, X3, vec, out, inputs=2)
-    return out.reshape(x.shape)
+    return _softmax_family(x, dim, _log_softmax_lastdim, _log_softmax_inner,
+                           lambda o, i, n, lanes: _log_softmax_vector_positions(
+                               o, i, n, x.itemsize, lanes))
 
 
 # ------------------------------------------------- expm1, log1p (vml.h)
