@@ -366,7 +366,7 @@ def format_names() -> tuple:
     return tuple(_REGISTRY)
 
 
-def format(name) -> Format:  # noqa: A001 - the public name the design asks for
+def format(name) -> Format:  # the public name the design asks for
     """Look a format up by name or alias; a :class:`Format` is returned as is.
 
     Examples

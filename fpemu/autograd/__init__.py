@@ -63,12 +63,12 @@ from .serialization import load, save  # noqa: F401
 from .ops.creation import zeros  # noqa: E402,F401
 
 half = float16
-float = float32  # noqa: A001 - torch's alias
+float = float32  # torch's alias
 double = float64
 long = int64
-int = int32  # noqa: A001 - torch's alias
+int = int32  # torch's alias
 short = int16
-bool = bool_  # noqa: A001 - torch's alias
+bool = bool_  # torch's alias
 strided = "torch.strided"
 default_generator = _State.generator
 __version__ = "2.13.0+fpemu"
@@ -79,7 +79,7 @@ e = _math.e
 newaxis = None
 
 
-def compile(model=None, *args, **kwargs):  # noqa: A001 - torch's name
+def compile(model=None, *args, **kwargs):  # torch's name
     """``torch.compile``: fpemu runs the model as written (no compiler is
     needed to get its numbers); returns the model, or a decorator."""
     if model is None:
@@ -87,7 +87,7 @@ def compile(model=None, *args, **kwargs):  # noqa: A001 - torch's name
     return model
 
 
-def zero_(input):  # noqa: A002 - torch's name
+def zero_(input):
     """``torch.zero_(t)``: fill ``t`` with zeros in place; returns it."""
     if not isinstance(input, Tensor):
         from ..errors import FpemuTypeError

@@ -41,7 +41,7 @@ def _float_input(name, x, dtype):
     return x
 
 
-def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     """The ``ord``-norm of the elements over ``dim`` (all by default): 2, 1,
     inf (the largest magnitude), -inf, 0 (the count of nonzeros) or any p.
     Autocast: the op runs with dtype=float32."""
@@ -65,7 +65,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # 
     return write_out(out, res, "linalg_vector_norm")
 
 
-def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):  # noqa: A002
+def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
     """The matrix norm over the two ``dim``: "fro", "nuc", inf / -inf (largest /
     smallest row sum of magnitudes), 1 / -1 (column sums), 2 / -2 (largest /
     smallest singular value)."""
@@ -100,7 +100,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     return write_out(out, res, "linalg_matrix_norm")
 
 
-def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
+def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
     """``torch.linalg.norm``: a vector norm over one dim (or all, when ``ord``
     is None), a matrix norm over two (or of a 2-D input when ``ord`` is given)."""
     if dim is not None:

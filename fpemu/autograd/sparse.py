@@ -84,7 +84,7 @@ def addmm(mat, mat1, mat2, beta=1.0, alpha=1.0):
     return _addmm(mat, mat1, mat2, beta=beta, alpha=alpha)
 
 
-def sum(input, dim=None, dtype=None):  # noqa: A001,A002 - torch's names
+def sum(input, dim=None, dtype=None):  # torch's name
     return _sum(input, dim=dim, dtype=dtype) if dim is not None else _sum(input, dtype=dtype)
 
 

@@ -87,7 +87,7 @@ def _cpu_unary(name, x, kernel, bwd):
     return _result(res, dt, (x,), backward, saved=(x,), op=name, stored=True)
 
 
-def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):  # noqa: A002
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """clamp(x, min_val, max_val); the gradient passes strictly inside."""
     if min_val > max_val:
         raise FpemuValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val "
@@ -97,11 +97,11 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):  # noqa: A002
                        inplace)
 
 
-def hardtanh_(input, min_val=-1.0, max_val=1.0):  # noqa: A002
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
     return hardtanh(input, min_val, max_val, inplace=True)
 
 
-def relu6(input, inplace=False):  # noqa: A002
+def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
@@ -113,14 +113,14 @@ def _cpu_elu(dt, alpha, scale, input_scale):
     return lambda X: _cpu_math.elu(X, alpha, scale, input_scale)
 
 
-def elu(input, alpha=1.0, inplace=False):  # noqa: A002
+def elu(input, alpha=1.0, inplace=False):
     """x if x > 0 else alpha * (exp(x) - 1)."""
     return _activation("elu", input, lambda v: np.where(v > 0, v, alpha * np.expm1(v)),
                        lambda g, v, y: np.where(v > 0, g, g * alpha * np.exp(v)), inplace,
                        cpu=_cpu_elu(input.dtype, alpha, 1.0, 1.0))
 
 
-def elu_(input, alpha=1.0):  # noqa: A002
+def elu_(input, alpha=1.0):
     return elu(input, alpha, inplace=True)
 
 
@@ -128,7 +128,7 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def selu(input, inplace=False):  # noqa: A002
+def selu(input, inplace=False):
     """scale * elu(x, alpha) with the constants of Klambauer et al. (2017)."""
     a, s = _SELU_ALPHA, _SELU_SCALE
     return _activation("selu", input, lambda v: s * np.where(v > 0, v, a * np.expm1(v)),
@@ -136,7 +136,7 @@ def selu(input, inplace=False):  # noqa: A002
                        cpu=_cpu_elu(input.dtype, a, s, 1.0))
 
 
-def celu(input, alpha=1.0, inplace=False):  # noqa: A002
+def celu(input, alpha=1.0, inplace=False):
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
     if alpha == 0:
         raise FpemuValueError("ZeroDivisionError: alpha cannot be 0 for CELU")
@@ -148,7 +148,7 @@ def celu(input, alpha=1.0, inplace=False):  # noqa: A002
                        cpu=_cpu_elu(input.dtype, alpha, 1.0, 1.0 / float(alpha)))
 
 
-def mish(input, inplace=False):  # noqa: A002
+def mish(input, inplace=False):
     """x * tanh(softplus(x))."""
     def fwd(v):
         return v * np.tanh(np.logaddexp(0.0, v))
@@ -161,19 +161,19 @@ def mish(input, inplace=False):  # noqa: A002
                        cpu=_cpu_math.mish if _cpu_exact(input.dtype) else None)
 
 
-def logsigmoid(input):  # noqa: A002
+def logsigmoid(input):
     """log(sigmoid(x)) = -softplus(-x), computed without overflow."""
     return _activation("log_sigmoid", input, lambda v: -np.logaddexp(0.0, -v),
                        lambda g, v, y: g / (1 + np.exp(v)),
                        cpu=_cpu_math.log_sigmoid if _cpu_exact(input.dtype) else None)
 
 
-def softsign(input):  # noqa: A002
+def softsign(input):
     return _activation("softsign", input, lambda v: v / (1 + np.abs(v)),
                        lambda g, v, y: g / (1 + np.abs(v)) ** 2)
 
 
-def hardsigmoid(input, inplace=False):  # noqa: A002
+def hardsigmoid(input, inplace=False):
     """relu6(x + 3) / 6."""
     # the backward multiplies by ATen's one_sixth, 1.0f / 6.0f (float32's, for
     # float64 tensors too)
@@ -188,7 +188,7 @@ def _hardsigmoid_grad(g, v, y):
     return np.where((v > -3) & (v < 3), g * float(np.float32(1) / np.float32(6)), 0.0)
 
 
-def hardswish(input, inplace=False):  # noqa: A002
+def hardswish(input, inplace=False):
     """x * relu6(x + 3) / 6."""
     if _cpu_exact(input.dtype):
         return _activation("hardswish", input, None, _hardswish_grad, inplace,
@@ -201,17 +201,17 @@ def _hardswish_grad(g, v, y):
     return np.where(v < -3, 0.0, np.where(v <= 3, g * (2 * v + 3) / 6.0, g))
 
 
-def tanhshrink(input):  # noqa: A002
+def tanhshrink(input):
     return _activation("tanhshrink", input, lambda v: v - np.tanh(v),
                        lambda g, v, y: g * np.tanh(v) ** 2)
 
 
-def prelu(input, weight):  # noqa: A002
+def prelu(input, weight):
     """x if x > 0 else weight * x, with one learnable slope or one per
     channel (dim 1)."""
     if not isinstance(weight, Tensor):
         raise TypeError(f"prelu(): weight must be a Tensor, got {type(weight).__name__}")
-    input, weight = cast_inputs("prelu", input, weight)  # noqa: A001
+    input, weight = cast_inputs("prelu", input, weight)
     if weight.ndim > 1:
         raise FpemuRuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: "
                                 f"ndim = {weight.ndim}")
@@ -230,7 +230,7 @@ def prelu(input, weight):  # noqa: A002
     return where(input > 0, input, mul(weight, input))
 
 
-def glu(input, dim=-1):  # noqa: A002
+def glu(input, dim=-1):
     """a * sigmoid(b), the halves of ``input`` along ``dim``."""
     if input.shape[dim] % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension "
@@ -308,7 +308,7 @@ def _cuda_rows(x, dt, d):
     return (x._data.size // n, n)
 
 
-def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
     """exp(x - max) / sum, in float64, rounded once. Autocast: fp32 output.
 
     Under the CPU profile float32 and float64 follow ATen's CPU kernels bit
@@ -356,14 +356,14 @@ def _softmax_values(x, dt, d, X):
     return e / e.sum(axis=d, keepdims=True)
 
 
-def softmin(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
     """softmax(-x)."""
     if dim is None:
         dim = _implicit_dim("softmin", input.ndim, _stacklevel)
     return softmax(neg(input), dim, dtype=dtype)
 
 
-def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     """x - max - log(sum(exp(x - max))), in float64, rounded once.
     Autocast: fp32 output.
 

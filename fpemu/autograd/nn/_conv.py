@@ -37,7 +37,7 @@ def _im2col(X, ks, ss, ds):
     return view.transpose(order).reshape((N,) + outs + (C * int(np.prod(ks)),)), outs
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D convolution as im2col and the emulated matmul (fp32 accumulation
     under the matmul model, the bias added to the accumulator, one rounding).
     Autocast: lower. Under the CUDA profile ``torch.backends.cudnn.allow_tf32``
@@ -46,7 +46,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _convnd(x, w, b, stride, padding, dilation, groups, 2)
 
 
-def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """3-D convolution, as :func:`conv2d` over three spatial dims. Autocast:
     lower."""
     x, w, b = cast_inputs("conv3d", input, weight, bias)
@@ -171,7 +171,7 @@ def _conv_args(x, w, b, stride, padding, dilation, groups, nd):
                                 f"instead")
 
 
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D convolution: :func:`conv2d` over a height of one."""
     (x, w, b) = cast_inputs("conv1d", input, weight, bias)
     if x.ndim not in (2, 3):
@@ -183,7 +183,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return squeeze(out, -2)
 
 
-def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,
                      output_padding=0, groups=1, dilation=1):
     """1-D transposed convolution: :func:`conv_transpose2d` over a height of one."""
     input, weight, bias = cast_inputs("conv_transpose1d", input, weight, bias)
@@ -197,7 +197,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
     return squeeze(out, -2)
 
 
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,
                      output_padding=0, groups=1, dilation=1):
     """The transpose of :func:`conv2d` (its gradient with respect to the
     input): each input pixel times the kernel, scattered into the output.
@@ -287,7 +287,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
     return out
 
 
-def pixel_shuffle(input, upscale_factor):  # noqa: A002
+def pixel_shuffle(input, upscale_factor):
     """(*, C r^2, H, W) -> (*, C, H r, W r): a reshape and a permute (exact)."""
     r = int(upscale_factor)
     x = input
@@ -305,7 +305,7 @@ def pixel_shuffle(input, upscale_factor):  # noqa: A002
     return y.reshape(*lead, c // (r * r), h * r, w * r)
 
 
-def pixel_unshuffle(input, downscale_factor):  # noqa: A002
+def pixel_unshuffle(input, downscale_factor):
     """(*, C, H r, W r) -> (*, C r^2, H, W), the inverse of pixel_shuffle."""
     r = int(downscale_factor)
     x = input

@@ -15,7 +15,7 @@ from ..ops.inplace import apply_inplace
 
 
 # ------------------------------------------------------------ dropout, embedding
-def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
+def dropout(input, p=0.5, training=True, inplace=False):
     """Zero each element with probability p and scale the rest by the float32
     1/(1-p); the mask comes from fpemu's seeded generator (not torch's numbers)."""
     if not 0.0 <= p <= 1.0:
@@ -77,7 +77,7 @@ def _feature_rank_rule(x, batched_ndim, name):
     return 2 if nd == batched_ndim else 1
 
 
-def _feature_dropout(input, p, training, inplace, batched_ndim, name):  # noqa: A002
+def _feature_dropout(input, p, training, inplace, batched_ndim, name):
     """Zero whole channels: one draw per (sample, channel), the kept
     channels scaled by the float32 1/(1-p); ``batched_ndim`` is the input
     rank with a batch dim (3 for dropout1d, 4 for 2d, 5 for 3d); other
@@ -103,19 +103,19 @@ def _feature_dropout(input, p, training, inplace, batched_ndim, name):  # noqa: 
     return _result(res, dt, (x,), backward, op="feature_dropout")
 
 
-def dropout1d(input, p=0.5, training=True, inplace=False):  # noqa: A002
+def dropout1d(input, p=0.5, training=True, inplace=False):
     return _feature_dropout(input, p, training, inplace, 3, "dropout1d")
 
 
-def dropout2d(input, p=0.5, training=True, inplace=False):  # noqa: A002
+def dropout2d(input, p=0.5, training=True, inplace=False):
     return _feature_dropout(input, p, training, inplace, 4, "dropout2d")
 
 
-def dropout3d(input, p=0.5, training=True, inplace=False):  # noqa: A002
+def dropout3d(input, p=0.5, training=True, inplace=False):
     return _feature_dropout(input, p, training, inplace, 5, "dropout3d")
 
 
-def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,  # noqa: A002
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
     """weight[input]; the backward adds rows in float64, rounded once; the
     row of ``padding_idx`` gets no gradient. ``max_norm`` first rescales, in
@@ -181,7 +181,7 @@ def one_hot(tensor, num_classes=-1):
     return Tensor(np.eye(n, dtype=np.int64)[t], int64)
 
 
-def pad(input, pad, mode="constant", value=None):  # noqa: A002
+def pad(input, pad, mode="constant", value=None):
     """Pad the last dims: ``pad = (left, right, top, bottom, ...)``; modes
     "constant", "reflect", "replicate", "circular". A negative width crops
     (torch's: output element i of a dim reads input element i - left, taken

@@ -89,7 +89,7 @@ def _cpu_reduced(per, red, dt, *inputs):
         return (_mean(t) if red == "mean" else _sum(t))._data
 
 
-def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,  # noqa: A002
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100,
              reduce=None, reduction="mean"):
     """-w[t] * logp[n, t, ...] over the targets that are not ``ignore_index``;
     "mean" divides by the sum of their weights (torch's weighted mean). Input
@@ -239,7 +239,7 @@ def _cascade_sum(pos, vals, r, n, negate=False, x=None):
     return out
 
 
-def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,  # noqa: A002
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
                   reduce=None, reduction="mean", label_smoothing=0.0):
     """log_softmax over dim 1, then nll_loss (both fp32 under autocast), as
     torch decomposes it (``aten/src/ATen/native/LossNLL.cpp``); label
@@ -308,7 +308,7 @@ def _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim):
     return neg(_sum(prod, dim=cdim))
 
 
-def _pointwise_loss(name, input, target, reduction, fwd, bwd, cpu=None):  # noqa: A002
+def _pointwise_loss(name, input, target, reduction, fwd, bwd, cpu=None):
     input, target = cast_inputs(name, input, target)
     if isinstance(target, Tensor):
         try:
@@ -345,7 +345,7 @@ def _pointwise_loss(name, input, target, reduction, fwd, bwd, cpu=None):  # noqa
                    saved=tuple(t for t in (input, target) if isinstance(t, Tensor)), op=name)
 
 
-def mse_loss(input, target, size_average=None, reduce=None, reduction="mean",  # noqa: A002
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean",
              weight=None):
     """mean((input - target)^2) in float64, rounded once; under the CPU
     profile ``mse_kernel`` (cpu/BinaryOpsKernel.cpp): ``d = a - b; d * d``
@@ -364,7 +364,7 @@ def _l1_cpu(a, b):
     return np.abs(a - b)
 
 
-def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  # noqa: A002
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """mean(|input - target|); under the CPU profile Loss.cpp's ``(input -
     target).abs()`` in the dtype, then the reduction."""
     return _pointwise_loss("l1_loss", input, target, _reduction(reduction, size_average,
@@ -372,7 +372,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  #
                            np.abs, np.sign, cpu=_l1_cpu)
 
 
-def smooth_l1_loss(input, target, size_average=None, reduce=None,  # noqa: A002
+def smooth_l1_loss(input, target, size_average=None, reduce=None,
                    reduction="mean", beta=1.0):
     """``0.5 d^2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta``;
     under the CPU profile ``smooth_l1_kernel`` (cpu/BinaryOpsKernel.cpp):
@@ -392,7 +392,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None,  # noqa: A002
         lambda d: np.where(np.abs(d) < beta, d / beta, np.sign(d)), cpu=cpu)
 
 
-def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
+def huber_loss(input, target, reduction="mean", delta=1.0):
     """``0.5 d^2`` where ``|d| < delta``, else ``delta (|d| - 0.5 delta)``;
     under the CPU profile ``huber_kernel`` (cpu/BinaryOpsKernel.cpp): ``z =
     |a - b|``, ``0.5 * z * z`` or ``delta * (z - 0.5 * delta)`` in the dtype
@@ -410,7 +410,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
         lambda d: np.where(np.abs(d) < delta, d, delta * np.sign(d)), cpu=cpu)
 
 
-def gaussian_nll_loss(input, target, var, full=False, eps=1e-6,  # noqa: A002
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6,
                       reduction="mean"):
     """The Gaussian negative log-likelihood, torch's sequence of ops: var
     (a number, the input's shape, or one dim short of it / broadcasting in
@@ -443,7 +443,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6,  # noqa: A002
     return loss
 
 
-def poisson_nll_loss(input, target, log_input=True, full=False,  # noqa: A002
+def poisson_nll_loss(input, target, log_input=True, full=False,
                      size_average=None, eps=1e-8, reduce=None, reduction="mean"):
     """Poisson negative log-likelihood, ATen's steps: ``exp(input) - target *
     input`` (or ``input - target * log(input + eps)``), plus Stirling's
@@ -481,7 +481,7 @@ def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, r
     return _sum(loss) if red == "sum" else loss
 
 
-def hinge_embedding_loss(input, target, margin=1.0, size_average=None,  # noqa: A002
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None,
                          reduce=None, reduction="mean"):
     """ATen's: ``max(0, margin - input)`` where target is not 1, plus input
     where target is not -1, then the reduction."""
@@ -515,7 +515,7 @@ def bilinear(input1, input2, weight, bias=None):
     return out if bias is None else add(out, bias)
 
 
-def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """im2col: the (C * kh * kw, L) sliding blocks of a (N, C, H, W) or
     (C, H, W) input, as torch's ``Unfold``; exact (it only copies), the
     gradient sums the blocks back (:func:`fold`)."""
@@ -551,7 +551,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
     return _result(res, x.dtype, (x,), backward, op="im2col")
 
 
-def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """col2im, the adjoint of :func:`unfold`: the (C * kh * kw, L) blocks
     summed into a (N, C, *output_size) tensor, in float64, rounded once."""
     x = input
@@ -617,7 +617,7 @@ def _col2im(G, size, ks, ds, ps, ss):
     return out[:, :, ps[0]:ps[0] + H, ps[1]:ps[1] + W]
 
 
-def _same_size_target(input, target, what):  # noqa: A002
+def _same_size_target(input, target, what):
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Using a target size (torch.Size({list(target.shape)})) that is "
                          f"different to the input size (torch.Size({list(input.shape)})) "
@@ -633,7 +633,7 @@ def _reduce_loss(per, red):
         return np.asarray(per.sum() / scale), scale
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,  # noqa: A002
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction="mean", pos_weight=None):
     """``w * ((1 - t) * x + (1 + (pw - 1) * t) * log1p(exp(-x)))`` in the
     stable form torch uses (``max(-x, 0)`` taken out), in float64, rounded
@@ -682,7 +682,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
                    saved=(input, target), op="binary_cross_entropy_with_logits")
 
 
-def _bce_logits_cpu(input, target, weight, pos_weight, dt):  # noqa: A002
+def _bce_logits_cpu(input, target, weight, pos_weight, dt):
     """Loss.cpp's ``binary_cross_entropy_with_logits``, op by op in the
     dtype: ``log_sigmoid(x)`` (:func:`.._cpu_math.log_sigmoid`), times
     ``(pos_weight - 1) * t + 1`` if given, then ``(1 - t) * x`` minus it,
@@ -696,7 +696,7 @@ def _bce_logits_cpu(input, target, weight, pos_weight, dt):  # noqa: A002
     return loss * _arr(weight, dt) if weight is not None else loss
 
 
-def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,  # noqa: A002
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     """``-w * (t * max(log x, -100) + (1 - t) * max(log(1 - x), -100))``, as
     torch's kernel clamps the logs; inputs must lie in [0, 1]. In float64,
@@ -741,7 +741,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
                    op="binary_cross_entropy")
 
 
-def kl_div(input, target, size_average=None, reduce=None, reduction="mean",  # noqa: A002
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean",
            log_target=False):
     """``t * (log t - x)`` (or ``exp(t) * (t - x)`` with ``log_target``),
     zero where t = 0; "batchmean" divides the sum by the batch size.
@@ -785,7 +785,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean",  # n
     return _result(res, dt, (input, target), backward, saved=(target,), op="kl_div")
 
 
-def _kl_div_cpu(input, target, red, reduction, log_target, dt):  # noqa: A002
+def _kl_div_cpu(input, target, red, reduction, log_target, dt):
     """Loss.cpp's ``kl_div`` in the dtype: ``xlogy(t, t) - t * x``
     (:func:`.._cpu_math.xlogy`, glibc's log), or with ``log_target``
     ``exp(t) * (t - x)`` (torch's exp is MKL's vsExp / vdExp: here the

@@ -38,7 +38,7 @@ def _norm_axes(x, normalized_shape, weight=None):
     return tuple(range(x.ndim - len(ns), x.ndim)), ns
 
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # noqa: A002
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dims.
     Under the CUDA profile, where ATen runs ``vectorized_layer_norm_kernel``
     (float32 / 16-bit rows of a multiple of 4 elements), its Welford order and
@@ -113,7 +113,7 @@ def _cpu_layer_norm(x, weight, bias, eps, N):
     return _store(Y.reshape(x.shape), dt)
 
 
-def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
+def rms_norm(input, normalized_shape, weight=None, eps=None):
     """x / sqrt(mean(x^2) + eps) * weight, in float64; eps None is the
     machine epsilon of x's dtype (torch's default). Autocast: fp32."""
     x, weight = cast_inputs("rms_norm", input, weight)
@@ -160,7 +160,7 @@ def _channel_shape(x, what):
     return (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+def batch_norm(input, running_mean, running_var, weight=None, bias=None,
                training=False, momentum=0.1, eps=1e-5):
     """Normalise each channel (dim 1) over the batch and the spatial dims.
 
@@ -316,7 +316,7 @@ def _update_running(stat, batch_value, momentum):
     write(stat, new)
 
 
-def instance_norm(input, running_mean=None, running_var=None, weight=None,  # noqa: A002
+def instance_norm(input, running_mean=None, running_var=None, weight=None,
                   bias=None, use_input_stats=True, momentum=0.1, eps=1e-5):
     """Each sample's channels normalised over their own spatial dims."""
     if not use_input_stats:
@@ -329,7 +329,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None,  # no
     return out.reshape(input.shape)
 
 
-def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A002
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """The channels (dim 1) split into ``num_groups`` groups, each normalised
     over its channels and the spatial dims, then a per-channel affine; in
     float64, rounded once. Autocast: fp32."""
@@ -426,7 +426,7 @@ def _cpu_group_norm(x, G, weight, bias, eps):
     return _store(Y.reshape(x.shape), dt)
 
 
-def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002
+def normalize(input, p=2.0, dim=1, eps=1e-12):
     return div(input, clamp(norm(input, p, dim, keepdim=True), min=eps))
 
 

@@ -132,7 +132,7 @@ def _batched(x, nd):
     return A, batched
 
 
-def max_pool(fname, input, nd, kernel_size, stride, padding, dilation,  # noqa: A002
+def max_pool(fname, input, nd, kernel_size, stride, padding, dilation,
              ceil_mode, return_indices):
     (x,) = cast_inputs(fname, input)        # AutocastCPU: max_pool3d runs in float32
     ks, ss, ps, ds, spatial, outs = _geometry(fname, x, nd, kernel_size, stride, padding,
@@ -177,7 +177,7 @@ def max_pool(fname, input, nd, kernel_size, stride, padding, dilation,  # noqa: 
     return (out, indices) if return_indices else out
 
 
-def max_pool_backward(grad_output, input, indices, nd):  # noqa: A002
+def max_pool_backward(grad_output, input, indices, nd):
     """ATen's ``max_pool{nd}d_with_indices_backward`` as an op of its own:
     ``grad_output`` added at ``indices`` within each (N, C) plane of a zero
     tensor of the input's shape (float64, rounded once). Differentiable: its
@@ -202,7 +202,7 @@ def max_pool_backward(grad_output, input, indices, nd):  # noqa: A002
                    op=f"max_pool{nd}d_with_indices_backward")
 
 
-def avg_pool(fname, input, nd, kernel_size, stride, padding, ceil_mode,  # noqa: A002
+def avg_pool(fname, input, nd, kernel_size, stride, padding, ceil_mode,
              count_include_pad, divisor_override):
     (x,) = cast_inputs(fname, input)        # AutocastCPU: avg_pool3d runs in float32
     if divisor_override is not None and divisor_override == 0:
@@ -277,7 +277,7 @@ def avg_pool(fname, input, nd, kernel_size, stride, padding, ceil_mode,  # noqa:
     return _result(np.ascontiguousarray(res), dt, (x,), backward, op=f"avg_pool{nd}d")
 
 
-def max_unpool(fname, input, indices, nd, kernel_size, stride, padding,  # noqa: A002
+def max_unpool(fname, input, indices, nd, kernel_size, stride, padding,
                output_size):
     """The inverse of a max pooling: each value written at its index within
     its (N, C) plane of a zero output (torch's max_unpool)."""

@@ -54,7 +54,7 @@ def _is_int(v):
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def interpolate(input, size=None, scale_factor=None, mode="nearest",  # noqa: A002
+def interpolate(input, size=None, scale_factor=None, mode="nearest",
                 align_corners=None, recompute_scale_factor=None, antialias=False):
     """torch.nn.functional.interpolate: every mode but the antialiased ones
     (and lanczos, which needs antialias)."""
@@ -239,7 +239,7 @@ def _maps(x, out_size, scales, mode, align_corners):
     return mats
 
 
-def _upsample(input, out_size, scales, mode, align_corners):  # noqa: A002
+def _upsample(input, out_size, scales, mode, align_corners):
     nd = input.ndim - 2
     op = {"nearest": "upsample_nearest", "nearest-exact": "_upsample_nearest_exact",
           "linear": "upsample_linear", "bilinear": "upsample_bilinear",
@@ -317,7 +317,7 @@ def _cpu_adaptive(x, outs, prof):
     return res.reshape(tuple(x.shape[:-nd]) + tuple(outs))
 
 
-def adaptive_avg_pool2d(input, output_size):  # noqa: A002
+def adaptive_avg_pool2d(input, output_size):
     """The mean over torch's adaptive windows: output row i averages input rows
     floor(i H / oh) .. ceil((i + 1) H / oh) - 1, likewise the columns (None
     keeps the input's size); in float64, rounded once (a CPU profile: ATen's
@@ -358,7 +358,7 @@ def _adaptive_weights(n, out):
     return A
 
 
-def adaptive_avg_pool1d(input, output_size):  # noqa: A002
+def adaptive_avg_pool1d(input, output_size):
     size = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
     if len(size) != 1:
         raise FpemuRuntimeError(f"adaptive_avg_pool1d(): 'output_size' should contain one int, "
@@ -397,7 +397,7 @@ def _sizes(v, n):
     return (v,) * n
 
 
-def adaptive_avg_pool3d(input, output_size):  # noqa: A002
+def adaptive_avg_pool3d(input, output_size):
     """The mean over torch's adaptive windows along the last three dims
     (output i averages inputs floor(i n / o) .. ceil((i + 1) n / o) - 1;
     None keeps the input's size), in float64, rounded once (a CPU profile:
@@ -428,7 +428,7 @@ def adaptive_avg_pool3d(input, output_size):  # noqa: A002
     return _result(res, dt, (input,), backward, op="adaptive_avg_pool3d")
 
 
-def upsample(input, size=None, scale_factor=None, mode="nearest",  # noqa: A002
+def upsample(input, size=None, scale_factor=None, mode="nearest",
              align_corners=None):
     """Deprecated alias of :func:`interpolate` (torch warns as well)."""
     warnings.warn("`nn.functional.upsample` is deprecated. Use `nn.functional.interpolate` "
@@ -436,14 +436,14 @@ def upsample(input, size=None, scale_factor=None, mode="nearest",  # noqa: A002
     return interpolate(input, size, scale_factor, mode, align_corners)
 
 
-def upsample_nearest(input, size=None, scale_factor=None):  # noqa: A002
+def upsample_nearest(input, size=None, scale_factor=None):
     """Deprecated: ``interpolate(mode="nearest")``."""
     warnings.warn("`nn.functional.upsample_nearest` is deprecated. Use "
                   "`nn.functional.interpolate` instead.", stacklevel=2)
     return interpolate(input, size, scale_factor, mode="nearest")
 
 
-def upsample_bilinear(input, size=None, scale_factor=None):  # noqa: A002
+def upsample_bilinear(input, size=None, scale_factor=None):
     """Deprecated: ``interpolate(mode="bilinear", align_corners=True)``."""
     warnings.warn("`nn.functional.upsample_bilinear` is deprecated. Use "
                   "`nn.functional.interpolate` instead.", stacklevel=2)

@@ -49,7 +49,7 @@ from ._conv import (  # noqa: F401  (torch.nn.functional's names)
 
 
 # ----------------------------------------------------------------- pooling
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode=False, return_indices=False):
     """The maximum over each window (exact; ``_pooling``); with
     ``return_indices`` also each maximum's index in the input row."""
@@ -57,7 +57,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: 
                              ceil_mode, return_indices)
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode=False, return_indices=False):
     """The maximum over each window (exact; ``_pooling``); the gradient goes
     to the window's first maximum (its last NaN)."""
@@ -65,49 +65,49 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: 
                              ceil_mode, return_indices)
 
 
-def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode=False, return_indices=False):
     """3-D max pooling, as :func:`max_pool2d`."""
     return _pooling.max_pool("max_pool3d", input, 3, kernel_size, stride, padding, dilation,
                              ceil_mode, return_indices)
 
 
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True):
     """The mean over each window in float64, rounded once (``_pooling``)."""
     return _pooling.avg_pool("avg_pool1d", input, 1, kernel_size, stride, padding, ceil_mode,
                              count_include_pad, None)
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     """The mean over each window in float64, rounded once (``_pooling``)."""
     return _pooling.avg_pool("avg_pool2d", input, 2, kernel_size, stride, padding, ceil_mode,
                              count_include_pad, divisor_override)
 
 
-def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     """3-D average pooling, as :func:`avg_pool2d`."""
     return _pooling.avg_pool("avg_pool3d", input, 3, kernel_size, stride, padding, ceil_mode,
                              count_include_pad, divisor_override)
 
 
-def max_unpool1d(input, indices, kernel_size, stride=None, padding=0,  # noqa: A002
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0,
                  output_size=None):
     """Each value written at its index of a zero output (``_pooling``)."""
     return _pooling.max_unpool("max_unpool1d", input, indices, 1, kernel_size, stride,
                                padding, output_size)
 
 
-def max_unpool2d(input, indices, kernel_size, stride=None, padding=0,  # noqa: A002
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0,
                  output_size=None):
     """The inverse of :func:`max_pool2d` with ``return_indices``."""
     return _pooling.max_unpool("max_unpool2d", input, indices, 2, kernel_size, stride,
                                padding, output_size)
 
 
-def max_unpool3d(input, indices, kernel_size, stride=None, padding=0,  # noqa: A002
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0,
                  output_size=None):
     """The inverse of :func:`max_pool3d` with ``return_indices``."""
     return _pooling.max_unpool("max_unpool3d", input, indices, 3, kernel_size, stride,

@@ -50,7 +50,7 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn,
         return function(*args, **kwargs)
 
 
-def checkpoint_sequential(functions, segments, input, use_reentrant=None,  # noqa: A002
+def checkpoint_sequential(functions, segments, input, use_reentrant=None,
                           **kwargs):
     """Run a Sequential (or a list of modules) in ``segments`` checkpointed
     chunks; the last chunk runs plainly, as torch's."""
@@ -73,6 +73,6 @@ def checkpoint_sequential(functions, segments, input, use_reentrant=None,  # noq
         return forward
     for start in range(0, size * (segments - 1), size):
         end = start + size - 1
-        input = checkpoint(run(start, end), input, use_reentrant=use_reentrant,  # noqa: A001
+        input = checkpoint(run(start, end), input, use_reentrant=use_reentrant,
                            preserve_rng_state=preserve)
     return run(end + 1, len(mods) - 1)(input)

@@ -23,7 +23,7 @@ class _Elementwise(Module):
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return type(self)._fn(input, inplace=self.inplace)
 
     def extra_repr(self):
@@ -62,7 +62,7 @@ class Hardtanh(Module):
                                  f"{max_val}")
         self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
 
     def extra_repr(self):
@@ -85,7 +85,7 @@ class LeakyReLU(Module):
         super().__init__()
         self.negative_slope, self.inplace = negative_slope, inplace
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.leaky_relu(input, self.negative_slope, self.inplace)
 
     def extra_repr(self):
@@ -98,7 +98,7 @@ class ELU(Module):
         super().__init__()
         self.alpha, self.inplace = alpha, inplace
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.elu(input, self.alpha, self.inplace)
 
     def extra_repr(self):
@@ -107,7 +107,7 @@ class ELU(Module):
 
 
 class CELU(ELU):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.celu(input, self.alpha, self.inplace)
 
 
@@ -116,7 +116,7 @@ class GELU(Module):
         super().__init__()
         self.approximate = approximate
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.gelu(input, approximate=self.approximate)
 
     def extra_repr(self):
@@ -124,27 +124,27 @@ class GELU(Module):
 
 
 class Tanh(Module):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.tanh(input)
 
 
 class Sigmoid(Module):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.sigmoid(input)
 
 
 class LogSigmoid(Module):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.logsigmoid(input)
 
 
 class Softsign(Module):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.softsign(input)
 
 
 class Tanhshrink(Module):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.tanhshrink(input)
 
 
@@ -153,7 +153,7 @@ class Softplus(Module):
         super().__init__()
         self.beta, self.threshold = beta, threshold
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.softplus(input, self.beta, self.threshold)
 
     def extra_repr(self):
@@ -165,7 +165,7 @@ class GLU(Module):
         super().__init__()
         self.dim = dim
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.glu(input, self.dim)
 
     def extra_repr(self):
@@ -186,7 +186,7 @@ class PReLU(Module):
     def reset_parameters(self):
         _init.constant_(self.weight, self.init)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.prelu(input, self.weight)
 
     def extra_repr(self):
@@ -204,7 +204,7 @@ class _SoftmaxBase(Module):
         super().__setstate__(state)
         self.__dict__.setdefault("dim", None)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         # _stacklevel: torch's; the implicit-dim warning names the module call's caller
         return type(self)._fn(input, self.dim, _stacklevel=5)
 

@@ -54,7 +54,7 @@ class _NormBase(Module):
 
 
 class _BatchNorm(_NormBase):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         """torch's BatchNorm forward: count the batch, pick the averaging
         factor (``momentum``, or 1/batches for a cumulative average with
         ``momentum=None``), normalise by batch statistics in training (or
@@ -73,7 +73,7 @@ class _BatchNorm(_NormBase):
 
 
 def _dims(name, allowed):
-    def check(self, input):  # noqa: A002
+    def check(self, input):
         if input.ndim not in allowed:
             want = " or ".join(f"{d}D" for d in allowed)
             raise ValueError(f"expected {want} input (got {input.ndim}D input)")

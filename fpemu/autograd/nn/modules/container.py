@@ -101,7 +101,7 @@ class Sequential(Module):
         del self[key]
         return v
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         for m in self._modules.values():
             input = m(input)
         return input

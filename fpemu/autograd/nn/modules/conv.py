@@ -84,7 +84,7 @@ class Conv1d(_ConvNd):
 
     _tuple = staticmethod(_single)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.conv1d(input, self.weight, self.bias, self.stride, self.padding,
                         self.dilation, self.groups)
 
@@ -92,7 +92,7 @@ class Conv1d(_ConvNd):
 class Conv2d(_ConvNd):
     """2-D convolution (im2col + the emulated matmul), torch's init."""
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
                         self.dilation, self.groups)
 
@@ -102,7 +102,7 @@ class Conv3d(_ConvNd):
 
     _tuple = staticmethod(_triple)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
                         self.dilation, self.groups)
 
@@ -122,7 +122,7 @@ class ConvTranspose2d(_ConvNd):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode, device, dtype, output_padding)
 
-    def _output_padding(self, input, output_size):  # noqa: A002
+    def _output_padding(self, input, output_size):
         """The output padding that gives ``output_size`` (torch's rule)."""
         if output_size is None:
             return self.output_padding
@@ -143,7 +143,7 @@ class ConvTranspose2d(_ConvNd):
             pads.append(size[d] - smallest)
         return tuple(pads)
 
-    def forward(self, input, output_size=None):  # noqa: A002
+    def forward(self, input, output_size=None):
         return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
                                   self._output_padding(input, output_size), self.groups,
                                   self.dilation)

@@ -10,7 +10,7 @@ class Flatten(Module):
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return input.flatten(self.start_dim, self.end_dim)
 
     def extra_repr(self):
@@ -22,7 +22,7 @@ class Unflatten(Module):
         super().__init__()
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return input.unflatten(self.dim, self.unflattened_size)
 
     def extra_repr(self):

@@ -15,7 +15,7 @@ class Fold(Module):
         self.output_size, self.kernel_size = output_size, kernel_size
         self.dilation, self.padding, self.stride = dilation, padding, stride
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.fold(input, self.output_size, self.kernel_size, self.dilation, self.padding,
                       self.stride)
 
@@ -32,7 +32,7 @@ class Unfold(Module):
         self.kernel_size, self.dilation = kernel_size, dilation
         self.padding, self.stride = padding, stride
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
 
     def extra_repr(self):

@@ -15,7 +15,7 @@ class _InstanceNorm(_NormBase):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
                          dtype, bias=bias)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         if input.ndim not in (self._ndim - 1, self._ndim):
             raise ValueError(f"expected {self._ndim - 1}D or {self._ndim}D input (got "
                              f"{input.ndim}D input)")

@@ -17,7 +17,7 @@ class Identity(Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return input
 
 
@@ -40,7 +40,7 @@ class Linear(Module):
         +-1/sqrt(fan_in) for the bias, drawn in that order."""
         _reset_fan_in(self.weight, self.bias)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         recipe = fp8.active_recipe()
         if recipe is not None and not recipe.keeps_high_precision(self):
             return fp8.fp8_linear(self, input, recipe)

@@ -21,12 +21,12 @@ class _WeightedLoss(_Loss):
 
 
 class L1Loss(_Loss):
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.l1_loss(input, target, reduction=self.reduction)
 
 
 class MSELoss(_Loss):
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)
 
 
@@ -35,7 +35,7 @@ class SmoothL1Loss(_Loss):
         super().__init__(size_average, reduce, reduction)
         self.beta = beta
 
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
 
 
@@ -44,7 +44,7 @@ class HuberLoss(_Loss):
         super().__init__(reduction=reduction)
         self.delta = delta
 
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
 
 
@@ -53,7 +53,7 @@ class GaussianNLLLoss(_Loss):
         super().__init__(None, None, reduction)
         self.full, self.eps = full, eps
 
-    def forward(self, input, target, var):  # noqa: A002
+    def forward(self, input, target, var):
         return F.gaussian_nll_loss(input, target, var, full=self.full, eps=self.eps,
                                    reduction=self.reduction)
 
@@ -84,7 +84,7 @@ class HingeEmbeddingLoss(_Loss):
         super().__init__(size_average, reduce, reduction)
         self.margin = margin
 
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.hinge_embedding_loss(input, target, margin=self.margin,
                                       reduction=self.reduction)
 
@@ -95,7 +95,7 @@ class NLLLoss(_WeightedLoss):
         super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
 
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
                           reduction=self.reduction)
 
@@ -106,7 +106,7 @@ class CrossEntropyLoss(_WeightedLoss):
         super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
                                reduction=self.reduction, label_smoothing=self.label_smoothing)
 
@@ -116,7 +116,7 @@ class BCELoss(_WeightedLoss):
     -100, as torch's kernel). Unsafe under CUDA autocast, as in torch: use
     :class:`BCEWithLogitsLoss` there."""
 
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.binary_cross_entropy(input, target, weight=self.weight,
                                       reduction=self.reduction)
 
@@ -128,7 +128,7 @@ class BCEWithLogitsLoss(_Loss):
         self.register_buffer("weight", weight)
         self.register_buffer("pos_weight", pos_weight)
 
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.binary_cross_entropy_with_logits(input, target, self.weight,
                                                   pos_weight=self.pos_weight,
                                                   reduction=self.reduction)
@@ -141,5 +141,5 @@ class KLDivLoss(_Loss):
         self.reduction = reduction if reduction == "batchmean" else self.reduction
         self.log_target = log_target
 
-    def forward(self, input, target):  # noqa: A002
+    def forward(self, input, target):
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)

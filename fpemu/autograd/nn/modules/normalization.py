@@ -42,7 +42,7 @@ class LayerNorm(Module):
         if dtype is not None:
             self.to(dtype)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
@@ -84,7 +84,7 @@ class GroupNorm(Module):
         if dtype is not None:
             self.to(dtype)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self):

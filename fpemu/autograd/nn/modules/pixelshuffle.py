@@ -14,7 +14,7 @@ class PixelShuffle(Module):
         super().__init__()
         self.upscale_factor = upscale_factor
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.pixel_shuffle(input, self.upscale_factor)
 
     def extra_repr(self):
@@ -28,7 +28,7 @@ class PixelUnshuffle(Module):
         super().__init__()
         self.downscale_factor = downscale_factor
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.pixel_unshuffle(input, self.downscale_factor)
 
     def extra_repr(self):

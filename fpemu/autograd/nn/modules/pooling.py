@@ -24,19 +24,19 @@ class _MaxPoolNd(Module):
 
 
 class MaxPool1d(_MaxPoolNd):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation,
                             self.ceil_mode, self.return_indices)
 
 
 class MaxPool2d(_MaxPoolNd):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
                             self.ceil_mode, self.return_indices)
 
 
 class MaxPool3d(_MaxPoolNd):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
                             self.ceil_mode, self.return_indices)
 
@@ -56,7 +56,7 @@ class _MaxUnpoolNd(Module):
 
 
 class MaxUnpool1d(_MaxUnpoolNd):
-    def forward(self, input, indices, output_size=None):  # noqa: A002
+    def forward(self, input, indices, output_size=None):
         return F.max_unpool1d(input, indices, self.kernel_size, self.stride, self.padding,
                               output_size)
 
@@ -64,7 +64,7 @@ class MaxUnpool1d(_MaxUnpoolNd):
 class MaxUnpool2d(_MaxUnpoolNd):
     _tuple = staticmethod(_pair)
 
-    def forward(self, input, indices, output_size=None):  # noqa: A002
+    def forward(self, input, indices, output_size=None):
         return F.max_unpool2d(input, indices, self.kernel_size, self.stride, self.padding,
                               output_size)
 
@@ -72,7 +72,7 @@ class MaxUnpool2d(_MaxUnpoolNd):
 class MaxUnpool3d(_MaxUnpoolNd):
     _tuple = staticmethod(_triple)
 
-    def forward(self, input, indices, output_size=None):  # noqa: A002
+    def forward(self, input, indices, output_size=None):
         return F.max_unpool3d(input, indices, self.kernel_size, self.stride, self.padding,
                               output_size)
 
@@ -98,19 +98,19 @@ class AvgPool1d(_AvgPoolNd):
                                                        else kernel_size),
                          _single(padding), ceil_mode, count_include_pad)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad)
 
 
 class AvgPool2d(_AvgPoolNd):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
 
 
 class AvgPool3d(_AvgPoolNd):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
 
@@ -125,15 +125,15 @@ class _AdaptiveAvgPoolNd(Module):
 
 
 class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.adaptive_avg_pool1d(input, self.output_size)
 
 
 class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.adaptive_avg_pool2d(input, self.output_size)
 
 
 class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.adaptive_avg_pool3d(input, self.output_size)

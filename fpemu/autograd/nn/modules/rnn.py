@@ -192,7 +192,7 @@ class RNNBase(Module):
             return _gru_cell
         return _simple_cell(F.tanh if self.mode == "RNN_TANH" else F.relu)
 
-    def forward(self, input, hx=None):  # noqa: A002
+    def forward(self, input, hx=None):
         packed = isinstance(input, PackedSequence)
         lstm = self._gates == 4
         dirs = 2 if self.bidirectional else 1
@@ -349,7 +349,7 @@ class RNNCellBase(Module):
 
     reset_parameters = RNNBase.reset_parameters
 
-    def _prepare(self, input, hx, what):  # noqa: A002
+    def _prepare(self, input, hx, what):
         if input.ndim not in (1, 2):
             raise ValueError(f"{what}: Expected input to be 1D or 2D, got {input.ndim}D "
                              f"instead")
@@ -396,7 +396,7 @@ class RNNCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, device, dtype)
         self.nonlinearity = nonlinearity
 
-    def forward(self, input, hx=None):  # noqa: A002
+    def forward(self, input, hx=None):
         x, batched = self._prepare(input, hx, "RNNCell")
         h = self._zeros(x) if hx is None else (hx if batched else hx.unsqueeze(0))
         x, h = self._cast_low(x, h)
@@ -411,7 +411,7 @@ class LSTMCell(RNNCellBase):
 
     _gates = 4
 
-    def forward(self, input, hx=None):  # noqa: A002
+    def forward(self, input, hx=None):
         x, batched = self._prepare(input, hx, "LSTMCell")
         if hx is None:
             h = c = self._zeros(x)
@@ -428,7 +428,7 @@ class LSTMCell(RNNCellBase):
 class GRUCell(RNNCellBase):
     _gates = 3
 
-    def forward(self, input, hx=None):  # noqa: A002
+    def forward(self, input, hx=None):
         x, batched = self._prepare(input, hx, "GRUCell")
         h = self._zeros(x) if hx is None else (hx if batched else hx.unsqueeze(0))
         x, h = self._cast_low(x, h)

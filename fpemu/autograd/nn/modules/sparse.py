@@ -43,7 +43,7 @@ class Embedding(Module):
             with no_grad():
                 self.weight[self.padding_idx].fill_(0)
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.embedding(input, self.weight, self.padding_idx, self.max_norm,
                            self.norm_type, self.scale_grad_by_freq, self.sparse)
 

@@ -24,7 +24,7 @@ class Upsample(Module):
         self.align_corners = align_corners
         self.recompute_scale_factor = recompute_scale_factor
 
-    def forward(self, input):  # noqa: A002
+    def forward(self, input):
         return F.interpolate(input, self.size, self.scale_factor, self.mode,
                              self.align_corners,
                              recompute_scale_factor=self.recompute_scale_factor)

@@ -81,7 +81,7 @@ def _lengths(lengths):
     return np.asarray(arr, np.int64).reshape(-1)
 
 
-def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):  # noqa: A002
+def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
     """Pack a padded batch ``(T, B, *)`` (``(B, T, *)`` with ``batch_first``)
     of sequences of the given lengths. With ``enforce_sorted=False`` the
     batch is sorted by length first (a stable descending sort, as torch's CPU
