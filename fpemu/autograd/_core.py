@@ -1,5 +1,5 @@
-"""Tensors and their storage, dtypes, type promotion, the rounding to a
-storage dtype, and the backward pass.
+"""Tensors: the :class:`Tensor` class and its storage, type promotion, how
+tensors are made, cast and pickled, and the backward pass.
 
 A tensor holds a numpy array of its values: float32 for every fpemu
 :class:`~fpemu.Format` (each of them fits float32 exactly), float64 for
@@ -14,20 +14,23 @@ an in-place op on either writes into both. A view shares its base's version
 counter; every in-place write bumps it, and a backward that needs a tensor
 saved at an older version raises, as autograd does.
 
-The graph is made of :class:`Node` objects, as autograd's ``grad_fn``: an
-op's output points at its node, the node at the nodes of the inputs (a leaf
-that requires grad has an ``AccumulateGrad`` node). An in-place op gives the
-tensor a new node and leaves the old one to the ops that read the old value.
+An op makes its output with :func:`_result`, which links it into the graph of
+:class:`Node` objects (``_graph``); :func:`run_backward` runs the backward
+pass over that graph.
+
+The layers above import all of the tensor layer from here: this module
+re-exports the dtypes (``_dtypes``), grad mode (``_grad_mode``), the seeds
+(``_random``), devices and memory formats (``_device``), the graph
+(``_graph``) and the hook handle (``_hooks``).
 """
 
 from __future__ import annotations
 
-import functools
-import re
 import weakref
 
 import numpy as np
 
+from .. import checks
 from ..formats import Format
 from ..errors import (
     FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError, FpemuValueError,
@@ -44,6 +47,27 @@ from ._dtypes import (  # noqa: F401  (re-exported: the layers above import them
     _BY_NAME, as_dtype, is_float, np_dtype, opmath, _store, _category, _widest_float,
     _INT_RANK, _widest_int,
 )
+from . import _device
+from ._device import (  # noqa: F401  (re-exported)
+    channels_last, channels_last_3d, check_device, check_memory_format, contiguous_format,
+    current_device, preserve_format, _MEMORY_FORMATS, _memory_format_named,
+)
+from ._grad_mode import (  # noqa: F401  (re-exported)
+    enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
+    set_grad_enabled, _GradModeBase,
+)
+from ._graph import (  # noqa: F401  (re-exported)
+    AccumulateGrad, Node, _NUMBERED, _SAVED_FREED, _accumulate, _check_saved, _named,
+    _node_name, _shape_str, _sum_to, _topo,
+)
+from ._hooks import RemovableHandle  # noqa: F401  (re-exported)
+from ._random import (  # noqa: F401  (re-exported)
+    get_rng_state, initial_seed, manual_seed, seed, set_rng_state,
+)
+
+# re-exported too, bound rather than imported: Tensor has a ``device`` property and
+# a ``memory_format`` argument of the same names
+device, memory_format = _device.device, _device.memory_format
 
 
 def result_type(*operands):
@@ -82,244 +106,6 @@ def result_type(*operands):
         if result is None or cat > _category(result):
             result = d
     return result
-
-
-# ------------------------------------------------------------------ grad modes
-def manual_seed(seed):
-    """Seed the default generator, as ``torch.manual_seed``: the integers,
-    uniforms and permutations that follow are torch's CPU ones (``_rng``)."""
-    return State.generator.manual_seed(seed)
-
-
-def initial_seed():
-    return State.generator.initial_seed()
-
-
-def seed():
-    return State.generator.seed()
-
-
-def get_rng_state():
-    return State.generator.get_state()
-
-
-def set_rng_state(state):
-    State.generator.set_state(state)
-
-
-def is_grad_enabled() -> bool:
-    return State.grad_enabled
-
-
-def is_inference_mode_enabled() -> bool:
-    return State.inference
-
-
-class _GradModeBase:
-    """A context manager that is also a decorator (``@no_grad()``)."""
-
-    _flag = False
-
-    def __init__(self, mode=True):
-        self._mode = mode
-
-    def __enter__(self):
-        self._old = (State.grad_enabled, State.inference)
-        State.grad_enabled = self._flag
-
-    def __exit__(self, *exc):
-        State.grad_enabled, State.inference = self._old
-        return False
-
-    def __call__(self, fn):
-
-        @functools.wraps(fn)
-        def wrapped(*args, **kwargs):
-            with type(self)(self._mode):
-                return fn(*args, **kwargs)
-        return wrapped
-
-
-class no_grad(_GradModeBase):
-    """Ops inside record no graph (a context manager and a decorator)."""
-
-
-class enable_grad(_GradModeBase):
-    _flag = True
-
-
-class set_grad_enabled(_GradModeBase):
-    """``set_grad_enabled(False)``: as a call it switches for good, as a
-    context manager for the region."""
-
-    def __init__(self, mode):
-        super().__init__(mode)
-        self._flag = bool(mode)
-        self._old = (State.grad_enabled, State.inference)
-        State.grad_enabled = bool(mode)
-
-    def __enter__(self):
-        pass
-
-
-class inference_mode(_GradModeBase):
-    """``inference_mode()`` is ``no_grad()`` here (fpemu keeps no version
-    counters apart); ``inference_mode(False)`` changes nothing."""
-
-    def __enter__(self):
-        self._old = (State.grad_enabled, State.inference)
-        if self._mode:
-            State.grad_enabled, State.inference = False, True
-
-
-# ---------------------------------------------------------------------- devices
-class device:
-    """``torch.device``: fpemu computes every tensor as the active profile's
-    device does; a device object records what the program asked for."""
-
-    def __init__(self, type, index=None):  # noqa: A002 - torch's name
-        if isinstance(type, device):
-            type, index = type.type, type.index
-        if isinstance(type, int) and not isinstance(type, bool):
-            type, index = "cuda", type
-        if not isinstance(type, str):
-            raise FpemuTypeError(f"device(): expected a string such as 'cuda' or 'cpu', got "
-                                 f"{type!r}")
-        if ":" in type:
-            type, _, idx = type.partition(":")
-            index = int(idx)
-        if type not in ("cuda", "cpu", "meta", "mps", "xpu"):
-            raise FpemuTypeError(f"Expected one of cpu, cuda, mps, xpu, meta device type at "
-                                 f"start of device string: {type}")
-        self.type, self.index = type, index
-
-    def __repr__(self):
-        idx = "" if self.index is None else f", index={self.index}"
-        return f"device(type='{self.type}'{idx})"
-
-    def __str__(self):
-        return self.type if self.index is None else f"{self.type}:{self.index}"
-
-    def __eq__(self, other):
-        if isinstance(other, str):
-            other = device(other)
-        return (isinstance(other, device)
-                and (self.type, self.index) == (other.type, other.index))
-
-    def __hash__(self):
-        return hash((self.type, self.index))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def check_device(dev, what="to()"):
-    """``dev`` as a :class:`device`, refused as torch refuses it on a machine
-    with one CUDA device and no MPS or XPU (fpemu emulates exactly that):
-    ``mps`` and ``xpu`` are not there, ``cuda:1`` is an invalid ordinal, and
-    ``meta`` tensors (shapes without values) are not emulated."""
-    d = dev if isinstance(dev, device) else device(dev)
-    if d.type == "mps":
-        raise FpemuRuntimeError(f"{what}: PyTorch is not linked with support for mps devices "
-                                f"(fpemu emulates one CUDA device; use 'cuda' or 'cpu')")
-    if d.type == "xpu":
-        raise FpemuRuntimeError(f"{what}: Torch not compiled with XPU enabled (fpemu emulates "
-                                f"one CUDA device; use 'cuda' or 'cpu')")
-    if d.type == "meta":
-        raise FpemuNotImplementedError(
-            f"{what}: meta tensors (shapes without values) are not emulated; fpemu computes "
-            f"every value. Build the model on 'cuda' or 'cpu'.")
-    if d.type == "cuda" and d.index not in (None, 0):
-        raise FpemuRuntimeError(f"{what}: CUDA error: invalid device ordinal (fpemu emulates "
-                                f"one device, cuda:0; got {d})")
-    return d
-
-
-def current_device():
-    prof = get_profile()
-    return device("cuda", 0) if prof.device == "cuda" else device("cpu")
-
-
-# --------------------------------------------------------------------- the graph
-_SAVED_FREED = ("Trying to backward through the graph a second time (or directly access "
-                "saved tensors after they have already been freed). Saved intermediate values "
-                "of the graph are freed when you call .backward() or autograd.grad(). Specify "
-                "retain_graph=True if you need to backward through the graph a second time or "
-                "if you need to access saved tensors after calling backward.")
-
-
-class Node:
-    """A step of the backward graph (``tensor.grad_fn``).
-
-    ``back(g)`` returns one gradient (or None) per input; ``inputs`` holds,
-    per input, ``(node, dtype, shape)`` or None for an input that needs no
-    gradient. ``saved`` lists ``(tensor, version)`` pairs that ``back`` reads.
-    ``stored``: ``back`` returns values of each input's dtype already (it
-    rounds them itself, or only moves the values of ``g``), so the backward
-    pass does not round them again.
-    """
-
-    __slots__ = ("back", "inputs", "saved", "freed", "hooks", "retained", "op", "stored",
-                 "__weakref__")
-
-    def __init__(self, op, back, inputs, saved=(), stored=False):
-        self.op, self.back, self.inputs = op, back, inputs
-        self.saved = saved
-        self.stored = stored
-        self.freed = False
-        self.hooks = []
-        self.retained = None
-
-    def name(self):
-        # a custom autograd.Function's node is named as torch names it ("MyReLUBackward");
-        # an op of another overload carries its number ("SumBackward1")
-        if self.op.endswith("Backward") or _NUMBERED.search(self.op):
-            return self.op
-        return f"{self.op}Backward0"
-
-    @property
-    def next_functions(self):
-        return tuple((i[0] if i else None, 0) for i in self.inputs)
-
-    def register_hook(self, hook):
-        self.hooks.append(hook)
-        return _Handle(self.hooks, hook)
-
-    def __repr__(self):
-        return f"<{self.name()} object>"
-
-
-class AccumulateGrad(Node):
-    """The node of a leaf that requires grad: adds the gradient into ``.grad``."""
-
-    __slots__ = ("variable",)
-
-    def __init__(self, variable):
-        super().__init__("AccumulateGrad", None, ())
-        self.variable = weakref.ref(variable)
-
-    def name(self):
-        return "AccumulateGrad"
-
-
-def _shape_str(shape):
-    return "[" + ", ".join(str(s) for s in shape) + "]"
-
-
-def _check_saved(node):
-    if node.freed:
-        raise FpemuRuntimeError(_SAVED_FREED)
-    for t, version in node.saved:
-        if t._vc[0] != version:
-            raise FpemuRuntimeError(
-                f"one of the variables needed for gradient computation has been modified by "
-                f"an inplace operation: [{t.dtype} {_shape_str(t.shape)}], which is an input "
-                f"of {node.name()}, is at version {t._vc[0]}; expected version {version} "
-                f"instead. Hint: the in-place operation changed a value this backward needs; "
-                f"use the out-of-place form (x = x + y rather than x += y), or .clone() first.")
 
 
 # --------------------------------------------------------------------- Tensor
@@ -706,43 +492,7 @@ def _rebuild(array, key, requires_grad, grad):
     return t
 
 
-class _Handle:
-    def __init__(self, hooks, hook):
-        self._hooks, self._hook = hooks, hook
-
-    def remove(self):
-        if self._hook in self._hooks:
-            self._hooks.remove(self._hook)
-
-
 # ------------------------------------------------------------------ the engine
-def _topo(roots):
-    """Nodes reachable from ``roots``, each after every node that feeds it a
-    gradient (reverse topological order of the forward)."""
-    order, seen, stack = [], set(), [(r, False) for r in roots]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        for edge in node.inputs:
-            if edge is not None and id(edge[0]) not in seen:
-                stack.append((edge[0], False))
-    order.reverse()
-    return order
-
-
-def _accumulate(old, new, dtype):
-    if old is None:
-        return new
-    dt = opmath(dtype)
-    return _store(old.astype(dt, copy=False) + new.astype(dt, copy=False), dtype)
-
-
 def _grad_array(t, g):
     if g is None:
         if t._data.size != 1:
@@ -886,55 +636,6 @@ def _result(array, dtype, parents, backward, saved=(), view_of=None, op=None, st
     return t
 
 
-def _named(t, name):
-    """``t`` with its graph node named ``name`` as torch names it ("T",
-    "SqueezeBackward1"): ops that fpemu composes of others, or that torch
-    counts as another overload of one function, print torch's grad_fn."""
-    node = t.grad_fn
-    if node is not None and not isinstance(node, AccumulateGrad):
-        node.op = name
-    return t
-
-
-_NUMBERED = re.compile(r"Backward\d+$")
-
-
-@functools.lru_cache(maxsize=None)
-def _node_name(name):
-    return "".join(part[:1].upper() + part[1:] for part in name.strip("_").split("_"))
-
-
-def _sum_to(g, shape, dtype):
-    """Sum a gradient over broadcast axes, one reduction as ATen's ``sum_to``
-    (ExpandUtils.h): the gradient's values in ``dtype`` added in float32
-    (float64 for float64) in the order of ATen's reduction kernel, under the
-    CUDA profile its CUDA kernel's (``fpemu.autograd._cuda_reduce``), under
-    the CPU profile ``cascade_sum``'s (``fpemu.autograd._cpu_reduce``, which
-    also rounds a 16-bit sum as torch's kernel does); other formats in
-    float64, rounded once."""
-    shape = tuple(shape)
-    if g.shape == shape:
-        return g
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape)
-                                      if n == 1 and g.shape[i + lead] != 1)
-    if get_profile().device == "cuda" and g.size and is_float(dtype):
-        from ._cuda_reduce import cuda_sum
-        vals = np.asarray(g, np.float64) if dtype is float64 else (
-            g if g.dtype == np.float32 and dtype.name == "fp32" else _store(g, dtype))
-        return cuda_sum(vals, axes, True, dtype).reshape(shape)
-    if g.size and dtype in (float32, float64, bfloat16, float16):
-        from ._cpu_reduce import cpu_sum
-        prof = get_profile()
-        vals = np.asarray(g, np.float64) if dtype is float64 else (
-            g if g.dtype == np.float32 and dtype is float32 else _store(g, dtype))
-        half = "bfloat16" if dtype is bfloat16 else "float16" if dtype is float16 else None
-        return cpu_sum(vals, axes, True, threads=prof.cpu_threads,
-                       capability=prof.cpu_capability, dtype=half).reshape(shape)
-    s = g.astype(np.float64).sum(axis=axes, keepdims=True)
-    return _store(s.reshape(shape), dtype)
-
-
 # ------------------------------------------------------------------------ casts
 def to_dtype(x, dtype):
     """Cast (RNE, the target's overflow rule); the backward casts back."""
@@ -965,9 +666,8 @@ def to_dtype(x, dtype):
 def from_torch(t):
     """A real torch tensor as an fpemu tensor of the same dtype, exactly (its
     bits decoded where numpy has no such dtype)."""
-    from ..checks import from_torch     # (local: this function has the same name)
     name = str(t.dtype).replace("torch.", "")
-    arr = from_torch(t, "from_torch")
+    arr = checks.from_torch(t, "from_torch")
     return tensor(arr, dtype=as_dtype(name), requires_grad=False)
 
 
@@ -1038,42 +738,3 @@ def _values_as(arr, dtype):
     if np.asarray(arr).dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise FpemuValueError("tensor(): can't make an integer tensor from inf or NaN")
     return np.array(np.asarray(arr).astype(dtype.np_dtype), copy=True)
-
-
-class memory_format:
-    """``torch.memory_format``: how torch lays a tensor out in memory. fpemu's
-    values do not depend on it: the formats are accepted and checked
-    (channels_last needs 4 dims, channels_last_3d 5), not stored."""
-
-    def __init__(self, name):
-        self._name = name
-
-    def __repr__(self):
-        return f"torch.{self._name}"
-
-    def __reduce__(self):
-        return (_memory_format_named, (self._name,))
-
-
-contiguous_format = memory_format("contiguous_format")
-channels_last = memory_format("channels_last")
-channels_last_3d = memory_format("channels_last_3d")
-preserve_format = memory_format("preserve_format")
-_MEMORY_FORMATS = {m._name: m for m in (contiguous_format, channels_last, channels_last_3d,
-                                        preserve_format)}
-
-
-def _memory_format_named(name):
-    return _MEMORY_FORMATS[name]
-
-
-def check_memory_format(x, fmt, what):
-    """torch's checks of a ``memory_format=`` argument for tensor ``x``."""
-    if fmt is None:
-        return
-    if not isinstance(fmt, memory_format):
-        raise TypeError(f"{what}: argument 'memory_format' must be torch.memory_format, not "
-                        f"{type(fmt).__name__}")
-    rank = {"channels_last": 4, "channels_last_3d": 5}.get(fmt._name)
-    if rank is not None and x.ndim != rank:
-        raise RuntimeError(f"required rank {rank} tensor to use {fmt._name} format")

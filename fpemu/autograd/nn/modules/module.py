@@ -11,6 +11,7 @@ from ..._core import (
     Tensor, as_dtype, bfloat16, check_device, float16, float32, float64, from_torch, is_float,
     no_grad, tensor, to_dtype,
 )
+from ..._hooks import RemovableHandle
 from ..parameter import Buffer, Parameter
 from ...ops.inplace import copy_into
 
@@ -23,24 +24,6 @@ class _IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
         return super().__repr__()
 
     __str__ = __repr__
-
-
-class RemovableHandle:
-    """What ``register_*_hook`` returns: ``handle.remove()`` unregisters the
-    hook (also as a context manager)."""
-
-    def __init__(self, hooks, entry):
-        self._hooks, self._entry = hooks, entry
-
-    def remove(self):
-        if self._entry in self._hooks:
-            self._hooks.remove(self._entry)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
 
 
 def _typename(v):
