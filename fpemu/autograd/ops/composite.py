@@ -9,6 +9,13 @@ rounds where torch's does and the gradient comes from the steps:
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["broadcast_shapes", "combinations", "copysign", "diag_embed", "diff", "dist",
+           "kthvalue", "median", "nanmean", "nanmedian", "nanquantile", "nansum", "quantile",
+           "rot90", "std_mean", "tile", "var_mean"]
+
 import itertools
 
 import numpy as np
@@ -36,7 +43,7 @@ def _tensor(name, x):
                              f"{type(x).__name__}")
 
 
-def diff(input, n=1, dim=-1, prepend=None, append=None):  # noqa: A002
+def diff(input, n=1, dim=-1, prepend=None, append=None):
     """The n-th forward difference along ``dim``: ``x[1:] - x[:-1]``, n times
     (``logical_xor`` for bools), after ``prepend`` / ``append``."""
     _tensor("diff", input)
@@ -70,7 +77,7 @@ def _expand_like(t, x, d):
     return full(tuple(shape), value, dtype=x.dtype if not isinstance(t, Tensor) else t.dtype)
 
 
-def tile(input, dims):  # noqa: A002
+def tile(input, dims):
     """``repeat`` with ``dims`` padded with leading ones to the input's rank."""
     _tensor("tile", input)
     dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
@@ -79,7 +86,7 @@ def tile(input, dims):  # noqa: A002
     return repeat(input, dims)
 
 
-def rot90(input, k=1, dims=(0, 1)):  # noqa: A002
+def rot90(input, k=1, dims=(0, 1)):
     """Rotate by 90 degrees k times in the plane of ``dims`` (flips and a
     transpose, as torch's)."""
     _tensor("rot90", input)
@@ -102,7 +109,7 @@ def rot90(input, k=1, dims=(0, 1)):  # noqa: A002
     return clone(input)
 
 
-def diag_embed(input, offset=0, dim1=-2, dim2=-1):  # noqa: A002
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     """Each last-dim vector of the input as the ``offset`` diagonal of a
     matrix in dims ``dim1``, ``dim2`` of the result (zeros elsewhere)."""
     _tensor("diag_embed", input)
@@ -133,7 +140,7 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):  # noqa: A002
     return _result(res, input.dtype, (input,), backward, op="diag_embed", stored=True)
 
 
-def combinations(input, r=2, with_replacement=False):  # noqa: A002
+def combinations(input, r=2, with_replacement=False):
     """The length-r combinations of a 1-d tensor's elements, as rows, in
     itertools' order (torch's)."""
     _tensor("combinations", input)
@@ -149,7 +156,7 @@ def combinations(input, r=2, with_replacement=False):  # noqa: A002
     return stack([gather(input, 0, Tensor(combos[:, j].copy(), int64)) for j in range(r)], 1)
 
 
-def nansum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
     """The sum with NaNs counted as zero (their gradient is zero): under the
     CPU profile ATen's nansum kernel (cascade_sum loading NaN as 0, in the
     input's layout), else the sum of the NaN-free tensor."""
@@ -161,7 +168,7 @@ def nansum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     return _sum(where(isnan(input), 0.0, input), dim, keepdim, dtype=dtype)
 
 
-def nanmean(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     """``nansum / (number of non-NaN elements)``, torch's two steps."""
     _tensor("nanmean", input)
     if not is_float(input.dtype):
@@ -171,12 +178,12 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     return div(nansum(input, dim, keepdim, dtype=dtype), count)
 
 
-def var_mean(input, dim=None, *args, **kwargs):  # noqa: A002
+def var_mean(input, dim=None, *args, **kwargs):
     """``(var(input, ...), mean(input, ...))``; ``var_mean(x, unbiased)`` too."""
     return _stat_mean("var_mean", var, input, dim, args, kwargs)
 
 
-def std_mean(input, dim=None, *args, **kwargs):  # noqa: A002
+def std_mean(input, dim=None, *args, **kwargs):
     """``(std(input, ...), mean(input, ...))``; ``std_mean(x, unbiased)`` too."""
     return _stat_mean("std_mean", std, input, dim, args, kwargs)
 
@@ -202,14 +209,14 @@ def _stat_mean(name, stat, x, dim, args, kwargs):
     return stat(x, dim, *args, **kwargs), mean(x, dim, keepdim=keep)
 
 
-def dist(input, other, p=2):  # noqa: A002
+def dist(input, other, p=2):
     """The p-norm of ``input - other``."""
     _tensor("dist", input)
     input, other = cast_inputs("dist", input, other)
     return norm(sub(input, other), p)
 
 
-def copysign(input, other):  # noqa: A002
+def copysign(input, other):
     """|input| with the sign of ``other`` (-0 and NaN signs included), exact;
     the gradient of input is ``g * copysign(x, y) / x`` (0 at x = 0)."""
     _tensor("copysign", input)
@@ -231,7 +238,7 @@ def copysign(input, other):  # noqa: A002
     return _result(res, dt, (input, other), backward, op="copysign")
 
 
-def _selection(name, input, k, dim, keepdim):  # noqa: A002
+def _selection(name, input, k, dim, keepdim):
     """The k-th smallest (0-based) along ``dim`` with its index, from a
     stable sort (NaN last, as torch's)."""
     d = wrap_dim(dim, max(input.ndim, 1))
@@ -246,7 +253,7 @@ def _selection(name, input, k, dim, keepdim):  # noqa: A002
     return v, i
 
 
-def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):  # noqa: A002
+def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):
     """``(values, indices)`` of the k-th smallest element along ``dim``."""
     _tensor("kthvalue", input)
     n = input.shape[wrap_dim(dim, max(input.ndim, 1))] if input.ndim else 1
@@ -264,14 +271,14 @@ def _named(pair, name, out=None):
     return _values_indices(write_out(out[0], pair[0], name), write_out(out[1], pair[1], name))
 
 
-def median(input, dim=None, keepdim=False, *, out=None):  # noqa: A002
+def median(input, dim=None, keepdim=False, *, out=None):
     """The lower median (the ((n - 1) // 2)-th smallest); NaN where the
     reduced elements hold one. With ``dim``: ``(values, indices)``."""
     _tensor("median", input)
     return _median(input, dim, keepdim, ignore_nan=False, out=out)
 
 
-def nanmedian(input, dim=None, keepdim=False, *, out=None):  # noqa: A002
+def nanmedian(input, dim=None, keepdim=False, *, out=None):
     """The lower median of the non-NaN elements (NaN where all are NaN)."""
     _tensor("nanmedian", input)
     return _median(input, dim, keepdim, ignore_nan=True, out=out)
@@ -319,7 +326,7 @@ def _median_along(x, d, ignore_nan):
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
-def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear",  # noqa: A002
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear",
              out=None):
     """The q-quantiles along ``dim`` (of all elements by default), torch's
     way: sort, rank = q (n - 1), the values at the ranks below and above,
@@ -327,7 +334,7 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear",  # no
     return _quantile("quantile", input, q, dim, keepdim, interpolation, ignore_nan=False)
 
 
-def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear",  # noqa: A002
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear",
                 out=None):
     """:func:`quantile` over the non-NaN elements of each slice."""
     return _quantile("nanquantile", input, q, dim, keepdim, interpolation, ignore_nan=True)

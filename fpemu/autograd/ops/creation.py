@@ -5,6 +5,14 @@ and permutations)."""
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["arange", "as_tensor", "bernoulli", "empty", "empty_like", "eye", "from_numpy", "full",
+           "full_like", "is_floating_point", "is_tensor", "linspace", "multinomial", "normal",
+           "numel", "ones", "ones_like", "rand", "logspace", "rand_like", "randint",
+           "randint_like", "randn", "randn_like", "randperm", "zeros", "zeros_like"]
+
 import functools
 
 import numpy as np
@@ -227,7 +235,7 @@ def _check_std(std):
                                 f"non-negative standard deviation")
 
 
-def multinomial(input, num_samples, replacement=False, *, generator=None,  # noqa: A002
+def multinomial(input, num_samples, replacement=False, *, generator=None,
                 out=None):
     """Category indices drawn with the given weights per row (torch's law, not
     its numbers)."""
@@ -256,7 +264,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None,  # noq
     return t if out is None else write_out(out, t, "multinomial")
 
 
-def bernoulli(input, p=None, generator=None):  # noqa: A002
+def bernoulli(input, p=None, generator=None):
     probs = input._data if p is None else np.full(input.shape, p)
     draw = _gen(generator).uniform(int(np.prod(input.shape, dtype=np.int64))).reshape(
         input.shape)

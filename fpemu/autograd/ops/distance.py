@@ -18,6 +18,11 @@ The gradients are torch's formulas (``_cdist_backward``,
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["cdist"]
+
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError

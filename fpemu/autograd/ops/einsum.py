@@ -15,6 +15,11 @@ installed; fpemu always contracts left to right (torch's order without it).
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["einsum"]
+
 import string
 
 import numpy as np

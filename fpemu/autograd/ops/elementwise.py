@@ -23,6 +23,18 @@ op's output; the engine then casts each gradient to its input's dtype.
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["abs", "add", "addcdiv", "addcmul", "allclose", "bitwise_and", "bitwise_not",
+           "bitwise_or", "bitwise_xor", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "clone",
+           "cos", "div", "eq", "equal", "erf", "erfc", "exp", "expm1", "fix", "floor",
+           "floor_divide", "frac", "ge", "gelu", "gt", "isclose", "isfinite", "isinf", "isnan",
+           "le", "lerp", "log", "log1p", "logical_and", "logical_not", "logical_or", "lt",
+           "masked_fill", "maximum", "minimum", "mul", "nan_to_num", "ne", "neg", "pow",
+           "reciprocal", "relu", "remainder", "round", "rsqrt", "rsub", "sigmoid", "sign", "silu",
+           "sin", "sqrt", "square", "sub", "tanh", "trunc", "where"]
+
 import builtins
 
 import numpy as np
@@ -244,7 +256,7 @@ def reciprocal(a):
     return _result(res, dt, (a,), backward, saved=("out",), op="reciprocal")
 
 
-def pow(a, exponent):  # noqa: A001 - torch's name
+def pow(a, exponent):
     """a ** exponent; exponents 2, 3, 0.5, -0.5, -1, -2 take the special
     forms of CUDA's pow kernel (``x*x``, ``sqrt``, ...), 1 copies the base.
     Others, under the CUDA profile for float32, float16 and bfloat16 (their
@@ -503,7 +515,7 @@ def sin(x):
     return _unary("sin", x, np.sin, lambda g, x, y: g * np.cos(x))
 
 
-def abs(x):  # noqa: A001 - torch's name
+def abs(x):
     """|x|, exact; the gradient is sign(x) * g (0 at 0)."""
     if not is_float(x.dtype):
         return Tensor(np.abs(x._data), x.dtype)
@@ -558,7 +570,7 @@ trunc = _to_integer("trunc", np.trunc)
 fix = trunc
 
 
-def round(x, decimals=0, out=None):  # noqa: A001 - torch's name
+def round(x, decimals=0, out=None):
     """Round half to even (``nearbyint``). With ``decimals``, torch's kernel
     in opmath: ``nearbyint(x * 10**d) / 10**d``, or for d < 0
     ``nearbyint(x / 10**-d) * 10**-d`` (10**|d| taken in double, rounded to
@@ -621,13 +633,13 @@ def nan_to_num(x, nan=0.0, posinf=None, neginf=None, out=None):
     return _out(_result(res, x.dtype, (x,), backward, op="nan_to_num"), out)
 
 
-def clamp_min(x, min, out=None):  # noqa: A002 - torch's name
+def clamp_min(x, min, out=None):
     """``clamp(x, min=min)``: a number or a tensor bound."""
     _unary_tensor("clamp_min", x)
     return _out(clamp(x, min=min), out)
 
 
-def clamp_max(x, max, out=None):  # noqa: A002 - torch's name
+def clamp_max(x, max, out=None):
     """``clamp(x, max=max)``: a number or a tensor bound."""
     _unary_tensor("clamp_max", x)
     return _out(clamp(x, max=max), out)
@@ -644,7 +656,7 @@ def _c10(dt):
 
 
 # ------------------------------------------------------- addcmul / addcdiv
-def _addc(name, input, tensor1, tensor2):  # noqa: A002 - torch's name
+def _addc(name, input, tensor1, tensor2):
     for pos, (what, t) in enumerate((("input", input), ("tensor1", tensor1),
                                      ("tensor2", tensor2)), 1):
         if not isinstance(t, Tensor):
@@ -654,7 +666,7 @@ def _addc(name, input, tensor1, tensor2):  # noqa: A002 - torch's name
     return input, tensor1, tensor2, result_type(input, tensor1, tensor2)
 
 
-def addcmul(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002 - torch's name
+def addcmul(input, tensor1, tensor2, *, value=1, out=None):
     """``input + value * tensor1 * tensor2`` with ATen's fma (``_aten.addcmul``:
     the CPU and CUDA builds fuse different products). Autocast: promote."""
     input, tensor1, tensor2, dt = _addc("addcmul", input, tensor1, tensor2)
@@ -682,7 +694,7 @@ def addcmul(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002 - torc
                         saved=_tensors((tensor1, tensor2)), op="addcmul"), out)
 
 
-def addcdiv(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002 - torch's name
+def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
     """``input + value * tensor1 / tensor2`` as ATen computes it
     (``_aten.addcdiv``). Autocast: promote. Integer tensors are refused, as
     torch refuses them."""
@@ -816,7 +828,7 @@ def _gelu_tanh_grad(g, v, y):
     return g * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * d_inner)
 
 
-def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
+def clamp(x, min=None, max=None):
     """min(max(x, min), max), exact; the gradient passes where x is inside.
     Bounds are numbers (rounded to x's dtype) or tensors."""
     if min is None and max is None:
@@ -866,7 +878,7 @@ def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
 clip = clamp
 
 
-def lerp(input, end, weight):  # noqa: A002 - torch's names
+def lerp(input, end, weight):
     """``torch.lerp``: ``input + weight * (end - input)``, ATen's two-sided
     formula in opmath (:func:`fpemu.autograd._aten.lerp`; both branches
     fused, float64 too); ``weight`` a tensor or a number."""

@@ -34,7 +34,15 @@ The model is the active profile's unless a program chooses one
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["addmm", "baddbmm", "bmm", "dot", "ger", "linear", "matmul", "matmul_model", "mm", "mv",
+           "outer", "set_matmul_model"]
+
 import contextlib
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -97,8 +105,6 @@ _SPLITS_RECORDED_ON = ("hopper",)
 def _warn_unrecorded(text):
     """An UnrecordedSplitWarning pointing at the first frame outside fpemu
     (the user's line that asked for the product)."""
-    import os
-    import sys
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     frame, level = sys._getframe(0), 1          # level 1: this function
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
@@ -410,9 +416,9 @@ def _add_product(inp, a, b, beta, alpha, op):
     return _result(res, dt, (inp, a, b), backward, saved=saved, op=op)
 
 
-def addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """beta * input + alpha * (mat1 @ mat2), one rounding (autocast ``lower``)."""
-    input, mat1, mat2 = cast_inputs("addmm", input, mat1, mat2)  # noqa: A001
+    input, mat1, mat2 = cast_inputs("addmm", input, mat1, mat2)
     if mat1.ndim != 2 or mat2.ndim != 2:
         raise RuntimeError(f"{'mat1' if mat1.ndim != 2 else 'mat2'} must be a matrix, got "
                            f"{mat1.ndim if mat1.ndim != 2 else mat2.ndim}-D tensor")
@@ -422,10 +428,10 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
     return _add_product(input, mat1, mat2, beta, alpha, "addmm")
 
 
-def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * (batch1 @ batch2) per batch, one rounding
     (autocast ``lower``; nn.MultiheadAttention adds its mask this way)."""
-    input, batch1, batch2 = cast_inputs("baddbmm", input, batch1, batch2)  # noqa: A001
+    input, batch1, batch2 = cast_inputs("baddbmm", input, batch1, batch2)
     if batch1.ndim != 3 or batch2.ndim != 3:
         raise RuntimeError("batch1 must be a 3D tensor" if batch1.ndim != 3 else
                            "batch2 must be a 3D tensor")

@@ -16,6 +16,13 @@ topk and sort are exact.
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["all", "amax", "amin", "any", "argmax", "argmin", "argsort", "count_nonzero", "cumprod",
+           "cumsum", "logsumexp", "max", "mean", "min", "norm", "prod", "sort", "std", "sum",
+           "topk", "var"]
+
 import builtins
 import collections
 
@@ -76,7 +83,7 @@ def _cpu_sum(x, axes, keepdim, nan=False):
     return _store(res, x.dtype) if half is None else res
 
 
-def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch's name
+def sum(x, dim=None, keepdim=False, dtype=None):
     """Sum: under the CUDA profile in float32 (float64 for float64) in the
     order of ATen's CUDA kernel (:func:`fpemu.autograd._cuda_reduce.cuda_sum`),
     rounded once to the output dtype; under the CPU profile in ATen's CPU
@@ -267,7 +274,7 @@ def _select_extreme(x, dim, keepdim, arg, name):
     return _values_indices(values, Tensor(np.asarray(idx_out, np.int64), int64))
 
 
-def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
+def max(x, dim=None, keepdim=False, *, other=None):
     """``max(x)`` (all elements), ``max(x, dim)`` (values, indices) or
     ``max(a, b)`` (elementwise, as ``maximum``)."""
     _tensor_args("max", x, dim)
@@ -278,7 +285,7 @@ def max(x, dim=None, keepdim=False, *, other=None):  # noqa: A001 - torch's name
     return _select_extreme(x, dim, keepdim, np.argmax, "max")
 
 
-def min(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
+def min(x, dim=None, keepdim=False):
     _tensor_args("min", x, dim)
     if isinstance(dim, Tensor):
         return minimum(x, dim)
@@ -301,7 +308,7 @@ def argmin(x, dim=None, keepdim=False):
     return Tensor(np.argmin(x._data, axis=d, keepdims=keepdim).astype(np.int64), int64)
 
 
-def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's name
+def topk(x, k, dim=-1, largest=True, sorted=True):
     """The k largest (or smallest) values along ``dim`` and their indices;
     ties keep the lower index first (a stable sort)."""
     d = wrap_dim(dim, x.ndim)
@@ -608,12 +615,12 @@ def logsumexp(x, dim, keepdim=False):
     return _result(res, x.dtype, (x,), backward, saved=(x,), op="logsumexp")
 
 
-def any(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
+def any(x, dim=None, keepdim=False):
     axes = _axes(dim, x.ndim)
     return Tensor(np.asarray(np.any(x._data, axis=axes, keepdims=keepdim)), bool_)
 
 
-def all(x, dim=None, keepdim=False):  # noqa: A001 - torch's name
+def all(x, dim=None, keepdim=False):
     axes = _axes(dim, x.ndim)
     return Tensor(np.asarray(np.all(x._data, axis=axes, keepdims=keepdim)), bool_)
 

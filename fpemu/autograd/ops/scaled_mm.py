@@ -171,7 +171,7 @@ def _split_of(splitk, cpu, M, N, K, a_dt, b_dt, out_dtype, fast):
     return split
 
 
-def _scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None,  # noqa: A002
+def _scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None,
                out_dtype=None, use_fast_accum=False, *, splitk="auto"):
     """``torch._scaled_mm``: the scaled fp8 GEMM (module docstring). Not
     differentiable, as in torch. ``splitk`` (fpemu's): ``"auto"``, cuBLASLt's

@@ -16,6 +16,11 @@ loop on the CPU, and CUDA's atomic adds, round ``src * alpha`` first.
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["index_add", "scatter", "scatter_add"]
+
 import warnings
 
 import numpy as np
@@ -140,7 +145,7 @@ def _gather_back(g, x, d, index, shape):
     return out.reshape(shape)
 
 
-def scatter(input, dim, index, src=None, *, value=None, reduce=None, out=None):  # noqa: A002
+def scatter(input, dim, index, src=None, *, value=None, reduce=None, out=None):
     """``input`` with ``src`` (a tensor, or a number: ``value``) written at
     ``index`` along ``dim``: ``out[i][index[i][j]] = src[i][j]`` (dim 1).
     ``reduce`` "add" / "multiply" combines instead of writing (torch's
@@ -192,7 +197,7 @@ def scatter(input, dim, index, src=None, *, value=None, reduce=None, out=None): 
                      "scatter")
 
 
-def scatter_add(input, dim, index, src, *, out=None):  # noqa: A002 - torch's name
+def scatter_add(input, dim, index, src, *, out=None):
     """``input`` with ``src`` added at ``index`` along ``dim``, one addition
     after the other in torch's CPU order, each rounded to the dtype."""
     x = input
@@ -223,7 +228,7 @@ def scatter_add(input, dim, index, src, *, out=None):  # noqa: A002 - torch's na
                      "scatter_add")
 
 
-def index_add(input, dim, index, source, *, alpha=1, out=None):  # noqa: A002 - torch's name
+def index_add(input, dim, index, source, *, alpha=1, out=None):
     """``input`` with ``alpha * source[i]`` added to the slice ``index[i]`` of
     ``dim``, for i in order, as torch's kernels round it (module doc)."""
     x = input

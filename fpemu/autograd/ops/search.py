@@ -8,6 +8,11 @@ number, as in torch's sort, and each NaN is its own value for ``unique``.
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["bucketize", "histc", "histogram", "searchsorted", "unique", "unique_consecutive"]
+
 import numpy as np
 
 from ...errors import FpemuRuntimeError, FpemuTypeError
@@ -22,7 +27,7 @@ def _tensor(name, what, x):
                              f"{type(x).__name__}")
 
 
-def searchsorted(sorted_sequence, input, *, out_int32=False, right=False,  # noqa: A002
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False,
                  side=None, sorter=None, out=None):
     """For each value, the index where it would go in its row of the sorted
     sequence (the first such index, or the last with ``right`` / side="right")."""
@@ -111,7 +116,7 @@ def _bisect(K, V, right):
             end = np.where(live & ~go, mid, end)
 
 
-def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):  # noqa: A002
+def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
     """The bucket of each value among 1-d ``boundaries``: searchsorted of the
     values in the boundaries."""
     _tensor("bucketize", "boundaries", boundaries)
@@ -141,7 +146,7 @@ def _unique_rows(X):
     return vals, inverse, counts
 
 
-def unique(input, sorted=True, return_inverse=False, return_counts=False,  # noqa: A002
+def unique(input, sorted=True, return_inverse=False, return_counts=False,
            dim=None):
     """The distinct values (sorted; torch's CPU kernel sorts whatever
     ``sorted`` says), and optionally each element's index among them and the
@@ -155,7 +160,7 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False,  # noq
                           return_counts)
 
 
-def unique_consecutive(input, return_inverse=False, return_counts=False,  # noqa: A002
+def unique_consecutive(input, return_inverse=False, return_counts=False,
                        dim=None):
     """Each run of equal consecutive values (or slices along ``dim``) once."""
     x = input
@@ -337,7 +342,7 @@ def _unique_dim(x, dim, return_inverse, return_counts, consecutive):
     return _unique_result(x, vals, group, counts, return_inverse, return_counts)
 
 
-def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002 - torch's names
+def histc(input, bins=100, min=0, max=0, *, out=None):
     """Counts of the elements in ``bins`` equal-width bins between ``min`` and
     ``max`` (the data's own range when both are 0), as a float tensor of the
     input's dtype; elements outside are ignored, ``max`` falls in the last bin."""
@@ -377,7 +382,7 @@ def _bin_counts(X, lo, hi, bins, om, weights=None):
     return np.bincount(pos, weights=w, minlength=bins)[:bins]
 
 
-def histogram(input, bins=100, *, range=None, weight=None, density=False,  # noqa: A002
+def histogram(input, bins=100, *, range=None, weight=None, density=False,
               out=None):
     """``(hist, bin_edges)``: counts (or sums of ``weight``) in ``bins``
     equal-width bins over ``range`` (the data's range by default), or in the

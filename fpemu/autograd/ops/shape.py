@@ -6,6 +6,17 @@ layout allows, copies otherwise; advanced indexing copies."""
 
 from __future__ import annotations
 
+#: What ``fpemu.autograd.ops`` gathers from this module (and with it
+#: ``fpemu.autograd``, torch's namespace); its other public names are helpers
+#: the sibling modules share.
+__all__ = ["broadcast_tensors", "broadcast_to", "cat", "chunk", "concat", "concatenate",
+           "contiguous", "diag", "diagonal", "expand", "expand_as", "flatten", "flip", "gather",
+           "getitem", "index_put", "index_select", "masked_select", "meshgrid", "movedim",
+           "narrow", "nonzero", "permute", "repeat", "repeat_interleave", "reshape", "roll",
+           "select", "split", "squeeze", "stack", "swapaxes", "swapdims", "t", "tensor_split",
+           "trace", "transpose", "tril", "triu", "unbind", "unflatten", "unsqueeze", "view",
+           "view_as"]
+
 import warnings
 
 import numpy as np
