@@ -34,9 +34,21 @@ class Spec:
     nan: int | None = None  # the canonical NaN code, where a layout has several
 
 
+class _Specs(dict):
+    """The table below; a format it lacks is a KeyError that says where to add it."""
+
+    def __missing__(self, name):
+        raise KeyError(f"the test oracle has no Spec for format {name!r}: add one to SPECS in "
+                       "tests/oracle.py, written from the format's specification (not from "
+                       "fpemu.formats)")
+
+
 # The named formats, from their specifications (IEEE 754, OCP OFP8 v1.0,
 # OCP MX v1.0, ml_dtypes' definitions of the fnuz and e4m3 / e3m4 types).
-SPECS = {
+# Every format of fpemu.formats.FORMATS has its line here: the oracle tests
+# (tests/test_quantize.py, tests/test_properties.py, ...) run over this table,
+# and tests/test_contributing.py fails for a named format it lacks.
+SPECS = _Specs({
     "fp32": Spec("fp32", 8, 23, 127, "ieee"),
     "tf32": Spec("tf32", 8, 10, 127, "ieee"),
     "fp16": Spec("fp16", 5, 10, 15, "ieee"),
@@ -51,7 +63,7 @@ SPECS = {
     "e3m2": Spec("e3m2", 3, 2, 3, "none", default_overflow="saturate"),
     "e2m1": Spec("e2m1", 2, 1, 1, "none", default_overflow="saturate"),
     "e8m0": Spec("e8m0", 8, 0, 127, "fn", signed=False, zero=False, default_overflow="nan"),
-}
+})
 
 
 class TableOracle:
