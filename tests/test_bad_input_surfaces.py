@@ -24,6 +24,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import fpemu
 from fpemu import block, cli, lessons
 from fpemu.errors import FpemuError
 
@@ -31,6 +32,13 @@ torch = pytest.importorskip("torch")
 
 PRESETS = sorted(block.PRESETS)
 F32MAX = np.float32(np.finfo(np.float32).max)
+#: The presets of one level: a small-float scale (a rule of kind "fp4") with no
+#: tensor scale above it, so that their top is the element maximum times the
+#: scale format's (nvfp4-cudnn: 6 * 448); the other presets reach float32's.
+ONE_LEVEL_TOP = {name: fpemu.format(p.elem).max * fpemu.format(p.scale_fmt).max
+                 for name, p in block.PRESETS.items()
+                 if block.SCALE_RULES[p.scale_rule].kind == "fp4"
+                 and p.scale_rule not in block.TENSOR_SCALE_RULES}
 
 
 def sample(shape=(4, 64), seed=0):
@@ -138,10 +146,9 @@ def test_block_special_tensors(preset):
         v = block.quantize_blocks(big, preset).values
         # (the values may exceed FLT_MAX a little: a rounded-up scale times the
         # element maximum, e.g. 256 * 2**120 under rceil: exact, in float64)
-        # (nvfp4-cudnn has no tensor scale: its top is 6 * 448)
         assert np.isfinite(v).all() and (np.sign(v) == np.sign(big)).all()
         assert (np.abs(v) == np.abs(v).flat[0]).all()
-        assert np.abs(v).flat[0] == 2688.0 if preset == "nvfp4-cudnn" else \
+        assert np.abs(v).flat[0] == ONE_LEVEL_TOP[preset] if preset in ONE_LEVEL_TOP else \
             np.abs(v).flat[0] >= F32MAX / 2
         # a NaN: its block (and only its block) is NaN, or its element is the NaN
         x = sample((32, 64), 3)
@@ -152,7 +159,7 @@ def test_block_special_tensors(preset):
         far = np.ones(v.shape, bool)
         far[(5 // by[0]) * by[0]:(5 // by[0] + 1) * by[0], (7 // by[1]) * by[1]:
             (7 // by[1] + 1) * by[1]] = False
-        if spec.scale_rule not in ("nvfp4", "nvfp4-torchao", "4over6"):   # tensor scale
+        if spec.scale_rule not in block.TENSOR_SCALE_RULES:
             assert not np.isnan(v[far]).any()
         # an infinity: never a silent number where the rule says NaN, never a crash
         y = sample((32, 64), 4)
@@ -270,6 +277,14 @@ finite32 = hnp.arrays(np.float32, st.tuples(st.integers(1, 3), st.integers(1, 70
 #: 256 * 6 for 4over6), so that dequantized values are float32 numbers.
 UNIT_TENSOR_SCALE = {"nvfp4": 2688.0, "nvfp4-2d": 2688.0, "nvfp4-torchao": 2688.0,
                      "nvfp4-4over6": 1536.0}
+
+
+def test_every_preset_with_a_tensor_scale_has_its_planted_amax():
+    missing = [name for name, p in block.PRESETS.items()
+               if p.scale_rule in block.TENSOR_SCALE_RULES and name not in UNIT_TENSOR_SCALE]
+    assert not missing, (f"add the amax that makes the tensor scale of {missing} exactly 1 to "
+                         "UNIT_TENSOR_SCALE in tests/test_bad_input_surfaces.py")
+
 
 small32 = hnp.arrays(np.float32, st.tuples(st.integers(1, 3), st.integers(1, 70)),
                      elements=st.floats(-1000, 1000, width=32, allow_subnormal=False))
