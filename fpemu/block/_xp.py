@@ -16,7 +16,11 @@ in both):
   multiplication by its reciprocal, which can differ in the last bit, so a
   torch rule always divides by a 0-d tensor;
 * **floating-point warnings**: NumPy's are silenced inside a rule (an
-  overflow to inf or a 0/0 is part of the rule); torch raises none.
+  overflow to inf or a 0/0 is part of the rule); torch raises none;
+* **the block layout** (:mod:`fpemu.block.driver`): moving an axis, zero
+  padding at the end of each axis, a block's amax (NaN propagates), the
+  largest of all, and the same-width integer view of a float array that
+  the ``"srN"`` rounding reads exponents from.
 
 torch is imported only when its namespace is first asked for: it is an
 optional dependency.
@@ -124,6 +128,73 @@ class _NumPy:
     def copy(a):
         return a.copy()
 
+    #: Elements a ``chunked`` rule is given at a time (module text of
+    #: :mod:`fpemu.block.driver`): about 2**18, so that its candidates never
+    #: exist for the whole array at once.
+    chunk_elements = 1 << 18
+
+    moveaxis = staticmethod(np.moveaxis)
+    floor = staticmethod(np.floor)
+    abs = staticmethod(np.abs)
+    copysign = staticmethod(np.copysign)
+
+    @staticmethod
+    def concat(parts):
+        return np.concatenate(parts)
+
+    @staticmethod
+    def reshape(a, shape):
+        return np.reshape(np.asarray(a), shape)
+
+    @staticmethod
+    def pad_end(a, shape):
+        """``a`` zero padded at the end of each axis to ``shape`` (``a``
+        itself where it has that shape)."""
+        if tuple(a.shape) == tuple(shape):
+            return a
+        P = np.zeros(shape, a.dtype)
+        P[tuple(slice(0, n) for n in a.shape)] = a
+        return P
+
+    @staticmethod
+    def block_amax(B, dims):
+        """max |B| over ``dims`` (float32; NaN propagates)."""
+        with np.errstate(invalid="ignore"):
+            return np.max(np.abs(B), axis=dims).astype(np.float32)
+
+    @staticmethod
+    def max_f32(a):
+        """The largest element of a float32 array, as a NumPy float32."""
+        return np.float32(np.max(a))
+
+    @staticmethod
+    def maximum(a, v):
+        return np.maximum(a, v)
+
+    @staticmethod
+    def float_bits(a):
+        """The signed integer view of a float32 / float64 array."""
+        return a.view(np.int64 if a.dtype == np.float64 else np.int32)
+
+    @staticmethod
+    def from_float_bits(i, like):
+        """The float array of ``like``'s dtype whose bits are ``i``."""
+        if like.dtype == np.float64:
+            return np.asarray(i).astype(np.int64).view(np.float64)
+        return np.asarray(i).astype(np.int32).view(np.float32)
+
+    @staticmethod
+    def is_f64(a):
+        return a.dtype == np.float64
+
+    @staticmethod
+    def astype_like(a, like):
+        return np.asarray(a).astype(like.dtype)
+
+    @staticmethod
+    def size(a):
+        return a.size
+
 
 class _Torch:
     name = "torch"
@@ -206,6 +277,77 @@ class _Torch:
     @staticmethod
     def copy(a):
         return a.clone()
+
+    #: A torch driver runs a ``chunked`` rule on all its blocks at once.
+    chunk_elements = None
+
+    @staticmethod
+    def moveaxis(a, src, dst):
+        return a.movedim(src, dst)
+
+    def floor(self, a):
+        return self.torch.floor(a)
+
+    @staticmethod
+    def abs(a):
+        return a.abs()
+
+    def copysign(self, a, b):
+        return self.torch.copysign(a, b)
+
+    def concat(self, parts):
+        return self.torch.cat(parts)
+
+    @staticmethod
+    def reshape(a, shape):
+        return a.reshape(shape)
+
+    def pad_end(self, a, shape):
+        """``a`` zero padded at the end of each axis to ``shape`` (``a``
+        itself where it has that shape)."""
+        if tuple(a.shape) == tuple(shape):
+            return a
+        widths = []
+        for have, want in zip(reversed(tuple(a.shape)), reversed(tuple(shape))):
+            widths += [0, want - have]
+        return self.torch.nn.functional.pad(a, widths)
+
+    @staticmethod
+    def block_amax(B, dims):
+        """max |B| over ``dims`` (NaN propagates)."""
+        return B.abs().amax(dim=dims)
+
+    @staticmethod
+    def max_f32(a):
+        """The largest element, as a NumPy float32 (one number to the host)."""
+        return np.float32(a.max().item())
+
+    @staticmethod
+    def maximum(a, v):
+        return a.clamp(min=v)
+
+    def float_bits(self, a):
+        """The signed integer view of a float32 / float64 tensor."""
+        t = self.torch
+        return a.view(t.int64 if a.dtype == t.float64 else t.int32)
+
+    def from_float_bits(self, i, like):
+        """The float tensor of ``like``'s dtype whose bits are ``i``."""
+        t = self.torch
+        if like.dtype == t.float64:
+            return i.to(t.int64).view(t.float64)
+        return i.to(t.int32).view(t.float32)
+
+    def is_f64(self, a):
+        return a.dtype == self.torch.float64
+
+    @staticmethod
+    def astype_like(a, like):
+        return a.to(like.dtype)
+
+    @staticmethod
+    def size(a):
+        return a.numel()
 
 
 _SPACES = {"numpy": _NumPy()}

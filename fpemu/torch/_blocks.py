@@ -7,13 +7,16 @@ scale rule (MX: floor, rceil, ceil, even, rceil-exact; NVFP4: TE's rule, its
 older division, torchao's, Four Over Six, cuDNN's; fp32 scales: current and
 pow2), every element rounding, 1-D blocks along any axis and 2-D tiles,
 zero-padded tails. The scale rules are those of :mod:`fpemu.block.rules`
-(the formulas: the text of :mod:`fpemu.block`), written once and run here
-with torch's array namespace; this module is the device driver (block
-layout, amaxes, element rounding):
+(the formulas: the text of :mod:`fpemu.block`) and the steps of
+:mod:`fpemu.block.driver` (block layout, amaxes, draws, element rounding),
+each written once and run here with torch's array namespace and this
+package's quantizers as the rounding backend:
 
-* the block layout, amaxes, scale exponents (from the float32 bits, integer
-  operations) and the rounding of scales and elements (:mod:`fpemu.torch`'s
-  quantizers, integer operations) stay on the device;
+* the block layout (1-D blocks along an axis other than the last and 2-D
+  tiles read where they lie, as a view), the amaxes, the scale exponents
+  (from the float32 bits, integer operations) and the rounding of scales and
+  elements (:mod:`fpemu.torch`'s quantizers, integer operations) stay on the
+  device;
 * the float32 arithmetic of the rules (``amax / 6``, ``fp8_max / amax``,
   ``x * enc``) is torch's float32 arithmetic, one rounding per operation as
   in NumPy. A division is always by a tensor on the same device: CUDA
@@ -35,12 +38,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..block import checks as _checks
+from ..block import driver as _driver
 from ..block import host as _host
-from ..block.rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, array_namespace
+from ..block.rules import array_namespace
 from ..block.spec import BlockQuantized
 from ..checks import seed_key
 from ..errors import FpemuValueError
-from ..formats import Format
 from ..rounding import Rounding
 from . import _quantize as _q
 
@@ -152,152 +155,51 @@ def _within(t, fmt, rounding="rne", **kw):
     return bool((lo >= -m) & (hi <= m))
 
 
-def _to_blocks(X, block, axis, in_place=False):
-    """torch's ``fpemu.block._to_blocks``: X as (..., nblocks, block_len),
-    zero padded; the function back to X's layout; the scales' shape; the
-    function ordering them. ``in_place``: the blocks as a view of X in its
-    own layout instead, for rules that need neither the block order
-    (stochastic rounding) nor each block's elements along the last axis
-    (Four Over Six): 2-D tiles as (..., rows of tiles, tile rows, columns of
-    tiles, tile columns), 1-D blocks along an axis other than the last as
-    (..., nblocks, block_len, ...) with that axis split in two (no copy
-    into the block layout: a transposed operand's blocks are read where they
-    lie)."""
-    if isinstance(block, int) and in_place:
-        shape = tuple(X.shape)
-        n = shape[axis]
-        nb = -(-n // block)
-        P = X
-        if nb * block != n:
-            pad = [0, 0] * (len(shape) - 1 - axis) + [0, nb * block - n]
-            P = torch.nn.functional.pad(X, pad)
-        Bk = P.reshape(shape[:axis] + (nb, block) + shape[axis + 1:])
-
-        def back_axis(A):
-            return A.reshape(shape[:axis] + (nb * block,) + shape[axis + 1:]).narrow(axis, 0, n)
-
-        return Bk, back_axis, shape[:axis] + (nb,) + shape[axis + 1:], (lambda S: S)
-    if isinstance(block, int):
-        Xm = X.movedim(axis, -1)
-        lead = tuple(Xm.shape[:-1])
-        n = Xm.shape[-1]
-        nb = -(-n // block)
-        P = Xm if nb * block == n else torch.nn.functional.pad(Xm, (0, nb * block - n))
-        Bk = P.reshape(lead + (nb, block))
-
-        def back(A):
-            return A.reshape(lead + (nb * block,))[..., :n].movedim(-1, axis)
-
-        return Bk, back, lead + (nb,), (lambda S: S.movedim(-1, axis))
-    ty, tx = block
-    lead = tuple(X.shape[:-2])
-    R, C = X.shape[-2:]
-    nr, nc = -(-R // ty), -(-C // tx)
-    P = X if (nr * ty, nc * tx) == (R, C) else torch.nn.functional.pad(
-        X, (0, nc * tx - C, 0, nr * ty - R))
-    k = len(lead)
-    if in_place:
-        # the tiles as a view (lead, nr, ty, nc, tx): no copy into the block layout
-        def back4(A):
-            return A.reshape(lead + (nr * ty, nc * tx))[..., :R, :C]
-
-        return P.reshape(lead + (nr, ty, nc, tx)), back4, lead + (nr, nc), (lambda S: S)
-    Bk = P.reshape(lead + (nr, ty, nc, tx)).movedim(k + 1, k + 2).reshape(lead + (nr, nc, ty * tx))
-
-    def back(A):
-        A = A.reshape(lead + (nr, nc, ty, tx)).movedim(k + 2, k + 1)
-        return A.reshape(lead + (nr * ty, nc * tx))[..., :R, :C]
-
-    return Bk, back, lead + (nr, nc), (lambda S: S)
-
-
-class _DeviceOps:
-    """The device's rounding, as the rules of :mod:`fpemu.block.rules` call
-    it (``job.ops``): :mod:`fpemu.torch`'s quantizers."""
+class _DeviceOps(_driver.Ops):
+    """The device's rounding backend (:class:`fpemu.block.driver.Ops`):
+    :mod:`fpemu.torch`'s quantizers, on the tensor's device."""
 
     @staticmethod
     def cast(v, fmt, rounding="rne"):
         return _q.quantize(v, fmt, rounding=rounding)
 
     @staticmethod
-    def encode(v, fmt):
-        return _codes(v, fmt)
+    def encode(v, fmt, **kw):
+        # ("srN" values of a float64 computation are grid values of fmt: float32 holds them)
+        return _codes(v.to(torch.float32), fmt, **kw)
 
     @staticmethod
     def decode(codes, fmt):
         return _q.decode_trusted(codes, fmt)
 
     @staticmethod
-    def round_elements(V, job, has_nan=True):
-        return _round_elements(V, job.elem, job.rounding, job.seed, job.draws, has_nan,
-                               job.rng)
+    def within(v, fmt):
+        return _within(v, fmt)
+
+    @staticmethod
+    def srn_draws(n, seed, like, rng):
+        """:func:`fpemu.block.host.srn_draws` on ``like``'s device in its
+        shape: Philox drawn there (the top ``n`` bits of each element's 63-bit
+        draw, by this package's quantizers' code), or NumPy's PCG64 drawn on
+        the host and sent (``rng="pcg64"``)."""
+        if rng == "philox":
+            key, offset = seed_key(seed, Rounding.SR, entropy=True)  # a recipe's [seed, calls]
+            kernels = _q._triton_for(like)
+            if _q._on_cpu(like):                      # the Numba kernel, on the host's memory
+                d = torch.from_numpy(_host.srn_draws(n, seed, like.numel(), rng).view(np.int64))
+            elif kernels is not None:                 # one Triton kernel
+                d = kernels.philox_draws(torch.empty(like.shape, dtype=torch.int64,
+                                                     device=like.device), key, offset, n)
+            else:
+                d = _q._philox63(key, offset, like.shape, like.device) >> (63 - n)
+            return d.view(like.shape)
+        d = _host.srn_draws(n, seed, like.numel(), rng)
+        d = d.astype(np.uint8 if n <= 8 else np.int32 if n <= 31 else np.int64)   # (fewer bytes)
+        return torch.from_numpy(d).to(like.device).view(like.shape)
 
 
 _OPS = _DeviceOps()
 _XP = array_namespace("torch")
-
-
-# ------------------------------------------------------------ element rounding
-def _srn_draws(n, seed, like, rng):
-    """:func:`fpemu.block.host.srn_draws` on ``like``'s device in its block
-    layout: Philox drawn there (the top ``n`` bits of each element's 63-bit
-    draw, by the torch code of this package's quantizers), or NumPy's PCG64 drawn
-    on the host and sent (``rng="pcg64"``)."""
-    if rng == "philox":
-        key, offset = seed_key(seed, Rounding.SR, entropy=True)     # a recipe's [seed, calls]
-        kernels = _q._triton_for(like)
-        if _q._on_cpu(like):                      # the Numba kernel, on the host's memory
-            d = torch.from_numpy(_host.srn_draws(n, seed, like.numel(), rng).view(np.int64))
-        elif kernels is not None:                 # one Triton kernel
-            d = kernels.philox_draws(torch.empty(like.shape, dtype=torch.int64,
-                                                 device=like.device), key, offset, n)
-        else:
-            d = _q._philox63(key, offset, like.shape, like.device) >> (63 - n)
-        return d.view(like.shape)
-    d = _host.srn_draws(n, seed, like.numel(), rng)
-    d = d.astype(np.uint8 if n <= 8 else np.int32 if n <= 31 else np.int64)   # (fewer bytes)
-    return torch.from_numpy(d).to(like.device).view(like.shape)
-
-
-def _round_elements(V, elem, rounding, seed, draws=None, has_nan=True, rng=None):
-    """:func:`fpemu.block.host.round_elements`: element codes (int64, V's layout);
-    with ``has_nan`` (some block has a NaN scale; its codes are replaced)
-    NaNs round as 0, else a NaN element gets the element format's NaN."""
-    safe = torch.where(V.isnan(), 0.0, V) if has_nan else V
-    n = _checks.srn_bits(rounding, seed)
-    if n is not None:
-        if n <= 23 and elem.emin - elem.mantissa_bits >= -126 and _within(safe, elem):
-            return _codes(_round_srn(safe, elem, n, draws), elem)
-        return _codes(_round_srn(safe.to(torch.float64), elem, n, draws).to(torch.float32),
-                      elem)          # (grid values of elem: float32 holds them)
-    kw = {"seed": (seed, 0) if seed is not None else None,
-          "rng": rng} if rounding == "sr" else {}
-    return _codes(safe, elem, rounding=rounding, overflow="saturate", **kw)
-
-
-def _round_srn(v, elem: Format, n, draws):
-    """:func:`fpemu.block.host.round_srn`, every operation exact: in float64 (v holds
-    float32 values), or in float32 where the caller made sure that v is
-    finite and at most elem's largest (:func:`_within`), that elem's
-    smallest step ``2**(emin - M)`` is a normal float32 and that ``n <= 23``:
-    then ``t = |v| / step`` is a power-of-two scaling of a float32 by a
-    normal float32 (exact), ``t - floor(t)`` is exact, and so are the n-bit
-    integers and their sum (below 2**24)."""
-    a = v.abs()
-    M = elem.mantissa_bits
-    if v.dtype == torch.float32:
-        # floor(log2 a) from the exponent field (a float32 subnormal: field 0, below emin)
-        e = ((a.view(torch.int32) >> 23) - 127).clamp_(min=elem.emin)
-        u = ((e + (127 - M)) << 23).view(torch.float32)
-    else:
-        e = ((a.view(torch.int64) >> 52) - 1023).clamp(min=elem.emin)
-        u = _XP.ldexp64(1.0, e - M)
-    t = a / u
-    k = torch.floor(t)
-    r = torch.floor((t - k).mul_(float(2**n)))
-    mag = (k + (r.add_(draws.to(v.dtype)) >= float(2**n)).to(v.dtype)).mul_(u)
-    mag = mag.clamp_(max=float(elem.max))
-    return torch.copysign(mag, v)
 
 
 # ------------------------------------------------------------------- public
@@ -321,59 +223,19 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     >>> q.scales.tolist(), q.values.tolist()
     ([[127]], [[0.0, -3.0, 6.0, 0.0]])
     """
-    elem, scale_fmt, block, rule = _checks.resolve_args(elem, scale_fmt, block, scale_rule)
-    block = _checks.check_block(block, "quantize_blocks")
-    _checks.check_inf_block(inf_block)
-    n_sr = _checks.srn_bits(rounding, seed)
-    rng = _checks.block_rng(rounding, rng)
-    amax_given = _checks.check_tensor_amax(tensor_amax, rule)
+    cfg = _driver.configure(elem, scale_fmt, block, scale_rule, rounding, seed, rng,
+                            tensor_amax, inf_block)
     X = _q._float32_bits(t, "quantize_blocks").view(torch.float32)
-    ax = _checks.check_layout(tuple(X.shape), block, axis, "fpemu.torch.quantize_blocks",
+    ax = _checks.check_layout(tuple(X.shape), cfg.block, axis, "fpemu.torch.quantize_blocks",
                               noun="a tensor", fix0d="t.reshape(1)")
-    in_place = rule != "4over6" and not (rounding == "sr" or n_sr is not None) and (
-        isinstance(block, tuple) or ax != X.dim() - 1)
-    Bk, back, sshape, sback = _to_blocks(X, block, ax, in_place=in_place)
-    if in_place and isinstance(block, tuple):
-        amax_b = Bk.abs().amax(dim=(-3, -1))                # NaN propagates
-
-        def ex(t):
-            return t.unsqueeze(-2).unsqueeze(-1)
-    elif in_place:                                          # 1-D blocks along ax (split)
-        amax_b = Bk.abs().amax(dim=ax + 1)
-
-        def ex(t):
-            return t.unsqueeze(ax + 1)
-    else:
-        amax_b = Bk.abs().amax(dim=-1)
-
-        def ex(t):
-            return t.unsqueeze(-1)
-    tensor_amax = amax_given
-    if tensor_amax is None and rule in TENSOR_SCALE_RULES:
-        # the largest block amax (zero padding changes no maximum; NaN propagates,
-        # as fpemu.block's canonical 0x7fc00000 whatever the device's max wrote)
-        tensor_amax = np.float32(amax_b.max().item()) if X.numel() else np.float32(0)
-        if np.isnan(tensor_amax):
-            tensor_amax = np.float32(np.nan)
-    draws = _srn_draws(n_sr, seed, Bk, rng) if n_sr is not None else None
-    job = Job(Bk, amax_b, elem, scale_fmt, rule, rounding, seed, tensor_amax, inf_block, ex,
-              _XP, _OPS, draws=draws, rng=rng)
-    scodes, V, codes, clipped, block_nan, tscale = SCALE_RULES[rule](job)
-    has_nan = bool(block_nan.any())
-    if codes is None:
-        codes = _round_elements(V, elem, rounding, seed, draws, has_nan, rng)
-    if has_nan:
-        # a NaN-scaled block keeps only its inputs' signs (module text of fpemu.block)
-        signed0 = torch.signbit(Bk).to(torch.int64) << (elem.bits - 1)
-        codes = torch.where(ex(block_nan), signed0, codes)
-    ctype = _q._CODE_DTYPES[elem.code_dtype.itemsize]
-    stype = _q._CODE_DTYPES[scale_fmt.code_dtype.itemsize]
+    r = _driver.run(X, cfg, ax, _XP, _OPS, allow_in_place=True)
+    ctype = _q._CODE_DTYPES[cfg.elem.code_dtype.itemsize]
+    stype = _q._CODE_DTYPES[cfg.scale_fmt.code_dtype.itemsize]
     return TensorBlocks(
-        _as_codes(back(codes), ctype), _as_codes(sback(scodes.reshape(sshape)), stype),
-        clipped=sback(clipped.reshape(sshape)).contiguous(), elem=elem, scale_fmt=scale_fmt,
-        block=block, axis=ax, scale_rule=rule, tensor_scale=tscale,
-        tensor_amax=tensor_amax if rule in TENSOR_SCALE_RULES else None,
-        rounding=rounding, shape=tuple(X.shape))
+        _as_codes(r.codes, ctype), _as_codes(r.scodes, stype), clipped=r.clipped.contiguous(),
+        elem=cfg.elem, scale_fmt=cfg.scale_fmt, block=cfg.block, axis=ax, scale_rule=cfg.rule,
+        tensor_scale=r.tensor_scale, tensor_amax=r.tensor_amax, rounding=rounding,
+        shape=tuple(X.shape))
 
 
 def _as_codes(c, dtype):
