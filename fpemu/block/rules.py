@@ -30,7 +30,7 @@ from . import _xp
 from .spec import FLT_MAX
 
 __all__ = ["Job", "Scaled", "ScaleRule", "SCALE_RULES", "MX_RULES", "FP4_RULES", "FP32_RULES",
-           "TENSOR_SCALE_RULES", "array_namespace", "mx_exponent", "te_scale",
+           "TENSOR_SCALE_RULES", "MX_EXPONENTS", "array_namespace", "mx_exponent", "te_scale",
            "nvfp4_tensor_scale", "clip_threshold", "floor_log2", "halving_sum"]
 
 _f32 = np.float32
@@ -144,44 +144,87 @@ def halving_sum(a):
 # ------------------------------------------------------------ shared steps
 def mx_exponent(xp, amax32, elem: Format, rule, ops=None):
     """Unbiased E8M0 exponents (int64, clamped to [-127, 127]) of float32
-    block amaxes under an MX rule, and the NaN mask (``"nearest"`` rounds
-    with the driver's ``ops.encode``)."""
-    nan = xp.isnan(amax32)
+    block amaxes under the MX rule ``rule`` (a key of :data:`MX_EXPONENTS`),
+    and the NaN mask (``"nearest"`` rounds with the driver's ``ops.encode``)."""
     with xp.errstate():
-        if rule == "nearest":
-            # ml_dtypes' cast of fp32(amax / elem_max) to E8M0, nearest; a zero or
-            # NaN quotient takes 2**-127, and a NaN block is marked only where the
-            # element format has no NaN (as the fp32 rules do)
-            d = amax32 / xp.const(elem.max, amax32)
-            d = xp.where(d > 0, d, xp.f32(2.0**-127))
-            e = xp.to_int64(ops.encode(d, e8m0)) - 127
-            if elem.has_nan:
-                nan = xp.zeros_bool(amax32)
-        elif rule == "rceil":
-            d = amax32 / xp.const(elem.max, amax32)
-            bits = xp.f32_bits(d)
-            ef = (bits >> 23) & 0xFF
-            frac = bits & 0x7FFFFF
-            # ceil(log2 d) from the bits: normal d = (1 + f) 2**(ef-127)
-            e = xp.where(frac != 0, ef - 127 + 1, ef - 127)
-            # subnormal d (ef == 0): d = frac * 2**-149, ceil(log2 d) exactly
-            sub = (ef == 0) & (frac != 0)
-            top = xp.ilog2(xp.where(sub, frac, 1))
-            pow2 = (frac & (frac - 1)) == 0
-            e = xp.where(sub, top - 149 + xp.where(pow2, 0, 1), e)
-            e = xp.where(d == 0, -127, e)
-            e = xp.where(xp.isinf(d), 127, e)
-        elif rule == "rceil-exact":
-            e = _ceil_log2_ratio(xp, amax32, float(elem.max))
-        else:
-            bits = xp.f32_bits(amax32)
-            if rule == "even":
-                bits = (bits + (1 << (23 - elem.mantissa_bits - 1))) & (0x1FF << 23)
-            e = ((bits >> 23) & 0xFF) - 127
-            if rule == "ceil":
-                e = xp.where((bits & 0x7FFFFF) != 0, e + 1, e)
-            e = e - floor_log2(elem.max)
+        e, nan = MX_EXPONENTS[rule](xp, amax32, elem, ops)
     return xp.clip(e, -127, 127), nan
+
+
+def _exponent_field(bits):
+    """The unbiased exponent field of float32 bits."""
+    return ((bits >> 23) & 0xFF) - 127
+
+
+def _floor_exponent(xp, amax32, elem, ops):
+    """``"floor"``: floor(log2 amax) less the element's emax, read from the
+    amax's float32 exponent field."""
+    e = _exponent_field(xp.f32_bits(amax32))
+    return e - floor_log2(elem.max), xp.isnan(amax32)
+
+
+def _ceil_exponent(xp, amax32, elem, ops):
+    """``"ceil"``: as ``"floor"``, one more where the amax is not a power of
+    two."""
+    bits = xp.f32_bits(amax32)
+    e = _exponent_field(bits)
+    e = xp.where((bits & 0x7FFFFF) != 0, e + 1, e)
+    return e - floor_log2(elem.max), xp.isnan(amax32)
+
+
+def _even_exponent(xp, amax32, elem, ops):
+    """``"even"``: ``"floor"`` of the amax rounded half up at the element's
+    mantissa width, in its float32 bits."""
+    bits = xp.f32_bits(amax32)
+    bits = (bits + (1 << (23 - elem.mantissa_bits - 1))) & (0x1FF << 23)
+    return _exponent_field(bits) - floor_log2(elem.max), xp.isnan(amax32)
+
+
+def _rceil_exponent(xp, amax32, elem, ops):
+    """``"rceil"``: ceil(log2 d) of the float32 quotient d = fp32(amax /
+    elem_max), from its bits."""
+    d = amax32 / xp.const(elem.max, amax32)
+    bits = xp.f32_bits(d)
+    ef = (bits >> 23) & 0xFF
+    frac = bits & 0x7FFFFF
+    # ceil(log2 d) from the bits: normal d = (1 + f) 2**(ef-127)
+    e = xp.where(frac != 0, ef - 127 + 1, ef - 127)
+    # subnormal d (ef == 0): d = frac * 2**-149, ceil(log2 d) exactly
+    sub = (ef == 0) & (frac != 0)
+    top = xp.ilog2(xp.where(sub, frac, 1))
+    pow2 = (frac & (frac - 1)) == 0
+    e = xp.where(sub, top - 149 + xp.where(pow2, 0, 1), e)
+    e = xp.where(d == 0, -127, e)
+    return xp.where(xp.isinf(d), 127, e), xp.isnan(amax32)
+
+
+def _rceil_exact_exponent(xp, amax32, elem, ops):
+    """``"rceil-exact"``: ceil(log2(amax / elem_max)) of the exact quotient."""
+    return _ceil_log2_ratio(xp, amax32, float(elem.max)), xp.isnan(amax32)
+
+
+def _nearest_exponent(xp, amax32, elem, ops):
+    """``"nearest"``: ml_dtypes' cast of fp32(amax / elem_max) to E8M0; a zero or
+    NaN quotient takes 2**-127, and a NaN block is marked only where the
+    element format has no NaN (as the fp32 rules do)."""
+    d = amax32 / xp.const(elem.max, amax32)
+    d = xp.where(d > 0, d, xp.f32(2.0**-127))
+    e = xp.to_int64(ops.encode(d, e8m0)) - 127
+    return e, xp.zeros_bool(amax32) if elem.has_nan else xp.isnan(amax32)
+
+
+#: The MX rules by name (the text of :mod:`fpemu.block`), each the function
+#: of its E8M0 exponent: ``f(xp, amax32, elem, ops)`` gives the unbiased
+#: exponents (before clamping) and the mask of NaN blocks. Each is also a
+#: :data:`SCALE_RULES` entry of kind ``"mx"``: a new MX rule is one line here.
+MX_EXPONENTS = {
+    "floor": _floor_exponent,
+    "rceil": _rceil_exponent,
+    "ceil": _ceil_exponent,
+    "even": _even_exponent,
+    "rceil-exact": _rceil_exact_exponent,
+    "nearest": _nearest_exponent,
+}
 
 
 def _ceil_log2_ratio(xp, a32, m):
@@ -361,12 +404,7 @@ def _cudnn_rule(job):
 #: Every block scale rule by name (the text of :mod:`fpemu.block`):
 #: ``SCALE_RULES[name](job)``.
 SCALE_RULES = {r.name: r for r in (
-    ScaleRule("floor", "mx", _mx_rule),
-    ScaleRule("rceil", "mx", _mx_rule),
-    ScaleRule("ceil", "mx", _mx_rule),
-    ScaleRule("even", "mx", _mx_rule),
-    ScaleRule("rceil-exact", "mx", _mx_rule),
-    ScaleRule("nearest", "mx", _mx_rule),
+    *(ScaleRule(name, "mx", _mx_rule) for name in MX_EXPONENTS),
     ScaleRule("nvfp4", "fp4", _te_nvfp4_rule, two_level=True),
     ScaleRule("nvfp4-div6", "fp4", _te_nvfp4_rule, two_level=True),
     ScaleRule("nvfp4-torchao", "fp4", _torchao_nvfp4, two_level=True),
