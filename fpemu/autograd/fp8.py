@@ -161,9 +161,8 @@ class Recipe:
         ``"weight"``, ``"grad_output"``, and ``"..._t"`` for the transposes
         of dgrad and wgrad) of a (rows, K) array of ``shape``; ``fmt``
         overrides the element format."""
-        raise NotImplementedError(f"{type(self).__name__} is not a scaling recipe: use "
-                                  f"DelayedScaling, Float8CurrentScaling, Float8BlockScaling, "
-                                  f"MXFP8BlockScaling or NVFP4BlockScaling, or define "
+        raise NotImplementedError(f"{type(self).__name__} is not a scaling recipe: use one of "
+                                  f"{', '.join(c.__name__ for c in RECIPE_CLASSES)}, or define "
                                   f"operand_plan() in a subclass")
 
     def tensor_scale(self, plan, amax, state=None):
@@ -452,8 +451,8 @@ def fp8_autocast(enabled=True, fp8_recipe=None):
     ``DelayedScaling()``); delayed forward scales update on exit."""
     recipe = (fp8_recipe if fp8_recipe is not None else DelayedScaling()) if enabled else None
     if recipe is not None and not isinstance(recipe, RECIPE_CLASSES):
-        raise TypeError(f"fp8_recipe must be one of DelayedScaling, Float8CurrentScaling, "
-                        f"Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling; got "
+        raise TypeError(f"fp8_recipe must be one of "
+                        f"{', '.join(c.__name__ for c in RECIPE_CLASSES)}; got "
                         f"{type(recipe).__name__}")
     used = []
     State.fp8.append((recipe, used))
