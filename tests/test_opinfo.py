@@ -18,8 +18,9 @@ The rules (those of tests/op_registry.py):
   warnings of torch's deprecations come with torch's own);
 * a sample torch refuses is not run; one fpemu refuses with its own error
   (an op or argument it does not emulate) is counted as not emulated, and the
-  table in docs/autograd.md (``python tests/test_opinfo.py --table``) lists
-  those and the ops fpemu lacks, with their sample counts.
+  coverage page docs/opinfo-coverage.md (``python tests/test_opinfo.py
+  --table > docs/opinfo-coverage.md``) lists those and the ops fpemu lacks,
+  with their sample counts.
 
 Every sample and error input of every op fpemu has passes; the ops it lacks
 are listed in the coverage table.
@@ -760,9 +761,11 @@ def test_the_coverage_page_lists_the_ops_fpemu_lacks():
     listed = set(re.findall(r"^\| `([^`]+)` \| \d+ \| not in fpemu \|$", page, re.M))
     lacking = {_key(op) for op in op_db if torch.float32 in op.supported_dtypes("cpu")
                and _resolve(op) is None and not _lookup(op.name)}
-    assert listed == lacking, (f"regenerate the page: listed but now in fpemu "
-                               f"{sorted(listed - lacking)[:5]}, missing "
-                               f"{sorted(lacking - listed)[:5]}")
+    assert listed == lacking, (f"docs/opinfo-coverage.md is out of date: listed but now in "
+                               f"fpemu {sorted(listed - lacking)[:5]}, missing "
+                               f"{sorted(lacking - listed)[:5]}; regenerate it with `python "
+                               "tests/test_opinfo.py --table > docs/opinfo-coverage.md` "
+                               "(about two minutes)")
 
 
 def test_the_coverage_page_counts_tensor_methods_and_properties():
@@ -776,7 +779,9 @@ def test_the_coverage_page_counts_tensor_methods_and_properties():
     names = {_key(op): op.name for op in op_db}
     present = [k for k in listed if inspect.getattr_static(ft.Tensor, names[k], None)
                is not None or _lookup(names[k]) is not None]
-    assert not present, f"listed as not in fpemu, but fpemu has them: {present}"
+    assert not present, (f"docs/opinfo-coverage.md lists as not in fpemu what fpemu has: "
+                         f"{present}; regenerate it with `python tests/test_opinfo.py --table "
+                         "> docs/opinfo-coverage.md`")
     for name in ("T", "mT", "float", "to", "item", "new_zeros", "__radd__", "zero_"):
         assert any(_resolve(op) is not None for op in op_db if op.name == name), name
 
@@ -806,9 +811,10 @@ runs in `tests/test_opinfo.py` (see [autograd.md](autograd.md)),
 which samples it refuses as not emulated, and which ops it does not have,
 with their float32 sample counts; then how many of their forward output
 elements carry torch CPU's bit code under the CPU profile. Written by
-`python tests/test_opinfo.py --table > docs/opinfo-coverage.md`; the tests
-check that the list of ops fpemu lacks is current, and hold every entry the
-second table marks "bit for bit" to torch's bit codes.
+`python tests/test_opinfo.py --table > docs/opinfo-coverage.md`, which a
+change that adds an op must run: the tests fail until the list of ops fpemu
+lacks is current, and hold every entry the second table marks "bit for bit"
+to torch's bit codes.
 
 {_coverage}
 
