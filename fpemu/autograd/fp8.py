@@ -213,38 +213,120 @@ class Recipe:
         """The operand of a GEMM over the other axis of X (dgrad, wgrad):
         a per-tensor scale reuses the codes; block recipes quantize X.T
         again, with blocks along its rows."""
-        Xt = np.ascontiguousarray(np.asarray(X, np.float32).T)
-        plan = self.operand_plan(role + "_t", Xt.shape, fmt)
-        if plan.block is None:
-            return _per_row(np.ascontiguousarray(q.codes.T),
-                            np.full((X.shape[1], 1), decode(q.scales[:1, :1], fp32)[0, 0],
-                                    np.float32), fmt, max(1, X.shape[0]), q.scale_rule)
-        return run_plan(self, plan, Xt, state)
+        return transpose_plan(self, np.asarray(X, np.float32), q, fmt, role, state)
 
 
-def run_plan(recipe, plan, X, state=None):
-    """The host driver of an :class:`OperandPlan`: X (rows, K, float32)
-    quantized as ``recipe`` plans it (one scale for the tensor, or
-    :func:`fpemu.block.quantize_blocks` along K, fp32 block scales turned
-    into one decode scale per row and K block)."""
-    R, K = X.shape
+class PlanOps:
+    """How :func:`run_plan` and :func:`transpose_plan` touch arrays: the
+    host's (NumPy arrays, :mod:`fpemu.block`, :class:`BlockQuantized`);
+    ``fpemu.torch.emulate`` hands them its device's. ``reads_transposed``:
+    the blocks of an operand's transpose can be read where the operand lies
+    (1-D blocks along its first axis); ``tiles_transpose``: a 2-D tiled
+    operand rounded to nearest transposes as its tiles (the same tiles,
+    codes and scales)."""
+
+    reads_transposed = tiles_transpose = False
+
+    @staticmethod
+    def amax(X):
+        """max |X| as a float32 (NaN propagates)."""
+        return _f(np.max(np.abs(X))) if X.size else _f(0)
+
+    @staticmethod
+    def cast(X, scale, fmt):
+        """The codes of fp32(X * scale), saturated."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return encode(X.astype(np.float32) * _f(scale), fmt, overflow="saturate")
+
+    @staticmethod
+    def per_row(codes, sinv, fmt, bk, rule, source=None):
+        """The operand with one fp32 decode scale per row and K block of
+        length ``bk`` (``sinv``: a float32 number for every row, or the
+        per-row, per-block scale values; a 128 x 128 weight tile repeats its
+        scale on each of its rows); ``source``: the operand whose transposed
+        codes these are (a backend may reuse what it holds)."""
+        if np.ndim(sinv) == 0:
+            sinv = np.full((codes.shape[0], 1), sinv, np.float32)
+        return BlockQuantized(codes, encode(sinv, fp32), elem=fmt, scale_fmt=fp32, block=bk,
+                              axis=1, scale_rule=rule)
+
+    @staticmethod
+    def hadamard(X):
+        return hadamard(X, 16, axis=1, signs="te")
+
+    @staticmethod
+    def quantize_blocks(X, plan, axis):
+        return quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block, axis=axis,
+                               scale_rule=plan.scale_rule, rounding=plan.rounding,
+                               seed=plan.seed)
+
+    @staticmethod
+    def decode(codes, fmt):
+        return decode(codes, fmt)
+
+    @staticmethod
+    def repeat_rows(a, n):
+        return np.repeat(a, n, axis=0)
+
+    @staticmethod
+    def transpose_array(X):
+        return np.ascontiguousarray(X.T)
+
+    @staticmethod
+    def transpose_codes(q):
+        return np.ascontiguousarray(q.codes.T)
+
+
+#: The host's :class:`PlanOps`.
+HOST_PLAN_OPS = PlanOps()
+
+
+def run_plan(recipe, plan, X, state=None, ops=HOST_PLAN_OPS, transposed=False):
+    """The driver of an :class:`OperandPlan`, on the host (``ops`` the host's
+    :class:`PlanOps`) and on a torch device (``fpemu.torch.emulate``'s): X
+    (rows, K, float32) quantized as ``recipe`` plans it (one scale for the
+    tensor, or :func:`fpemu.block.quantize_blocks` along K, fp32 block scales
+    turned into one decode scale per row and K block). ``transposed``: the
+    operand is ``X.T``, its 1-D blocks read along X's first axis where X lies
+    where ``ops.reads_transposed`` (the blocks, their codes and scales are
+    the same)."""
+    if transposed and not (ops.reads_transposed and isinstance(plan.block, int)
+                           and not plan.rht):
+        X, transposed = ops.transpose_array(X), False
+    R, K = X.shape[::-1] if transposed else X.shape
     if plan.block is None:
-        amax = np.max(np.abs(X)) if X.size else _f(0)
-        scale, sinv = recipe.tensor_scale(plan, amax, state)
-        codes = _cast(X, np.full((R, 1), scale, np.float32), plan.elem)
-        return _per_row(codes, np.full((R, 1), sinv, np.float32), plan.elem, max(K, 1),
-                        plan.scale_rule)
+        scale, sinv = recipe.tensor_scale(plan, ops.amax(X), state)
+        return ops.per_row(ops.cast(X, scale, plan.elem), _f(sinv), plan.elem, max(K, 1),
+                           plan.scale_rule)
     if plan.rht:
-        X = hadamard(X, 16, axis=1, signs="te")
-    q = quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block, axis=1,
-                        scale_rule=plan.scale_rule, rounding=plan.rounding, seed=plan.seed)
+        X = ops.hadamard(X)
+    q = ops.quantize_blocks(X, plan, 0 if transposed else 1)
+    if transposed:
+        q = ops.transposed(q)
     if plan.scale_fmt.name != "fp32":
         return q
-    sinv = decode(q.scales, fp32)
+    sinv = ops.decode(q.scales, fp32)
     if isinstance(plan.block, tuple):                  # a tile's scale on each of its rows
-        sinv = np.repeat(sinv, plan.block[0], axis=0)[:R]
+        sinv = ops.repeat_rows(sinv, plan.block[0])[:R]
     bk = plan.block[1] if isinstance(plan.block, tuple) else plan.block
-    return _per_row(q.codes, sinv, plan.elem, bk, plan.scale_rule)
+    return ops.per_row(q.codes, sinv, plan.elem, bk, plan.scale_rule)
+
+
+def transpose_plan(recipe, X, q, fmt, role, state=None, ops=HOST_PLAN_OPS):
+    """The operand of a GEMM over X's other axis, X quantized as ``q``
+    (``ops`` as in :func:`run_plan`): a per-tensor scale reuses the codes;
+    block recipes quantize X.T again (``role + "_t"``), except, where
+    ``ops.tiles_transpose``, 2-D tiles rounded to nearest, whose transpose
+    is the same tiles (quantizing X.T again gives them bit for bit)."""
+    R, K = X.shape
+    plan = recipe.operand_plan(role + "_t", (K, R), fmt)
+    if plan.block is None:
+        sinv0 = _f(np.asarray(ops.decode(q.scales[:1, :1], fp32)).reshape(()))
+        return ops.per_row(ops.transpose_codes(q), sinv0, fmt, max(1, R), q.scale_rule,
+                           source=q)
+    if ops.tiles_transpose and isinstance(q.block, tuple) and q.rounding == "rne":
+        return ops.transposed(q)
+    return run_plan(recipe, plan, X, state, ops, transposed=True)
 
 
 @dataclasses.dataclass
@@ -529,21 +611,6 @@ def mx_scale_exponent(amax, fmt, rounding):
 # ------------------------------------------------------------- quantization
 def _blocks(K, bk):
     return [(s, min(K, s + bk)) for s in range(0, K, bk)] or [(0, 0)]
-
-
-def _cast(X, scale, fmt):
-    """The fp8 codes of fp32(X * scale), saturated."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return encode(X.astype(np.float32) * scale.astype(np.float32), fmt,
-                      overflow="saturate")
-
-
-def _per_row(codes, scale_inv, fmt, bk, rule):
-    """A :class:`BlockQuantized` with fp32 decode scales, one per row and K
-    block of length ``bk`` (a whole row for per-tensor recipes; a
-    128 x 128 weight tile repeats its scale on each of its rows)."""
-    return BlockQuantized(codes, encode(scale_inv, fp32), elem=fmt, scale_fmt=fp32, block=bk,
-                          axis=1, scale_rule=rule)
 
 
 def _rowwise(bq):

@@ -96,15 +96,6 @@ def recipe_of(recipe):
 
 
 # ------------------------------------------------------------ operands
-def _per_row(codes, sinv, fmt, bk, rule):
-    """fp8 codes with float32 decode scales, one per row and K block
-    (``fpemu.autograd.fp8._per_row``)."""
-    return _blocks.TensorBlocks(
-        codes, _q.encode(sinv, _fp32), clipped=None, elem=fmt, scale_fmt=_fp32, block=bk,
-        axis=1, scale_rule=rule, tensor_scale=None, tensor_amax=None, rounding="rne",
-        shape=tuple(codes.shape))
-
-
 def _amax(X):
     """max |X| (NaN if X holds one), in one read of X (no |X| tensor)."""
     if not X.numel():
@@ -149,71 +140,89 @@ def hadamard(X):
     return Y.reshape(R, K)
 
 
+class _DevicePlanOps(_fp8.PlanOps):
+    """The device's :class:`fpemu.autograd.fp8.PlanOps`: the operand plans of
+    ``fpemu.autograd.fp8.run_plan`` / ``transpose_plan`` run on a tensor's
+    device, as :class:`fpemu.torch.TensorBlocks` with the host's codes and
+    scales. A transposed operand's 1-D blocks are read where it lies, and 2-D
+    tiles rounded to nearest transpose as they are (:meth:`TensorBlocks.t`)."""
+
+    reads_transposed = tiles_transpose = True
+
+    @staticmethod
+    def amax(X):
+        return _f(_amax(X))
+
+    @staticmethod
+    def cast(X, scale, fmt):
+        return _q.encode(X * float(scale), fmt, overflow="saturate")
+
+    @staticmethod
+    def per_row(codes, sinv, fmt, bk, rule, source=None):
+        """fp8 codes with float32 decode scales, one per row and K block
+        (a float32 number: the tensor's, kept as ``cache["tensor_sinv"]``)."""
+        tensor_sinv = np.float32(sinv) if np.ndim(sinv) == 0 else None
+        if tensor_sinv is not None:
+            sinv = torch.full((codes.shape[0], 1), float(sinv), device=codes.device)
+        q = _blocks.TensorBlocks(
+            codes, _q.encode(sinv, _fp32), clipped=None, elem=fmt, scale_fmt=_fp32, block=bk,
+            axis=1, scale_rule=rule, tensor_scale=None, tensor_amax=None, rounding="rne",
+            shape=tuple(codes.shape))
+        if tensor_sinv is not None:
+            q.cache["tensor_sinv"] = tensor_sinv
+        if source is not None and "values" in source.cache:
+            q.cache["values"] = source.cache["values"].t()     # the forward's, transposed
+        return q
+
+    @staticmethod
+    def hadamard(X):
+        return hadamard(X)
+
+    @staticmethod
+    def quantize_blocks(X, plan, axis):
+        return _blocks.quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block, axis=axis,
+                                       scale_rule=plan.scale_rule, rounding=plan.rounding,
+                                       seed=plan.seed)
+
+    @staticmethod
+    def decode(codes, fmt):
+        return _q.decode_trusted(codes, fmt)
+
+    @staticmethod
+    def repeat_rows(a, n):
+        return a.repeat_interleave(n, dim=0)
+
+    @staticmethod
+    def transpose_array(X):
+        return X.t().contiguous()
+
+    @staticmethod
+    def transpose_codes(q):
+        return q.codes.t()
+
+    @staticmethod
+    def transposed(q):
+        if q.scale_fmt.name != "fp32":
+            _block_scaled(q)       # the GEMM's values, transposed with the codes (a view)
+        return q.t()
+
+
+_PLAN_OPS = _DevicePlanOps()
+
+
 def quantize_operand(recipe, X, fmt, role, state=None):
     """The device twin of ``recipe.quantize(X, fmt, role, state)``: a
     (rows, K) float32 tensor quantized for a GEMM over K by the recipe's
     :meth:`~fpemu.autograd.fp8.Recipe.operand_plan`, as a
     :class:`fpemu.torch.TensorBlocks` with the host's codes and scales."""
-    return run_plan(recipe, recipe.operand_plan(role, tuple(X.shape), fmt), X, state)
-
-
-def run_plan(recipe, plan, X, state=None, transposed=False):
-    """The device driver of an :class:`fpemu.autograd.fp8.OperandPlan`
-    (``fpemu.autograd.fp8.run_plan`` is the host's): one scale for the
-    tensor, or :func:`fpemu.torch.quantize_blocks` along K (fp32 block
-    scales as one decode scale per row and K block). ``transposed``: the
-    operand is ``X.T``, 1-D blocks read along X's first axis where X lies
-    (no transposed copy of X: the blocks, their codes and scales are the
-    same; :meth:`TensorBlocks.t`)."""
-    if transposed and (plan.block is None or plan.rht or not isinstance(plan.block, int)):
-        X, transposed = X.t().contiguous(), False
-    R, K = X.shape[::-1] if transposed else X.shape
-    if plan.block is None:
-        scale, sinv = recipe.tensor_scale(plan, _f(_amax(X)), state)
-        codes = _q.encode(X * float(scale), plan.elem, overflow="saturate")
-        q = _per_row(codes, torch.full((R, 1), float(sinv), device=X.device), plan.elem,
-                     max(K, 1), plan.scale_rule)
-        q.cache["tensor_sinv"] = np.float32(sinv)
-        return q
-    if plan.rht:
-        X = hadamard(X)
-    q = _blocks.quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block,
-                                axis=0 if transposed else 1, scale_rule=plan.scale_rule,
-                                rounding=plan.rounding, seed=plan.seed)
-    if plan.scale_fmt.name != "fp32":
-        if transposed:
-            _block_scaled(q)       # the GEMM's values, transposed with the codes (a view)
-        return q.t() if transposed else q
-    if transposed:
-        q = q.t()
-    sinv = _q.decode_trusted(q.scales, _fp32)
-    if isinstance(plan.block, tuple):                  # a tile's scale on each of its rows
-        sinv = sinv.repeat_interleave(plan.block[0], dim=0)[:R]
-    bk = plan.block[1] if isinstance(plan.block, tuple) else plan.block
-    return _per_row(q.codes, sinv, plan.elem, bk, plan.scale_rule)
+    return _fp8.run_plan(recipe, recipe.operand_plan(role, tuple(X.shape), fmt), X, state,
+                         _PLAN_OPS)
 
 
 def transpose_operand(recipe, X, q, fmt, role, state=None):
-    """The operand of a GEMM over X's other axis: a per-tensor scale reuses
-    the codes; block recipes quantize X.T again (``role_t``), except 2-D
-    tiles rounded to nearest, whose transpose is the same tiles."""
-    plan = recipe.operand_plan(role + "_t", tuple(X.shape[::-1]), fmt)
-    if plan.block is None:
-        sinv0 = float(_q.decode_trusted(q.scales[:1, :1], _fp32))
-        R, K = X.shape
-        qt = _per_row(q.codes.t(), torch.full((K, 1), sinv0, device=X.device),
-                      fmt, max(1, R), q.scale_rule)
-        qt.cache["tensor_sinv"] = np.float32(sinv0)
-        if "values" in q.cache:            # the forward GEMM's decoded codes, transposed
-            qt.cache["values"] = q.cache["values"].t()
-        return qt
-    if isinstance(q, _blocks.TensorBlocks) and isinstance(q.block, tuple) and \
-            q.rounding == "rne":
-        # 2-D tiles (NVFP4 and fp8-block weights, MXFP8 with block_2d_weights): the
-        # transpose's tiles are the same tiles, so its codes and scales are these,
-        # transposed (the host recipe quantizes X.T again and gets them bit for bit)
-        return q.t()
-    return run_plan(recipe, plan, X, state, transposed=True)
+    """The device twin of ``recipe.transpose``: the operand of a GEMM over
+    X's other axis (``fpemu.autograd.fp8.transpose_plan``)."""
+    return _fp8.transpose_plan(recipe, X, q, fmt, role, state, _PLAN_OPS)
 
 
 # ----------------------------------------------------------------- GEMMs
