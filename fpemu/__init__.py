@@ -49,7 +49,7 @@ except ImportError:
         entry = _LAZY.get(name)
         if entry is None:
             raise AttributeError(f"module 'fpemu' has no attribute {name!r}")
-        import importlib
+        import importlib  # only on this path without Numba
         module = importlib.import_module(entry[0], __name__)
         return module if entry[1] is None else getattr(module, entry[1])
 else:

@@ -14,16 +14,36 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
+import json
+import math
 import os
 import sys
+import time
+import traceback
 
 import numpy as np
 
-from ._exact import parse_real
+from . import experiments
+from ._exact import parse_real, to_float64_odd
 from .errors import FpemuError, FpemuValueError
+from .experiments import ORDER
 from .formats import FORMATS, format_names
+from .formats import format as lookup
 from .numtext import float32_text as _float32_text
+from .plotting import new_axes, plot_underflow_histogram, save_figure
+from .report import demo, write_report
 from .rounding import Overflow, Rounding
+from .tensorfiles import (
+    check_input, check_output_dir, check_output_file, check_tensor_file, load_npy, named_tensors,
+    value_chunks,
+)
+from .warmup import cache_dir, warmup
+
+# The modules that need Numba (quantize, explain, stats, block) are imported
+# inside the commands that use them, so that `fpemu record` runs where Numba is
+# missing; fpemu.torch and fpemu.reference are imported by their commands only.
 
 #: Values that show each format's edges (ties, overflow, underflow, specials).
 TELLING_VALUES = (
@@ -58,7 +78,7 @@ def format_table() -> str:
 
 def cast_table(values=TELLING_VALUES) -> str:
     """Each telling value rounded (rne, default overflow) into every format."""
-    from .quantize import quantize
+    from .quantize import quantize  # needs Numba
     rows = [("value",) + tuple(f.name for f in FORMATS)]
     for label, v in values:
         row = [label]
@@ -80,7 +100,7 @@ def _render(rows) -> str:
 
 
 def _cmd_casts(args) -> int:
-    from .quantize import encode, quantize
+    from .quantize import encode, quantize  # needs Numba
     print("Casts (float64 input, round to nearest even, each format's default overflow;")
     print("'error' = NaN into a format without NaN)\n")
     print(cast_table())
@@ -102,7 +122,6 @@ DEMO_EXTRA_SIZE = "1.3 GB"
 
 
 def _missing(modules):
-    import importlib.util
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
@@ -114,9 +133,7 @@ def _cmd_demo(args) -> int:
                        f"pip install 'fpemu[demo]' (matplotlib, tqdm and PyTorch: a virtual "
                        f"environment with them is about {DEMO_EXTRA_SIZE}), or from a "
                        f"checkout: make demo")
-    from .tensorfiles import check_output_dir
     check_output_dir(args.out, "report folder")
-    from .report import demo
     kinds = ("svg", "png") + (("pdf",) if args.pdf else ())
     path, results, seconds = demo(args.out, quick=args.quick, progress=not args.no_progress,
                                   figure_formats=kinds)
@@ -128,15 +145,12 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    import dataclasses
 
-    from . import experiments
     try:
         mod = experiments.module(args.name)
     except KeyError as err:
         raise CliError(err.args[0]) from None
     if args.out:
-        from .tensorfiles import check_output_dir
         check_output_dir(args.out, "report folder")
     fields = {f.name: f for f in dataclasses.fields(mod.Config)}
     defaults = mod.Config()
@@ -170,7 +184,6 @@ def _cmd_run(args) -> int:
     print()
     print(r.conclusion)
     if args.out:
-        from .report import write_report
         path = write_report(args.out, [r], r.seconds, extra_figures=False)
         print(f"\nreport written to {path}")
     return 0
@@ -210,7 +223,6 @@ def _parse_param(flag, text, default):
 
 def _checked(flag, value, default):
     """``value`` if finite and of the default's sign, else a CliError."""
-    import math
     if isinstance(value, float) and not math.isfinite(value):
         raise CliError(f"{flag} expects a finite number, got {value!r}")
     if default > 0 and not value > 0:
@@ -221,27 +233,24 @@ def _checked(flag, value, default):
 
 
 def _cmd_hist(args) -> int:
-    from .tensorfiles import check_output_file, check_tensor_file, value_chunks
     check_tensor_file(args.file)
     if os.path.splitext(args.output)[1]:
         check_output_file(args.output, "figure file")
     else:
         check_output_file(args.output + ".png", "figure file")
-    import matplotlib
+    import matplotlib  # optional dependency
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional dependency, after use("Agg")
 
-    from .plotting import plot_underflow_histogram, save_figure
-    from .stats import survey
+    from .stats import survey  # needs Numba
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    from .formats import format as lookup
     for f in formats:
         lookup(f)                       # an unknown name raises with the list of formats
     total, parts = value_chunks(args.file)
     bar = None
     if not args.no_progress:
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional dependency
             bar = tqdm(total=total, unit="val", unit_scale=True, desc="counting",
                        disable=total is not None and total < (1 << 24))
         except ImportError:                # pragma: no cover - tqdm is in the plot extra
@@ -262,7 +271,6 @@ def _cmd_hist(args) -> int:
     for f in formats:
         for s in scales:
             print(sv[f, s])
-    from .plotting import new_axes
     fig, ax = new_axes(figsize=(12, 6 + 0.45 * len(formats)))
     plot_underflow_histogram(sv, formats, scale=args.scale, ax=ax, yscale=args.yscale,
                              title=f"{os.path.basename(args.file)}: {sv.total} values")
@@ -278,12 +286,7 @@ def _cmd_hist(args) -> int:
 
 
 def _cmd_blocks(args) -> int:
-    import json
-
-    import numpy as np
-
-    from .block import PRESETS, TABLE_PRESETS, error_shares, error_table
-    from .tensorfiles import check_output_file, check_tensor_file, named_tensors
+    from .block import PRESETS, TABLE_PRESETS, error_shares, error_table  # needs Numba
     check_tensor_file(args.file)
     if args.json:
         check_output_file(args.json, "JSON file")
@@ -389,14 +392,14 @@ def _protect_negative_numbers(argv):
 
 
 def _cmd_explain(args) -> int:
-    from .explain import explain
+    from .explain import explain  # needs Numba
     print(explain(args.x, args.format, rounding=args.rounding, subnormals=not args.flush,
                   overflow=args.overflow, seed=args.seed))
     return 0
 
 
 def _cmd_table(args) -> int:
-    from .explain import table_text
+    from .explain import table_text  # needs Numba
     print(table_text(args.fmt))
     return 0
 
@@ -404,13 +407,11 @@ def _cmd_table(args) -> int:
 def _cmd_quantize(args) -> int:
     kw = dict(rounding=args.rounding, subnormals=not args.flush, overflow=args.overflow,
               seed=args.seed)
-    from ._exact import to_float64_odd
-    from .quantize import encode, quantize
+    from .quantize import encode, quantize  # needs Numba
     # each decimal input rounded to odd in float64: one correct rounding into the format
     x = np.array([to_float64_odd(parse_real(v)) for v in args.values], np.float64)
     q = quantize(x, args.format, **kw)
     codes = encode(x, args.format, **kw)
-    from .formats import format as lookup
     hexw = (lookup(args.format).bits + 3) // 4
     rows = [("input", "value", "code")]
     for text, qi, ci in zip(args.values, q, codes):
@@ -420,8 +421,7 @@ def _cmd_quantize(args) -> int:
 
 
 def _cmd_stats(args) -> int:
-    from .stats import stats_chunked
-    from .tensorfiles import load_npy
+    from .stats import stats_chunked  # needs Numba
     arr = load_npy(args.file)
     if arr.dtype.kind not in "fiub":
         raise CliError(f"{args.file} holds {arr.dtype} values, not real numbers; save a "
@@ -484,7 +484,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.add_argument("--pdf", action="store_true", help="also write every figure as PDF")
     d.set_defaults(func=_cmd_demo)
-    from .experiments import ORDER
     rn = sub.add_parser("run", help="run one experiment, with parameters overridden",
                         description="Run one experiment and print its numbers and "
                                     "conclusion. Experiments: " + ", ".join(ORDER) + ". "
@@ -662,10 +661,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_warmup(args) -> int:
-    import time
-
-    from .warmup import cache_dir, warmup
-
     def show(label, seconds):
         print(f"  {seconds:6.2f} s  {label}", flush=True)
     if args.processes is not None and args.processes < 1:
@@ -687,7 +682,6 @@ def _no_launcher(script, command):
 
 
 def _cmd_monitor(args) -> int:
-    from .tensorfiles import check_input, check_output_dir
     _no_launcher(args.script, "monitor")
     check_input(args.script, "script")
     check_output_dir(args.out, "report folder")
@@ -695,7 +689,7 @@ def _cmd_monitor(args) -> int:
         raise CliError(f"--every expects a step count >= 1, got {args.every}")
     if args.sample is not None and args.sample < 1:
         raise CliError(f"--sample expects a count >= 1, got {args.sample}")
-    from .torch import run_script
+    from .torch import run_script  # this command only
     mon = run_script(args.script, args.args, out=args.out, reraise=False,
                      formats=[f for f in args.formats.split(",") if f],
                      scaling=tuple(x for x in args.scaling.split(",") if x), every=args.every,
@@ -731,10 +725,9 @@ def _cmd_monitor(args) -> int:
 
 
 def _cmd_emulate(args) -> int:
-    from .tensorfiles import check_input
     _no_launcher(args.script, "emulate")
     check_input(args.script, "script")
-    from .torch import RECIPES, run_emulated_script as run_script
+    from .torch import RECIPES, run_emulated_script as run_script  # this command only
     if args.recipe.lower() not in RECIPES:
         raise CliError(f"--recipe expects one of {', '.join(RECIPES)}, got {args.recipe!r}")
     emu, err, code = run_script(args.script, args.args, args.recipe,
@@ -780,15 +773,14 @@ def _steps(text):
 
 
 def _cmd_record(args) -> int:
-    from .reference.record import record
-    from .tensorfiles import check_output_dir
+    from .reference.record import record  # this command only
     check_output_dir(args.out, "trace folder")
     if args.steps is not None and not args.ops:
         raise CliError("--steps goes with --ops (the steps whose op streams are recorded)")
     steps = _steps(args.steps or "0,10")
     try:
         if args.ops:
-            from .reference.opstream import record_op_streams
+            from .reference.opstream import record_op_streams  # this command only
             folder = record_op_streams(args.device, args.out, args.only, steps)
             print(f"op streams written to {folder}/ops")
             return 0
@@ -800,9 +792,9 @@ def _cmd_record(args) -> int:
 
 
 def _cmd_first_difference(args) -> int:
-    from .reference.opstream import OPS_DIR, first_difference
-    from .reference.parity import TraceFolderError, trace_dirs
-    from .reference.scenarios import SCENARIOS
+    from .reference.opstream import OPS_DIR, first_difference  # this command only
+    from .reference.parity import TraceFolderError, trace_dirs  # this command only
+    from .reference.scenarios import SCENARIOS  # this command only
     name = args.first_difference
     stepped = [n for n, s in SCENARIOS.items() if s.group == "e2e"]
     if name not in stepped:
@@ -827,7 +819,7 @@ def _cmd_first_difference(args) -> int:
 
 
 def _cmd_parity(args) -> int:
-    from .reference.parity import TraceFolderError, parity, trace_dirs
+    from .reference.parity import TraceFolderError, parity, trace_dirs  # this command only
     if args.first_difference:
         if args.only:
             raise CliError("--first-difference replays one scenario: drop --only")
@@ -852,7 +844,6 @@ def _cmd_parity(args) -> int:
 def _print_script_traceback(err, script):
     """The traceback of an error a user's script raised, from the script's own
     frames on (as ``python script.py`` shows it), not fpemu's."""
-    import traceback
     tb, want = err.__traceback__, os.path.abspath(script)
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != want:
         tb = tb.tb_next

@@ -23,7 +23,9 @@ from .errors import FpemuTypeError, FpemuValueError
 from .formats import Format
 from .numtext import cell as _cell
 from .numtext import shortest as _show
-from .checks import as_format
+from .checks import (
+    ML_DTYPES_INTS, ML_DTYPES_NAMES, as_format, from_torch, is_torch_tensor,
+)
 from .quantize import classify, decode, encode, next_down, next_up, quantize, ulp
 from .rounding import parse_overflow, parse_rounding
 
@@ -168,7 +170,6 @@ def _one_value(x):
     one-element torch tensor, numpy or ml_dtypes array, list or tuple gives
     its element; numpy ints (uint64 too) and bools become Python ints,
     ml_dtypes scalars their exact float32 value."""
-    from .checks import ML_DTYPES_INTS, ML_DTYPES_NAMES, from_torch, is_torch_tensor
     if is_torch_tensor(x):
         x = from_torch(x, "explain")
     if isinstance(x, (list, tuple)):

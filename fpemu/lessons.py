@@ -33,13 +33,17 @@ Everything shown comes from fpemu's kernels (:func:`fpemu.decode`,
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import html
+import importlib.util
 import math
+import numbers
 import os
 
 import numpy as np
 
 from .errors import FpemuTypeError, FpemuValueError
+from .explain import table, table_text, values
 from .formats import Format, format_names
 from .numtext import FIELD_TINTS
 from .numtext import cell as _cell
@@ -66,12 +70,11 @@ def interactive() -> bool:
     """
     if os.environ.get("FPEMU_STATIC", "") not in ("", "0"):
         return False
-    import importlib.util
     return importlib.util.find_spec("ipywidgets") is not None
 
 
 def _display(obj):
-    from IPython.display import display
+    from IPython.display import display  # optional dependency
     display(obj)
 
 
@@ -149,7 +152,6 @@ def _fields(fmt: Format):
 def _exact(value, where):
     """A starting value as encode reads it exactly: text becomes a Decimal."""
     if isinstance(value, str):
-        import decimal
         try:
             return decimal.Decimal(value.strip().replace("_", ""))
         except decimal.InvalidOperation:
@@ -371,7 +373,7 @@ class _BitToggleWidget:
     """The ipywidgets form of a :class:`BitToggle`; every change goes through it."""
 
     def __init__(self, toggle: BitToggle):
-        import ipywidgets as w
+        import ipywidgets as w  # optional dependency
         self.t = toggle
         self.w = w
         self.menu = w.Dropdown(options=list(format_names()), value=toggle.fmt.name
@@ -469,7 +471,6 @@ class CodeTable:
     """
 
     def __init__(self, fmt):
-        from .explain import table, values
         self.fmt = as_format(fmt)
         self.values = table(self.fmt)
         self._cls = values(self.fmt)["cls"].reshape(self.values.shape)
@@ -499,7 +500,6 @@ class CodeTable:
         return "max" if c == "normal" and abs(v) == self.fmt.max else c
 
     def __str__(self):
-        from .explain import table_text
         return table_text(self.fmt)
 
     def _repr_html_(self):
@@ -548,7 +548,7 @@ class Choice:
                                   f"{self.options!r}")
 
     def widget(self, name):
-        import ipywidgets as w
+        import ipywidgets as w  # optional dependency
         return w.Dropdown(options=list(self.options), value=self.value,
                           description=self.description or name)
 
@@ -567,7 +567,6 @@ class Slider:
     description: str = ""
 
     def __post_init__(self):
-        import numbers
         for name in ("min", "max", "value", "step", "base"):
             v = getattr(self, name)
             if v is None and name == "step":
@@ -588,7 +587,7 @@ class Slider:
                                      if self.log else ""))
 
     def widget(self, name):
-        import ipywidgets as w
+        import ipywidgets as w  # optional dependency
         desc = self.description or name
         if self.log:
             return w.FloatLogSlider(value=self.value, base=self.base, min=self.min,
@@ -624,7 +623,7 @@ def interact(fn, **controls):
         result = fn(**defaults)
         _show_result(result)
         return Interaction(result, defaults)
-    import ipywidgets as w
+    import ipywidgets as w  # optional dependency
     live = {k: c.widget(k) for k, c in controls.items() if isinstance(c, (Choice, Slider))}
     fixed = {k: c for k, c in controls.items() if k not in live}
     first = {}
@@ -654,11 +653,11 @@ def _show_result(result):
     if result is None:
         return
     try:
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # optional dependency
     except ImportError:                       # pragma: no cover - matplotlib is in the extra
         Figure = ()
     if isinstance(result, Figure):
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional dependency
         _display(result)
         plt.close(result)
     elif isinstance(result, str):

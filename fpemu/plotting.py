@@ -31,6 +31,11 @@ import numpy as np
 from .errors import FpemuValueError
 from .formats import Format
 from .checks import as_format
+from .numtext import FIELD_COLORS
+
+# matplotlib is imported when a figure is drawn, and the plots that compute
+# their numbers import fpemu.stats, fpemu.quantize or fpemu.explain (Numba's)
+# when called: this module imports without either (the CLI loads it).
 
 __all__ = [
     "STYLE", "REGION_COLORS", "lecture_style", "new_axes", "save_figure", "format_regions",
@@ -56,8 +61,8 @@ _TEXT_COLORS = {"flushed": "#4a4f55", "subnormal": "#b35a00", "normal": "#1f5fa0
 
 def _plt():
     try:
-        import matplotlib
-        import matplotlib.pyplot as plt
+        import matplotlib  # optional dependency
+        import matplotlib.pyplot as plt  # optional dependency
     except ImportError as err:   # pragma: no cover - matplotlib is in the plot extra
         raise ImportError("fpemu's figures need matplotlib: pip install 'fpemu[plot]' "
                           "(or pip install matplotlib)") from err
@@ -176,7 +181,7 @@ def _log2_ticks(ax, lo, hi, zero_x=None, axis="x"):
 
 
 def _survey_for(values, formats, scales):
-    from .stats import Survey, survey
+    from .stats import Survey, survey  # needs Numba
     if isinstance(values, Survey):
         missing = [(f, s) for f in formats for s in scales
                    if (as_format(f).name, float(s)) not in values.counts]
@@ -328,7 +333,7 @@ def plot_layer_histograms(layers, fmt="fp16", scale=1.0, ax=None, title=None):
     bands through every row, and the right margin gives each layer's exact
     flushed / subnormal / overflow shares.
     """
-    from .stats import Counts, stats
+    from .stats import Counts, stats  # needs Numba
     if not isinstance(layers, Mapping) or not layers:
         raise FpemuValueError("plot_layer_histograms(): layers must be a non-empty mapping "
                               "{layer name: values}")
@@ -390,7 +395,7 @@ def plot_number_line(formats=("e4m3fn", "e5m2", "fp16", "bf16"), lo=2.0**-18, hi
     are evenly spread, so the row shows precision (density) and range
     (extent) at once.
     """
-    from .explain import values as all_values
+    from .explain import values as all_values  # needs Numba
     if isinstance(formats, (str, Format)):
         formats = [formats]
     names = [_fmt_name(f) for f in formats]
@@ -443,13 +448,12 @@ def plot_bit_layout(formats=("fp32", "tf32", "bf16", "fp16", "e5m2", "e4m3fn", "
     With ``value`` each box shows the bit of that value's code in the format
     (after rounding to nearest even), and the row ends with the stored value.
     """
-    from .quantize import encode, quantize
+    from .quantize import encode, quantize  # needs Numba
     if isinstance(formats, (str, Format)):
         formats = [formats]
     fmts = [as_format(f) for f in formats]
     width = max(f.bits for f in fmts)
     ax = _axes(ax, figsize=(min(3 + 0.42 * width, 16), 0.9 + 0.75 * len(fmts)))
-    from .numtext import FIELD_COLORS as field_colors
     for i, f in enumerate(fmts):
         y = len(fmts) - 1 - i
         fields = ((["sign"] if f.signed else []) + ["exponent"] * f.exponent_bits
@@ -458,7 +462,7 @@ def plot_bit_layout(formats=("fp32", "tf32", "bf16", "fp16", "e5m2", "e4m3fn", "
         if value is not None:
             code = int(encode(float(value), f))
         for j, kind in enumerate(fields):
-            ax.add_patch(_rect(j, y - 0.35, field_colors[kind], label=kind if i == 0 and (
+            ax.add_patch(_rect(j, y - 0.35, FIELD_COLORS[kind], label=kind if i == 0 and (
                 j == 0 or fields[j - 1] != kind) else None))
             if code is not None:
                 bit = (code >> (f.bits - 1 - j)) & 1
@@ -496,8 +500,8 @@ def plot_rounding(x, fmt="bf16", modes=("rne", "rna", "rtz", "rup", "rdn", "rto"
     :func:`fpemu.quantize` returns in that mode. ``x`` may be any float; values
     are read exactly, and the axis is linear in the format's units.
     """
-    from .lessons import rounding_interval
-    from .quantize import next_down, next_up, quantize
+    from .lessons import rounding_interval  # needs Numba
+    from .quantize import next_down, next_up, quantize  # needs Numba
     f = as_format(fmt)
     x = float(x)
     if not math.isfinite(x):
@@ -549,7 +553,7 @@ def plot_rounding(x, fmt="bf16", modes=("rne", "rna", "rtz", "rup", "rdn", "rto"
 
 
 def _rect(x, y, color, label=None):
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Rectangle  # optional dependency
     return Rectangle((x + 0.04, y), 0.92, 0.7, facecolor=color, edgecolor="white", label=label)
 
 

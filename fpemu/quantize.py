@@ -19,7 +19,7 @@ from ._jit import run_kernel
 from .checks import (as_format, no_nan_into, output_array, real_array, same_buffer,
                      seed_key)
 from .errors import FpemuTypeError, FpemuValueError
-from .formats import Format
+from .formats import FORMATS, Format
 from .rounding import Overflow, Rounding, parse_overflow, parse_rng, parse_rounding
 
 __all__ = ["Cast", "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify",
@@ -91,7 +91,6 @@ def _masked(fn):
 def _common_flags() -> frozenset:
     """The kernel flags of every named format with its default overflow
     policy and subnormals: the configurations worth a kernel of their own."""
-    from .formats import FORMATS
     return frozenset(_kernel_params(f, _resolve_overflow(f, None), True)[1] for f in FORMATS)
 
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import os
@@ -20,6 +21,7 @@ import time
 from . import __version__
 from .experiments import ORDER, module
 from .numtext import summary as _show
+from .plotting import lecture_style, new_axes, plot_bit_layout, plot_number_line, save_figure
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
@@ -48,7 +50,7 @@ def run_all(names=ORDER, quick=False, progress=True, overrides=None):
     bar = None
     if progress:
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional dependency
         except ImportError:       # pragma: no cover - tqdm comes with the plot extra
             tqdm = None
         if tqdm is not None:
@@ -70,9 +72,7 @@ def run_all(names=ORDER, quick=False, progress=True, overrides=None):
 def write_report(out_dir, results, seconds=None, extra_figures=True,
                  figure_formats=("svg", "png")):
     """Save every figure (SVG and PNG by default) and write index.html and results.json."""
-    import matplotlib.pyplot as plt
-    from .plotting import lecture_style, new_axes, plot_bit_layout, plot_number_line, \
-        save_figure
+    import matplotlib.pyplot as plt  # optional dependency
     figdir = os.path.join(out_dir, "figures")
     os.makedirs(figdir, exist_ok=True)
     sections, figures = [], {}
@@ -147,7 +147,6 @@ def _section(r, figs, kinds):
 
 
 def _fields(r):
-    import dataclasses
     return [f.name for f in dataclasses.fields(r.config)]
 
 

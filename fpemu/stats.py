@@ -352,7 +352,7 @@ def stats_chunked(x, fmt, *, chunk=1 << 22, **kwargs) -> Counts:
     random bits of its C-order index, as in one whole-array call.
     """
     if isinstance(x, (str, bytes)) or hasattr(x, "__fspath__"):
-        from .tensorfiles import load_npy
+        from .tensorfiles import load_npy  # for a path only: not loaded by import fpemu
         x = load_npy(x, "stats_chunked")
     if isinstance(chunk, bool) or not (isinstance(chunk, (int, np.integer)) and chunk >= 1):
         raise FpemuValueError(f"stats_chunked(): chunk must be an int >= 1, got {chunk!r}")
@@ -401,7 +401,7 @@ def stats_dask(x, fmt, **kwargs) -> Counts:
     ``dask.distributed`` cluster); only the small Counts travel back.
     """
     try:
-        import dask
+        import dask  # optional dependency
     except ImportError as err:  # pragma: no cover - dask is a test dependency
         raise ImportError("stats_dask() needs dask: pip install 'dask[array]'") from err
     parts = [dask.delayed(stats)(block, fmt, **kwargs) for block in x.to_delayed().ravel()]
@@ -464,7 +464,7 @@ def survey(source, formats, *, scales=(1.0,), chunk=1 << 22, progress=None,
     if not scale_list:
         raise FpemuValueError("survey(): scales is empty; pass at least one, e.g. (1.0,)")
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
-        from .tensorfiles import load_npy
+        from .tensorfiles import load_npy  # for a path only: not loaded by import fpemu
         parts = [load_npy(source, "survey")]
     elif isinstance(source, (np.ndarray, list, tuple)) and not (
             isinstance(source, (list, tuple)) and source

@@ -12,7 +12,9 @@ saying what is wrong and what to pass instead, before any work starts."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import stat
 import zipfile
 
@@ -102,7 +104,6 @@ def check_output_dir(path, what: str = "output folder") -> str:
     except OSError as err:
         raise FpemuValueError(f"cannot create the {what} {name}: {_why(err)}; pass a folder "
                               f"you can write to") from None
-    import shutil
     shutil.rmtree(top, ignore_errors=True)
     return name
 
@@ -225,7 +226,7 @@ def value_chunks(path):
         return sum(t.numel() for t in tensors), (c for t in tensors for c in torch_chunks(t))
     if low.endswith(".safetensors"):
         try:
-            from safetensors import safe_open
+            from safetensors import safe_open  # optional dependency
         except ImportError:
             raise FpemuValueError(f"{path} is a safetensors file; reading it needs the safetensors "
                                   "package: pip install safetensors") from None
@@ -248,7 +249,7 @@ def torch_load(path):
     """A PyTorch file's object (tensors on the CPU, memory-mapped, weights only),
     or an FpemuValueError."""
     try:
-        import torch
+        import torch  # optional dependency
     except ImportError:
         raise FpemuValueError(f"{path} is a PyTorch file; reading it needs torch: "
                               "pip install torch (or save the tensors with numpy.save)") from None
@@ -260,7 +261,7 @@ def torch_load(path):
 
 def torch_tensors(obj, prefix=""):
     """(dotted name, tensor) of every floating-point tensor in nested dicts / lists."""
-    import torch
+    import torch  # optional dependency
     if isinstance(obj, torch.Tensor):
         if obj.is_floating_point():
             yield prefix or "tensor", obj
@@ -283,7 +284,7 @@ def torch_chunks(t, chunk=1 << 22):
 def widened(t):
     """A torch tensor as a float32 / float64 numpy array (16-bit and fp8 values
     widen exactly)."""
-    import torch
+    import torch  # optional dependency
     if t.dtype not in (torch.float32, torch.float64):
         t = t.to(torch.float32)
     return t.detach().numpy()
@@ -292,7 +293,6 @@ def widened(t):
 def safetensors_arrays(path, safe_open):
     """The floating-point tensors of a safetensors file, one at a time: through torch
     when it is installed (bf16 and fp8 tensors need it), else through numpy."""
-    import importlib.util
     framework = "pt" if importlib.util.find_spec("torch") is not None else "numpy"
     try:
         fh = safe_open(path, framework=framework)
@@ -327,7 +327,7 @@ def named_tensors(path):
         return
     if low.endswith(".safetensors"):
         try:
-            from safetensors.torch import load_file
+            from safetensors.torch import load_file  # optional dependency
         except ImportError:
             raise FpemuValueError(f"{path} is a safetensors file; reading it needs torch and the "
                                   "safetensors package: pip install torch safetensors") from None

@@ -61,6 +61,7 @@ from . import serialization  # noqa: F401
 import fpemu.autograd.linalg as linalg  # noqa: E402,F401
 from .serialization import load, save  # noqa: F401
 from .ops.creation import zeros  # noqa: E402,F401
+from ..errors import FpemuTypeError as _FpemuTypeError
 
 half = float16
 float = float32  # torch's alias
@@ -90,9 +91,8 @@ def compile(model=None, *args, **kwargs):  # torch's name
 def zero_(input):
     """``torch.zero_(t)``: fill ``t`` with zeros in place; returns it."""
     if not isinstance(input, Tensor):
-        from ..errors import FpemuTypeError
-        raise FpemuTypeError(f"zero_(): argument 'input' (position 1) must be Tensor, not "
-                             f"{type(input).__name__}")
+        raise _FpemuTypeError(f"zero_(): argument 'input' (position 1) must be Tensor, not "
+                              f"{type(input).__name__}")
     return input.zero_()
 
 

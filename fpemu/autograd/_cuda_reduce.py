@@ -58,6 +58,8 @@ from numba import prange
 
 from .._jit import fma32, fma_any, jit, pjit, run_kernel
 from ..errors import FpemuValueError
+from ._dtypes import _store
+from ._profile import get_profile
 
 #: ``cudaDeviceProp.maxThreadsPerMultiProcessor`` of the modelled GPUs (Hopper
 #: and Ampere A100: 2048)
@@ -461,7 +463,6 @@ def _storage_offset(a):
 
 
 def _sm_count():
-    from ._profile import get_profile
     return get_profile().sm_count
 
 
@@ -568,7 +569,6 @@ def cuda_norm(array, p, axes=None, keepdims=False, dtype=None):
 
 
 def _round_to(acc, dtype):
-    from ._dtypes import _store
     return _store(acc, dtype)
 
 
@@ -742,7 +742,6 @@ def cuda_nll_loss_2d(picked, weights, keep, mean, dtype, weighted):
     dtype), ``keep`` the frames whose target is not ``ignore_index``. Returns
     (loss, total_weight) as float32 values, the loss ``sum / total_weight``
     for "mean"; the caller rounds to the dtype."""
-    from ._dtypes import _store
     x = np.ascontiguousarray(picked, np.float32)
     w = np.ascontiguousarray(weights, np.float32) if weighted else np.ones_like(x)
     # without weights sh -= x * 1 is sh - x; float32 weights: fma(-x, w, sh);

@@ -48,6 +48,7 @@ from ...errors import FpemuNotImplementedError
 from .. import ops as O  # noqa: E741
 from .._core import Tensor, float64, is_float, np_dtype, result_type
 from .._rng import Generator
+from ._backward import grad
 
 
 class GradcheckError(RuntimeError):
@@ -154,7 +155,6 @@ def _numerical_jacobian(func, inputs, outputs, eps):
 
 
 def _vjp(output, inputs, cotangent):
-    from ._backward import grad
     return grad(output, [t for _, t in _grad_inputs(inputs)], cotangent, retain_graph=True,
                 allow_unused=True)
 
@@ -292,7 +292,6 @@ def _backward_mul_by_grad_output(outputs, inputs):
     diff = [t for _, t in _grad_inputs(inputs)]
     if not diff:
         raise GradcheckError("no Tensors requiring grad found in input")
-    from ._backward import grad
     zeros = [O.zeros_like(o) for o in outputs]
     for gi, di in zip(grad(list(outputs), diff, zeros, allow_unused=True), diff):
         if gi is None:
