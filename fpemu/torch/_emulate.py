@@ -35,6 +35,7 @@ import weakref
 
 import numpy as np
 
+from .. import accumulate
 from .. import block as _b
 from ..autograd import fp8 as _fp8
 from ..errors import FpemuTypeError, FpemuValueError
@@ -249,7 +250,6 @@ def _check_accumulation(recipe, accumulation):
     :mod:`fpemu.accumulate`, for a scaled recipe."""
     if accumulation is None:
         return
-    from .. import accumulate
     known = accumulate.MODELS + tuple(accumulate.BLOCK_SCALED_CORES)
     if not isinstance(accumulation, str) or accumulation not in known:
         raise FpemuValueError(f"emulate(accumulation=...) names a model of fpemu.accumulate "
