@@ -137,6 +137,27 @@ def test_every_mx_rule_and_what_an_infinite_block_gets(rule):
     _both(spread((16, 96), 9), "e4m3fn", "e8m0", (32, 32), scale_rule=rule)
 
 
+#: A rule's formats by its kind (ScaleRule.kind): elements, scales, 1-D block.
+_KIND_FORMATS = {"mx": ("e4m3fn", "e8m0", 32), "fp4": ("e2m1", "e4m3fn", 16),
+                 "fp32": ("e4m3fn", "fp32", 32)}
+
+
+@pytest.mark.parametrize("rule", sorted(block.SCALE_RULES))
+def test_every_scale_rule_in_every_layout(rule):
+    """Every entry of SCALE_RULES, a new one too, on the device against the
+    host: 1-D blocks along the last axis (the block layout), along the first
+    axis and 2-D tiles (blocks read where they lie), edge and finite inputs,
+    nearest and stochastic rounding."""
+    elem, scale_fmt, blen = _KIND_FORMATS[block.SCALE_RULES[rule].kind]
+    edges = _edge_rows(2 * blen + 3, 11)
+    finite = spread((2 * blen + 5, 3 * blen + 1), 12, -8, 8)
+    for x in (edges, edges[np.isfinite(edges).all(1)], finite):
+        for kw in ({}, {"rounding": "sr8", "seed": 5}):
+            _both(x, elem, scale_fmt, blen, scale_rule=rule, **kw)
+        _both(np.ascontiguousarray(x.T), elem, scale_fmt, blen, axis=0, scale_rule=rule)
+        _both(x, elem, scale_fmt, (blen, blen), scale_rule=rule)
+
+
 def test_the_other_rules_tensor_amax_and_custom_formats():
     x = spread((20, 64), 10, -6, 6)
     _both(x, "nvfp4", scale_rule="nvfp4-div6")
@@ -244,7 +265,10 @@ def test_every_preset_on_drawn_adversarial_blocks():
     check()
 
 
-@pytest.mark.parametrize("rule", ["nvfp4", "nvfp4-div6", "nvfp4-torchao", "4over6"])
+_TWO_LEVEL = sorted(r for r, spec in block.SCALE_RULES.items() if spec.two_level)
+
+
+@pytest.mark.parametrize("rule", _TWO_LEVEL)
 def test_an_all_nan_tensor_has_one_nan_tensor_scale_on_both_sides(rule):
     """torch's max of an all-NaN tensor writes 0xffffffff; the tensor amax and
     scale are fpemu's one NaN, 0x7fc00000, as on the host."""
