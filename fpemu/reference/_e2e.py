@@ -81,7 +81,7 @@ def _flash_only(env):
     if env.device != "cuda":
         return contextlib.nullcontext()
     if env.backend == "torch":
-        from torch.nn.attention import SDPBackend, sdpa_kernel    # (local: optional)
+        from torch.nn.attention import SDPBackend, sdpa_kernel    # (local: torch is optional)
     else:
         SDPBackend, sdpa_kernel = env.T.nn.functional.SDPBackend, env.T.nn.functional.sdpa_kernel
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION])

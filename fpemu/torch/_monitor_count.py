@@ -119,8 +119,7 @@ class _Counting:
         by chunk: on the tensor's device (only the counts come back) or on the
         host, where the formats share one pass over each chunk
         (:func:`fpemu.stats.stats_many`)."""
-        # (local: fpemu.stats needs Numba and ._stats torch, which importing fpemu.torch does not)
-        from ..stats import stats_many
+        from ..stats import stats_many      # (local: needs Numba; importing fpemu.torch does not)
         torch = self._torch
         fmts = [as_format(n) for n in names]
         policies = [_policy(f) for f in fmts]
@@ -130,7 +129,7 @@ class _Counting:
         for start in range(0, src.numel(), self.chunk):
             part = src[start:start + self.chunk]
             if on_device:                   # only the counts come back
-                from ._stats import stats as device_stats
+                from ._stats import stats as device_stats   # (local: imports torch and Numba)
                 got = [device_stats(part, f, scale=factor, overflow=o)
                        for f, o in zip(fmts, policies)]
             else:
