@@ -70,6 +70,7 @@ from ._random import (  # noqa: F401  (re-exported)
 device, memory_format = _device.device, _device.memory_format
 
 
+# -------------------------------------------------------------- type promotion
 def result_type(*operands):
     """PyTorch's type promotion: tensors with dimensions first, then 0-dim
     tensors, then Python numbers; a lower group only counts if it is of a
@@ -450,6 +451,7 @@ def _wrap(dim, ndim):
     return int(dim) % n
 
 
+# -------------------------------------------------------------------- pickling
 def _dtype_key(dtype):
     """How a pickle names a tensor's dtype: its name when the name finds it
     again, else the Format itself (a custom format)."""
