@@ -11,7 +11,9 @@
 * ``"exact"`` against exact rationals rounded by the test oracle.
 """
 
+import json
 import math
+import os
 import time
 from fractions import Fraction
 
@@ -20,7 +22,13 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu import collectives
+import fpemu.autograd as ft
+from fpemu import _coll_kernels, collectives
+from fpemu.autograd.distributed import EmulatedDDP, EmulatedFSDP, EmulatedZeRO
+from fpemu.collectives.algorithms import ALGORITHM_TABLE, Algorithm, Param
+from fpemu.quantize import quantize
+from fpemu.reference import _gloo
+from fpemu.reference.scenarios import SCENARIOS
 from oracle import SPECS, TableOracle, round_to_ieee
 
 try:
@@ -207,7 +215,6 @@ def _live(world):
     """What each rank of ``world`` real gloo processes holds after the
     collectives of :func:`_live_cases` (run once per world and process)."""
     if world not in _LIVE:
-        from fpemu.reference import _gloo
         cases = _live_cases(world)
         _LIVE[world] = _gloo.run({k: c[0] for k, c in cases.items()},
                                  {k: c[1] for k, c in cases.items()},
@@ -235,7 +242,6 @@ def test_live_gloo_all_reduce_of_many_segments_matches_bit_for_bit():
 
 
 def test_gloo_run_refuses_inputs_without_a_dtype_or_collectives():
-    from fpemu.reference import _gloo
     x = {"a": np.zeros((2, 4), np.float32), "b": np.zeros((2, 4), np.float32)}
     with pytest.raises(ValueError, match=r"dtype_name names inputs \['a'\]; the inputs are "
                                          r"\['a', 'b'\]: give one entry for each"):
@@ -248,7 +254,6 @@ def test_gloo_run_refuses_inputs_without_a_dtype_or_collectives():
 
 @needs_torch
 def test_a_peer_that_dies_fails_the_run_with_a_message():
-    from fpemu.reference import _gloo
     x = _values(2, 100, "bf16", seed=6)
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="rank 1 of the 2 gloo processes exited with code 3"):
@@ -556,7 +561,6 @@ def test_ring_tree_and_nvls_read_float32_arrays_as_the_ranks_cast_them(fmt):
     the same bits as the oracles on the values cast first, over several of
     the kernels' blocks (``_coll_kernels.TREE_BLOCK``, ``COLUMN_BLOCK``) and
     parts, with NaNs, infinities and signed zeros among the inputs."""
-    from fpemu import _coll_kernels
     world, n = 6, 2 * _coll_kernels.COLUMN_BLOCK + 37
     x = _raw_float32(world, n, seed=5)
     w = _wire_cast(x, fmt)
@@ -649,7 +653,6 @@ def _powersgd_oracle(grads, world, rank, iterations, start, seed=0):
     averaged, Q's first draw torch.randn after torch.manual_seed of a NumPy
     RandomState draw) in float64, one bucket, written from the paper: the
     reduced gradients of each iteration."""
-    import torch
     rng = np.random.RandomState(seed)
     err, qs, out = None, None, []
     for it in range(iterations):
@@ -735,11 +738,6 @@ def _recorded_mlp_case(name):
     """A recorded DDP / FSDP case: its config, its recorded arrays, an fpemu
     MLP holding torch's initial weights, and ``batches(it)``, the ranks'
     batches of iteration ``it`` (both made as the recording made them)."""
-    import os
-    import torch
-    import fpemu.autograd as ft
-    from fpemu.reference import _gloo
-    from fpemu.reference.scenarios import SCENARIOS
     cfg = SCENARIOS[name].config
     rec = np.load(os.path.join(os.path.dirname(__file__), "reference",
                                "cpu-x86-64-torch2.13.0", f"{name}.npz"))
@@ -768,8 +766,6 @@ def test_emulated_ddp_step_matches_real_ddp_within_the_matmul_bound(name):
     differ by a few ulps (normwise 1.6e-7 measured); the reduced gradients
     stay within 1e-6 of DDP's, normwise, with PowerSGD (rank 1, five
     iterations, error feedback) too."""
-    import fpemu.autograd as ft
-    from fpemu.autograd.distributed import EmulatedDDP
     cfg, rec, fm, batches = _recorded_mlp_case(name)
     state = collectives.PowerSGDState(**cfg["powersgd"]) if "powersgd" in cfg else None
     ddp = EmulatedDDP(fm, cfg["world"], bucket_cap_mb=cfg["bucket_cap_mb"], hook=cfg["hook"],
@@ -801,11 +797,6 @@ def _fp16_compress_figures(worlds=FP16_COMPRESS_WORLDS, steps=FP16_COMPRESS_STEP
     ``ddp-gloo-fp32-w4-fp16-compress``, ``steps`` backward passes of each
     world size. Per world: the figures, and the worst ratio of a
     difference to the bound derived in the test below."""
-    import torch
-    import fpemu.autograd as ft
-    from fpemu.autograd.distributed import EmulatedDDP
-    from fpemu.reference import _gloo
-    from fpemu.reference.scenarios import SCENARIOS
     cfg = dict(SCENARIOS["ddp-gloo-fp32-w4-fp16-compress"].config, iterations=steps)
     rec = _gloo.run_ddp_worlds(cfg, worlds, timeout=300)
     loss_fn = lambda m, x, y: ((m(x) - y) ** 2).mean()           # noqa: E731
@@ -892,8 +883,6 @@ def test_emulated_ddp_fp16_compression_is_exact_but_for_the_local_gradients():
 
 
 def test_emulated_ddp_refuses_bad_input():
-    import fpemu.autograd as ft
-    from fpemu.autograd.distributed import EmulatedDDP
     m = ft.nn.Linear(3, 2)
     with pytest.raises(fpemu.errors.FpemuValueError, match="world_size must be an int >= 2"):
         EmulatedDDP(m, 1)
@@ -911,7 +900,7 @@ def test_emulated_ddp_refuses_bad_input():
 def test_fsdp_divide_factors_are_torchs():
     """Against FSDP2's own _get_gradient_divide_factors (torch 2.13), every
     world size to 16, the three reduce dtypes, with and without a factor."""
-    import torch
+    # local: torch is optional here, and this is its private module
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
         _get_gradient_divide_factors)
 
@@ -964,8 +953,6 @@ def test_emulated_fsdp_step_is_real_fsdp_bit_for_bit(name):
     backward under the CPU profile give torch's local gradients bit for bit,
     and the reduce-scatter model the rest, so every reduced gradient is the
     recorded one."""
-    import fpemu.autograd as ft
-    from fpemu.autograd.distributed import EmulatedFSDP
     cfg, rec, fm, batches = _recorded_mlp_case(name)
     fsdp = EmulatedFSDP(fm, cfg["world"], param_dtype=ft.bfloat16,
                         reduce_dtype=getattr(ft, cfg["reduce_dtype"]),
@@ -978,8 +965,6 @@ def test_emulated_fsdp_step_is_real_fsdp_bit_for_bit(name):
 
 
 def test_emulated_fsdp_refuses_bad_input():
-    import fpemu.autograd as ft
-    from fpemu.autograd.distributed import EmulatedFSDP
     m = ft.nn.Linear(3, 2)
     with pytest.raises(fpemu.errors.FpemuValueError, match="world_size must be an int >= 2"):
         EmulatedFSDP(m, 0)
@@ -1025,7 +1010,6 @@ def test_fp8_all_reduce_with_a_shared_scale_against_its_recipe(fmt):
 def test_zero_reduce_reads_deepspeed_json_and_refuses_what_it_does_not_model(tmp_path):
     """The bits are checked against real DeepSpeed by the recorded scenarios
     (tests/reference, ``zero-gloo-*``); here the configuration handling."""
-    import json
     g = [[np.float32([[1.0, 2.0]])], [np.float32([[3.0, 4.0]])]]
     cfg = {"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
     path = tmp_path / "ds.json"
@@ -1075,7 +1059,6 @@ def test_zero_fp16_reduces_in_fp16_and_overflows_to_inf():
     size in fp16, the fp16 ring sum, rounded to fp16 (stages 1, 2, 3). Loss-
     scaled gradients near fp16's top: pre-divided they fit, but a gloo ring
     hop can still pass 65504 and give inf (the scaler's overflow)."""
-    from fpemu.quantize import quantize
     rng = np.random.default_rng(5)
     g = [[quantize(rng.standard_normal((6, 5)) * 100, "fp16")] for _ in range(3)]
     for stage in (1, 2, 3):
@@ -1108,8 +1091,6 @@ def test_deepspeed_loss_scaler_replays_deepspeeds_own_scales():
     fp16 configurations (scripts/make_deepspeed_scaler_vectors.py); fpemu's
     scaler, built from the same JSON, gives the same scale before every
     step, and raises where DeepSpeed raised (an overflow at the minimum)."""
-    import json
-    import os
     path = os.path.join(os.path.dirname(__file__), "data", "deepspeed_loss_scaler.json")
     with open(path) as fh:
         cases = json.load(fh)
@@ -1134,13 +1115,11 @@ def test_deepspeed_loss_scaler_replays_deepspeeds_own_scales():
 
 
 def _zero_model():
-    import fpemu.autograd as ft
     ft.manual_seed(3)
     return ft.nn.Sequential(ft.nn.Linear(4, 6), ft.nn.ReLU(), ft.nn.Linear(6, 2))
 
 
 def _zero_batches(scale, world=2, seed=0):
-    import fpemu.autograd as ft
     rng = np.random.default_rng(seed)
     return [(ft.tensor(rng.standard_normal((3, 4)).astype(np.float32) * scale),
              ft.tensor(rng.standard_normal((3, 2)).astype(np.float32))) for _ in range(world)]
@@ -1157,8 +1136,6 @@ def test_emulated_zero_fp16_skips_overflowing_steps_as_deepspeed_scales():
     (DeepSpeed's default 2), the second halves the scale; small inputs step,
     with the gradients unscaled (the losses come back unscaled). The exact
     DeepSpeed bf16 run is checked by the zero-train-* scenarios."""
-    import fpemu.autograd as ft
-    from fpemu.autograd.distributed import EmulatedZeRO
     m = _zero_model()
     zero = EmulatedZeRO(m, 2, {"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}})
     opt = ft.optim.SGD(m.parameters(), lr=0.1)
@@ -1182,8 +1159,6 @@ def test_emulated_zero_clips_by_the_global_norm_of_the_unscaled_gradients():
     """gradient_clipping: DeepSpeed multiplies the gradients by
     1 / (scale x clip factor), factor = (norm / scale + 1e-6) / clip where it
     passes 1: after the step the gradients' norm is the clip value."""
-    import fpemu.autograd as ft
-    from fpemu.autograd.distributed import EmulatedZeRO
     m = _zero_model()
     zero = EmulatedZeRO(m, 2, {"bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
                                "gradient_clipping": 0.01})
@@ -1198,8 +1173,6 @@ def test_emulated_zero_clips_by_the_global_norm_of_the_unscaled_gradients():
 
 
 def test_emulated_zero_refuses_bad_input():
-    import fpemu.autograd as ft
-    from fpemu.autograd.distributed import EmulatedZeRO
     m = _zero_model()
     with pytest.raises(fpemu.errors.FpemuValueError, match="exactly one of bf16 and fp16"):
         EmulatedZeRO(m, 2, {"zero_optimization": {"stage": 2}})
@@ -1762,7 +1735,6 @@ def test_a_new_algorithm_is_one_table_entry(monkeypatch):
     """An algorithm added as one ALGORITHM_TABLE entry runs through every
     collective that takes ``algorithm=`` (all_reduce, reduce_scatter, DDP),
     with the table's checks of its ops and parameters."""
-    from fpemu.collectives.algorithms import ALGORITHM_TABLE, Algorithm
 
     def halving(V, fmt, op, scale, params, fname):
         # ranks added in pairs, each sum rounded to the wire format
@@ -1798,3 +1770,64 @@ def test_a_new_algorithm_is_one_table_entry(monkeypatch):
                        match="parts= is a parameter of algorithm='ring' or 'tree', not "
                              "'halving'"):
         collectives.all_reduce(xs, "bf16", algorithm="halving", parts=[(4, 4)])
+
+
+def test_a_new_algorithm_parameter_is_part_of_its_entry(monkeypatch):
+    """A parameter is declared in its algorithm's ALGORITHM_TABLE entry and
+    nowhere else: all_reduce, reduce_scatter and DDP pass it on, the other
+    algorithms refuse it naming its owner, and a keyword no algorithm takes
+    is a TypeError that lists the parameters."""
+    def ordered(V, fmt, op, scale, params, fname):
+        # the ranks added one by one, in the order ``reverse`` asks for, each
+        # sum rounded to the wire format
+        rows = [V[r].astype(np.float64) for r in range(V.shape[0])]
+        rows = rows[::-1] if params.get("reverse") else rows
+        acc = rows[0]
+        for row in rows[1:]:
+            acc = fpemu.quantize(acc + row, fmt).astype(np.float64)
+        return fpemu.quantize(acc, fmt)
+
+    monkeypatch.setitem(ALGORITHM_TABLE, "ordered", Algorithm(
+        "ordered", ("sum",), ("bf16",), {"reverse": Param("bool", "add the last rank first.")},
+        ordered))
+    one, tiny = np.float32([1.0]), np.float32([2.0**-8])
+    xs = [one, tiny, tiny]                   # 1 + 2**-8 rounds to 1 in bf16; 2**-7 + 1 does not
+    fwd = collectives.all_reduce(xs, "bf16", algorithm="ordered")[0]
+    rev = collectives.all_reduce(xs, "bf16", algorithm="ordered", reverse=True)[0]
+    assert fwd.tolist() == [1.0] and rev.tolist() == [1.0078125]
+    parts = collectives.reduce_scatter([np.concatenate([x] * 3).reshape(3, 1) for x in xs],
+                                       "bf16", algorithm="ordered", reverse=True)
+    assert [p.tolist() for p in parts] == [[[1.0078125]]] * 3
+    ddp = collectives.ddp_all_reduce([[x.reshape(1, 1)] for x in xs], "bf16",
+                                     algorithm="ordered", reverse=True)
+    assert ddp[0].shape == (1, 1)
+    with pytest.raises(fpemu.errors.FpemuValueError,
+                       match="reverse= is a parameter of algorithm='ordered', not 'gloo'"):
+        collectives.all_reduce(xs, "bf16", reverse=True)
+    with pytest.raises(fpemu.errors.FpemuTypeError,
+                       match="all_reduce\\(\\): unexpected keyword argument 'revers': no "
+                             "algorithm takes it; the algorithms' parameters are "
+                             "gpus_per_node, .*reverse"):
+        collectives.all_reduce(xs, "bf16", algorithm="ordered", revers=True)
+    with pytest.raises(fpemu.errors.FpemuTypeError,
+                       match="ddp_all_reduce\\(\\): unexpected keyword argument 'revers'"):
+        collectives.ddp_all_reduce([[x] for x in xs], "bf16", algorithm="ordered", revers=True)
+
+
+def test_every_algorithm_and_parameter_is_documented():
+    """all_reduce's text lists every algorithm of ALGORITHM_TABLE and
+    documents every parameter (it is made from the table); the text of
+    fpemu.collectives and docs/collectives.md describe each algorithm."""
+    doc = collectives.all_reduce.__doc__
+    names = "{" + ", ".join(f'"{n}"' for n in ALGORITHM_TABLE) + "}"
+    assert f"algorithm : {names}\n" in doc
+    for alg in ALGORITHM_TABLE.values():
+        for name, param in alg.params.items():
+            assert f"\n    {name} : {param.type}\n" in doc, name
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "collectives.md")) as fh:
+        page = fh.read()
+    for name in ALGORITHM_TABLE:
+        assert f'\n``"{name}"``\n' in collectives.__doc__, (
+            f"describe algorithm {name!r} in the module text of fpemu/collectives/__init__.py")
+        assert f'\n**`"{name}"`**: ' in page, (
+            f"describe algorithm {name!r} under 'Algorithms' in docs/collectives.md")

@@ -138,7 +138,7 @@ Layout
 ``algorithms.py`` (:data:`ALGORITHM_TABLE`: each algorithm's ops, wire
 formats, parameters and run function, and the gloo and NCCL models behind
 them), ``ddp.py``, ``fsdp.py``, ``zero.py`` (the gradient reducers of
-DistributedDataParallel, FSDP and DeepSpeed ZeRO), ``grads.py`` (what the
+DistributedDataParallel, FSDP and DeepSpeed ZeRO), ``_grads.py`` (what the
 reducers share). Every public name is importable from ``fpemu.collectives``.
 """
 
@@ -154,7 +154,7 @@ from .ddp import (
     ddp_buckets,
 )
 from .fsdp import fsdp1_reduce_scatter, fsdp_divide_factors, fsdp_reduce_scatter
-from .grads import _div_  # noqa: F401  (see below)
+from ._grads import _div_  # noqa: F401  (see below)
 from .primitives import all_gather, all_reduce, broadcast, fp8_all_reduce, reduce_scatter
 from .zero import ZERO_KEYS, DeepSpeedLossScaler, zero_config, zero_reduce
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-
 import numbers
+import textwrap
 
 from fractions import Fraction
-from typing import Callable
+from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from .. import _coll_kernels, accumulate
 from .._exact import to_float64_odd
 from .._jit import run_kernel
 
-from ..errors import FpemuValueError
+from ..errors import FpemuTypeError, FpemuValueError
 from ..quantize import Cast, quantize
 
 
@@ -765,22 +765,39 @@ _FMT = ("{fname}(): algorithm {name!r} covers {formats}, not {fmt}; pick one of 
         "algorithm='exact'")
 
 
+class Param(NamedTuple):
+    """An algorithm's keyword parameter as :func:`all_reduce`'s text
+    documents it: its type and what it does (the text says which
+    algorithms take it)."""
+
+    type: str
+    text: str
+
+
+_PARTS = Param("list of (count, chunk_count)",
+               "the channels' shares of the buffer and their chunk sizes in elements (see "
+               ":func:`nccl_ring_chunks`); default one channel, one loop.")
+
+
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
     """One all-reduce algorithm: its ``name``, the ``ops`` it has, its wire
     ``formats`` (None: any format within float32's range and precision),
-    the keyword ``params`` it takes, ``run(V, fmt, op, scale, params,
-    fname)`` (V: float32, ranks x elements, already on the wire format,
-    unless ``reads_float32``: then the run function casts each value as it
-    reads it; ``scale``: the exact rational factor of avg / premul_sum)
-    returning the reduced float32 array, and the refusals (format strings
-    of ``fname``, ``name``, ``op``, ``fmt``, ``formats``) for an op or a
-    format it lacks; ``no_fp8`` refuses the FP8 wire formats."""
+    the keyword ``params`` it takes (name -> :class:`Param`: every
+    collective that takes ``algorithm=`` passes them on, and
+    :func:`all_reduce`'s text documents them), ``run(V, fmt, op, scale,
+    params, fname)`` (V: float32, ranks x elements, already on the wire
+    format, unless ``reads_float32``: then the run function casts each
+    value as it reads it; ``scale``: the exact rational factor of avg /
+    premul_sum; ``params``: a dict of the given parameters) returning the
+    reduced float32 array, and the refusals (format strings of ``fname``,
+    ``name``, ``op``, ``fmt``, ``formats``) for an op or a format it lacks;
+    ``no_fp8`` refuses the FP8 wire formats."""
 
     name: str
     ops: tuple
     formats: object
-    params: tuple
+    params: Mapping[str, Param]
     run: Callable
     op_refusal: str = _OP
     format_refusal: str = _FMT
@@ -790,21 +807,42 @@ class Algorithm:
 
 #: Every all-reduce algorithm by name (the text of :mod:`fpemu.collectives`).
 ALGORITHM_TABLE = {a.name: a for a in (
-    Algorithm("exact", OPS, None, (), _run_exact),
-    Algorithm("gloo", ("sum", "avg", "product", "max", "min"), GLOO_FORMATS,
-              ("max_segment_bytes", "threads"), _run_gloo,
+    Algorithm("exact", OPS, None, {}, _run_exact),
+    Algorithm("gloo", ("sum", "avg", "product", "max", "min"), GLOO_FORMATS, {
+        "max_segment_bytes": Param("int", "the largest segment of the ring, in bytes (gloo's "
+                                          "default: 2**20)."),
+        "threads": Param("int", "``torch.get_num_threads()`` in the ranks' processes (default "
+                                "1, torchrun's ``OMP_NUM_THREADS=1``; a process started "
+                                "otherwise has one per core). It splits ``avg``'s division "
+                                "over threads, and with it the bits of a bf16 average's NaNs "
+                                "(0xffff in ATen's vector loop, 0x7fc0 in each thread's scalar "
+                                "rest); nothing else depends on it.")}, _run_gloo,
               op_refusal="{fname}(): gloo has no op {op!r} (torch raises 'Cannot use "
                          "ReduceOp.{OP} with Gloo'); multiply the arrays by the factor and "
                          "pass op='sum', or use algorithm='exact'",
               format_refusal="{fname}(): gloo reduces {formats} tensors, not {fmt}; pick one "
                              "of those, or algorithm='exact'",
               reads_float32=True),
-    Algorithm("ring", ("sum", "avg", "max", "min", "premul_sum"), NCCL_FORMATS,
-              ("parts", "ring"), _run_ring, _NCCL_OP, _NCCL_FMT, reads_float32=True),
-    Algorithm("tree", ("sum", "avg", "max", "min", "premul_sum"), NCCL_FORMATS,
-              ("parts", "trees", "gpus_per_node", "tree_pattern"), _run_tree, _NCCL_OP,
-              _NCCL_FMT, reads_float32=True),
-    Algorithm("nvls", ("sum",), NCCL_FORMATS, (), _run_nvls, format_refusal=_NCCL_FMT,
+    Algorithm("ring", ("sum", "avg", "max", "min", "premul_sum"), NCCL_FORMATS, {
+        "parts": _PARTS,
+        "ring": Param("sequence of int", "the ranks in ring order (default 0, 1, ...).")},
+              _run_ring, _NCCL_OP, _NCCL_FMT, reads_float32=True),
+    Algorithm("tree", ("sum", "avg", "max", "min", "premul_sum"), NCCL_FORMATS, {
+        "parts": _PARTS,
+        "trees": Param("sequence of {0, 1}", "which of NCCL's two trees each part (channel) "
+                                             "runs (default: the first half of the parts tree "
+                                             "0, the rest tree 1)."),
+        "gpus_per_node": Param("int", "ranks per node (default 8 where the world is a "
+                                      "multiple of 8, else one node)."),
+        "tree_pattern": Param('{"tree", "balanced_tree", "split_tree"}',
+                              "where a node's links to its child nodes attach (:func:`nccl_tree`; "
+                              "default ``\"tree\"``). NCCL's topology search tries "
+                              "BALANCED_TREE first, then SPLIT_TREE, then TREE, and keeps the "
+                              "first that meets its bandwidth target; ``NCCL_DEBUG=INFO "
+                              "NCCL_DEBUG_SUBSYS=GRAPH`` prints the pattern it kept and each "
+                              "rank's ``Tree c : up -> rank -> down`` line.")},
+              _run_tree, _NCCL_OP, _NCCL_FMT, reads_float32=True),
+    Algorithm("nvls", ("sum",), NCCL_FORMATS, {}, _run_nvls, format_refusal=_NCCL_FMT,
               op_refusal="{fname}(): the NVLS model covers op='sum' only (NCCL runs NVLS for "
                          "sum, min and max, and never for avg or premul_sum: ncclNvlsSupported "
                          "in src/include/device.h; the switch's min / max are not modelled); "
@@ -841,9 +879,37 @@ def algorithm_of(algorithm, op, fmt, fname):
 
 
 def check_params(alg, params, fname):
-    """Refuse a parameter given for an algorithm that does not take it."""
+    """Refuse a keyword no algorithm takes, and a parameter given (not None)
+    for an algorithm that does not take it."""
     for name, value in params.items():
+        owners = [a.name for a in ALGORITHM_TABLE.values() if name in a.params]
+        if not owners:
+            known = sorted({n for a in ALGORITHM_TABLE.values() for n in a.params})
+            raise FpemuTypeError(f"{fname}(): unexpected keyword argument {name!r}: no "
+                                 f"algorithm takes it; the algorithms' parameters are "
+                                 f"{', '.join(known)}")
         if value is not None and name not in alg.params:
-            owners = [a.name for a in ALGORITHM_TABLE.values() if name in a.params]
             raise FpemuValueError(f"{fname}(): {name}= is a parameter of algorithm="
                                   f"{' or '.join(map(repr, owners))}, not {alg.name!r}")
+
+
+def document_params(doc):
+    """``doc`` (a NumPy-style docstring) with ``{algorithms}`` replaced by
+    the set of algorithm names and ``{params}`` by the Parameters entries of
+    every algorithm's keyword parameters, from :data:`ALGORITHM_TABLE` (a
+    new algorithm and its parameters need no edit of the functions that
+    pass them on). None (``python -OO``) stays None."""
+    if doc is None:
+        return None
+    owners = {}
+    for a in ALGORITHM_TABLE.values():
+        for name, param in a.params.items():
+            owners.setdefault((name, param), []).append(f'``"{a.name}"``')
+    entries = []
+    for (name, param), names in owners.items():
+        text = f"{' and '.join(names)} only: {param.text}"
+        entries.append(f"    {name} : {param.type}\n"
+                       + textwrap.fill(text, 76, initial_indent=" " * 8,
+                                       subsequent_indent=" " * 8))
+    algorithms = "{" + ", ".join(f'"{n}"' for n in ALGORITHM_TABLE) + "}"
+    return doc.replace("{algorithms}", algorithms).replace("    {params}", "\n".join(entries))

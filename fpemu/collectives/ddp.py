@@ -11,7 +11,7 @@ import numpy as np
 from ..checks import as_format
 from ..errors import FpemuNotImplementedError, FpemuValueError
 from ..quantize import quantize
-from .grads import _div_, _in_the_name_of, _rank_grads, _unflatten
+from ._grads import _div_, _in_the_name_of, _rank_grads, _unflatten
 from .primitives import all_reduce
 
 
@@ -89,7 +89,7 @@ class PowerSGDState:
         after ``torch.manual_seed(rng.randint(1_000_000_000))``, on the CPU."""
         seed = self.rng.randint(1_000_000_000)
         try:
-            import torch
+            import torch            # local: torch is optional, needed for these draws only
         except ImportError as err:
             raise ImportError(
                 "PowerSGDState: the first Q matrices are torch.randn draws (torch.manual_seed of "

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import FpemuValueError
 from ..quantize import quantize
 from .algorithms import _count
-from .grads import _div_, _in_the_name_of, _rank_grads, _reduce_format, _unflatten
+from ._grads import _div_, _in_the_name_of, _rank_grads, _reduce_format, _unflatten
 from .primitives import all_reduce
 
 

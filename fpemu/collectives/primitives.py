@@ -15,8 +15,8 @@ import numpy as np
 from ..checks import as_format, real_array
 from ..errors import FpemuTypeError, FpemuValueError
 from ..quantize import quantize
-from .algorithms import NCCL_FP8, algorithm_of, check_params, keep_wire_nans
-from .grads import _in_the_name_of
+from .algorithms import NCCL_FP8, algorithm_of, check_params, document_params, keep_wire_nans
+from ._grads import _in_the_name_of
 
 
 def _ranks(xs, fmt, fname, cast=True):
@@ -91,9 +91,7 @@ def _reduce(xs, fmt, op, algorithm, factor, params, fname):
     return alg.run(V, fmt, op, scale, params, fname).reshape(shape), V.shape[0]
 
 
-def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
-               threads=None, parts=None, ring=None, trees=None, gpus_per_node=None,
-               tree_pattern=None):
+def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, **params):
     """Every rank's result of an all-reduce of ``xs`` (one array per rank)
     with the wire format ``fmt`` (see the module note for the algorithms).
 
@@ -107,37 +105,10 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
         most float32's range and precision for ``"exact"``.
     op : {"sum", "avg", "max", "min", "premul_sum", "product"}
         ``product``: gloo and exact only (NCCL's is not modelled).
-    algorithm : {"gloo", "exact", "ring", "tree", "nvls"}
+    algorithm : {algorithms}
     factor : float
         ``premul_sum`` only: every rank's array is multiplied by it.
-    max_segment_bytes : int
-        gloo only: the largest segment of the ring (gloo's default 1 MiB).
-    threads : int
-        gloo only: ``torch.get_num_threads()`` in the ranks' processes
-        (default 1, torchrun's ``OMP_NUM_THREADS=1``; a process started
-        otherwise has one per core). It splits ``avg``'s division over
-        threads, and with it the bits of a bf16 average's NaNs (0xffff in
-        ATen's vector loop, 0x7fc0 in each thread's scalar rest); nothing
-        else depends on it.
-    parts : list of (count, chunk_count)
-        ``"ring"`` and ``"tree"``: the channels' shares of the buffer and their chunk
-        sizes in elements (see :func:`nccl_ring_chunks`); default one
-        channel, one loop.
-    ring : sequence of int
-        ``"ring"`` only: the ranks in ring order (default 0, 1, ...).
-    trees : sequence of {0, 1}
-        ``"tree"`` only: which of NCCL's two trees each part (channel) runs
-        (default: the first half of the parts tree 0, the rest tree 1).
-    gpus_per_node : int
-        ``"tree"`` only: ranks per node (default 8 where the world is a
-        multiple of 8, else one node).
-    tree_pattern : {"tree", "balanced_tree", "split_tree"}
-        ``"tree"`` only: where a node's links to its child nodes attach
-        (:func:`nccl_tree`; default ``"tree"``). NCCL's topology search tries
-        BALANCED_TREE first, then SPLIT_TREE, then TREE, and keeps the first
-        that meets its bandwidth target; ``NCCL_DEBUG=INFO
-        NCCL_DEBUG_SUBSYS=GRAPH`` prints the pattern it kept and each
-        rank's ``Tree c : up -> rank -> down`` line.
+    {params}
 
     Returns
     -------
@@ -145,19 +116,19 @@ def all_reduce(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_
         One float32 array per rank, of the ranks' shape: read-only views of
         the same values (every rank ends with the same bits).
     """
-    out, world = _reduce(xs, fmt, op, algorithm, factor,
-                         dict(max_segment_bytes=max_segment_bytes, threads=threads, parts=parts,
-                              ring=ring, trees=trees, gpus_per_node=gpus_per_node,
-                              tree_pattern=tree_pattern), "all_reduce")
+    out, world = _reduce(xs, fmt, op, algorithm, factor, params, "all_reduce")
     return _shared(out, world)
 
 
-def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segment_bytes=None,
-                   threads=None, parts=None, ring=None, trees=None, gpus_per_node=None,
-                   tree_pattern=None):
+# the algorithms and their parameters, documented from ALGORITHM_TABLE
+all_reduce.__doc__ = document_params(all_reduce.__doc__)
+
+
+def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, **params):
     """Rank ``r``'s share of the reduction of ``xs``: slice ``r`` of ``world``
     equal slices along the first axis (``reduce_scatter_tensor``). The
-    ranks' first axis must be a multiple of the world size."""
+    ranks' first axis must be a multiple of the world size; the other
+    arguments are :func:`all_reduce`'s."""
     first = np.shape(xs[0])[:1] if hasattr(xs, "__len__") and len(xs) else ()
     world = len(xs) if hasattr(xs, "__len__") else 0
     if world >= 2 and (not first or first[0] % world):
@@ -165,10 +136,7 @@ def reduce_scatter(xs, fmt, op="sum", algorithm="gloo", *, factor=None, max_segm
             f"reduce_scatter(): each rank's first axis must be a multiple of the world size "
             f"{world} (rank r gets slice r), got shape {np.shape(xs[0])}; pad the arrays, or "
             "flatten them and pad to a multiple")
-    out, world = _reduce(xs, fmt, op, algorithm, factor,
-                         dict(max_segment_bytes=max_segment_bytes, threads=threads, parts=parts,
-                              ring=ring, trees=trees, gpus_per_node=gpus_per_node,
-                              tree_pattern=tree_pattern), "reduce_scatter")
+    out, world = _reduce(xs, fmt, op, algorithm, factor, params, "reduce_scatter")
     k = out.shape[0] // world
     out.setflags(write=False)
     return [out[r * k:(r + 1) * k] for r in range(world)]

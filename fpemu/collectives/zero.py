@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
-
 import os
 
 import numpy as np
 
 from ..errors import FpemuNotImplementedError, FpemuRuntimeError, FpemuTypeError, FpemuValueError
 from ..quantize import quantize
-from .grads import _div_, _in_the_name_of, _rank_grads, _unflatten
+from ._grads import _div_, _in_the_name_of, _rank_grads, _unflatten
 from .primitives import all_reduce
 
 
@@ -107,7 +107,6 @@ def zero_config(config, fname="zero_config"):
     """A DeepSpeed configuration (a dict, JSON text or the path of a JSON
     file) as a dict, every key checked against the keys :func:`zero_reduce`
     reads or accepts (``ZERO_KEYS``); errors name ``fname``."""
-    import json
     if isinstance(config, str):
         text, where = config, "the configuration text"
         if not text.lstrip().startswith("{"):
