@@ -42,6 +42,7 @@ from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import format as _lookup
 from ..formats import fp32 as _fp32
 from . import _blocks
+from ._hooked_script import _check_script, run_hooked
 from . import _quantize as _q
 
 torch = _q.torch
@@ -616,7 +617,6 @@ def run_script(path, argv=(), recipe="nvfp4", *, accumulation=None, reraise=True
     monitor`` finds it). Returns ``(emulation or None, error, exit code)``:
     the script's exception (re-raised unless ``reraise=False``) and its
     ``sys.exit`` status."""
-    from ._monitor import _check_script, run_hooked
     _check_script(path, "emulate")
     recipe = recipe_of(recipe)
     _check_accumulation(recipe, accumulation)        # before the script runs, not in its hook

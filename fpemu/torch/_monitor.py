@@ -209,7 +209,7 @@ def run_script(path, argv=(), out="fpemu-monitor", reraise=True, **settings):
             for m in _ACTIVE:
                 try:
                     m.gather()
-                except Exception as err:    # noqa: BLE001 - reported by report() below
+                except Exception as err:    # reported by report() below
                     warnings.warn(f"fpemu monitor: the ranks' counts could not be merged "
                                   f"({type(err).__name__}: {err})", stacklevel=2)
         return real_destroy(group, *args, **kwargs)

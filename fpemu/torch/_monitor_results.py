@@ -154,7 +154,7 @@ class _Results:
         check_output_dir(out_dir, "report folder")
         try:
             self.gather()
-        except Exception as err:     # noqa: BLE001 - gloo's errors have several types
+        except Exception as err:     # gloo's errors have several types
             rank = self._dist_rank()
             out_dir = os.path.join(out_dir, f"rank{rank}")
             self.records, self.rank_records, self.world = self._own, None, 1
