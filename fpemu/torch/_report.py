@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from .. import plotting as fp
 from ..checks import as_format
 
 
@@ -18,11 +19,6 @@ def _merge(records):
     for r in records:
         total = r.counts if total is None else total + r.counts
     return total
-
-
-def _grad_records(mon, fmt, scaling):
-    return [r for r in mon.records if r.format == fmt and r.scaling == scaling
-            and r.kind in ("activation_grad", "weight_grad")]
 
 
 def verdict(mon, fmt, scaling="none"):
@@ -179,10 +175,8 @@ def _rank_table(mon, scaling):
 
 def write_report(mon, out_dir, kind="activation_grad", scaling=None, dpi=110):
     """Write ``out_dir/index.html`` with its figures (PNG and SVG); returns its path."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    from .. import plotting as fp
+    import matplotlib.pyplot as plt  # optional dependency
+    from matplotlib.ticker import MaxNLocator  # optional dependency
     scaling = scaling or mon.scalings[0]
     os.makedirs(out_dir, exist_ok=True)
     figs = []
