@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._core import Tensor, enable_grad, is_float, no_grad, opmath
-from .optimizer import Optimizer, _check_lr
+from .optimizer import Optimizer, _check_lr, _param_groups
 from ..ops.creation import zeros
 from ..ops.shape import cat
 
@@ -149,20 +149,11 @@ class LBFGS(Optimizer):
         self.defaults = dict(lr=lr, max_iter=max_iter, max_eval=max_eval,
                              tolerance_grad=tolerance_grad, tolerance_change=tolerance_change,
                              history_size=history_size, line_search_fn=line_search_fn)
-        if isinstance(params, Tensor):
-            raise TypeError("params argument given to the optimizer should be an iterable of "
-                            "Tensors or dicts, but got a Tensor")
-        groups = list(params)
-        if not groups:
-            raise ValueError("optimizer got an empty parameter list")
-        if isinstance(groups[0], dict):
-            if len(groups) != 1:
-                raise ValueError("LBFGS doesn't support per-parameter options (parameter "
-                                 "groups)")
-            group = dict(groups[0])
-            group["params"] = list(group["params"])
-        else:
-            group = {"params": groups}
+        groups = _param_groups(params)
+        if len(groups) != 1:
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+        group = dict(groups[0])
+        group["params"] = list(group["params"])
         for k, v in self.defaults.items():
             group.setdefault(k, v)
         for p in group["params"]:
@@ -172,7 +163,6 @@ class LBFGS(Optimizer):
         self.param_groups = [group]
         self._params = group["params"]
         self.state = {}
-        self._numel_cache = None
         self.master_weights, self._model_of, self._pulled = False, {}, {}
 
     def zero_grad(self, set_to_none=True):
@@ -183,11 +173,6 @@ class LBFGS(Optimizer):
                 p.grad = None
             else:
                 p.grad.zero_()
-
-    def _numel(self):
-        if self._numel_cache is None:
-            self._numel_cache = sum(p.numel() for p in self._params)
-        return self._numel_cache
 
     def _gather_flat_grad(self):
         views = [p.grad.reshape(-1) if p.grad is not None

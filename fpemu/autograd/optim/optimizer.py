@@ -74,20 +74,26 @@ def _advance(st):
     return _f(s._data)
 
 
+def _param_groups(params):
+    """An optimizer's ``params`` as a list of param-group dicts, checked as
+    torch checks it: an iterable of Tensors (one group) or of dicts, neither a
+    lone Tensor nor empty."""
+    if isinstance(params, Tensor):
+        raise TypeError("params argument given to the optimizer should be an iterable of "
+                        "Tensors or dicts, but got a Tensor")
+    groups = list(params)
+    if not groups:
+        raise ValueError("optimizer got an empty parameter list")
+    return groups if isinstance(groups[0], dict) else [{"params": groups}]
+
+
 class Optimizer:
     """Base class: param groups, state, zero_grad, master weights."""
 
     _step_supports_amp_scaling = False
 
     def __init__(self, params, defaults, master_weights=False):
-        if isinstance(params, Tensor):
-            raise TypeError("params argument given to the optimizer should be an iterable of "
-                            "Tensors or dicts, but got a Tensor")
-        groups = list(params)
-        if not groups:
-            raise ValueError("optimizer got an empty parameter list")
-        if not isinstance(groups[0], dict):
-            groups = [{"params": groups}]
+        groups = _param_groups(params)
         self.defaults = dict(defaults)
         self.state = {}
         self.param_groups = []
