@@ -198,12 +198,17 @@ def load_npy(path, fname=None):
 TENSOR_SUFFIXES = (".npy", ".npz", ".pt", ".pth", ".bin", ".safetensors")
 
 
+def _unknown_file_type(path):
+    """The error for a file whose suffix is none of ``TENSOR_SUFFIXES``."""
+    return FpemuValueError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
+                           "(torch) or .safetensors")
+
+
 def check_tensor_file(path):
     """``path`` if its suffix is one fpemu reads and the file is there and
     readable, else an FpemuValueError naming which."""
     if not path.lower().endswith(TENSOR_SUFFIXES):
-        raise FpemuValueError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / "
-                              ".bin (torch) or .safetensors")
+        raise _unknown_file_type(path)
     check_input(path, "tensor file")
     return path
 
@@ -231,8 +236,7 @@ def value_chunks(path):
             raise FpemuValueError(f"{path} is a safetensors file; reading it needs the safetensors "
                                   "package: pip install safetensors") from None
         return None, safetensors_arrays(path, safe_open)
-    raise FpemuValueError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
-                          "(torch) or .safetensors")
+    raise _unknown_file_type(path)
 
 
 def _real(path, name, a):
@@ -343,5 +347,4 @@ def named_tensors(path):
         for name, t in torch_tensors(obj):
             yield name, widened(t)
         return
-    raise FpemuValueError(f"{path}: unknown file type; expected .npy, .npz, .pt / .pth / .bin "
-                          "(torch) or .safetensors")
+    raise _unknown_file_type(path)

@@ -7,6 +7,10 @@ import numpy as np
 
 from ..errors import FpemuRuntimeError, FpemuTypeError
 from ._core import Tensor, _sum_to, float32, is_float, opmath, result_type
+# wrap_dim(dim, ndim): a dim in [-ndim, ndim) as an index, as torch's
+# maybe_wrap_dim (a 0-d tensor takes -1 and 0; out of range is torch's
+# IndexError); written once, in _core, whose Tensor.size(dim) needs it
+from ._core import _wrap as wrap_dim  # noqa: F401  (the ops and nn import it from here)
 
 
 def t_or_number(x, what):
@@ -74,16 +78,9 @@ def int_binary(npop, a, b, dt):
     return Tensor(np.asarray(npop(A, B)).astype(dt.np_dtype), dt)
 
 
-def wrap_dim(dim, ndim):
-    """A dim in ``[-ndim, ndim)`` as an index, as torch's ``maybe_wrap_dim``: a
-    0-d tensor takes -1 and 0. Out of range is torch's IndexError."""
-    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
-        raise FpemuTypeError(f"dim must be an int, got {type(dim).__name__} ({dim!r})")
-    n = max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
-                         f"but got {dim})")
-    return int(dim) % n
+#: torch's error for ``float(t)``, ``int(t)`` or a tensor among a new tensor's
+#: numbers when ``t`` holds more than one element
+ONE_ELEMENT_ONLY = "only one element tensors can be converted to Python scalars"
 
 
 def shape_arg(size, what="shape"):

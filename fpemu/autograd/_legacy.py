@@ -29,7 +29,7 @@ import collections.abc
 import numpy as np
 
 from ..errors import FpemuRuntimeError, FpemuTypeError, FpemuValueError
-from ._common import c10_name
+from ._common import ONE_ELEMENT_ONLY, c10_name
 from ._core import (
     Node, Size, Tensor, bool_, device as _device, float32, is_float, np_dtype,
     set_legacy_constructor, tensor,
@@ -167,8 +167,7 @@ def _nested(data):
         if dim == len(sizes):
             if isinstance(obj, Tensor) or (isinstance(obj, np.ndarray) and obj.ndim == 0):
                 if obj.size != 1 if isinstance(obj, np.ndarray) else obj.numel() != 1:
-                    raise FpemuValueError("only one element tensors can be converted to "
-                                          "Python scalars")
+                    raise FpemuValueError(ONE_ELEMENT_ONLY)
                 obj = obj.item()
             if not isinstance(obj, (bool, int, float, np.bool_, np.integer, np.floating)):
                 raise FpemuTypeError(f"must be real number, not {type_name(obj)}")

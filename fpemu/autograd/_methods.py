@@ -10,6 +10,7 @@ import numpy as np
 
 from ..formats import Format
 from . import ops as O  # noqa: E741
+from ._common import ONE_ELEMENT_ONLY
 from ._core import (
     as_dtype, bfloat16, bool_, check_device, check_memory_format, device as _device, DType,
     float16, float32, float64, int16, int32, int64, int8, is_float, Tensor, tensor, to_dtype,
@@ -159,16 +160,19 @@ def _bool(self):
     return bool(self._data.reshape(-1)[0])
 
 
-def _float(self):
+def _element(self):
+    """The one element of ``self``, for ``float(t)`` and ``int(t)``."""
     if self._data.size != 1:
-        raise TypeError("only one element tensors can be converted to Python scalars")
-    return float(self._data.reshape(-1)[0])
+        raise TypeError(ONE_ELEMENT_ONLY)
+    return self._data.reshape(-1)[0]
+
+
+def _float(self):
+    return float(_element(self))
 
 
 def _int(self):
-    if self._data.size != 1:
-        raise TypeError("only one element tensors can be converted to Python scalars")
-    return int(self._data.reshape(-1)[0])
+    return int(_element(self))
 
 
 def _index(self):

@@ -15,11 +15,17 @@ from ..ops.inplace import apply_inplace
 
 
 # ------------------------------------------------------------ dropout, embedding
+def check_probability(p):
+    """``p`` if a dropout probability (in [0, 1]), else torch's error."""
+    if not 0.0 <= p <= 1.0:
+        raise FpemuValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    return p
+
+
 def dropout(input, p=0.5, training=True, inplace=False):
     """Zero each element with probability p and scale the rest by the float32
     1/(1-p); the mask comes from fpemu's seeded generator (not torch's numbers)."""
-    if not 0.0 <= p <= 1.0:
-        raise FpemuValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    check_probability(p)
     if not training or p == 0.0:
         return input
     if inplace:
@@ -82,8 +88,7 @@ def _feature_dropout(input, p, training, inplace, batched_ndim, name):
     channels scaled by the float32 1/(1-p); ``batched_ndim`` is the input
     rank with a batch dim (3 for dropout1d, 4 for 2d, 5 for 3d); other
     ranks as torch takes them (:func:`_feature_rank_rule`)."""
-    if not 0.0 <= p <= 1.0:
-        raise FpemuValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    check_probability(p)
     x = input
     lead = _feature_rank_rule(x, batched_ndim, name)
     if not training or p == 0.0:

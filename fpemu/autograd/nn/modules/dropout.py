@@ -8,6 +8,7 @@ not torch's exact draws (torch's CPU dropout draws through MKL;
 from __future__ import annotations
 
 from .. import functional as F
+from .._dropout import check_probability
 from .module import Module
 
 
@@ -16,9 +17,7 @@ class _DropoutNd(Module):
 
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
-        if not 0 <= p <= 1:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-        self.p, self.inplace = p, inplace
+        self.p, self.inplace = check_probability(p), inplace
 
     def forward(self, input):
         return type(self)._fn(input, self.p, self.training, self.inplace)
