@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import FpemuValueError
 from ..numtext import summary as _show
+from ..plotting import lecture_style
 
 
 class Summary(dict):
@@ -70,7 +71,6 @@ class Result:
 
     def plot(self) -> dict:
         """The figures, ``{name: Figure}``, drawn in the lecture style."""
-        from ..plotting import lecture_style
         with lecture_style():
             return self._plotter(self)
 

@@ -18,6 +18,9 @@ import time
 
 import numpy as np
 
+from .. import plotting as fp
+from ..accumulate import matmul
+from ..quantize import quantize
 from . import _base
 
 NAME = "accumulation"
@@ -46,8 +49,6 @@ def setup(c):
 
 
 def run(config=None, **overrides):
-    from ..accumulate import matmul
-    from ..quantize import quantize
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     rng = np.random.default_rng(c.seed)
@@ -90,7 +91,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, ax = fp.new_axes(figsize=(12, 6))
     fp.plot_lines(list(r.config.ks), r.data["series"], ax=ax, xlabel="K (products summed)",
                   ylabel="max relative error", logx=True, logy=True,

@@ -15,6 +15,10 @@ import time
 
 import numpy as np
 
+import fpemu.autograd as torch
+from .. import plotting as fp
+from ..explain import values
+from ..quantize import quantize
 from . import _base
 
 NAME = "adam_epsilon"
@@ -45,7 +49,6 @@ def setup(c):
 
 
 def _grads(c):
-    from ..explain import values
     v = values("fp16")["value"]
     g = v[(v >= c.g_lo) & (v <= c.g_hi)].astype(np.float32)
     return np.concatenate([[np.float32(0)], g])
@@ -61,8 +64,6 @@ def _step(torch, g, dtype, eps, lr, steps, fused=False, master=False):
 
 
 def run(config=None, **overrides):
-    import fpemu.autograd as torch
-    from ..quantize import quantize
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     g = _grads(c)
@@ -116,7 +117,6 @@ NO_MOVE = 0.1
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, ax = fp.new_axes(figsize=(12, 6))
     g = r.data["g"][1:]
     lr = r.config.lr

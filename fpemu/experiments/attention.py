@@ -22,6 +22,9 @@ import time
 
 import numpy as np
 
+import fpemu.autograd as torch
+from .. import plotting as fp
+from ..quantize import quantize
 from . import _base
 
 NAME = "attention"
@@ -50,7 +53,6 @@ def setup(c):
 
 
 def _inputs(c):
-    from ..quantize import quantize
     rng = np.random.default_rng(c.seed)
 
     def draw(scale):
@@ -97,7 +99,6 @@ def _variants(torch, q, k, v):
 
 
 def run(config=None, **overrides):
-    import fpemu.autograd as torch
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     q, k, v, target = _inputs(c)
@@ -135,7 +136,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, axes = fp.new_axes(2, 1, figsize=(12, 13))
     rows = r.data["rows"]
     labels = list(rows)

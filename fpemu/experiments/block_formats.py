@@ -18,7 +18,13 @@ import time
 
 import numpy as np
 
+import fpemu.autograd as torch
+from .. import block
+from .. import plotting as fp
+from ..autograd import fp8
+from ..errors import FpemuValueError
 from . import _base
+from .fp8_training import _Block
 
 NAME = "block_formats"
 TITLE = "Block-scaled formats: MXFP8, MXFP6, MXFP4 and NVFP4"
@@ -54,7 +60,6 @@ def setup(c):
 
 
 def _check(c):
-    from ..errors import FpemuValueError
     if c.weight not in _WEIGHTS:
         raise FpemuValueError(f"block_formats: weight must be one of {', '.join(_WEIGHTS)}, "
                               f"got {c.weight!r}")
@@ -66,9 +71,6 @@ def _check(c):
 
 
 def _train(c, recipe_factory, data):
-    import fpemu.autograd as torch
-    from ..autograd import fp8
-    from .fp8_training import _Block
     net = _Block(torch, c)
     opt = torch.optim.Adam(net.model.parameters(), lr=c.lr)
     recipe = recipe_factory(net) if recipe_factory is not None else None
@@ -94,8 +96,6 @@ def _train(c, recipe_factory, data):
 
 
 def run(config=None, **overrides):
-    from .. import block
-    from ..autograd import fp8
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     _check(c)
@@ -138,7 +138,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, axes = fp.new_axes(2, 1, figsize=(12, 12))
     rows = r.data["rows"]
     ax = axes[0]

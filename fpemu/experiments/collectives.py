@@ -23,6 +23,9 @@ import time
 
 import numpy as np
 
+from .. import collectives
+from .. import plotting as fp
+from ..quantize import quantize
 from . import _base
 
 NAME = "collectives"
@@ -58,7 +61,6 @@ def setup(c):
 
 def _gradients(rng, world, n):
     """bf16 values: signal (shared) plus noise (per rank), integers times 2**-20."""
-    from ..quantize import quantize
     signal = rng.integers(-2 ** 9, 2 ** 9, size=n)
     noise = sum(rng.integers(-2 ** 10, 2 ** 10, size=(world, n)) for _ in range(4))
     return quantize(np.ldexp((signal[None, :] + noise).astype(np.float64), -20), "bf16")
@@ -68,7 +70,6 @@ def _ulp_error(got, exact):
     """Median |got - exact| in bf16 ulps at the exact value (nonzero sums; the
     median, because a sum that nearly cancels makes its few elements' errors
     huge in ulps of the small result)."""
-    from ..quantize import quantize
     keep = exact != 0
     ex = exact[keep]
     e = np.floor(np.log2(np.abs(quantize(ex, "bf16").astype(np.float64))))
@@ -77,8 +78,6 @@ def _ulp_error(got, exact):
 
 
 def run(config=None, **overrides):
-    from .. import collectives
-    from ..quantize import quantize
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     rng = np.random.default_rng(c.seed)
@@ -164,7 +163,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     worlds = r.data["worlds"]
     fig, ax = fp.new_axes(figsize=(12, 6.5))
     styles = ("o-", "s-", "^--", "D-", "v:", "x--")

@@ -24,6 +24,10 @@ import time
 
 import numpy as np
 
+import fpemu
+from .. import plotting as fp
+from ..errors import FpemuValueError
+from ..torch import emulate, require_torch
 from . import _base
 
 NAME = "emulated_training"
@@ -69,7 +73,6 @@ def _text_ids():
         with open(path, encoding="utf-8") as f:
             text = f.read()
     else:                                   # an installed package: its own docstrings
-        import fpemu
         text = (fpemu.__doc__ or "") + (__doc__ or "")
     chars = sorted(set(text))
     index = {ch: i for i, ch in enumerate(chars)}
@@ -119,7 +122,6 @@ def _model(torch, vocab, c):
 
 
 def _train(torch, c, ids, vocab, recipe, state0):
-    from ..torch import emulate
     torch.manual_seed(c.seed)
     model = _model(torch, vocab, c)
     model.load_state_dict(state0)
@@ -155,13 +157,11 @@ def run(config=None, **overrides):
     c = _base.make_config(Config, config, **overrides)
     unknown = [r for r in c.recipes if r not in RECIPES]
     if unknown or (c.batch * c.context) % 16 or c.width % c.heads:
-        from ..errors import FpemuValueError
         raise FpemuValueError(
             f"emulated_training: recipes must be among {', '.join(RECIPES)} (got "
             f"{', '.join(unknown) or 'those'}), batch x context a multiple of 16 (NVFP4's "
             f"Hadamard transform; got {c.batch * c.context}) and width a multiple of heads "
             f"(got {c.width} and {c.heads})")
-    from ..torch import require_torch
     torch = require_torch()
     threads = torch.get_num_threads()
     ids, vocab = _text_ids()
@@ -214,7 +214,6 @@ def _smooth(v, k):
 
 
 def _plot(r):
-    from .. import plotting as fp
     curves = r.data["curves"]
     k = max(1, len(next(iter(curves.values()))) // 30)
     fig, ax = fp.new_axes(figsize=(12, 6.5))

@@ -17,6 +17,10 @@ import time
 
 import numpy as np
 
+import fpemu.autograd as torch
+from .. import plotting as fp
+from ..autograd import fp8
+from ..errors import FpemuValueError
 from . import _base
 
 NAME = "fp8_training"
@@ -82,7 +86,6 @@ CLIP = 464.0
 
 
 def _recipes(c):
-    from ..autograd import fp8
     return {"bf16 (no fp8)": None,
             "delayed": fp8.DelayedScaling(amax_history_len=c.history),
             "current": fp8.Float8CurrentScaling(),
@@ -91,12 +94,9 @@ def _recipes(c):
 
 
 def run(config=None, **overrides):
-    import fpemu.autograd as torch
-    from ..autograd import fp8
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     if c.spike_step >= c.steps:
-        from ..errors import FpemuValueError
         raise FpemuValueError(f"fp8_training: spike_step must be below steps ({c.steps}), got "
                               f"{c.spike_step}; pass a larger steps or a smaller spike_step")
     rng = np.random.default_rng(c.seed)
@@ -175,7 +175,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, axes = fp.new_axes(2, 1, figsize=(12, 13))
     fp.plot_training_curves(r.data["curves"], ax=axes[0], reference="bf16 (no fp8)",
                             title="Loss under each recipe", logy=False)

@@ -24,6 +24,11 @@ import time
 
 import numpy as np
 
+import fpemu.autograd as torch
+from .. import plotting as fp
+from ..collectives import DeepSpeedLossScaler
+from ..errors import FpemuValueError
+from ..loss_scaling import ApexLossScaler, MegatronGradScaler
 from . import _base
 
 NAME = "loss_scaling"
@@ -68,8 +73,6 @@ class _Framework:
     gradients, skip or unscale, update."""
 
     def __init__(self, torch, kind, c):
-        from ..collectives import DeepSpeedLossScaler
-        from ..loss_scaling import ApexLossScaler, MegatronGradScaler
         self.torch = torch
         if kind == "deepspeed":
             self.s = DeepSpeedLossScaler(init_scale=c.init_scale, scale_window=c.growth_interval,
@@ -109,13 +112,11 @@ class _Framework:
 
 
 def run(config=None, **overrides):
-    import fpemu.autograd as torch
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     X, y = _base.regression_data(c.batch * 8, 16, 8, c.seed)
     model = _base.mlp(torch, 16, c.width, c.depth, 8, seed=c.seed)
     if c.scaler not in SCALERS:
-        from ..errors import FpemuValueError
         raise FpemuValueError(f"loss_scaling: scaler must be one of {', '.join(SCALERS)}, got "
                               f"{c.scaler!r}")
     opt = torch.optim.Adam(model.parameters(), lr=c.lr)
@@ -179,7 +180,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, axes = fp.new_axes(2, 1, figsize=(12, 8), sharex=True)
     steps = np.arange(r.data["scales"].size)
     fp.plot_loss_scale(steps, r.data["scales"], r.data["skipped"], ax=axes[0],

@@ -17,6 +17,9 @@ import time
 
 import numpy as np
 
+import fpemu.autograd as torch
+from .. import plotting as fp
+from ..quantize import ulp
 from . import _base
 
 NAME = "master_weights"
@@ -67,7 +70,6 @@ def _sgd_steps(torch, p0, g, lr, steps, dtype, master, trajectory=False):
 
 
 def run(config=None, **overrides):
-    import fpemu.autograd as torch
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     steps = (c.updates,)
@@ -108,7 +110,6 @@ def run(config=None, **overrides):
 
 
 def _half_ulp(x, fmt):
-    from ..quantize import ulp
     return ulp(x, fmt) / 2
 
 
@@ -138,7 +139,6 @@ def _training(torch, c):
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, ax = fp.new_axes(figsize=(12, 6))
     fp.plot_training_curves(r.data["curves"], ax=ax, smooth=8, reference="fp32",
                             title="Pure 16-bit weights against fp32 master weights (SGD)")

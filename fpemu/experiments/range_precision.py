@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+import fpemu.autograd as torch
+from .. import plotting as fp
 from . import _base
 
 NAME = "range_precision"
@@ -47,7 +49,6 @@ def setup(c):
 
 
 def run(config=None, **overrides):
-    import fpemu.autograd as torch
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     X, y = _base.regression_data(c.batch * 8, 8, 4, c.seed)
@@ -94,7 +95,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, axes = fp.new_axes(2, 1, figsize=(12, 12))
     fp.plot_training_curves(r.data["curves"], ax=axes[0], smooth=8, reference="fp32",
                             title="Same task, three formats")

@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from .. import plotting as fp
+from ..quantize import quantize
 from . import _base
 
 NAME = "stochastic_rounding"
@@ -44,7 +46,6 @@ def setup(c):
 
 
 def run(config=None, **overrides):
-    from ..quantize import quantize
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     rng = np.random.default_rng(c.seed)
@@ -98,7 +99,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     fig, ax = fp.new_axes(figsize=(12, 6))
     fp.plot_training_curves(r.data["losses"], ax=ax, reference="fp32", ylabel="MSE",
                             title="bf16 weights: round to nearest stalls, stochastic rounding "

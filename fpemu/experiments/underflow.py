@@ -19,6 +19,9 @@ import time
 
 import numpy as np
 
+import fpemu.autograd as torch
+from .. import plotting as fp
+from ..stats import survey
 from . import _base
 
 NAME = "underflow"
@@ -109,8 +112,6 @@ def _train(torch, c, X, y, mode, collect=False):
 
 def run(config=None, **overrides):
     """Train, count the gradients of the last steps in every format and scale."""
-    import fpemu.autograd as torch
-    from ..stats import survey
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
     X, y = _base.regression_data(c.batch * 8, 16, c.outputs, c.seed)
@@ -171,7 +172,6 @@ def run(config=None, **overrides):
 
 
 def _plot(r):
-    from .. import plotting as fp
     c = r.config
     figs = {}
     for yscale in ("linear", "log"):

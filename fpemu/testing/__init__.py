@@ -17,6 +17,7 @@
 See "Test your own kernels" in the documentation.
 """
 
+import fpemu
 from ._assert import Report, assert_quantized_equal, compare
 from ._blocks import BlocksReport, assert_blocks_equal, compare_blocks
 from ._exhaustive import SOURCES, exhaustive
@@ -37,7 +38,6 @@ class Oracle:
     """
 
     def __init__(self):
-        import fpemu
         self.quantize, self.encode, self.decode = fpemu.quantize, fpemu.encode, fpemu.decode
         self.explain = fpemu.explain
         self.assert_quantized_equal = assert_quantized_equal
@@ -48,5 +48,5 @@ class Oracle:
     @property
     def strategies(self):
         """:mod:`fpemu.testing.strategies` (imported on first use: it needs hypothesis)."""
-        from . import strategies
+        from . import strategies  # needs hypothesis, an optional dependency
         return strategies

@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+import fpemu
 from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import FORMATS, Format
 from ..formats import format as _lookup
@@ -44,7 +45,7 @@ def _to_numpy(a, what):
     widened exactly to float32, integers kept."""
     mod = type(a).__module__
     if mod.startswith("torch"):
-        import torch
+        import torch  # optional dependency
         t = a.detach()
         if t.is_sparse or t.layout != torch.strided:
             t = t.to_dense()
@@ -125,7 +126,6 @@ class _Config:
     seed: object
 
     def quantize(self, x, **changes):
-        import fpemu
         kw = dict(rounding=self.rounding, subnormals=self.subnormals, overflow=self.overflow,
                   seed=self.seed)
         kw.update(changes)
@@ -190,7 +190,6 @@ def _rules(cfg: _Config, x, actual, expected):
         out.append(("the sign of zero lost", (e64 == 0) & (a64 == 0)
                     & (np.signbit(a64) != np.signbit(e64))))
         out.append(("not rounded: the input passed through", _same(actual, x)))
-        import fpemu
         for mid in ("fp32", "tf32", "bf16", "fp16"):
             m = _lookup(mid)
             if m.mantissa_bits <= f.mantissa_bits or (mid == "fp32" and x.dtype != np.float64):
@@ -311,7 +310,6 @@ class Report:
         return "\n".join(lines)
 
     def _example(self, ex):
-        import fpemu
         f, cfg = self.cfg.fmt, self.cfg
         xd = np.asarray(ex.x).dtype
         where = ",".join(map(str, ex.index))
@@ -357,7 +355,6 @@ def _keep(f: Format):
 
 def _is_value(a: float, f: Format) -> bool:
     """Whether the number ``a`` is a value of ``f`` (NaN and inf where it has them)."""
-    import fpemu
     if a != a:
         return f.has_nan
     if a in (np.inf, -np.inf):
@@ -373,7 +370,6 @@ def _is_value(a: float, f: Format) -> bool:
 
 def _config(fmt, rounding, subnormals, overflow, seed):
     f = _format(fmt)
-    import fpemu
     fpemu.quantize(np.zeros(1, np.float32), f, rounding=rounding, subnormals=subnormals,
                    overflow=overflow, seed=seed)               # the arguments' own checks
     return _Config(f, rounding, subnormals, overflow, seed)
@@ -394,7 +390,6 @@ def compare(actual, x, fmt, *, rounding="rne", subnormals=True, overflow=None, s
         raise FpemuValueError(f"fpemu.testing: actual has shape {a.shape} and x {x.shape}; "
                               "pass the conversion's result for every input, in x's shape")
     if a.dtype.kind in "iu":                                   # codes: their values
-        import fpemu
         try:
             a = fpemu.decode(a.astype(cfg.fmt.code_dtype), cfg.fmt)
         except FpemuValueError as err:

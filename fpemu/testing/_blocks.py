@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+import fpemu
+from .. import block
 from ..errors import FpemuTypeError, FpemuValueError
-from ._assert import _to_numpy
+from ._assert import _ROUNDINGS, _fmt_expr, _to_numpy
 
 __all__ = ["assert_blocks_equal", "compare_blocks"]
 
@@ -30,7 +32,6 @@ _RULE_WORDS = {
 def _spec(preset, scale_rule):
     """The BlockSpec of ``preset`` (a name of fpemu.block.PRESETS, or a
     BlockSpec of one's own, custom formats included) and the scale rule."""
-    from .. import block
     if isinstance(preset, block.BlockSpec):
         return preset, scale_rule or preset.scale_rule
     if not isinstance(preset, str) or preset not in block.PRESETS:
@@ -43,7 +44,6 @@ def _spec(preset, scale_rule):
 
 def _quantize(X, preset, spec, **kw):
     """fpemu.block.quantize_blocks for a preset name or a BlockSpec."""
-    from .. import block
     if isinstance(preset, str):
         return block.quantize_blocks(X, preset, **kw)
     kw.setdefault("scale_rule", spec.scale_rule)
@@ -54,8 +54,6 @@ def _preset_text(preset, spec):
     """The preset's arguments of quantize_blocks, as Python text."""
     if isinstance(preset, str):
         return repr(preset)
-    import fpemu
-    from ._assert import _fmt_expr
     return (f"{_fmt_expr(fpemu.format(spec.elem))}, {_fmt_expr(fpemu.format(spec.scale_fmt))}, "
             f"{spec.block!r}")
 
@@ -64,7 +62,6 @@ def _codes(a, what, fmt_name):
     """Integer codes of ``a``: integers as they are, floats (a torch float8
     or float8_e8m0fnu tensor, an ml_dtypes array, float32 values) encoded
     exactly (a value that is not one of the format's is an error)."""
-    import fpemu
     arr = _to_numpy(a, what)
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64)
@@ -83,7 +80,6 @@ def _codes(a, what, fmt_name):
 def _is_nan_code(c, fmt_name):
     """Element-wise: ``c`` is one of the format's NaN codes (codes outside
     the format's range are not)."""
-    import fpemu
     f = fpemu.format(fmt_name)
     ok = (c >= 0) & (c < (1 << f.bits))
     vals = fpemu.decode(np.where(ok, c, 0).astype(f.code_dtype), f)
@@ -124,7 +120,6 @@ class BlocksReport:
     def _alternatives(self):
         """[(label, that rule's (codes, scales))]: other scale rules, the RHT
         done otherwise, and the elements rounded toward zero."""
-        from .. import block
         spec = self.spec
         rule = self.kw.get("scale_rule") or spec.scale_rule
         kinds = block.MX_RULES if rule in block.MX_RULES else (
@@ -154,7 +149,6 @@ class BlocksReport:
                             _quantize(Y, self.preset, spec, **self.kw)))
             except FpemuValueError:
                 pass
-        from ._assert import _ROUNDINGS
         for mode, words in _ROUNDINGS:           # the elements rounded otherwise
             if mode == self.kw.get("rounding", "rne"):
                 continue
@@ -168,12 +162,10 @@ class BlocksReport:
         return out
 
     def _input(self):
-        from .. import block
         return block.hadamard(self.x, 16, self.kw.get("axis", -1), signs="te") if self.rht \
             else self.x
 
     def message(self, shown=5):
-        import fpemu
         spec = self.spec
         e_sc = self.expected.scales.astype(np.int64)
         lines = [f"fpemu.testing: the block quantization differs from {self._call()}"]
@@ -238,7 +230,6 @@ class BlocksReport:
         of fpemu's element, then the first few with their input, both codes
         and values, and (a power-of-two scale) the scaled input and the
         element interval it lies in."""
-        import fpemu
         spec = self.spec
         ef, sf = fpemu.format(spec.elem), fpemu.format(spec.scale_fmt)
         e_codes = np.asarray(self.expected.codes).astype(np.int64)
@@ -337,7 +328,6 @@ class BlocksReport:
         nz = np.flatnonzero(u)
         bits = ", ".join(f"0x{int(v):08X}" for v in u[nz])
         ta = ""
-        from .. import block
         if (self.kw.get("scale_rule") or self.spec.scale_rule) in block.TENSOR_SCALE_RULES:
             with np.errstate(invalid="ignore"):
                 t = self.kw.get("tensor_amax")
@@ -366,7 +356,6 @@ def compare_blocks(codes, scales, x, preset, *, axis=-1, scale_rule=None, roundi
     """The :class:`BlocksReport` of a block quantizer's ``codes`` and
     ``scales`` against :func:`fpemu.block.quantize_blocks` (the arguments of
     :func:`assert_blocks_equal`); never raises for a mismatch."""
-    from .. import block
     spec, _ = _spec(preset, scale_rule)
     x = _to_numpy(x, "x")
     if x.dtype.kind != "f":

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+import fpemu
 from ..errors import FpemuValueError
 from ._assert import Report, _config, _to_numpy
 
@@ -19,7 +20,6 @@ SOURCES = {"bf16": 1 << 16, "fp16": 1 << 16, "e4m3fn": 256, "e5m2": 256, "fp8": 
 
 def _inputs(source, start, stop):
     """The source's inputs ``start:stop`` (by bit pattern), as float32."""
-    import fpemu
     if source == "float32":
         return np.arange(start, stop, dtype=np.uint64).astype(np.uint32).view(np.float32)
     if source == "bf16":
@@ -42,7 +42,7 @@ class _Progress:
         self.bar = None
         if on:
             try:
-                from tqdm.auto import tqdm
+                from tqdm.auto import tqdm  # optional dependency
                 self.bar = tqdm(total=total, unit="value", unit_scale=True, desc=what)
             except ImportError:
                 self.what = what
@@ -126,7 +126,6 @@ def exhaustive(fn, fmt, source="bf16", *, rounding="rne", subnormals=True, overf
                                       f"{got.shape} for {x.shape[0]} inputs; return one "
                                       "result per input")
             if got.dtype.kind in "iu":
-                import fpemu
                 got = fpemu.decode(got.astype(report.cfg.fmt.code_dtype), report.cfg.fmt)
             report.add(got, x, offset=s)
             bar.update(x.size)

@@ -21,5 +21,5 @@ def pytest_configure(config):
 def fpemu_oracle():
     """fpemu's conversions and assertions (:class:`fpemu.testing.Oracle`); one for the
     session (it holds no state), so hypothesis's @given tests may take it."""
-    from fpemu.testing import Oracle
+    from fpemu.testing import Oracle  # not at import: see the docstring
     return Oracle()

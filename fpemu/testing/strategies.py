@@ -55,6 +55,7 @@ except ImportError as err:                                  # pragma: no cover
     raise ImportError("fpemu.testing.strategies needs hypothesis: pip install hypothesis "
                       "(or pip install 'fpemu[dev]')") from err
 
+from .. import block as _block
 from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import FORMATS, Format
 from ..formats import format as _lookup
@@ -374,7 +375,6 @@ def blocks(preset, n_blocks=4, kinds=None, rows=(1, 2)):
     last axis; 2-D presets (tiles): (rows * tile rows, n_blocks * tile
     columns [+ tail]). ``rows``: the range of the first number.
     """
-    from .. import block as _block
     if isinstance(preset, _block.BlockSpec):
         spec = preset
     elif isinstance(preset, str) and preset in _block.PRESETS:

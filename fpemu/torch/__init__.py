@@ -36,19 +36,19 @@ from ._monitor import (
 def __getattr__(name):
     # the quantizers import torch when first asked for (the monitor does at its start)
     if name in ("quantize", "encode", "decode"):
-        from . import _quantize
+        from . import _quantize  # imports torch
         return getattr(_quantize, name)
     if name in ("quantize_blocks", "dequantize_blocks", "TensorBlocks"):
-        from . import _blocks
+        from . import _blocks  # imports torch
         return getattr(_blocks, name)
     if name == "stats":
-        from ._stats import stats
+        from ._stats import stats  # imports torch and Numba
         return stats
     if name in ("emulate", "Emulation", "GemmRounding", "RECIPES"):
-        from . import _emulate
+        from . import _emulate  # imports torch
         return getattr(_emulate, name)
     if name == "run_emulated_script":
-        from ._emulate import run_script as run_emulated_script
+        from ._emulate import run_script as run_emulated_script  # imports torch
         return run_emulated_script
     raise AttributeError(f"module 'fpemu.torch' has no attribute {name!r}")
 

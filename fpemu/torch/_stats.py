@@ -15,6 +15,8 @@ A CPU tensor is counted by :func:`fpemu.stats` itself, on its own memory.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import stats as _host
@@ -95,7 +97,6 @@ def stats(t, fmt, *, scale=1.0, overflow=None, log2_range=_host.LOG2_RANGE):
     names = ("nan", "inf", "zero", "flushed", "subnormal", "normal")
     counts = {k: int(n[i]) for i, k in enumerate(names)}
     counts["overflow"] = int(n[_TO_INF] + n[_TO_NAN] + n[_SAT])
-    import dataclasses
     res = dataclasses.replace(
         empty, counts=counts, amax=amax, hist=hist.astype(np.int64), zero_bin=zero_bin,
         overflow_to={"inf": int(n[_TO_INF]), "nan": int(n[_TO_NAN]), "saturated": int(n[_SAT])})
