@@ -11,7 +11,9 @@ that dies or hangs makes the call raise, with the rank and its error.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
+import socket
 import tempfile
 
 import numpy as np
@@ -36,8 +38,8 @@ COLLECTIVES = {
 
 
 def _worker(rank, world, init_file, dtypes, arrays, which, out_dir, timeout, die_rank, threads):
-    import torch
-    import torch.distributed as dist
+    import torch  # optional dependency
+    import torch.distributed as dist  # optional dependency
     if threads is not None:
         torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
@@ -105,7 +107,7 @@ def _float32(torch, t):
 def _join(ctx, world, what):
     """``ctx.join`` for a second; a rank that died or raised ends the run at
     once (torch stops the others), with the rank named."""
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # optional dependency
     try:
         return ctx.join(timeout=1)
     except mp.ProcessExitedException as err:
@@ -124,7 +126,7 @@ def _spawn(worker, world, make_args, timeout, what):
     process that fails or exits makes ``join`` raise, and torch then ends the
     others; past the deadline every live process is terminated and joined,
     and the call raises: no child is left behind."""
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # optional dependency
     with tempfile.TemporaryDirectory() as tmp:
         ctx = mp.start_processes(worker, args=make_args(tmp), nprocs=world, join=False,
                                  start_method="spawn")
@@ -182,16 +184,18 @@ def _ddp_train(torch, cfg, rank, group=None):
     dtype = getattr(torch, cfg["dtype"])
     model = _mlp(torch, cfg).to(dtype)
     if cfg.get("emulate"):                       # every Linear under an fpemu recipe
-        from fpemu.torch import emulate
+        from fpemu.torch import emulate  # imports torch
         emulate(model, cfg["emulate"])
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"],
                                                     process_group=group)
     if cfg["hook"] == "powerSGD":
-        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        from torch.distributed.algorithms.ddp_comm_hooks import (  # optional dependency
+            powerSGD_hook as psgd,
+        )
         ddp.register_comm_hook(psgd.PowerSGDState(group, **cfg["powersgd"]),
                                psgd.powerSGD_hook)
     elif cfg["hook"]:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # optional dependency
         ddp.register_comm_hook(group, getattr(default_hooks, cfg["hook"] + "_hook"))
     res = {}
     for it in range(cfg["iterations"]):
@@ -212,8 +216,8 @@ def _ddp_train(torch, cfg, rank, group=None):
 
 
 def _ddp_worker(rank, world, init_file, cfg, out_dir, timeout, worlds=None):
-    import torch
-    import torch.distributed as dist
+    import torch  # optional dependency
+    import torch.distributed as dist  # optional dependency
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout))
     try:
@@ -265,8 +269,8 @@ def run_ddp_worlds(cfg, worlds, timeout=TIMEOUT):
 
 # --------------------------------------------------------------------- FSDP2
 def _fsdp_worker(rank, world, init_file, cfg, out_dir, timeout):
-    import torch
-    import torch.distributed as dist
+    import torch  # optional dependency
+    import torch.distributed as dist  # optional dependency
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout))
     try:
@@ -274,11 +278,13 @@ def _fsdp_worker(rank, world, init_file, cfg, out_dir, timeout):
         reduce_dtype = getattr(torch, cfg["reduce_dtype"])
         model = _mlp(torch, cfg)
         if cfg.get("emulate"):                       # every Linear under an fpemu recipe
-            from fpemu.torch import emulate
+            from fpemu.torch import emulate  # imports torch
             emulate(model, cfg["emulate"])
         x, y = _batch(torch, cfg, 0, rank)
         if cfg.get("flavor", "fsdp2") == "fsdp1":
-            from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+            from torch.distributed.fsdp import (  # optional dependency
+                FullyShardedDataParallel, MixedPrecision,
+            )
             fsdp = FullyShardedDataParallel(
                 model, mixed_precision=MixedPrecision(param_dtype=param_dtype,
                                                       reduce_dtype=reduce_dtype),
@@ -288,8 +294,10 @@ def _fsdp_worker(rank, world, init_file, cfg, out_dir, timeout):
                 res = {f"reduced.{i}": p.grad.float().numpy().copy()
                        for i, p in enumerate(fsdp.parameters())}
         else:
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            from torch.distributed.device_mesh import init_device_mesh  # optional dependency
+            from torch.distributed.fsdp import (  # optional dependency
+                MixedPrecisionPolicy, fully_shard,
+            )
             mesh = init_device_mesh("cpu", (world,))
             policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
             fully_shard(model, mesh=mesh, mp_policy=policy)
@@ -308,7 +316,6 @@ def _release():
     the parameters they hang on) before ``destroy_process_group``: left to
     the interpreter's end, the group's threads are torn down in whatever
     order finalization takes."""
-    import gc
     gc.collect()
 
 
@@ -333,7 +340,7 @@ def local_grads(cfg, world, dtype_name):
     as FSDP (``param_dtype``) and DeepSpeed's bf16 mode compute them: the model
     and the inputs cast to ``dtype_name``, the loss in float32.
     ``[rank][parameter]``, float32 values."""
-    import torch
+    import torch  # optional dependency
     dtype = getattr(torch, dtype_name)
     model = _mlp(torch, cfg).to(dtype)
     out = []
@@ -363,15 +370,14 @@ def _deepspeed(rank, world, port, timeout):
     os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                       RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_SIZE=str(world))
-    import deepspeed
-    import torch
+    import deepspeed  # optional dependency
+    import torch  # optional dependency
     deepspeed.init_distributed(dist_backend="gloo",
                                timeout=datetime.timedelta(seconds=timeout))
     return deepspeed, torch
 
 
 def _free_port():
-    import socket
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         return sk.getsockname()[1]
@@ -384,7 +390,7 @@ def _zero_worker(rank, world, port, cfg, out_dir, timeout):
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg["ds_config"])
     x, y = _batch(torch, cfg, 0, rank)
     engine.backward(((engine(x.to(torch.bfloat16)).float() - y) ** 2).mean())
-    from deepspeed.utils import safe_get_full_grad
+    from deepspeed.utils import safe_get_full_grad  # optional dependency
     res = {f"reduced.{i}": safe_get_full_grad(p).float().numpy().copy()
            for i, p in enumerate(engine.module.parameters())}
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **res)
@@ -395,7 +401,7 @@ def _zero_train_worker(rank, world, port, cfg, out_dir, timeout):
     model = _mlp(torch, cfg)
     opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg["ds_config"])
-    from deepspeed.utils import safe_get_full_fp32_param
+    from deepspeed.utils import safe_get_full_fp32_param  # optional dependency
     res = {}
     for it in range(cfg["steps"]):
         x, y = _batch(torch, cfg, it, rank)

@@ -100,7 +100,7 @@ def _ordered(a, dtype):
         mag = bits & 0x7FFFFFFF
         neg = bits < 0
     elif dtype in LOW_PRECISION:
-        from ..quantize import encode
+        from ..quantize import encode  # needs Numba; recording runs without it
         fmt = _format(dtype)
         x = np.where(nan, 0, np.asarray(a, np.float32)).astype(np.float32)
         codes = encode(x, fmt).astype(np.int64)
@@ -117,7 +117,7 @@ def _ordered(a, dtype):
 
 
 def _decode_exact(codes, fmt):
-    from ..quantize import decode
+    from ..quantize import decode  # needs Numba; recording runs without it
     return np.asarray(decode(codes.astype(np.uint32 if fmt.bits > 16 else
                                           (np.uint16 if fmt.bits > 8 else np.uint8)), fmt),
                       np.float32)

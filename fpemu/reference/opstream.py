@@ -42,6 +42,10 @@ import os
 import numpy as np
 
 from ..errors import FpemuValueError
+from ._env import Env
+from .parity import load_meta, profile_of
+from .record import META, _machine, _read_meta, _torch_for, device_name, select, trace_dir_name
+from .scenarios import SCENARIOS
 
 OPS_DIR = "ops"
 
@@ -218,7 +222,7 @@ class OpCapture:
 
 
 def _dispatch_mode(torch):
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._python_dispatch import TorchDispatchMode  # optional dependency
 
     class _Mode(TorchDispatchMode):
         def __init__(self, capture):
@@ -232,15 +236,12 @@ def _dispatch_mode(torch):
 
 def stepped(name):
     """Whether a scenario marks its steps (only those can be recorded op by op)."""
-    from .scenarios import SCENARIOS
     return SCENARIOS[name].group == "e2e"
 
 
 def record_ops(torch, env, folder, names, steps=(0, 10), log=print):
     """Record the op stream of ``steps`` of each scenario in ``names`` (those
     that mark their steps) into ``<folder>/ops/``; returns the paths."""
-    from .scenarios import SCENARIOS
-    from .record import device_name
     paths, failed = [], {}
     for name in names:
         if not stepped(name):
@@ -276,8 +277,6 @@ def record_op_streams(device="cpu", out="tests/reference", only=None, steps=(0, 
     scenarios among ``only`` into
     ``<trace folder>/ops/``; the folder's meta.json gains the machine's
     description if it has none. Returns the trace folder."""
-    from ._env import Env
-    from .record import META, _machine, _read_meta, _torch_for, select, trace_dir_name
     torch = _torch_for(device)
     names = [n for n in select(only) if stepped(n)]
     if not names:
@@ -329,7 +328,7 @@ class OpStream:
         if name == "float16":
             return a.view(np.float16).astype(np.float32)
         if name in _BITS:
-            from ..quantize import decode
+            from ..quantize import decode  # needs Numba; recording runs without it
             fmt = _FP8[name]
             return decode(a, fmt).astype(np.float32)
         return a
@@ -385,7 +384,7 @@ def compare_values(got, want, dtype):
         raise FpemuValueError(f"fpemu's output has shape {list(got.shape)}, the recorded one "
                               f"{list(want.shape)}")
     if dtype in _FP8:                   # distances in the format's own codes
-        from ..quantize import encode
+        from ..quantize import encode  # needs Numba; recording runs without it
         fmt = _FP8[dtype]
         g, w = encode(got.astype(np.float32), fmt), encode(want.astype(np.float32), fmt)
         gn, wn = np.isnan(got), np.isnan(want)
@@ -419,7 +418,7 @@ class _Replayer:
     """Decodes a recorded op's arguments into fpemu values and runs it."""
 
     def __init__(self, stream):
-        import fpemu.autograd as ft
+        import fpemu.autograd as ft  # needs Numba; recording runs without it
         self.ft = ft
         self.s = stream
 
@@ -616,8 +615,7 @@ def _replay(r, op):
 
 def _as_values(x):
     """An fpemu output as (values widened to float32 / float64, dtype name)."""
-    from ..reference._env import Env
-    import fpemu.autograd as ft
+    import fpemu.autograd as ft  # needs Numba; recording runs without it
     if isinstance(x, np.ndarray):
         return x, None
     env = Env(ft, "cpu", "fpemu")
@@ -642,7 +640,7 @@ def _describe_inputs(stream, op):
 def replay_ops(path, profile, step=None, log=None, stop_at_first=False):
     """Replay the op stream at ``path`` under ``profile``; returns the
     :class:`OpResult` list (only ``step``'s ops if given)."""
-    import fpemu.autograd as ft
+    import fpemu.autograd as ft  # needs Numba; recording runs without it
     stream = OpStream(path)
     r = _Replayer(stream)
     results = []
@@ -694,7 +692,6 @@ def first_difference(folder, name, step=None, log=print, show_all=False):
     report the first op whose output differs; returns it (an
     :class:`OpResult`) or None when every replayed op is equal.
     ``show_all`` logs every op as it is replayed."""
-    from .parity import load_meta, profile_of
     meta = load_meta(folder)
     path = os.path.join(folder, OPS_DIR, f"{name}.npz")
     profile = profile_of(meta)

@@ -12,10 +12,12 @@ import dataclasses
 import glob
 import json
 import os
+import warnings
 import zipfile
 
 import numpy as np
 
+from ._env import Env
 from .compare import BIT_EXACT, FAILED, NOT_COMPARED, WITHIN, Comparison, Tier, compare
 from .record import META, select
 from .scenarios import SCENARIOS
@@ -90,14 +92,13 @@ def gpu_of(device_name):
     device: "NVIDIA H200" -> "h200", "NVIDIA H100 PCIe" -> "h100-pcie"; a
     CPU's name gives the default; another GPU's the default with an
     :class:`UnknownGpuWarning`."""
-    from ..autograd import Profile
+    from ..autograd import Profile  # needs Numba; recording runs without it
     default = Profile("cuda").gpu
     text = str(device_name or "").lower()
     for key, gpu in _GPU_NAMES:
         if key in text:
             return gpu
     if text and not text.startswith("cpu"):
-        import warnings
         warnings.warn(f"{device_name!r} is none of the GPUs fpemu has a profile for "
                       f"({', '.join(sorted({g for _, g in _GPU_NAMES}))}): replayed under "
                       f"{default}'s models and SM count", UnknownGpuWarning, stacklevel=2)
@@ -105,7 +106,7 @@ def gpu_of(device_name):
 
 
 def profile_of(meta):
-    from ..autograd import Profile
+    from ..autograd import Profile  # needs Numba; recording runs without it
     return Profile(meta["device"], meta["torch_release"],
                    cpu_capability=meta.get("cpu_capability", "AVX512"),
                    cpu_threads=int(meta.get("cpu_threads", 1)),
@@ -114,8 +115,7 @@ def profile_of(meta):
 
 def replay(folder, name, meta=None):
     """Replay one recorded scenario; returns a :class:`ScenarioResult`."""
-    from .. import autograd
-    from ._env import Env
+    from .. import autograd  # needs Numba; recording runs without it
     meta = load_meta(folder) if meta is None else meta
     info = meta["scenarios"].get(name)
     if name not in SCENARIOS:

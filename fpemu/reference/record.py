@@ -52,7 +52,7 @@ def select(patterns):
 
 def _torch_for(device):
     try:
-        import torch
+        import torch  # optional dependency
     except ImportError:
         raise RuntimeError("fpemu record runs the scenarios with PyTorch, which is not "
                            "installed; pip install torch") from None
