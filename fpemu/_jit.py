@@ -38,13 +38,24 @@ signature's machine code, which a later process loads as its own. fpemu's
 kernels save and load their cache entries under an inter-process lock on
 ``fpemu-cache.lock`` in the cache directory (:class:`_LockedCacheFile`), so
 each save sees the index as the last one left it.
+
+One kernel, several files. Numba's cache entry of a function is valid while
+the file that defines it is unchanged (its modification time and size); the
+functions it calls are compiled into it, and an edit of the file of one of
+those leaves the entry stale. A group of modules whose kernels call each
+other's functions (:mod:`fpemu._kernels`, which also runs the code of
+:mod:`fpemu._elemround`) is declared with :func:`cache_unit`: their entries
+are valid while every file of the group is unchanged, as they were when
+the group was one file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
+import sys
 import threading
 import types as types_mod
 
@@ -64,8 +75,6 @@ except ImportError:                              # Windows: Numba's unlocked cac
 
 def _load_tbb_wheel():
     """Make the tbb wheel's library visible to Numba (see the module note)."""
-    import ctypes
-    import sys
     if not sys.platform.startswith("linux"):
         return
     path = os.path.join(sys.prefix, "lib", "libtbb.so.12")
@@ -147,10 +156,39 @@ class _LockedCacheFile(IndexDataCacheFile):
             super().flush()
 
 
+#: module name -> the stamps of the files of its cache unit (:func:`cache_unit`)
+_CACHE_UNITS = {}
+
+
+def _stamp(path):
+    """What Numba's cache compares to tell whether a source file changed."""
+    st = os.stat(path)
+    return st.st_mtime, st.st_size
+
+
+def cache_unit(prefix, files):
+    """Make the cached kernels of the module ``prefix`` and the modules under
+    it (``prefix.*``, a package's) valid only while ``files`` (paths) are as
+    they are now, besides their own source file (module note). Call it
+    before the first kernel of the group is defined."""
+    _CACHE_UNITS[prefix] = tuple(_stamp(f) for f in sorted(files))
+
+
+def _unit_stamp(module):
+    for prefix, stamps in _CACHE_UNITS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return stamps
+    return None
+
+
 def _locked_cache(dispatcher):
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     if type(cache_file) is IndexDataCacheFile:
         cache_file.__class__ = _LockedCacheFile
+        unit = _unit_stamp(getattr(dispatcher.py_func, "__module__", None) or "")
+        if unit is not None:
+            # the index is read back only if its stamp equals this one
+            cache_file._source_stamp = (cache_file._source_stamp, unit)
     return dispatcher
 
 

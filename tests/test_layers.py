@@ -148,8 +148,9 @@ KERNEL_OWNERS = {
 
 #: Private top-level modules every layer may import: the house's utilities
 #: (Numba's JIT and the kernel runner; exact conversions to float64; the
-#: callable checks), whose names inside are public.
-SHARED = {"fpemu._jit", "fpemu._exact", "fpemu._callable"}
+#: callable checks; the element rounding that the Numba kernels, the torch
+#: code and the Triton kernels each run), whose names inside are public.
+SHARED = {"fpemu._jit", "fpemu._exact", "fpemu._callable", "fpemu._elemround"}
 
 
 def _all_modules():
