@@ -486,7 +486,7 @@ def test_cudnn_rule_rounds_the_scale_up_and_divides():
     (TE's threshold table is that rounding); no tensor scale."""
     x = spread((32, 64), 24, -6, 6)
     x[0, :16] = 0.0
-    q = block.quantize_blocks(x, "nvfp4-cudnn")
+    q = block.quantize_blocks(x, "e2m1", "e4m3fn", 16, scale_rule="cudnn")  # the rule, not a preset
     e4 = np.array(sorted({(m / 8) * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
                           for e in range(16) for m in range(8) if (e, m) != (15, 7)}))
     amax = np.abs(x.reshape(32, 4, 16)).max(-1)
