@@ -468,6 +468,12 @@ def _format_arg(p, flag=True):
         p.add_argument("fmt", metavar="FORMAT", help=f"an 8-bit or smaller format: {names}")
 
 
+def _script_args(p):
+    p.add_argument("script", metavar="SCRIPT", help="the training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                   help="the script's own arguments")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fpemu", description="Bit-exact emulation of low-precision floating point."
@@ -584,9 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--sample", type=int, default=None,
                     help="count a seeded sample of N elements of each larger tensor")
     mo.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
-    mo.add_argument("script", metavar="SCRIPT", help="the training script")
-    mo.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
-                    help="the script's own arguments")
+    _script_args(mo)
     mo.set_defaults(func=_cmd_monitor)
     em = sub.add_parser("emulate", help="run a PyTorch training script with every nn.Linear "
                                         "under an emulated low-precision recipe",
@@ -603,9 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--accumulation", default=None, metavar="MODEL",
                     help="run the GEMMs on the host under this fpemu.accumulate model "
                          "(h100-fp8, b200-mxf8f6f4, b200-mxf4nvf4, ...; slow)")
-    em.add_argument("script", metavar="SCRIPT", help="the training script")
-    em.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
-                    help="the script's own arguments")
+    _script_args(em)
     em.set_defaults(func=_cmd_emulate)
     r = sub.add_parser("record", help="run the fidelity scenarios with PyTorch and save traces",
                        description="Run every fidelity scenario with real PyTorch and write "
@@ -709,19 +711,9 @@ def _cmd_monitor(args) -> int:
                                     "range, no inf or NaN)"))
         print(f"report: {mon.report_path}")
     if mon.script_error is not None:
-        err = mon.script_error
-        _print_script_traceback(err, args.script)
-        print(f"fpemu monitor: the script raised {type(err).__name__}: {err}; the report "
-              "covers the steps before it", file=sys.stderr)
-        return 1
-    code = mon.script_exit
-    if code not in (None, 0):           # sys.exit(n): the script's own status, as Python's
-        if not isinstance(code, int):
-            print(f"fpemu monitor: the script exited: {code}", file=sys.stderr)
-            return 1
-        print(f"fpemu monitor: the script exited with status {code}", file=sys.stderr)
-        return code
-    return 0
+        return _script_raised("monitor", args.script, mon.script_error,
+                              "; the report covers the steps before it")
+    return _script_status("monitor", mon.script_exit)
 
 
 def _cmd_emulate(args) -> int:
@@ -732,16 +724,11 @@ def _cmd_emulate(args) -> int:
         raise CliError(f"--recipe expects one of {', '.join(RECIPES)}, got {args.recipe!r}")
     emu, err, code = run_script(args.script, args.args, args.recipe,
                                 accumulation=args.accumulation, reraise=False)
+    before = " before it created an optimizer (nothing was emulated)"
     if emu is None and err is not None:     # the script failed first: its error, as python's
-        _print_script_traceback(err, args.script)
-        print(f"fpemu emulate: the script raised {type(err).__name__}: {err} before it created "
-              "an optimizer (nothing was emulated)", file=sys.stderr)
-        return 1
+        return _script_raised("emulate", args.script, err, before)
     if emu is None and code not in (None, 0):
-        print("fpemu emulate: the script exited "
-              + (f"with status {code}" if isinstance(code, int) else f": {code}")
-              + " before it created an optimizer (nothing was emulated)", file=sys.stderr)
-        return code if isinstance(code, int) else 1
+        return _script_status("emulate", code, before)
     if emu is None:
         raise CliError(f"{args.script} created no optimizer: there was no model to emulate "
                        "(fpemu emulate finds the module that owns the first optimizer's "
@@ -749,16 +736,8 @@ def _cmd_emulate(args) -> int:
     print(f"fpemu emulate: {len(emu.layers)} nn.Linear layers ran under "
           f"{type(emu.recipe).__name__}", file=sys.stderr)
     if err is not None:
-        _print_script_traceback(err, args.script)
-        print(f"fpemu emulate: the script raised {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    if code not in (None, 0):
-        if not isinstance(code, int):
-            print(f"fpemu emulate: the script exited: {code}", file=sys.stderr)
-            return 1
-        print(f"fpemu emulate: the script exited with status {code}", file=sys.stderr)
-        return code
-    return 0
+        return _script_raised("emulate", args.script, err)
+    return _script_status("emulate", code)
 
 
 def _steps(text):
@@ -839,6 +818,26 @@ def _cmd_parity(args) -> int:
         failed += sum(not r.ok for r in results)
         print()
     return 1 if failed else 0
+
+
+def _script_raised(command, script, err, note=""):
+    """Status 1, after the traceback of the error the user's script raised
+    and a line that names it (``note`` ends the line)."""
+    _print_script_traceback(err, script)
+    print(f"fpemu {command}: the script raised {type(err).__name__}: {err}{note}",
+          file=sys.stderr)
+    return 1
+
+
+def _script_status(command, code, note=""):
+    """The status of a script that called ``sys.exit(code)``, as Python's: 0
+    for None or 0, an int as it is, else 1 after printing ``code``; a line on
+    stderr says which (``note`` ends it)."""
+    if code in (None, 0):
+        return 0
+    what = f"with status {code}" if isinstance(code, int) else f": {code}"
+    print(f"fpemu {command}: the script exited {what}{note}", file=sys.stderr)
+    return code if isinstance(code, int) else 1
 
 
 def _print_script_traceback(err, script):
