@@ -90,10 +90,10 @@ def recipe_of(recipe):
                                   "fpemu.autograd.fp8")
         return RECIPES[key]()
     if not isinstance(recipe, _fp8.RECIPE_CLASSES + (GemmRounding,)):
+        classes = ", ".join(c.__name__ for c in _fp8.RECIPE_CLASSES)
         raise FpemuTypeError(
-            f"emulate(): recipe must be one of fpemu.autograd.fp8's DelayedScaling, "
-            f"Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling, "
-            f"a GemmRounding, or a name ({', '.join(RECIPES)}); got {type(recipe).__name__}")
+            f"emulate(): recipe must be one of fpemu.autograd.fp8's {classes}, a GemmRounding, "
+            f"or a name ({', '.join(RECIPES)}); got {type(recipe).__name__}")
     return recipe
 
 
