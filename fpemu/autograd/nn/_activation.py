@@ -317,29 +317,42 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
     in float32, along the last dim ``e * (1 / sum)``, along another dim as
     :func:`_cpu_softmax_inner` says. The backward reads the stored output:
     ``y * (g - sum(g * y))``."""
-    x, dt, d, X = _softmax_input("softmax", input, dim, dtype, _stacklevel)
+    return _softmax_op("softmax", input, dim, dtype, _stacklevel)
+
+
+def _softmax_op(op, input, dim, dtype, stacklevel):
+    """softmax or log_softmax (``op``): the input cast, the CUDA profile's
+    persistent warp kernel where ATen runs it (:func:`_cuda_rows`), else the
+    CPU kernels or the float64 values rounded once; the backward reads the
+    stored output."""
+    log = op == "log_softmax"
+    x, dt, d, X = _softmax_input(op, input, dim, dtype, stacklevel + 1)
     rows = _cuda_rows(x, dt, d)
     if rows is not None:
-        return _cuda_softmax(x, dt, rows, False)
+        return _cuda_softmax(x, dt, rows, log)
     with np.errstate(all="ignore"):
         if _cpu_exact(dt):
-            Y = _cpu_math.softmax(x._data, 0 if d is None else d)
+            Y = (_cpu_math.log_softmax if log else _cpu_math.softmax)(
+                x._data, 0 if d is None else d)
         else:
-            Y = _softmax_values(x, dt, d, X)
+            Y = (_log_softmax_values if log else _softmax_values)(x, dt, d, X)
     res = _store(Y, dt)
+    grad = _log_softmax_grad if log else _softmax_grad
+    return _result(res, dt, (x,), lambda g: grad(g, x, dt, d, res), saved=("out",), op=op)
 
-    def backward(g):
-        G = g.astype(np.float64)
-        Yo = res.astype(np.float64)
-        om = np.float64 if dt is float64 else np.float32
-        with np.errstate(all="ignore"):
-            if get_profile().cpu and om is np.float32 and d is not None and d != x.ndim - 1:
-                # ATen's CPU kernel along an inner dim: float32 in index order
-                S = _sequential_sum_f32((G * Yo).astype(np.float32), d).astype(np.float64)
-            else:
-                S = (G * Yo).sum(axis=d, keepdims=True).astype(om).astype(np.float64)
-            return (_store(Yo * (G - S), dt),)
-    return _result(res, dt, (x,), backward, saved=("out",), op="softmax")
+
+def _softmax_grad(g, x, dt, d, res):
+    """softmax's backward from its stored output ``res``: ``y * (g - sum(g * y))``."""
+    G = g.astype(np.float64)
+    Yo = res.astype(np.float64)
+    om = np.float64 if dt is float64 else np.float32
+    with np.errstate(all="ignore"):
+        if get_profile().cpu and om is np.float32 and d is not None and d != x.ndim - 1:
+            # ATen's CPU kernel along an inner dim: float32 in index order
+            S = _sequential_sum_f32((G * Yo).astype(np.float32), d).astype(np.float64)
+        else:
+            S = (G * Yo).sum(axis=d, keepdims=True).astype(om).astype(np.float64)
+        return (_store(Yo * (G - S), dt),)
 
 
 def _softmax_values(x, dt, d, X):
@@ -375,30 +388,22 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     exponentials and its logarithm are kept in the tensor's dtype before the
     subtraction; along another dim everything is float32, the sum in index
     order. The backward reads the stored output: ``g - exp(y) * sum(g)``."""
-    x, dt, d, X = _softmax_input("log_softmax", input, dim, dtype, _stacklevel)
-    rows = _cuda_rows(x, dt, d)
-    if rows is not None:
-        return _cuda_softmax(x, dt, rows, True)
-    with np.errstate(all="ignore"):
-        if _cpu_exact(dt):
-            Y = _cpu_math.log_softmax(x._data, 0 if d is None else d)
-        else:
-            Y = _log_softmax_values(x, dt, d, X)
-    res = _store(Y, dt)
+    return _softmax_op("log_softmax", input, dim, dtype, _stacklevel)
 
-    def backward(g):
-        om = np.float64 if dt is float64 else np.float32
-        if _cpu_exact(dt) and (d is None or d == x.ndim - 1 or x.ndim == 0):
-            # torch CPU's kernel along the last dim: the gradient's lane sum,
-            # then g - exp(y) * sum as one FMA (_cpu_reduce)
-            return (cpu_log_softmax_backward(_store(g, dt).astype(om), res.astype(om),
-                                             get_profile().cpu_capability),)
-        G = g.astype(np.float64)
-        with np.errstate(all="ignore"):
-            S = G.sum(axis=d, keepdims=True).astype(om).astype(np.float64)
-            E = np.exp(res.astype(np.float64)).astype(om).astype(np.float64)
-            return (_store(G - E * S, dt),)
-    return _result(res, dt, (x,), backward, saved=("out",), op="log_softmax")
+
+def _log_softmax_grad(g, x, dt, d, res):
+    """log_softmax's backward from its stored output ``res``: ``g - exp(y) * sum(g)``."""
+    om = np.float64 if dt is float64 else np.float32
+    if _cpu_exact(dt) and (d is None or d == x.ndim - 1 or x.ndim == 0):
+        # torch CPU's kernel along the last dim: the gradient's lane sum,
+        # then g - exp(y) * sum as one FMA (_cpu_reduce)
+        return (cpu_log_softmax_backward(_store(g, dt).astype(om), res.astype(om),
+                                         get_profile().cpu_capability),)
+    G = g.astype(np.float64)
+    with np.errstate(all="ignore"):
+        S = G.sum(axis=d, keepdims=True).astype(om).astype(np.float64)
+        E = np.exp(res.astype(np.float64)).astype(om).astype(np.float64)
+        return (_store(G - E * S, dt),)
 
 
 def _log_softmax_values(x, dt, d, X):

@@ -633,6 +633,13 @@ def _reduce_loss(per, red):
         return np.asarray(per.sum() / scale), scale
 
 
+def _loss_grad(g, scale):
+    """The upstream gradient of a loss in float64, divided by its reduction's
+    scale (:func:`_reduce_loss`)."""
+    G = g.astype(np.float64)
+    return G if scale is None else G / scale
+
+
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction="mean", pos_weight=None):
     """``w * ((1 - t) * x + (1 + (pw - 1) * t) * log1p(exp(-x)))`` in the
@@ -664,8 +671,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         res = _store(loss, dt)
 
     def backward(g):
-        G = g.astype(np.float64)
-        Gs = G if scale is None else G / scale
+        Gs = _loss_grad(g, scale)
         with np.errstate(all="ignore"):
             sig = 1 / (1 + np.exp(-X))
             if pos_weight is None:
@@ -730,8 +736,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         res = _store(loss, dt)
 
     def backward(g):
-        G = g.astype(np.float64)
-        Gs = G if scale is None else G / scale
+        Gs = _loss_grad(g, scale)
         with np.errstate(all="ignore"):
             gi = (X - T) / np.maximum((1 - X) * X, 1e-12) * W * Gs
             gt = (log_1mx - log_x) * W * Gs
@@ -773,8 +778,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean",
         res = _store(loss, dt)
 
     def backward(g):
-        G = g.astype(np.float64)
-        Gs = G if scale is None else G / scale
+        Gs = _loss_grad(g, scale)
         with np.errstate(all="ignore"):
             gi = -(np.exp(T) if log_target else T) * Gs
             # d/dt of t (log t - x) is log t - x + 1; of exp(t) (t - x), exp(t) (t - x + 1)
