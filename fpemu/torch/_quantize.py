@@ -11,22 +11,13 @@ operations on the float32 bits (``t.view(torch.int32)``), no copy to the host,
 no floating-point arithmetic (so no flush-to-zero mode of any device or
 compiler can change a bit).
 
-The arithmetic is that of fpemu's float32 kernels (``fpemu/_kernels.py``:
-``_split32``, ``_round32``, ``_value32``), written again for whole tensors:
-
-* split: sign, exponent ``e`` and integer significand ``sig < 2**24`` of
-  each input (float32 subnormals normalised where the format has binades below
-  float32's, as e8m0 has);
-* round: the quantum at ``e`` is ``2**(max(e, emin) - M)``, so ``shift`` low
-  bits of ``sig`` are dropped and the kept part incremented or not as the mode
-  says; the magnitude code is ``((max(e, emin) + bias - 1) << M) + kept``, a
-  carry moving into the exponent field by itself;
-* finish: overflow (IEEE 754 §7.4, then the policy), flushing after rounding,
-  the sign rules of fnuz and unsigned formats, NaN;
-* value: the float32 bits of a code, built with shifts (a format's normal
-  code is its float32 pattern shifted into place plus the difference of the
-  biases; other values from the exact integer-to-float32 conversion of the
-  significand, whose exponent field gives its leading bit).
+The arithmetic is fpemu's element rounding, :mod:`fpemu._elemround`, the
+source that the Numba kernels and the Triton kernels run too, here run on
+whole tensors (:data:`_elements`: each of its primitives an element-wise
+torch operation): split each float32 into sign, exponent and integer
+significand, round at the format's quantum in the mode, then overflow and
+the policy, flushing, the sign rules, NaN; and the float32 bits of a code,
+built with shifts.
 
 Stochastic rounding draws, for element ``i`` of the flattened (row-major)
 tensor, the 63-bit number ``splitmix64(key + (offset + i + 1) * golden) >> 1``
@@ -47,6 +38,7 @@ import dataclasses
 
 import numpy as np
 
+from .. import _elemround
 from ..checks import seed_key
 from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import Format
@@ -113,129 +105,63 @@ def _philox63(key, offset, shape, device):
     return (c1 << 31) | (c0 >> 1)
 
 
-def _leading_bit(sig):
-    """floor(log2(sig)) of int32 ``sig`` in 1 .. 2**24 (anything for 0): the
-    exponent field of its float32 conversion, which is exact below 2**24."""
-    return (sig.to(torch.float32).view(torch.int32) >> 23) - 127
+def _draw63(key, index, mode):
+    """The 63-bit draws of a tensor's elements; ``index`` is (offset, shape,
+    device) (see :data:`_elements`)."""
+    offset, shape, device = index
+    return (_philox63 if mode == Cast.SR_PHILOX else _random63)(key, offset, shape, device)
 
 
-def _bits_of(sig, ex):
-    """The float32 bits of ``sig * 2**ex`` (int32 ``sig`` in 0 .. 2**24, ``ex``
-    an int32 tensor or an int), a value float32 holds exactly."""
-    f = sig.to(torch.float32).view(torch.int32)
-    top = (f >> 23) - 127 + ex                      # the value's binade
-    # (every shift below stays within 0 .. 31 and shifts no negative number left, in
-    # the lanes that are not selected too: C++ leaves anything else undefined)
-    normal = ((top + 127).clamp(0, 254) << 23) | (f & 0x7FFFFF)
-    # below 2**-126: the bits are the value in units of 2**-149 (where that is the
-    # result, sig < 2**(23 - up), so a shift clamped to 31 changes no selected lane)
-    up = ex + 149
-    if isinstance(up, int):
-        sub = sig << min(up, 31) if up >= 0 else sig >> min(-up, 31)
-    else:
-        sub = torch.where(up >= 0, sig << up.clamp(0, 31), sig >> (-up).clamp(0, 31))
-    return torch.where(sig == 0, 0, torch.where(top >= -126, normal, sub))
+def _where(c, a, b):
+    return torch.where(c, a, b) if isinstance(c, torch.Tensor) else (a if c else b)
+
+
+def _clamped(a, b, op, bound):
+    """``op(a, b)`` (torch.minimum or torch.maximum) where either may be a
+    Python int: a bound of ``clamp`` (``bound``: "max" or "min")."""
+    if not isinstance(a, torch.Tensor):
+        a, b = b, a
+    if not isinstance(a, torch.Tensor):
+        return (min if bound == "max" else max)(a, b)
+    return op(a, b) if isinstance(b, torch.Tensor) else a.clamp(**{bound: b})
+
+
+def _to(dtype, wrap):
+    return lambda x: x.to(dtype) if isinstance(x, torch.Tensor) else wrap(x)
+
+
+#: :mod:`fpemu._elemround` on whole tensors: each primitive an element-wise
+#: torch operation (a Python int, as the format's parameters are, stays one),
+#: so that the functions compute every element of a tensor at once with
+#: integer operations on the float32 bits; stochastic rounding's ``index``
+#: is the tensor's (first flat index, shape, device).
+_elements = _elemround.bind("fpemu.torch._quantize.elements", dict(
+    where=_where,
+    minimum=lambda a, b: _clamped(a, b, torch.minimum, "max"),
+    maximum=lambda a, b: _clamped(a, b, torch.maximum, "min"),
+    i32=_to(torch.int32, _elemround.i32), i64=_to(torch.int64, int),
+    shl=lambda a, s: _elemround.shl(a, s) if isinstance(a, int) and isinstance(s, int)
+    else a << s,
+    ashr=lambda a, s: a >> s,
+    lnot=lambda b: ~b if isinstance(b, torch.Tensor) else not b,
+    float_bits=lambda n: n.to(torch.float32).view(torch.int32),
+    draw63=_draw63))
 
 
 def _rounded(u, cast, key, offset):
     """(magnitude code, negative, nan) of the float32 bits ``u`` (int32)
-    rounded under ``cast``: ``_split32`` then ``_round32`` of fpemu._kernels."""
+    rounded under ``cast``, the flat index of ``u``'s first element being
+    ``offset``."""
     L = cast.layout
-    M, emin, emax, bias = L.mantissa_bits, L.emin, L.emax, L.bias
-    maxmag, infmag = L.max_code, L.inf_code
-    flags, mode = cast.flags, Rounding(min(cast.mode, int(Rounding.SR)))
-    neg = u < 0
-    a = u & 0x7FFFFFFF
-    ef = a >> 23
-    fr = a & 0x7FFFFF
-    special = ef == 255
-    frac_nz = fr != 0
-    sig = torch.where(ef != 0, fr | 0x800000, fr)
-    e = ef.clamp(min=1) - 127
-    if flags & NORMALIZE:
-        lz = torch.where(sig == 0, 23, 23 - _leading_bit(sig))
-        e = e - lz
-        sig = sig << lz
-    shift = (emin - e).clamp(min=0) + (23 - M)
-    s = shift.clamp(max=30)
-    one_s = torch.ones_like(s) << s
-    kept = sig >> s
-    rem = sig & (one_s - 1)
-    half = one_s >> 1
-    if mode is Rounding.RNE:
-        up = torch.where(s > 0, half - 1 + (kept & 1), 0)
-        kept = (sig + up) >> s
-    elif mode is Rounding.RNA:
-        kept = (sig + half) >> s
-    elif mode is not Rounding.RTZ:
-        inexact = rem != 0
-        if mode is Rounding.RUP:
-            inc = inexact & ~neg
-        elif mode is Rounding.RDN:
-            inc = inexact & neg
-        elif mode is Rounding.RTO:
-            inc = inexact & ((kept & 1) == 0)
-        else:
-            # up with probability rem / 2**shift, read as a 63-bit threshold
-            sh = shift.to(torch.int64)
-            r64 = rem.to(torch.int64)
-            threshold = torch.where(sh <= 63, r64 << (63 - sh.clamp(max=63)),
-                                    r64 >> (sh - 63).clamp(0, 63))
-            draw = _philox63 if cast.mode == Cast.SR_PHILOX else _random63
-            inc = draw(key, offset, u.shape, u.device) < threshold
-        kept = kept + inc.to(torch.int32)
-    q = e.clamp(emin, emax)
-    mag = (q + (bias - 1)) * (1 << M) + kept        # a product: the field may be -1 (e8m0)
-    ovf = (e > emax) | (mag > maxmag)
-    if mode in (Rounding.RTZ, Rounding.RTO):
-        ovf_to_inf = torch.zeros_like(ovf)
-    elif mode is Rounding.RUP:
-        ovf_to_inf = ovf & ~neg
-    elif mode is Rounding.RDN:
-        ovf_to_inf = ovf & neg
-    else:
-        ovf_to_inf = ovf
-    policy = Overflow(flags & 3)
-    to_policy = ovf_to_inf | (special & ~frac_nz)
-    mag = torch.where(ovf | to_policy, infmag if policy is Overflow.INF else maxmag, mag)
-    if policy is Overflow.INF:
-        mag = torch.where(ovf & ~to_policy, maxmag, mag)
-    if flags & FLUSH:
-        mag = torch.where(mag < (1 << M), 0, mag)
-    if flags & NO_ZERO:
-        mag = mag.clamp(min=0)
-    nan = special & frac_nz
-    if policy is Overflow.NAN:
-        nan = nan | to_policy
-    if flags & UNSIGNED:
-        nan = nan | neg | ((sig == 0) & ~special)
-    negative = neg & (mag != 0) if flags & FNUZ else neg
-    return mag, negative, nan
+    return _elements.rounded(u, L.mantissa_bits, L.emin, L.emax, L.bias, L.max_code,
+                             L.inf_code, cast.flags, cast.mode, key, (offset, u.shape, u.device))
 
 
 def _value_bits(mag, negative, nan, cast):
-    """The float32 bits (int32) of magnitude codes ``mag``: ``_value32`` of
-    fpemu._kernels, with the subnormal product replaced by exact shifts."""
+    """The float32 bits (int32) of magnitude codes ``mag``."""
     L = cast.layout
-    M, emin, bias, infmag = L.mantissa_bits, L.emin, L.bias, L.inf_code
-    flags = cast.flags
-    if emin >= -126 and not flags & NO_ZERO:
-        normal = (mag << (23 - M)) + ((127 - bias) << 23)
-        bits = torch.where(mag < (1 << M), _bits_of(mag, emin - M), normal)
-    else:
-        field = mag >> M
-        frac = mag & ((1 << M) - 1)
-        if flags & NO_ZERO:
-            sig = frac | (1 << M)
-            ex = field - (bias + M)
-        else:
-            sig = torch.where(field != 0, frac | (1 << M), frac)
-            ex = field.clamp(min=1) - (bias + M)
-        bits = _bits_of(sig, ex)
-    if infmag >= 0:
-        bits = torch.where(mag == infmag, 0x7F800000, bits)
-    bits = torch.where(negative, bits | _signed(0x80000000, 32), bits)
-    return torch.where(nan, 0x7FC00000, bits)
+    return _elements.value_bits(mag, negative, nan, L.mantissa_bits, L.emin, L.bias, L.inf_code,
+                                cast.flags)
 
 
 # ------------------------------------------------------------------ input checks
@@ -684,8 +610,7 @@ def _encode(u, cast, layout, in_range=False):
 
     def piece(v, start):
         mag, negative, nan = _rounded(v, cast, cast.key, cast.offset + start)
-        code = torch.where(negative, mag | _signed(1 << L.sign_shift, 32), mag)
-        code = torch.where(nan, _signed(L.nan_code, 32), code)
+        code = _elements.code(mag, negative, nan, L.sign_shift, _signed(L.nan_code, 32))
         if dtype == torch.uint32:       # codes of 32-bit formats: through int64, no wrap
             return (code.to(torch.int64) & 0xFFFFFFFF).to(dtype)
         return code.to(dtype)
@@ -725,16 +650,10 @@ def decode(codes, fmt):
 def _decode_bits(c, cast):
     """The float32 bits (int32) of int64 codes ``c`` under ``cast``."""
     L = cast.layout
-    sign_shift = L.sign_shift
-    mag = (c & ((1 << sign_shift) - 1)).to(torch.int32)
-    if cast.flags & UNSIGNED:
-        negative = torch.zeros_like(mag, dtype=torch.bool)
-    else:
-        negative = ((c >> sign_shift) & 1) != 0
-    nan = (mag > L.max_code) & (mag != L.inf_code)
-    if cast.flags & FNUZ:
-        nan = nan | (negative & (mag == 0))
-    return _value_bits(mag.contiguous(), negative, nan, cast)
+    mag, negative, nan = _elements.decoded(c.to(torch.int32).contiguous(), L.mantissa_bits,
+                                           L.emin, L.bias, L.max_code, L.inf_code, L.sign_shift,
+                                           cast.flags)
+    return _value_bits(mag, negative, nan, cast)
 
 
 #: Value tables of formats of up to 16 bits, by (format, device).
