@@ -287,14 +287,20 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,
     return out
 
 
+def _at_least_3d(x, op):
+    """``x``'s shape, if ``x`` has at least 3 dimensions (pixel_shuffle's
+    (*, C, H, W)), else torch's error."""
+    if x.ndim < 3:
+        raise RuntimeError(f"{op} expects input to have at least 3 dimensions, but got input "
+                           f"with {x.ndim} dimension(s)")
+    return x.shape
+
+
 def pixel_shuffle(input, upscale_factor):
     """(*, C r^2, H, W) -> (*, C, H r, W r): a reshape and a permute (exact)."""
     r = int(upscale_factor)
     x = input
-    if x.ndim < 3:
-        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but "
-                           f"got input with {x.ndim} dimension(s)")
-    *lead, c, h, w = x.shape
+    *lead, c, h, w = _at_least_3d(x, "pixel_shuffle")
     if r <= 0 or c % (r * r):
         raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
                            f"divisible by the square of upscale_factor, but input.size(-3)={c}"
@@ -309,10 +315,7 @@ def pixel_unshuffle(input, downscale_factor):
     """(*, C, H r, W r) -> (*, C r^2, H, W), the inverse of pixel_shuffle."""
     r = int(downscale_factor)
     x = input
-    if x.ndim < 3:
-        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but "
-                           f"got input with {x.ndim} dimension(s)")
-    *lead, c, h, w = x.shape
+    *lead, c, h, w = _at_least_3d(x, "pixel_unshuffle")
     if r <= 0 or h % r or w % r:
         raise RuntimeError(f"pixel_unshuffle expects height and width to be divisible by "
                            f"downscale_factor, but got {h} x {w} and {r}")

@@ -16,6 +16,8 @@ class _ConvNd(Module):
 
     _tuple = staticmethod(_pair)
     _transposed = False
+    #: the functional form (F.conv1d, F.conv2d, F.conv3d)
+    _fn = None
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
@@ -78,33 +80,29 @@ class _ConvNd(Module):
             s += f", padding_mode={self.padding_mode}"
         return s
 
+    def forward(self, input):
+        return type(self)._fn(input, self.weight, self.bias, self.stride, self.padding,
+                              self.dilation, self.groups)
+
 
 class Conv1d(_ConvNd):
     """1-D convolution over (N, C, L) or (C, L)."""
 
     _tuple = staticmethod(_single)
-
-    def forward(self, input):
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+    _fn = staticmethod(F.conv1d)
 
 
 class Conv2d(_ConvNd):
     """2-D convolution (im2col + the emulated matmul), torch's init."""
 
-    def forward(self, input):
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+    _fn = staticmethod(F.conv2d)
 
 
 class Conv3d(_ConvNd):
     """3-D convolution over (N, C, D, H, W) or (C, D, H, W)."""
 
     _tuple = staticmethod(_triple)
-
-    def forward(self, input):
-        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+    _fn = staticmethod(F.conv3d)
 
 
 class ConvTranspose2d(_ConvNd):

@@ -9,6 +9,8 @@ from .utils import _pair, _single, _triple
 
 
 class _MaxPoolNd(Module):
+    _fn = None
+
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False):
         super().__init__()
@@ -22,27 +24,26 @@ class _MaxPoolNd(Module):
                 f"padding={self.padding}, dilation={self.dilation}, "
                 f"ceil_mode={self.ceil_mode}")
 
+    def forward(self, input):
+        return type(self)._fn(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                              self.ceil_mode, self.return_indices)
+
 
 class MaxPool1d(_MaxPoolNd):
-    def forward(self, input):
-        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                            self.ceil_mode, self.return_indices)
+    _fn = staticmethod(F.max_pool1d)
 
 
 class MaxPool2d(_MaxPoolNd):
-    def forward(self, input):
-        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                            self.ceil_mode, self.return_indices)
+    _fn = staticmethod(F.max_pool2d)
 
 
 class MaxPool3d(_MaxPoolNd):
-    def forward(self, input):
-        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                            self.ceil_mode, self.return_indices)
+    _fn = staticmethod(F.max_pool3d)
 
 
 class _MaxUnpoolNd(Module):
     _tuple = staticmethod(_single)
+    _fn = None
 
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
@@ -54,30 +55,28 @@ class _MaxUnpoolNd(Module):
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
+    def forward(self, input, indices, output_size=None):
+        return type(self)._fn(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
 
 class MaxUnpool1d(_MaxUnpoolNd):
-    def forward(self, input, indices, output_size=None):
-        return F.max_unpool1d(input, indices, self.kernel_size, self.stride, self.padding,
-                              output_size)
+    _fn = staticmethod(F.max_unpool1d)
 
 
 class MaxUnpool2d(_MaxUnpoolNd):
     _tuple = staticmethod(_pair)
-
-    def forward(self, input, indices, output_size=None):
-        return F.max_unpool2d(input, indices, self.kernel_size, self.stride, self.padding,
-                              output_size)
+    _fn = staticmethod(F.max_unpool2d)
 
 
 class MaxUnpool3d(_MaxUnpoolNd):
     _tuple = staticmethod(_triple)
-
-    def forward(self, input, indices, output_size=None):
-        return F.max_unpool3d(input, indices, self.kernel_size, self.stride, self.padding,
-                              output_size)
+    _fn = staticmethod(F.max_unpool3d)
 
 
 class _AvgPoolNd(Module):
+    _fn = None
+
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True, divisor_override=None):
         super().__init__()
@@ -88,6 +87,10 @@ class _AvgPoolNd(Module):
 
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+    def forward(self, input):
+        return type(self)._fn(input, self.kernel_size, self.stride, self.padding,
+                              self.ceil_mode, self.count_include_pad, self.divisor_override)
 
 
 class AvgPool1d(_AvgPoolNd):
@@ -104,36 +107,34 @@ class AvgPool1d(_AvgPoolNd):
 
 
 class AvgPool2d(_AvgPoolNd):
-    def forward(self, input):
-        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad, self.divisor_override)
+    _fn = staticmethod(F.avg_pool2d)
 
 
 class AvgPool3d(_AvgPoolNd):
-    def forward(self, input):
-        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad, self.divisor_override)
+    _fn = staticmethod(F.avg_pool3d)
 
 
 class _AdaptiveAvgPoolNd(Module):
+    _fn = None
+
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
+
+    def forward(self, input):
+        return type(self)._fn(input, self.output_size)
 
     def extra_repr(self):
         return f"output_size={self.output_size}"
 
 
 class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
-    def forward(self, input):
-        return F.adaptive_avg_pool1d(input, self.output_size)
+    _fn = staticmethod(F.adaptive_avg_pool1d)
 
 
 class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
-    def forward(self, input):
-        return F.adaptive_avg_pool2d(input, self.output_size)
+    _fn = staticmethod(F.adaptive_avg_pool2d)
 
 
 class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
-    def forward(self, input):
-        return F.adaptive_avg_pool3d(input, self.output_size)
+    _fn = staticmethod(F.adaptive_avg_pool3d)
