@@ -119,7 +119,7 @@ def float_bits(n):
 
 def draw63(key, index, mode):
     raise NotImplementedError("stochastic rounding draws in the backends: bind draw63 "
-                              "(fpemu._kernels.draws.random63 from Python)")
+                              "(fpemu.quantize.stochastic_bits gives the draws)")
 
 
 PRIMITIVES = ("where", "minimum", "maximum", "i32", "i64", "shl", "ashr", "lnot", "float_bits",
