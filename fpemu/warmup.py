@@ -42,10 +42,20 @@ The cache is Numba's: ``__pycache__`` beside the sources, or
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import subprocess
+import sys
+import tempfile
+import threading
 import time
+import warnings
 
 import numpy as np
+
+import fpemu
+
+from .experiments import ORDER, module
 
 #: one format of each set of kernel flags that the named formats use
 FAMILIES = ("bf16", "e4m3fn", "e4m3fnuz", "e8m0")
@@ -68,7 +78,7 @@ def _mlp_step(dtype_name, small=False):
     """The README's MLP step (784-512-10, a batch of 256: the kernels' parallel
     loops), or with ``small`` a first training script's MLP (20-64-3, a batch
     of 32: their serial loops), under autocast with a GradScaler and AdamW."""
-    import fpemu.autograd as torch
+    import fpemu.autograd as torch      # (needs Numba; only the items that train load it)
     torch.manual_seed(0)
     n_in, hidden, n_out, batch = (20, 64, 3, 32) if small else (784, 512, 10, 256)
     model = torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.ReLU(),
@@ -88,7 +98,6 @@ def _mlp_step(dtype_name, small=False):
 
 
 def _arith(n, fmt):
-    import fpemu
     x = fpemu.quantize(_inputs(n), fmt)             # arithmetic takes the format's values
     y = x[::-1].copy()
     fpemu.sub(x, y, fmt)
@@ -98,7 +107,6 @@ def _arith(n, fmt):
 def _experiment(name):
     """One demo experiment at the sizes of its full run (its ``WARM`` steps)
     and at its ``QUICK`` sizes (``fpemu demo --quick``, the tests)."""
-    from .experiments import module
     mod = module(name)
     mod.run(None, **mod.WARM)
     mod.run(None, **mod.QUICK)
@@ -108,7 +116,7 @@ def _cuda_reductions(n):
     """The CUDA profile's reductions in ATen's order (sum, the 2-norm,
     softmax and log_softmax, cross_entropy, layer_norm), forward and
     backward, in float32 and float64."""
-    import fpemu.autograd as torch
+    import fpemu.autograd as torch      # (needs Numba; only the items that train load it)
     F = torch.nn.functional
     x = _inputs(n)
     with torch.use_profile(torch.Profile("cuda")):
@@ -129,7 +137,7 @@ def _cpu_kernels(n):
     sums, means, norms, var, cdist, the activations' SLEEF math, softmax,
     layer and group norm, pooling, interpolation and the factories, in
     float32 and float64 (and a bfloat16 sum)."""
-    import fpemu.autograd as torch
+    import fpemu.autograd as torch      # (needs Numba; only the items that train load it)
     F = torch.nn.functional
     x = _inputs(n)[: n // 64 * 64] * 1e-10
     with torch.use_profile(torch.Profile("cpu")):
@@ -154,8 +162,7 @@ _NEEDS_TORCH = ("emulated_training",)
 
 def workload():
     """The common set, as (label, function) pairs."""
-    import fpemu
-    from .stats import stats_many
+    from .stats import stats_many       # (needs Numba, which `import fpemu` does not)
     jobs = []
     small64 = _inputs(SMALL).astype(np.float64)         # Python floats and lists
     for fmt in FAMILIES + CODE_WIDTHS:
@@ -226,8 +233,6 @@ def workload():
                      lambda d=dtype: _mlp_step(d, small=True)))
     # the demo's experiments (make demo right after the set-up): collectives,
     # block formats, the fp8 recipes and the rest, at the full run's sizes
-    import importlib.util
-    from .experiments import ORDER
     has_torch = importlib.util.find_spec("torch") is not None
     for name in ORDER:
         if name in _NEEDS_TORCH and not has_torch:
@@ -238,7 +243,7 @@ def workload():
 
 def cache_dir():
     """Where Numba keeps fpemu's compiled kernels."""
-    import numba
+    import numba                        # (fpemu and its command line import without Numba)
     return numba.config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "__pycache__")
 
@@ -253,7 +258,6 @@ def default_processes():
 
 
 def _run_items(items, progress):
-    import warnings
     times = []
     for label, fn in items:
         t = time.perf_counter()
@@ -292,10 +296,6 @@ def warmup(progress=None, processes=None):
                          f"pass 1 to run in this process")
     if processes == 1:
         return _run_items(workload(), progress)
-    import subprocess
-    import sys
-    import tempfile
-    import threading
     lock = threading.Lock()
     times = []
     # stderr to files: a child's warnings must not fill a pipe nobody reads yet

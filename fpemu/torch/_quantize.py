@@ -372,7 +372,7 @@ def _triton_for(t):
         return None
     if _TRITON is None:
         try:
-            from . import _triton as module
+            from . import _triton as module     # (optional, and only for a Triton device)
         except ImportError:                 # no triton (the "cuda" extra): the torch code
             module = False
         _TRITON = module
