@@ -19,7 +19,7 @@ from .formats import format as _lookup
 from .rounding import Rounding
 
 __all__ = ["as_format", "real_array", "output_array", "from_torch", "is_torch_tensor",
-           "seed_key", "no_nan_into", "same_buffer", "ML_DTYPES_NAMES", "ML_DTYPES_INTS",
+           "seed_key", "no_nan_into", "same_buffer", "flatten", "ML_DTYPES_NAMES", "ML_DTYPES_INTS",
            "TORCH_FORMATS", "MAX_OFFSET"]
 
 ML_DTYPES_NAMES = {
@@ -219,3 +219,12 @@ def same_buffer(a, b) -> bool:
     """a and b are the same contiguous elements (an in-place call, safe)."""
     return (a.dtype.itemsize == b.dtype.itemsize and a.size == b.size
             and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def flatten(items):
+    """The leaves of nested lists and tuples, depth first."""
+    for v in items:
+        if isinstance(v, (list, tuple)):
+            yield from flatten(v)
+        else:
+            yield v

@@ -24,7 +24,7 @@ from .formats import Format
 from .numtext import cell as _cell
 from .numtext import shortest as _show
 from .checks import (
-    ML_DTYPES_INTS, ML_DTYPES_NAMES, as_format, from_torch, is_torch_tensor,
+    ML_DTYPES_INTS, ML_DTYPES_NAMES, as_format, flatten, from_torch, is_torch_tensor,
 )
 from .quantize import classify, decode, encode, next_down, next_up, quantize, ulp
 from .rounding import parse_overflow, parse_rounding
@@ -173,7 +173,7 @@ def _one_value(x):
     if is_torch_tensor(x):
         x = from_torch(x, "explain")
     if isinstance(x, (list, tuple)):
-        flat = list(_flatten(x))
+        flat = list(flatten(x))
         if len(flat) != 1:
             raise FpemuValueError(f"explain() takes one number, got a {type(x).__name__} of "
                                   f"{len(flat)}; use fpemu.quantize for arrays")
@@ -192,14 +192,6 @@ def _one_value(x):
     if isinstance(x, np.generic) and x.dtype.name in ML_DTYPES_INTS:
         return int(np.int64(x))
     return x
-
-
-def _flatten(seq):
-    for v in seq:
-        if isinstance(v, (list, tuple)):
-            yield from _flatten(v)
-        else:
-            yield v
 
 
 def _float(q: Fraction) -> float:

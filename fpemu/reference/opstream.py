@@ -41,6 +41,7 @@ import os
 
 import numpy as np
 
+from ..checks import flatten
 from ..errors import FpemuValueError
 from ._env import Env
 from .parity import load_meta, profile_of
@@ -65,14 +66,6 @@ _FP8 = {"float8_e4m3fn": "e4m3fn", "float8_e5m2": "e5m2", "float8_e4m3fnuz": "e4
 #: bit-code dtypes of the stored tensors
 _BITS = {"bfloat16": np.uint16, "float16": np.uint16, "float8_e4m3fn": np.uint8,
          "float8_e5m2": np.uint8, "float8_e4m3fnuz": np.uint8, "float8_e5m2fnuz": np.uint8}
-
-
-def _flat(args):
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            yield from _flat(a)
-        else:
-            yield a
 
 
 def _short(func):
@@ -171,7 +164,7 @@ class OpCapture:
         if self._paused or name in SKIP or str(func).startswith("profiler."):
             return func(*args, **kwargs)
         in_backward = torch._C._current_graph_task_id() != -1
-        device = next((a.device.type for a in _flat(args) if isinstance(a, torch.Tensor)
+        device = next((a.device.type for a in flatten(args) if isinstance(a, torch.Tensor)
                        and a.device.type != "cpu"), "cpu")
         enc_args = [self._encode(a, device) for a in args]
         enc_kwargs = {k: self._encode(v, device) for k, v in kwargs.items()
