@@ -19,16 +19,20 @@ primitives, module globals that each backend replaces (:func:`bind`)::
                             generator of ``mode`` (SR: splitmix64, SR_PHILOX:
                             Philox4x32-10)
 
-and Python's ``+ - * & | == < ...`` on integers (``<<`` and ``>>`` only on
-int64: every int32 shift goes through ``shl`` / ``ashr``, which Numba keeps
-32 bits wide). ``i32`` wraps each int32 result: Numba widens int32
-arithmetic to int64, and the wrapping lets LLVM keep 16 lanes per AVX-512
-vector instead of 8; it changes nothing in torch or Triton, where int32 stays
-int32. An ``if`` tests only the mode, the flags and the format's parameters:
-per configuration constants in every backend (Triton's ``tl.constexpr``;
-Python ints in torch; in Numba values that LLVM folds in each compiled
-loop). The defaults below are those primitives on Python ints, so that the
-module also runs as it reads, one element at a time.
+and Python's ``+ - * & | == < ...`` on integers, ``&`` and ``|`` on bools
+(never ``and``, ``or`` or ``not`` on a value of an element: a tensor has no
+truth value), ``<<`` and ``>>`` only on int64 (every int32 shift goes through
+``shl`` / ``ashr``, which Numba keeps 32 bits wide; they wrap, but the code
+shifts no negative number left, which torch's C++ need not define). ``i32``
+wraps each int32 result: Numba widens int32 arithmetic to int64, and the
+wrapping lets LLVM keep 16 lanes per AVX-512 vector instead of 8; it changes
+nothing in torch or Triton, where int32 stays int32. An ``if`` tests only
+the mode, the flags and the format's parameters: per configuration constants
+in every backend (``tl.constexpr`` in Triton; Python ints in torch; in Numba
+values that LLVM folds in each compiled loop). The defaults below are these
+primitives on Python ints, so that the module also runs as it reads, one
+element at a time (``tests/test_elemround.py`` runs it so against the
+kernels).
 
 A format reaches the functions as the fields of ``fpemu.Cast.layout``
 (``fpemu._kernels`` documents the tuple ``p`` they come from), the flags and
@@ -284,7 +288,7 @@ def value_bits(mag, negative, nan, M, emin, bias, infmag, flags):
 def decoded(c, M, emin, bias, maxmag, infmag, sign_shift, flags):
     """(magnitude code, negative, nan) of a valid code ``c`` (int32)."""
     mag = i32(c & i32(shl(1, sign_shift) - 1))
-    if flags & UNSIGNED:
+    if flags & UNSIGNED:                # no sign bit: False, in mag's shape
         negative = mag < 0
     else:
         negative = i32(ashr(c, sign_shift) & 1) != 0
