@@ -50,10 +50,10 @@ cache_unit(__name__, [os.path.join(os.path.dirname(__file__), name)
 from .._elemround import (FLUSH, FNUZ, NO_ZERO, NORMALIZE, OVF_INF, OVF_NAN,  # noqa: E402
                           OVF_SATURATE, POLICY_MASK, RDN, RNA, RNE, RTO, RTZ, RUP, SR,
                           SR_PHILOX, UNSIGNED)
-from .draws import philox4x32, random63_kernel  # noqa: E402
+from .draws import random63_kernel  # noqa: E402
 from .fast import _rne_ieee_one, directed_kernel, rne_kernel  # noqa: E402
 from .loops import LANES, decode_kernel, rounding_kernel  # noqa: E402
-# the float64 rounding, which fpemu._accum_kernels builds on
+# the float64 rounding, on which fpemu._arith_kernels and fpemu._accum_kernels build
 from .round64 import _finish, _mag_value, _quantize_one, _round, _split_f64  # noqa: E402
 from .stats import (S_FLUSHED, S_HIST, S_INF, S_NAN, S_NORMAL, S_OVERFLOW,  # noqa: E402
                     S_SATURATED, S_SUBNORMAL, S_TO_INF, S_TO_NAN, S_ZERO, S_ZERO_BIN,
@@ -61,7 +61,7 @@ from .stats import (S_FLUSHED, S_HIST, S_INF, S_NAN, S_NORMAL, S_OVERFLOW,  # no
 
 __all__ = ["RNE", "RNA", "RTZ", "RUP", "RDN", "RTO", "SR", "SR_PHILOX", "OVF_INF",
            "OVF_SATURATE", "OVF_NAN", "POLICY_MASK", "FLUSH", "FNUZ", "UNSIGNED", "NO_ZERO",
-           "NORMALIZE", "LANES", "philox4x32", "random63_kernel", "rounding_kernel",
+           "NORMALIZE", "LANES", "random63_kernel", "rounding_kernel",
            "decode_kernel", "rne_kernel", "directed_kernel", "stats_kernel", "stats32_kernel",
            "stats32_fast", "stats32_fast4", "S_NAN", "S_INF", "S_ZERO", "S_FLUSHED",
            "S_SUBNORMAL", "S_NORMAL", "S_OVERFLOW", "S_TO_INF", "S_TO_NAN", "S_SATURATED",
