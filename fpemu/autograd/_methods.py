@@ -235,10 +235,6 @@ def _radd(self, other, *alpha_other, alpha=1):
     return O.add(other, self) if alpha == 1 else O.add(self, other, alpha=alpha)
 
 
-def _rmul(self, other):
-    return O.mul(other, self)
-
-
 def _rsub(self, other):
     return O.rsub(self, other)
 
@@ -248,25 +244,6 @@ def _rdiv(self, other):
     # raises its AttributeError there
     return O.elementwise.rdiv(self, other) if isinstance(self, Tensor) else \
         self.reciprocal() * other
-
-
-def _rpow(self, other):
-    return O.pow(other, self)
-
-
-def _rmod(self, other):
-    return O.remainder(other, self)
-
-
-def _rfloordiv(self, other):
-    return O.floor_divide(other, self)
-
-
-def _rmatmul(self, other):
-    if not isinstance(other, Tensor) or not isinstance(self, Tensor):
-        raise TypeError(f"matmul(): argument 'input' (position 1) must be Tensor, not "
-                        f"{type(other).__name__}")
-    return O.matmul(other, self)
 
 
 def _rand(self, other):
@@ -281,18 +258,33 @@ def _rxor(self, other):
     return O.bitwise_xor(self, other)
 
 
+def _swapped(op, name):
+    """``other OP self``: the reflected form of a binary op."""
+    def reflected(self, other):
+        return op(other, self)
+    reflected.__name__ = reflected.__qualname__ = name
+    return reflected
+
+
+def _rmatmul(self, other):
+    if not isinstance(other, Tensor) or not isinstance(self, Tensor):
+        raise TypeError(f"matmul(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(other).__name__}")
+    return O.matmul(other, self)
+
+
 _REFLECTED = dict(
     __radd__=_tensor_method("__radd__", _radd),
-    __rmul__=_tensor_method("__rmul__", _rmul),
+    __rmul__=_tensor_method("__rmul__", _swapped(O.mul, "_rmul")),
     __rand__=_tensor_method("__rand__", _rand),
     __ror__=_tensor_method("__ror__", _ror),
     __rxor__=_tensor_method("__rxor__", _rxor),
     __rsub__=_not_implemented_on_type_error(_rsub),
     __rtruediv__=_not_implemented_on_type_error(_rdiv),
     __rdiv__=_not_implemented_on_type_error(_rdiv),
-    __rpow__=_not_implemented_on_type_error(_rpow),
-    __rmod__=_not_implemented_on_type_error(_rmod),
-    __rfloordiv__=_not_implemented_on_type_error(_rfloordiv),
+    __rpow__=_not_implemented_on_type_error(_swapped(O.pow, "_rpow")),
+    __rmod__=_not_implemented_on_type_error(_swapped(O.remainder, "_rmod")),
+    __rfloordiv__=_not_implemented_on_type_error(_swapped(O.floor_divide, "_rfloordiv")),
     __rmatmul__=_not_implemented_on_type_error(_rmatmul),
 )
 
