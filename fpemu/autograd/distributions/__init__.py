@@ -230,7 +230,22 @@ def _one_of(probs, logits, name):
         raise ValueError("Either `probs` or `logits` must be specified, but not both.")
 
 
-class Categorical(Distribution):
+class _ProbsOrLogits(Distribution):
+    """A distribution given by ``probs`` or ``logits``: the other made on
+    first use from :meth:`_logits_of` or :meth:`_probs_of` (torch's
+    ``lazy_property``)."""
+
+    def __getattr__(self, name):
+        if name == "logits":
+            self.logits = self._logits_of(self.probs)
+            return self.logits
+        if name == "probs":
+            self.probs = self._probs_of(self.logits)
+            return self.probs
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+class Categorical(_ProbsOrLogits):
     """``Categorical(probs=None, logits=None)`` over the last dim: ``probs``
     normalized to sum 1, ``logits`` to ``logits - logsumexp``; ``log_prob``
     gathers the log-probabilities, ``entropy = -sum(logits p)``; ``sample``
@@ -255,15 +270,11 @@ class Categorical(Distribution):
         self._num_events = param.shape[-1]
         super().__init__(param.shape[:-1], (), validate_args)
 
-    def __getattr__(self, name):
-        # the other parameterization, made on first use (torch's lazy_property)
-        if name == "logits":
-            self.logits = _clamp_probs(self.probs).log()
-            return self.logits
-        if name == "probs":
-            self.probs = softmax(self.logits, dim=-1)
-            return self.probs
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+    def _logits_of(self, probs):
+        return _clamp_probs(probs).log()
+
+    def _probs_of(self, logits):
+        return softmax(logits, dim=-1)
 
     @property
     def param_shape(self):
@@ -308,7 +319,7 @@ class Categorical(Distribution):
         return _core.Size(self.__dict__[k].shape)
 
 
-class Bernoulli(Distribution):
+class Bernoulli(_ProbsOrLogits):
     """``Bernoulli(probs=None, logits=None)``: ``log_prob`` is minus
     ``binary_cross_entropy_with_logits(logits, x)``, ``entropy`` that of the
     probabilities; ``sample`` draws with ``bernoulli``."""
@@ -325,15 +336,12 @@ class Bernoulli(Distribution):
             param = self.logits
         super().__init__(param.shape, (), validate_args)
 
-    def __getattr__(self, name):
-        if name == "logits":
-            p = _clamp_probs(self.probs)
-            self.logits = p.log() - (-p).log1p()
-            return self.logits
-        if name == "probs":
-            self.probs = self.logits.sigmoid()
-            return self.probs
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+    def _logits_of(self, probs):
+        p = _clamp_probs(probs)
+        return p.log() - (-p).log1p()
+
+    def _probs_of(self, logits):
+        return logits.sigmoid()
 
     @property
     def mean(self):
