@@ -468,23 +468,9 @@ def _cpu_softmax_inner(e32, d, dt):
     E = e32.reshape(outer, shape[d], inner)
     S = _sequential_sum_f32(E, 1)
     prof = get_profile()
-    lanes = prof.cpu_lanes(2)
-    n = outer * inner
-    vector = np.zeros(n, bool)
-    threads = prof.cpu_threads if n > 1 else 1
-    chunk = -(-n // max(threads, 1))
-    for begin in range(0, n, chunk):
-        end = min(n, begin + chunk)
-        idx = begin
-        while idx < end:
-            col = idx % inner
-            if col + lanes <= inner and idx + lanes <= end:
-                vector[idx:idx + lanes] = True
-                idx += lanes
-            else:
-                idx += (end - idx) if idx + lanes > end else (inner - col)
-    vector = vector.reshape(outer, 1, inner)
-    Y = np.where(vector, E / S, _store(E, dt) / S)
+    vector = _cpu_math._softmax_vector_positions(outer, inner, shape[d], prof.cpu_lanes(2),
+                                                 prof.cpu_threads)
+    Y = np.where(vector.reshape(outer, 1, inner), E / S, _store(E, dt) / S)
     return Y.reshape(shape)
 
 
