@@ -139,6 +139,12 @@ def finish(module_name, config, numbers, conclusion, data, plotter, t0):
                   data, time.perf_counter() - t0, plotter)
 
 
+def final_loss(losses, steps):
+    """The mean loss of the last tenth of ``steps`` (at least one step)."""
+    k = max(1, steps // 10)
+    return float(np.mean(losses[-k:]))
+
+
 def num(x):
     """A number for prose: powers of two as 2^k, others with 6 significant digits."""
     m, e = np.frexp(x)

@@ -114,8 +114,7 @@ def run(config=None, **overrides):
     curves = {"fp32": fp32_losses}
     for label, factory in recipes.items():
         curves[label] = _train(c, factory, data)[1]
-    tail = max(1, c.steps // 10)
-    final = {k: float(np.mean(v[-tail:])) for k, v in curves.items()}
+    final = {k: _base.final_loss(v, c.steps) for k, v in curves.items()}
     by = {r["preset"]: r for r in rows}
     numbers = {
         "weight_shape": list(W.shape),

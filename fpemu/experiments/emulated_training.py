@@ -146,12 +146,6 @@ def _train(torch, c, ids, vocab, recipe, state0):
     return losses
 
 
-def _tail(losses, c):
-    """The mean loss of the last tenth of the steps (at least one)."""
-    k = max(1, c.steps // 10)
-    return float(np.mean(losses[-k:]))
-
-
 def run(config=None, **overrides):
     t0 = time.perf_counter()
     c = _base.make_config(Config, config, **overrides)
@@ -172,7 +166,7 @@ def run(config=None, **overrides):
         t = time.perf_counter()
         curves[recipe] = _train(torch, c, ids, vocab, recipe, state0)
         seconds[recipe] = time.perf_counter() - t
-    final = {r: _tail(v, c) for r, v in curves.items()}
+    final = {r: _base.final_loss(v, c.steps) for r, v in curves.items()}
     base = final.get("fp32")
     gap = {r: (final[r] - base) / base for r in final if r != "fp32"} if base else {}
     finite = {r: bool(np.all(np.isfinite(v))) for r, v in curves.items()}

@@ -150,8 +150,7 @@ def run(config=None, **overrides):
             h.remove()
         curves[label] = losses
         saturated[label] = sat
-    tail = max(1, c.steps // 10)
-    final = {k: float(np.mean(v[-tail:])) for k, v in curves.items()}
+    final = {k: _base.final_loss(v, c.steps) for k, v in curves.items()}
     numbers = {
         "final_loss": final,
         "saturated_at_spike_delayed": int(saturated["delayed"][c.spike_step]),

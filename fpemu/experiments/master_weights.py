@@ -133,8 +133,7 @@ def _training(torch, c):
             opt.step()
             losses.append(float(loss.item()))
         curves[label] = losses
-        tail = max(1, c.train_steps // 10)
-        final[label] = float(np.mean(losses[-tail:]))
+        final[label] = _base.final_loss(losses, c.train_steps)
     return curves, final
 
 

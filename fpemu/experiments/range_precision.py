@@ -77,8 +77,7 @@ def run(config=None, **overrides):
                 moved += int(np.sum(g != 0))
             losses.append(float(loss.float().item()) / c.loss_weight)
         curves[name] = losses
-        tail = max(1, c.steps // 10)
-        stats_[name] = {"final_loss": float(np.mean(losses[-tail:])),
+        stats_[name] = {"final_loss": _base.final_loss(losses, c.steps),
                         "zero_gradients": zero_g / total_g,
                         "lost_updates": lost / max(moved, 1)}
     numbers = {k: v for k, v in stats_.items()}

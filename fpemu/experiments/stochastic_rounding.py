@@ -84,8 +84,7 @@ def run(config=None, **overrides):
         runs[mode] = np.array(losses)
         if mode.startswith("bf16 r") or mode == "bf16 sr":
             lost[mode] = n_lost / max(n_upd, 1)
-    tail = max(1, c.steps // 10)
-    final = {k: float(np.mean(v[-tail:])) for k, v in runs.items()}
+    final = {k: _base.final_loss(v, c.steps) for k, v in runs.items()}
     numbers = {"final_loss": final, "updates_lost_rne": lost["bf16 rne"],
                "updates_lost_sr": lost["bf16 sr"], "initial_loss": float(runs["fp32"][0])}
     conclusion = (

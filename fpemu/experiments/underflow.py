@@ -130,8 +130,7 @@ def run(config=None, **overrides):
                                     "subnormal": a.fraction("subnormal"),
                                     "overflow": a.fraction("overflow"),
                                     "zero": a.fraction("zero")}
-    tail = max(1, c.steps // 10)
-    final = {k: float(np.mean(v[-tail:])) for k, v in
+    final = {k: _base.final_loss(v, c.steps) for k, v in
              (("fp32", losses32), ("fp16", losses16), ("fp16+scaler", losses_sc))}
     numbers = {
         "activation_grads_counted": sv_act.total,
