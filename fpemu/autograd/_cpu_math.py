@@ -801,6 +801,24 @@ def _lane_sum(e, lanes, tree):
 
 
 @jit
+def _max_and_exps(row):
+    """A row's max (``vec::maximum``: a NaN anywhere makes it NaN) and
+    SLEEF's ``exp(x - max)`` of each element (``vec::map``, the partial
+    vector too): the first steps of both last-dim kernels."""
+    m = row[0]
+    for j in range(1, row.size):
+        v = row[j]
+        if v != v or m != m:
+            m = v if v != v else m
+        elif v > m:
+            m = v
+    e = np.empty(row.size, row.dtype)
+    for j in range(row.size):
+        e[j] = vexp(row[j] - m)
+    return m, e
+
+
+@jit
 def _softmax_lastdim(x, lanes, tree, out):
     """``_vec_softmax_lastdim`` on rows (SoftMaxKernel.cpp): the max, ``exp(x
     - max)`` by ``vec::map`` (SLEEF for every element, the partial vector
@@ -808,16 +826,7 @@ def _softmax_lastdim(x, lanes, tree, out):
     one = x.dtype.type(1)
     for r in range(x.shape[0]):
         row = x[r]
-        m = row[0]
-        for j in range(1, row.size):
-            v = row[j]
-            if v != v or m != m:
-                m = v if v != v else m
-            elif v > m:
-                m = v
-        e = np.empty(row.size, x.dtype)
-        for j in range(row.size):
-            e[j] = vexp(row[j] - m)
+        _, e = _max_and_exps(row)
         inv = one / _lane_sum(e, lanes, tree)
         for j in range(row.size):
             out[r, j] = e[j] * inv
@@ -1199,16 +1208,7 @@ def _log_softmax_lastdim(x, lanes, tree, out):
     (``vec::map``, the partial vector too), ``x - max - log``."""
     for r in range(x.shape[0]):
         row = x[r]
-        m = row[0]
-        for j in range(1, row.size):
-            v = row[j]
-            if v != v or m != m:
-                m = v if v != v else m
-            elif v > m:
-                m = v
-        e = np.empty(row.size, x.dtype)
-        for j in range(row.size):
-            e[j] = vexp(row[j] - m)
+        m, e = _max_and_exps(row)
         lg = vlog(_lane_sum(e, lanes, tree))
         for j in range(row.size):
             out[r, j] = row[j] - m - lg
