@@ -42,9 +42,13 @@ import os
 from .. import _elemround
 from .._jit import cache_unit
 
-cache_unit(__name__, [os.path.join(os.path.dirname(__file__), name)
-                      for name in sorted(os.listdir(os.path.dirname(__file__)))
-                      if name.endswith(".py")] + [_elemround.__file__])
+#: The source files of the cache unit: this package's and fpemu/_elemround.py
+#: (a module whose kernels call the package's functions can join the unit by
+#: passing these to :func:`fpemu._jit.cache_unit` under its own name).
+SOURCES = tuple([os.path.join(os.path.dirname(__file__), name)
+                 for name in sorted(os.listdir(os.path.dirname(__file__)))
+                 if name.endswith(".py")] + [_elemround.__file__])
+cache_unit(__name__, SOURCES)
 
 # (after cache_unit: each module below defines kernels of the unit)
 from .._elemround import (FLUSH, FNUZ, NO_ZERO, NORMALIZE, OVF_INF, OVF_NAN,  # noqa: E402
