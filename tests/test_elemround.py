@@ -39,11 +39,13 @@ from fpemu.rounding import Overflow, Rounding
 from fpemu.testing.strategies import edge_inputs
 
 MODES = ("rne", "rna", "rtz", "rup", "rdn", "rto", "sr")
-CUSTOM = (Format.custom(6, 9, name="e6m9"), Format.custom(3, 0, nan_encoding="none",
-                                                          name="e3m0"),
-          Format.custom(4, 3, bias=11, nan_encoding="fnuz"),
-          Format.custom(4, 2, bias=140, nan_encoding="fn"),        # binades below float32's
-          Format.custom(5, 1, signed=False, has_subnormals=False, name="ue5m1"))
+#: custom formats with the flags and ranges no named format has
+CUSTOM = tuple(Format.custom(*eb_mb, **kw) for eb_mb, kw in (
+    ((8, 3), dict(bias=136, has_subnormals=False, name="e8m3low")),   # normals to 2**-136
+    ((4, 2), dict(bias=140, nan_encoding="fn")),                      # binades below float32's
+    ((5, 1), dict(signed=False, has_subnormals=False, name="ue5m1")),
+    ((3, 0), dict(nan_encoding="none", name="e3m0")),
+    ((4, 3), dict(bias=11, nan_encoding="fnuz"))))
 SEED = (5, 40)
 
 
