@@ -7,10 +7,7 @@ import numpy as np
 
 from ..errors import FpemuRuntimeError, FpemuTypeError
 from ._core import Tensor, _sum_to, float32, is_float, opmath, result_type
-# wrap_dim(dim, ndim): a dim in [-ndim, ndim) as an index, as torch's
-# maybe_wrap_dim (a 0-d tensor takes -1 and 0; out of range is torch's
-# IndexError); written once, in _core, whose Tensor.size(dim) needs it
-from ._core import _wrap as wrap_dim  # noqa: F401  (the ops and nn import it from here)
+from ._core import wrap_dim  # noqa: F401  (re-exported: the ops and nn import it from here)
 
 
 def t_or_number(x, what):

@@ -216,7 +216,7 @@ class Tensor:
     def size(self, dim=None):
         if dim is None:
             return Size(self._data.shape)
-        return self._data.shape[_wrap(dim, self._data.ndim)]
+        return self._data.shape[wrap_dim(dim, self._data.ndim)]
 
     @property
     def ndim(self):
@@ -441,7 +441,9 @@ class Size(tuple):
         return Size(out) if isinstance(i, slice) else out
 
 
-def _wrap(dim, ndim):
+def wrap_dim(dim, ndim):
+    """``dim`` in ``[-ndim, ndim)`` as an index, as torch's ``maybe_wrap_dim``
+    (a 0-d tensor takes -1 and 0; out of range is torch's IndexError)."""
     n = max(ndim, 1)
     if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
         raise FpemuTypeError(f"dim must be an int, got {type(dim).__name__} ({dim!r})")
@@ -688,7 +690,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         arr = data._data
         if dtype is None:
             dtype = src.dtype
-    elif isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in _flat(data)):
+    elif isinstance(data, (list, tuple)) and any(isinstance(d, Tensor)
+                                                 for d in checks.flatten(data)):
         arr = np.asarray([_item_of(d) for d in data]) if all(
             not isinstance(d, (list, tuple)) for d in data) else np.asarray(
             _to_nested(data))
@@ -710,14 +713,6 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
 
 def _unsigned(npdt):
     return uint8 if npdt == np.uint8 else int64
-
-
-def _flat(data):
-    for d in data:
-        if isinstance(d, (list, tuple)):
-            yield from _flat(d)
-        else:
-            yield d
 
 
 def _item_of(d):
