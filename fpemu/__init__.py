@@ -5,26 +5,8 @@
 0.10009765625
 """
 
-from .formats import (
-    FORMATS,
-    Format,
-    bf16,
-    e2m1,
-    e2m3,
-    e3m2,
-    e3m4,
-    e4m3,
-    e4m3fn,
-    e4m3fnuz,
-    e5m2,
-    e5m2fnuz,
-    e8m0,
-    format,
-    format_names,
-    fp16,
-    fp32,
-    tf32,
-)
+from . import formats as _formats
+from .formats import *  # noqa: F401,F403  (the class, the lookup and every named format)
 from .rounding import Overflow, Rounding
 
 # Everything below needs Numba. Where Numba is missing (a bare GPU machine
@@ -65,10 +47,8 @@ else:
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "FORMATS", "Format", "format", "format_names", "Rounding", "Overflow", "CLASSES",
+__all__ = list(_formats.__all__) + [
+    "Rounding", "Overflow", "CLASSES",
     "quantize", "encode", "decode", "next_up", "next_down", "ulp", "classify", "Cast",
-    "fp32", "tf32", "fp16", "bf16", "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3",
-    "e3m4", "e2m3", "e3m2", "e2m1", "e8m0",
     "add", "sub", "mul", "div", "sqrt", "fma", "accumulate", "explain", "stats",
 ]

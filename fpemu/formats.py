@@ -347,6 +347,11 @@ e8m0 = Format(
 FORMATS = (fp32, tf32, fp16, bf16, e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, e4m3, e3m4,
            e2m3, e3m2, e2m1, e8m0)
 
+#: The public names: the class, the lookup, the table and each named format
+#: under its name (``fpemu`` exports them all, so a format added to FORMATS
+#: is ``fpemu.<name>`` too; ``tests/test_formats.py`` checks the names).
+__all__ = ["Format", "FORMATS", "format", "format_names"] + [f.name for f in FORMATS]
+
 _EXTRA_ALIASES = {
     "float": fp32,
     "single": fp32,

@@ -70,6 +70,16 @@ def test_lookup_by_every_alias():
     assert set(fpemu.FORMATS) == {fpemu.format(n) for n in fpemu.format_names()}
 
 
+def test_every_named_format_is_a_package_attribute_under_its_name():
+    """fpemu exports each format of FORMATS as ``fpemu.<name>``: a format's
+    variable in fpemu/formats.py must carry the format's own name."""
+    for f in fpemu.FORMATS:
+        assert getattr(fpemu.formats, f.name, None) is f, (
+            f"fpemu/formats.py: name the variable of Format({f.name!r}, ...) {f.name}")
+        assert getattr(fpemu, f.name) is f and f.name in fpemu.__all__
+    assert {"Format", "FORMATS", "format", "format_names", "quantize"} <= set(fpemu.__all__)
+
+
 def test_layout_facts():
     assert fpemu.e4m3fn.nan_code == 0x7F and fpemu.e4m3fn.inf_code is None
     assert fpemu.fp16.nan_code == 0x7E00 and fpemu.fp16.inf_code == 0x7C00
