@@ -39,9 +39,14 @@ import numpy as np
 from numba import prange
 from numba.cpython.unsafe.numbers import leading_zeros
 
+from . import _arith_kernels
 from ._arith_kernels import ADD, FMA, _exact_op, _to_odd
-from ._jit import f64_bits, f64_from_bits, jit, pjit
-from ._kernels import RDN, _finish, _mag_value, _quantize_one, _round, _split_f64
+from ._jit import cache_unit, f64_bits, f64_from_bits, jit, pjit
+from ._kernels import SOURCES, RDN, _finish, _mag_value, _quantize_one, _round, _split_f64
+
+# the kernels below inline fpemu._kernels' and fpemu._arith_kernels' functions:
+# their cache is valid only while those files are as they are (fpemu._jit.cache_unit)
+cache_unit(__name__, SOURCES + (_arith_kernels.__file__,))
 
 EXACT, SEQUENTIAL, PAIRWISE, FMA_MODEL, TC = range(5)
 MODELS = {"exact": EXACT, "sequential": SEQUENTIAL, "pairwise": PAIRWISE, "fma": FMA_MODEL,

@@ -30,8 +30,12 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._jit import f32_from_ubits, f64_bits, f64_from_bits, fma, fma32, jit, pjit
-from ._kernels import FLUSH, FNUZ, NO_ZERO, RDN, UNSIGNED, _quantize_one, _split_f64
+from ._jit import cache_unit, f32_from_ubits, f64_bits, f64_from_bits, fma, fma32, jit, pjit
+from ._kernels import SOURCES, FLUSH, FNUZ, NO_ZERO, RDN, UNSIGNED, _quantize_one, _split_f64
+
+# the kernels below inline fpemu._kernels' functions: their cache is valid only
+# while those files are as they are (fpemu._jit.cache_unit)
+cache_unit(__name__, SOURCES)
 
 ADD, SUB, MUL, DIV, SQRT, FMA = range(6)
 OPS = {"add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "sqrt": SQRT, "fma": FMA}

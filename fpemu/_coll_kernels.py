@@ -31,8 +31,12 @@ import functools
 import numpy as np
 from numba import prange
 
-from ._jit import f32_from_ubits, f32_ubits, jit, pjit, lshr32
-from ._kernels import LANES, _rne_ieee_one
+from ._jit import cache_unit, f32_from_ubits, f32_ubits, jit, pjit, lshr32
+from ._kernels import SOURCES, LANES, _rne_ieee_one
+
+# the kernels below inline fpemu._kernels' functions: their cache is valid only
+# while those files are as they are (fpemu._jit.cache_unit)
+cache_unit(__name__, SOURCES)
 
 SUM, MAX, MIN, NUMBER_MAX, NUMBER_MIN, PROD = range(6)
 #: how a value becomes a value of the wire format: unchanged but for a NaN's
