@@ -7,7 +7,7 @@ times one loop (out = 2 * x over 2**24 float32 values, Numba, 1 thread) into
 fresh and into already-touched memory, with the blocks written in ascending
 and in descending address order, beside ``x.copy()`` (which allocates too) and
 a loop that only touches one value per 4 KB page. fpemu's element-wise
-kernels write in descending order (``fpemu/_kernels.py``, "Output order").
+kernels write in descending order (``fpemu/_kernels/loops.py``, "Output order").
 
     python bench/first_touch.py [--size-log2 24] [--repeats 9]
 """

@@ -151,7 +151,7 @@ def _overflow_code(fmt, flags):
 
 @functools.lru_cache(maxsize=None)
 def _fast_rne_params(fmt: Format, mode: Rounding, flags: int):
-    """The arguments of :func:`fpemu._kernels.quantize_rne_ieee` when ``mode``
+    """The arguments of ``quantize_rne_ieee`` (``fpemu/_kernels/fast.py``) when ``mode``
     is RNE and :func:`_ieee_fast_kind` takes the format; else None."""
     ulps_below_top = _ieee_fast_kind(fmt, flags)
     if mode is not Rounding.RNE or ulps_below_top is None:

@@ -2,7 +2,7 @@
 
 * ``quantize`` and ``encode`` of float32 to nearest even into an IEEE-style
   format or e4m3fn, under any overflow policy, run a bit trick
-  (``_kernels.quantize_rne_ieee``, ``encode_rne_ieee``), and in the other
+  (``_kernels/fast.py``: ``quantize_rne_ieee``, ``encode_rne_ieee``), and in the other
   deterministic modes (RNA, RTZ, RUP, RDN, RTO) another
   (``_kernels.directed_kernel``); the generic kernel (float64 input takes
   it) must give the same bits. The sample below covers every sign and
@@ -228,7 +228,7 @@ def _compare(fmt, kw, mode, x):
 
 
 def test_float32_kernels_match_the_float64_kernels():
-    """float32 input runs the 32-bit kernels (``_kernels._rounded32``), float64
+    """float32 input runs the 32-bit kernels (``_kernels/round32.py``), float64
     input the int64 ones: the same rounding written twice, in different
     integer widths. Codes and values, every policy; the fast rne path of
     ``quantize`` is not taken where the format or policy rules it out, and
