@@ -223,7 +223,8 @@ class PlanOps:
     the blocks of an operand's transpose can be read where the operand lies
     (1-D blocks along its first axis); ``tiles_transpose``: a 2-D tiled
     operand rounded to nearest transposes as its tiles (the same tiles,
-    codes and scales)."""
+    codes and scales). A backend with either gives ``transposed(q)``, the
+    blocks of ``q`` transposed."""
 
     reads_transposed = tiles_transpose = False
 
