@@ -230,7 +230,7 @@ class PlanOps:
 
     @staticmethod
     def amax(X):
-        """max |X| as a float32 (NaN propagates)."""
+        """The largest magnitude in X, as a float32 (NaN propagates)."""
         return _f(np.max(np.abs(X))) if X.size else _f(0)
 
     @staticmethod
