@@ -149,6 +149,29 @@ def test_every_op_of_torchs_namespace_is_in_its_modules_all():
                           "fpemu/autograd/ops/ (fpemu.autograd gathers the ops from there)")
 
 
+def test_every_function_of_torch_nn_functional_is_in_its_modules_all():
+    """A function an ``nn/_*.py`` family module defines under a name of
+    ``torch.nn.functional`` is gathered by ``nn/functional.py`` only through
+    the module's ``__all__``."""
+    if torch is None:
+        pytest.skip("torch.nn.functional's namespace is what names a function")
+    F = importlib.import_module("fpemu.autograd.nn.functional")
+    with open(F.__file__) as fh:
+        gathered = re.findall(r"^from \.(_\w+) import \*", fh.read(), re.M)
+    assert "_activation" in gathered, "fpemu/autograd/nn/functional.py gathers no __all__"
+    left_out = []
+    for name in gathered:
+        mod = importlib.import_module(f"fpemu.autograd.nn.{name}")
+        left_out += [f"{name}.{n}" for n, v in vars(mod).items()
+                     if inspect.isfunction(v) and v.__module__ == mod.__name__
+                     and not n.startswith("_") and hasattr(torch.nn.functional, n)
+                     and n not in mod.__all__]
+        for n in mod.__all__:
+            assert getattr(F, n) is getattr(mod, n), f"functional.{n} is not {name}.{n}"
+    assert not left_out, (f"add {left_out} to the __all__ of its module in "
+                          "fpemu/autograd/nn/ (nn/functional.py gathers them from there)")
+
+
 # -------------------------------------------------------------- a new format
 FORMAT_LINE = '''e4m3b11fnuz = Format("e4m3b11fnuz", 4, 3, bias=11, nan_encoding="fnuz",
                      long_name="float8_e4m3b11fnuz")

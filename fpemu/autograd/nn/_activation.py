@@ -478,3 +478,9 @@ def _cpu_reduced_lastdim(dt, d, ndim):
     """True for ATen's CPU softmax kernels on a 16-bit float along the last dim."""
     return (get_profile().cpu and isinstance(dt, Format) and dt.bits == 16
             and d is not None and d == ndim - 1)
+
+
+#: torch.nn.functional's names this module defines (nn/functional.py gathers them)
+__all__ = ["celu", "elu", "elu_", "glu", "hardsigmoid", "hardswish", "hardtanh", "hardtanh_",
+           "leaky_relu", "log_softmax", "logsigmoid", "mish", "prelu", "relu6", "relu_",
+           "selu", "softmax", "softmin", "softplus", "softsign", "tanhshrink"]

@@ -421,3 +421,8 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     if not is_batched:
         out = out.squeeze(1)
     return out, None
+
+
+#: torch.nn.functional's names this module defines (nn/functional.py gathers them)
+__all__ = ["multi_head_attention_forward", "scaled_dot_product_attention", "sdpa_backend",
+           "sdpa_kernel", "SDPBackend"]

@@ -323,3 +323,8 @@ def pixel_unshuffle(input, downscale_factor):
     y = x.reshape(*lead, c, h // r, r, w // r, r)
     y = y.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
     return y.reshape(*lead, c * r * r, h // r, w // r)
+
+
+#: torch.nn.functional's names this module defines (nn/functional.py gathers them)
+__all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "pixel_shuffle",
+           "pixel_unshuffle"]

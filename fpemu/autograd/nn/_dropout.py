@@ -253,3 +253,7 @@ def pad(input, pad, mode="constant", value=None):
         np.add.at(G, tuple(ix[mask] for ix in full), g.astype(np.float64)[mask])
         return (_store(G, x.dtype),)
     return _result(res, x.dtype, (x,), backward, op="constant_pad_nd")
+
+
+#: torch.nn.functional's names this module defines (nn/functional.py gathers them)
+__all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "one_hot", "pad"]

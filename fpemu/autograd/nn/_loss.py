@@ -806,3 +806,10 @@ def _kl_div_cpu(input, target, red, reduction, log_target, dt):
         if reduction == "batchmean" and input.ndim:
             res = np.asarray(res / f(input.shape[0]))
     return res
+
+
+#: torch.nn.functional's names this module defines (nn/functional.py gathers them)
+__all__ = ["bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
+           "fold", "gaussian_nll_loss", "hinge_embedding_loss", "huber_loss", "kl_div",
+           "l1_loss", "margin_ranking_loss", "mse_loss", "nll_loss", "poisson_nll_loss",
+           "smooth_l1_loss", "unfold"]

@@ -457,3 +457,8 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
             n.clamp_min_(eps)
         norms.append(n)
     return _sum(mul(div(x1, norms[0]), div(x2, norms[1])), d)
+
+
+#: torch.nn.functional's names this module defines (nn/functional.py gathers them)
+__all__ = ["batch_norm", "cosine_similarity", "group_norm", "instance_norm", "layer_norm",
+           "normalize", "rms_norm"]

@@ -9,7 +9,9 @@ Attention follows the backend model of ``docs/pytorch-numerics.md`` §11
 The functions live by family, as torch's ``nn/modules`` do: ``_activation``
 (activations, softmax), ``_norm``, ``_loss``, ``_dropout`` (dropout,
 embedding, pad), ``_attention``, ``_conv``, ``_pooling`` and ``_resample``;
-this module gathers them under torch's names and holds the pooling wrappers.
+this module gathers them under torch's names (each family module's
+``__all__``: a new function is its definition and its name there) and holds
+the pooling wrappers.
 """
 
 from __future__ import annotations
@@ -19,33 +21,15 @@ from ..ops.elementwise import (  # noqa: F401  (torch.nn.functional's names)
 )
 from ..ops.linalg import linear  # noqa: F401
 from . import _pooling
-from ._resample import (  # noqa: F401  (torch.nn.functional's names)
-    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, interpolate, upsample,
-    upsample_bilinear, upsample_nearest,
-)
-from ._activation import (  # noqa: F401  (torch.nn.functional's names)
-    celu, elu, elu_, glu, hardsigmoid, hardswish, hardtanh, hardtanh_, leaky_relu, log_softmax,
-    logsigmoid, mish, prelu, relu6, relu_, selu, softmax, softmin, softplus, softsign,
-    tanhshrink,
-)
-from ._norm import (  # noqa: F401  (torch.nn.functional's names)
-    batch_norm, cosine_similarity, group_norm, instance_norm, layer_norm, normalize, rms_norm,
-)
-from ._loss import (  # noqa: F401  (torch.nn.functional's names)
-    bilinear, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, fold,
-    gaussian_nll_loss, hinge_embedding_loss, huber_loss, kl_div, l1_loss, margin_ranking_loss,
-    mse_loss, nll_loss, poisson_nll_loss, smooth_l1_loss, unfold, _reduction,
-)
-from ._dropout import (  # noqa: F401  (torch.nn.functional's names)
-    dropout, dropout1d, dropout2d, dropout3d, embedding, one_hot, pad,
-)
-from ._attention import (  # noqa: F401  (torch.nn.functional's names)
-    multi_head_attention_forward, scaled_dot_product_attention, sdpa_backend, sdpa_kernel,
-    SDPBackend, _canonical_mask, _none_or_dtype,
-)
-from ._conv import (  # noqa: F401  (torch.nn.functional's names)
-    conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, pixel_shuffle, pixel_unshuffle,
-)
+from ._resample import *  # noqa: F401,F403  (torch.nn.functional's names)
+from ._activation import *  # noqa: F401,F403  (torch.nn.functional's names)
+from ._norm import *  # noqa: F401,F403  (torch.nn.functional's names)
+from ._loss import *  # noqa: F401,F403  (torch.nn.functional's names)
+from ._loss import _reduction  # noqa: F401  (torch's private names)
+from ._dropout import *  # noqa: F401,F403  (torch.nn.functional's names)
+from ._attention import *  # noqa: F401,F403  (torch.nn.functional's names)
+from ._attention import _canonical_mask, _none_or_dtype  # noqa: F401  (torch's private names)
+from ._conv import *  # noqa: F401,F403  (torch.nn.functional's names)
 
 
 # ----------------------------------------------------------------- pooling
