@@ -59,6 +59,8 @@ import sys
 import threading
 import types as types_mod
 
+import weakref
+
 import numba
 import numpy as np
 from llvmlite import binding as llvm_binding
@@ -181,7 +183,14 @@ def _unit_stamp(module):
     return None
 
 
+#: every dispatcher fpemu's :func:`jit` / :func:`pjit` made (tests/test_cache.py
+#: checks that each carries the locked cache file; Numba's own dispatchers, such
+#: as those of ``@overload`` implementations, are not fpemu's and carry none)
+MADE = weakref.WeakSet()
+
+
 def _locked_cache(dispatcher):
+    MADE.add(dispatcher)
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     if type(cache_file) is IndexDataCacheFile:
         cache_file.__class__ = _LockedCacheFile
