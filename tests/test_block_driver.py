@@ -77,7 +77,7 @@ def test_to_blocks_round_trip_and_padding():
         for in_place in (False, True):
             Bk, back, sshape, sback, ex = driver.to_blocks(x, block_, axis, NP, in_place)
             assert np.array_equal(back(Bk).view(np.uint32), x.view(np.uint32))
-            amax = NP.block_amax(Bk, driver._amax_dims(block_, axis, in_place))
+            amax = NP.block_amax(Bk, driver.amax_dims(block_, axis, in_place))
             assert amax.shape == sshape
             assert ex(amax).ndim == Bk.ndim
     Bk = driver.to_blocks(x, 4, 2, NP)[0]

@@ -234,11 +234,7 @@ RULE_FUNCTION = '''def _nearest_scale_rule(job):
         d = xp.minimum(job.amax_b / xp.const(job.elem.max, job.amax_b),
                        xp.f32(job.scale_fmt.max))
         dsq = job.ops.cast(d, job.scale_fmt)
-        V = job.Bk / job.ex(dsq)
-        V = xp.zero_where(V, job.ex(dsq == 0), job.Bk)
-        top = job.amax_b / dsq
-    m = xp.f32(job.elem.max)
-    return _fp4_result(job, dsq, xp.clip_(V, -m, m), top > clip_threshold(job.elem))
+    return _fp4_result(job, dsq, dsq, _clipped(job, dsq, divide=True), divide=True)
 
 
 '''

@@ -667,12 +667,16 @@ def k_block_epilogue(parts, sa, sb):
     in float32, where ``parts`` yields ``(j, part_j)``, the float32 GEMM of
     block j. The first block's scaled result is the accumulator (a negative
     product that underflows stays -0, as on the GPU); later blocks add.
-    None for no blocks. NumPy arrays or torch tensors."""
+    None for no blocks. NumPy arrays or torch tensors; each ``part_j`` is
+    scaled in place (a fresh array, or a slice of one the caller drops)."""
     out = None
     with np.errstate(all="ignore"):
         for j, part in parts:
-            term = part * (sa[:, j:j + 1] * sb[:, j][None, :])
-            out = term if out is None else out + term
+            part *= sa[:, j:j + 1] * sb[:, j][None, :]
+            if out is None:
+                out = part
+            else:
+                out += part
     return out
 
 

@@ -1,15 +1,44 @@
-"""The block formats' own Numba kernel: elements times their block scales.
+"""The block formats' own Numba kernels.
 
-:func:`fpemu.block.host.scaled_values` calls it; ``fpemu.torch``'s emulated
-GEMMs take their operands' values from it on the CPU, in one pass over the
-codes where decoding and scaling took three.
+* :func:`scaled_values`: elements times their block scales, one pass over
+  the codes (:func:`fpemu.block.host.scaled_values`; ``fpemu.torch``'s
+  emulated GEMMs take their operands' values from it on the CPU);
+* :func:`block_amax5` and :func:`scale_round_kernel`: the two passes of a
+  block quantization over its elements, each one read of them
+  (:mod:`fpemu.block.fused`): the block amaxes, and the element step (each
+  element times its block's factor, clamped, rounded by fpemu's element
+  rounding, a NaN block's signed zeros).
+
+The two fused kernels read the blocks as a 5-D array ``(L, NR, TY, NC,
+TX)``, each block a ``(TY, TX)`` slice of it: blocks along the last axis
+are ``(rows, 1, 1, nblocks, block)``, blocks along another axis read where
+they lie ``(before, nblocks, block, after, 1)``, 2-D tiles ``(lead, tile
+rows, rows, tile columns, columns)``. They loop over ``(l, r)`` in parallel
+and within it in memory order, so every layout is read in the order it lies.
+
+The element step inlines fpemu's element rounding (:mod:`fpemu._kernels`'
+``_encode32``): this module joins that cache unit
+(:func:`fpemu._jit.cache_unit`).
 """
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 from numba import prange
 
-from .._jit import pjit
+from .._jit import cache_unit, f32_bits, jit, pjit
+from .._kernels import SOURCES
+
+cache_unit(__name__, SOURCES)
+
+# (after cache_unit: the kernels below inline the unit's functions)
+from .._kernels.fast import _encode_rne_ieee_one  # noqa: E402
+from .._kernels.round32 import _encode32  # noqa: E402
+
+#: float32 bits: the magnitude mask, +inf, the canonical NaN
+_MAG, _INF, _QNAN = 0x7FFFFFFF, 0x7F800000, 0x7FC00000
 
 
 @pjit
@@ -30,3 +59,107 @@ def scaled_values(codes, table, scales, rows, cols, by, bx, out):
                 s = scales[srow + cb]
                 for c in range(cb * bx, min(cb * bx + bx, cols)):
                     out[base + c] = table[codes[base + c]] * s
+
+
+@pjit
+def block_amax5(B, out):
+    """``out[l, r, c]``: the float32 bits of ``max |x|`` over block ``(l, r,
+    c)`` of the 5-D float32 array ``B`` (module text), the canonical NaN
+    where the block holds one: the largest magnitude bits, NaN's above
+    inf's above every number's."""
+    L, NR, TY, NC, TX = B.shape
+    for lr in prange(L * NR):
+        lead = lr // NR
+        r = lr - lead * NR
+        acc = out[lead, r]
+        for c in range(NC):
+            acc[c] = 0
+        for y in range(TY):
+            for c in range(NC):
+                m = acc[c]
+                for x in range(TX):
+                    b = f32_bits(B[lead, r, y, c, x]) & _MAG
+                    if b > m:
+                        m = b
+                acc[c] = m
+        for c in range(NC):
+            if acc[c] > _INF:
+                acc[c] = _QNAN
+
+
+@jit
+def _signed_zero(v, sign_shift):
+    """The code of a zero of v's sign (a NaN block's)."""
+    return ((f32_bits(v) >> 31) & 1) << sign_shift
+
+
+def _scale_round(mode, flags, fast):
+    @jit
+    def one(v, f, divide, has_nan, maxv, p, fl, key, index, fa):
+        """The code of element v of a block with factor f."""
+        zero = np.float32(0)
+        w = np.float32(v / f) if divide else np.float32(v * f)
+        w = v if v == zero else w                   # a zero keeps its sign
+        w = maxv if w > maxv else w                 # (NaN stays NaN)
+        w = -maxv if w < -maxv else w
+        if has_nan:
+            w = zero if w != w else w
+        if fast:
+            return np.int32(_encode_rne_ieee_one(w, fast == 2, fa[0], fa[1], fa[2], fa[3], fa[4],
+                                                 fa[5], fa[6], fa[7], fa[8], fa[9], fa[10],
+                                                 fa[11]))
+        return _encode32(f32_bits(w), mode, p, fl, key, index)
+
+    @pjit
+    def scale_round5(B, TX, factor, block_nan, divide, has_nan, maxv, sign_shift, p, key, offset,
+                     flags_arg, fa, out):
+        fl = flags_arg if flags < 0 else flags
+        L, NR, TY, W = B.shape
+        NC = W // TX
+        per = TY * W
+        for lr in prange(L * NR):
+            lead = lr // NR
+            r = lr - lead * NR
+            frow = factor[lead, r]
+            nrow = block_nan[lead, r]
+            for y in range(TY):
+                src = B[lead, r, y]
+                dst = out[lead, r, y]
+                i0 = offset + lr * per + y * W
+                if TX == 1:                     # blocks down the columns: a factor each
+                    for c in range(NC):
+                        dst[c] = one(src[c], frow[c], divide, has_nan, maxv, p, fl, key,
+                                     i0 + c, fa)
+                else:
+                    for c in range(NC):
+                        f = frow[c]
+                        s = src[c * TX:c * TX + TX]
+                        d = dst[c * TX:c * TX + TX]
+                        i1 = i0 + c * TX
+                        for x in range(TX):
+                            d[x] = one(s[x], f, divide, has_nan, maxv, p, fl, key, i1 + x, fa)
+                if has_nan:                     # NaN blocks: a zero of each input's sign
+                    for c in range(NC):
+                        if nrow[c]:
+                            for x in range(c * TX, c * TX + TX):
+                                dst[x] = _signed_zero(src[x], sign_shift)
+
+    return scale_round5
+
+
+@functools.lru_cache(maxsize=None)
+def scale_round_kernel(mode, flags, fast=0):
+    """The element step for one rounding mode (the kernels' number) and
+    flags (>= 0: compiled for them alone; -1: read at run time), called as
+    ``kernel(B, TX, factor, block_nan, divide, has_nan, maxv, sign_shift,
+    params, key, offset, flags, fast_args, out)`` with ``B`` the 5-D layout
+    (module text) with its last two axes merged, ``(L, NR, TY, NC TX)`` (a
+    row of it is contiguous wherever the layout is), ``factor`` and
+    ``block_nan`` per block ``(L, NR, NC)`` and ``out`` the codes in
+    ``B``'s shape. Element ``(l, r, y, j)`` is element ``offset + ((l NR +
+    r) TY + y) NC TX + j`` of stochastic rounding: its index in ``B``'s
+    order, which is the driver's block layout. ``fast`` (1: a narrow
+    format, 2: a wide one) rounds to nearest even by the fast path of
+    IEEE-style formats (:mod:`fpemu._kernels.fast`, the same bits),
+    ``fast_args`` its unpacked arguments (else a tuple of 12 zeros)."""
+    return _scale_round(int(mode), int(flags), int(fast))

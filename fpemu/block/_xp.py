@@ -108,15 +108,6 @@ class _NumPy:
         return np.minimum(a, v)
 
     @staticmethod
-    def zero_where(V, mask, like):
-        """V with the elements under ``mask`` (broadcast) replaced by zeros
-        of ``like``'s signs: in place, and only where some are (memory)."""
-        if np.any(mask):
-            m = np.broadcast_to(mask, V.shape)
-            V[m] = np.copysign(np.float32(0), like[m])
-        return V
-
-    @staticmethod
     def zeros_bool(like):
         return np.zeros(np.shape(like), bool)
 
@@ -263,9 +254,6 @@ class _Torch:
     @staticmethod
     def minimum(a, v):
         return a.clamp(max=v)
-
-    def zero_where(self, V, mask, like):
-        return self.torch.where(mask, self.torch.copysign(self.torch.zeros_like(V), like), V)
 
     def zeros_bool(self, like):
         return self.torch.zeros(like.shape, dtype=self.torch.bool, device=like.device)

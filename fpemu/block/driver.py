@@ -21,14 +21,18 @@ device):
    made by the backend where the data lies (:meth:`Ops.srn_draws`);
 4. **the scale rule** of :mod:`fpemu.block.rules` (a ``chunked`` rule a
    chunk of blocks at a time where the namespace asks for it:
-   ``xp.chunk_elements``);
-5. **element rounding** (:func:`round_elements`): the scaled elements to
-   codes with the backend's encode and overflow saturating, or ``"srN"``
-   (:func:`round_srn`);
-6. **NaN blocks**: a block whose scale is NaN decodes to NaN whatever its
-   codes, which keep only the inputs' signs (a zero of each sign), so that
-   ``-x`` mirrors ``x``;
-7. the codes, scales and clip flags back in the input's layout.
+   ``xp.chunk_elements``): per block, its scale code, the factor of its
+   elements, whether it clipped and whether it is NaN;
+5. **the element step** (:meth:`Ops.scale_round`): each element times its
+   block's factor (:func:`fpemu.block.rules.scale_elements`), rounded to
+   codes (:func:`round_elements`: the backend's encode with overflow
+   saturating, or ``"srN"``, :func:`round_srn`); a **NaN block** decodes
+   to NaN whatever its codes, which keep only the inputs' signs (a zero of
+   each sign), so that ``-x`` mirrors ``x``. A backend may run this step,
+   and the amaxes of step 2, as fused kernels (one read of the elements
+   each: :mod:`fpemu.block.fused` on the CPU, Triton's on CUDA) where it
+   gives the same bits;
+6. the codes, scales and clip flags back in the input's layout.
 
 ``"srN"`` with ``N`` random bits (``cvt.rs``'s rounding) rounds ``|v|`` at
 its quantum ``u = 2**(max(floor(log2 |v|), emin) - M)``: with ``t = |v| /
@@ -50,9 +54,10 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from . import checks
-from .rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, Scaled
+from .rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, Scaled, scale_elements
 
-__all__ = ["Ops", "Config", "configure", "run", "to_blocks", "round_elements", "round_srn"]
+__all__ = ["Ops", "Config", "configure", "run", "to_blocks", "amax_dims", "scale_round",
+           "round_elements", "round_srn"]
 
 
 class Ops:
@@ -63,11 +68,26 @@ class Ops:
     ``decode(codes, fmt)``, ``srn_draws(n, seed, like, rng)`` (the ``"srN"``
     bits in ``like``'s shape, where ``like`` lies) and ``within(v, fmt)``
     (whether every value is finite and at most ``fmt``'s largest in
-    magnitude); :meth:`round_elements` is the driver's."""
+    magnitude); :meth:`round_elements`, :meth:`block_amax` and
+    :meth:`scale_round` are the driver's, which a backend with fused
+    kernels overrides where they give the same bits."""
 
     @staticmethod
     def round_elements(V, job, has_nan=True):
         return round_elements(V, job, has_nan)
+
+    @staticmethod
+    def block_amax(Bk, dims, xp):
+        """Each block's ``max |x|`` over ``dims`` of the block layout
+        (float32; NaN propagates)."""
+        return xp.block_amax(Bk, dims)
+
+    @staticmethod
+    def scale_round(job, factor, divide, block_nan, has_nan):
+        """The element step (module text, step 5): the codes (block layout)
+        of ``job.Bk`` times (or over) each block's ``factor``, the blocks
+        marked in ``block_nan`` (``has_nan``: some are) given signed zeros."""
+        return scale_round(job, factor, divide, block_nan, has_nan)
 
 
 class Config(NamedTuple):
@@ -171,7 +191,7 @@ def _ex_tiles(t):
     return t[..., None, :, None]
 
 
-def _amax_dims(block, axis, in_place):
+def amax_dims(block, axis, in_place):
     """The axes of the layout of :func:`to_blocks` that a block spans."""
     if not in_place:
         return -1
@@ -179,6 +199,20 @@ def _amax_dims(block, axis, in_place):
 
 
 # ------------------------------------------------------------ element rounding
+def scale_round(job, factor, divide, block_nan, has_nan):
+    """The element step written with ``job.xp`` (:meth:`Ops.scale_round`)."""
+    codes = round_elements(scale_elements(job, factor, divide), job, has_nan)
+    return nan_blocks(job, codes, block_nan) if has_nan else codes
+
+
+def nan_blocks(job, codes, block_nan):
+    """``codes`` with those of the blocks in ``block_nan`` replaced by a
+    zero of each input's sign."""
+    xp = job.xp
+    signed0 = xp.to_int64(xp.signbit(job.Bk)) << (job.elem.bits - 1)
+    return xp.where(job.ex(block_nan), signed0, codes)
+
+
 def round_elements(V, job, has_nan=True):
     """V (float32, the block layout of ``job``) rounded to ``job.elem``: codes
     in V's layout. With ``has_nan`` (some block has a NaN scale; its codes
@@ -239,8 +273,9 @@ def _run_chunked(rule, job):
     def cat(k, shape):
         return None if parts[0][k] is None else xp.concat([p[k] for p in parts]).reshape(shape)
 
-    return Scaled(cat(0, a.shape), cat(1, B.shape), cat(2, job.Bk.shape),
-                  cat(3, job.amax_b.shape), cat(4, job.amax_b.shape), parts[0].tensor_scale)
+    return Scaled(cat(0, a.shape), cat(1, job.amax_b.shape), cat(2, job.Bk.shape),
+                  cat(3, job.amax_b.shape), cat(4, job.amax_b.shape), parts[0].tensor_scale,
+                  parts[0].divide)
 
 
 def run(X, cfg, axis, xp, ops, allow_in_place=False):
@@ -253,7 +288,8 @@ def run(X, cfg, axis, xp, ops, allow_in_place=False):
     in_place = allow_in_place and rule != "4over6" and not stochastic and (
         isinstance(block, tuple) or axis != len(X.shape) - 1)
     Bk, back, sshape, sback, ex = to_blocks(X, block, axis, xp, in_place)
-    amax_b = xp.block_amax(Bk, _amax_dims(block, axis, in_place))
+    dims = amax_dims(block, axis, in_place)
+    amax_b = ops.block_amax(Bk, dims, xp)
     tensor_amax = cfg.tensor_amax
     if tensor_amax is None and rule in TENSOR_SCALE_RULES:
         tensor_amax = xp.max_f32(amax_b) if xp.size(X) else np.float32(0)
@@ -261,16 +297,14 @@ def run(X, cfg, axis, xp, ops, allow_in_place=False):
             tensor_amax = np.float32(np.nan)        # canonical, whatever the device's max wrote
     draws = None if cfg.n_sr is None else ops.srn_draws(cfg.n_sr, cfg.seed, Bk, cfg.rng)
     job = Job(Bk, amax_b, cfg.elem, cfg.scale_fmt, rule, cfg.rounding, cfg.seed, tensor_amax,
-              cfg.inf_block, ex, xp, ops, draws=draws, rng=cfg.rng)
+              cfg.inf_block, ex, xp, ops, draws=draws, rng=cfg.rng, dims=dims)
     r = SCALE_RULES[rule]
     res = _run_chunked(r, job) if r.chunked and xp.chunk_elements else r(job)
     has_nan = xp.any(res.block_nan)
-    codes = res.codes
-    if codes is None:
-        codes = round_elements(res.V, job, has_nan)
-    if has_nan:
-        signed0 = xp.to_int64(xp.signbit(Bk)) << (cfg.elem.bits - 1)
-        codes = xp.where(ex(res.block_nan), signed0, codes)
+    if res.codes is None:
+        codes = ops.scale_round(job, res.factor, res.divide, res.block_nan, has_nan)
+    else:
+        codes = nan_blocks(job, res.codes, res.block_nan) if has_nan else res.codes
     return Result(back(codes), sback(xp.reshape(res.scodes, sshape)),
                   sback(xp.reshape(res.clipped, sshape)), res.tensor_scale,
                   tensor_amax if rule in TENSOR_SCALE_RULES else None)

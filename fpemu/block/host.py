@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import FpemuTypeError, FpemuValueError
 from .._jit import run_kernel
 from ..quantize import decode, encode, quantize, stochastic_bits
-from . import _kernels, checks, driver
+from . import _kernels, checks, driver, fused
 from .rules import array_namespace
 from .spec import BlockQuantized, exact_values
 
@@ -35,7 +35,8 @@ def srn_draws(n, seed, size, rng="philox"):
 
 class _HostOps(driver.Ops):
     """The host's rounding backend (:class:`fpemu.block.driver.Ops`):
-    fpemu's Numba quantizers."""
+    fpemu's Numba quantizers, and the fused kernels of
+    :mod:`fpemu.block.fused` for the amaxes and the element step."""
 
     @staticmethod
     def cast(v, fmt, rounding="rne"):
@@ -47,6 +48,16 @@ class _HostOps(driver.Ops):
     @staticmethod
     def srn_draws(n, seed, like, rng):
         return srn_draws(n, seed, like.size, rng).reshape(like.shape)
+
+    @staticmethod
+    def block_amax(Bk, dims, xp):
+        return fused.block_amax(Bk, dims)
+
+    @staticmethod
+    def scale_round(job, factor, divide, block_nan, has_nan):
+        if fused.fuses(job.elem, job.rounding):
+            return fused.scale_round(job, factor, divide, block_nan, has_nan)
+        return driver.scale_round(job, factor, divide, block_nan, has_nan)
 
     @staticmethod
     def within(v, fmt):

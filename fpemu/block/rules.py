@@ -2,8 +2,14 @@
 text of :mod:`fpemu.block`).
 
 A rule reads a :class:`Job` (the blocks, their amaxes, the formats, the
-rounding) and returns a :class:`Scaled` (scale codes, the scaled elements
-still to round, clipped and NaN blocks, the tensor scale). It computes with
+rounding) and returns a :class:`Scaled`: per block, the scale code, the
+*factor* that takes the block's elements to the element format's range
+(``x * factor``, or ``x / factor`` for a rule marked ``divide``), which
+blocks clipped and which are NaN, and the tensor scale. A rule decides per
+block only; the element step that follows, :func:`scale_elements` (the
+product, a zero kept with its sign, the clamp to the element's largest
+value) and the rounding, is the driver's, written once, and a backend may
+run it fused with the rounding in one pass (``Ops.scale_round``). It computes with
 ``job.xp``, the array namespace of the driver that made the job (NumPy on
 the host, torch on the tensor's device; ``fpemu/block/_xp.py`` holds what
 the two spell differently), and rounds through ``job.ops``, the driver's
@@ -13,7 +19,8 @@ the two-level rules (the tensor scale) are host scalars in both drivers.
 
 ``job.ex(t)`` spreads a per-block array over its blocks' elements
 (broadcasting): the driver chooses the block layout, the rule never looks at
-it. A rule marked ``chunked`` (Four Over Six, which holds two candidates and
+it (except Four Over Six, which rounds its two candidates itself and returns
+their codes). A rule marked ``chunked`` (Four Over Six, which holds two candidates and
 their errors at once) may be given its blocks a chunk at a time.
 """
 
@@ -31,7 +38,8 @@ from .spec import FLT_MAX
 
 __all__ = ["Job", "Scaled", "ScaleRule", "SCALE_RULES", "MX_RULES", "FP4_RULES", "FP32_RULES",
            "TENSOR_SCALE_RULES", "MX_EXPONENTS", "array_namespace", "mx_exponent", "te_scale",
-           "nvfp4_tensor_scale", "clip_threshold", "floor_log2", "halving_sum"]
+           "nvfp4_tensor_scale", "clip_threshold", "floor_log2", "halving_sum", "scale_elements",
+           "scaled_top"]
 
 _f32 = np.float32
 
@@ -49,7 +57,8 @@ class Job:
     two-level rules), what an infinite MX block gets, the ``"srN"`` bits
     (``draws``, or None) and the flat position of the first element
     (``offset``, stochastic modes), ``ex`` (per block -> per element),
-    ``xp`` (array namespace) and ``ops`` (the driver's rounding)."""
+    ``xp`` (array namespace), ``ops`` (the driver's rounding) and the axes
+    of ``Bk`` a block spans (``dims``, :func:`fpemu.block.driver.amax_dims`)."""
 
     Bk: Any
     amax_b: Any
@@ -66,20 +75,24 @@ class Job:
     draws: Any = None
     offset: int = 0
     rng: Optional[str] = None
+    dims: Any = -1
 
 
 class Scaled(NamedTuple):
-    """What a scale rule returns: scale codes (one per block), the scaled
-    elements still to be rounded (float32, block layout) or, for a rule that
-    rounds them itself, their codes; which blocks clipped or are NaN; the
-    fp32 decode tensor scale (two-level rules)."""
+    """What a scale rule returns: scale codes (one per block); each block's
+    element factor (float32, one per block: the elements to round are
+    :func:`scale_elements` of it) or, for a rule that rounds them itself,
+    the element codes (block layout) and no factor; which blocks clipped or
+    are NaN; the fp32 decode tensor scale (two-level rules); ``divide``:
+    the elements are divided by the factor instead of multiplied."""
 
     scodes: Any
-    V: Any
+    factor: Any
     codes: Any
     clipped: Any
     block_nan: Any
     tensor_scale: Optional[np.float32] = None
+    divide: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,15 +266,34 @@ def te_scale(xp, amax32, fp8_max, pow2):
     return xp.clear_mantissa(enc) if pow2 else enc
 
 
-def _scale_elements(job, enc):
-    """fp32(x * enc) per block clamped to the element maximum, and which
-    blocks clipped (the largest scaled magnitude: rounding is monotonic)."""
+def scale_elements(job, factor, divide=False):
+    """The elements to round (float32, the block layout): ``fp32(x *
+    factor)`` of each element and its block's factor (``fp32(x / factor)``
+    with ``divide``), a zero element kept as it is, with its sign (where the
+    factor is 0 or infinite, whose products with zero are NaN), clamped to
+    the element format's largest magnitude (NaN stays NaN). This is the
+    element step of every rule, written once; a fused backend
+    (``Ops.scale_round``) computes the same per element."""
     xp = job.xp
+    f = job.ex(factor)
     with xp.errstate():
-        V = job.Bk * job.ex(enc)
-        top = job.amax_b * enc
+        V = job.Bk / f if divide else job.Bk * f
+        if xp.any((factor == 0) | xp.isinf(factor)):
+            V = xp.where(job.Bk == 0, job.Bk, V)
     m = xp.f32(job.elem.max)
-    return xp.clip_(V, -m, m), top > clip_threshold(job.elem)
+    return xp.clip_(V, -m, m)
+
+
+def scaled_top(job, factor, divide=False):
+    """Each block's largest scaled magnitude, ``fp32(amax * factor)`` (or
+    ``/``): above :func:`clip_threshold`, the block clipped (rounding is
+    monotonic)."""
+    with job.xp.errstate():
+        return job.amax_b / factor if divide else job.amax_b * factor
+
+
+def _clipped(job, factor, divide=False):
+    return scaled_top(job, factor, divide) > clip_threshold(job.elem)
 
 
 def _te_blocks(job, S, Sdec, map_to, fold):
@@ -282,11 +314,11 @@ def _te_blocks(job, S, Sdec, map_to, fold):
     return dsq, enc
 
 
-def _fp4_result(job, dsq, V, clipped, tensor_scale=None, codes=None):
+def _fp4_result(job, dsq, factor, clipped, tensor_scale=None, codes=None, divide=False):
     """A small-float-scale rule's result from its scale values ``dsq``."""
     block_nan = job.xp.isnan(dsq)
-    return Scaled(job.ops.encode(dsq, job.scale_fmt), V, codes, clipped & ~block_nan,
-                  block_nan, tensor_scale)
+    return Scaled(job.ops.encode(dsq, job.scale_fmt), factor, codes, clipped & ~block_nan,
+                  block_nan, tensor_scale, divide)
 
 
 # ------------------------------------------------------------------ rules
@@ -302,11 +334,8 @@ def _mx_rule(job):
         # range, which lie far below the element's smallest subnormal (they
         # become 0 either way); one rounding, as ldexp
         p = xp.pow2_f32(-e)
-        V = job.Bk * job.ex(p)
-        top = job.amax_b * p
-    m = xp.f32(job.elem.max)
-    clipped = (top > clip_threshold(job.elem)) & ~nan
-    return Scaled(xp.where(nan, 0xFF, e + 127), xp.clip_(V, -m, m), None, clipped, nan)
+    clipped = _clipped(job, p) & ~nan
+    return Scaled(xp.where(nan, 0xFF, e + 127), p, None, clipped, nan)
 
 
 def _fp32_rule(job):
@@ -316,12 +345,12 @@ def _fp32_rule(job):
     enc = te_scale(xp, job.amax_b, job.elem.max, job.rule == "pow2")
     with xp.errstate():
         dec = xp.const(1.0, enc) / enc
-    V, clipped = _scale_elements(job, enc)
+    clipped = _clipped(job, enc)
     # TE casts a NaN to the fp8 NaN under scale 1; an element format without
     # NaN marks the block by a NaN scale instead
     block_nan = xp.isnan(job.amax_b) if not job.elem.has_nan else xp.zeros_bool(clipped)
     scodes = job.ops.encode(xp.where(block_nan, xp.f32(np.nan), dec), job.scale_fmt)
-    return Scaled(scodes, V, None, clipped, block_nan)
+    return Scaled(scodes, enc, None, clipped, block_nan)
 
 
 def _te_nvfp4_rule(job):
@@ -330,8 +359,7 @@ def _te_nvfp4_rule(job):
     ``fp32(amax / 6) * S``."""
     S, Sdec = nvfp4_tensor_scale(job.tensor_amax, float(job.scale_fmt.max))
     dsq, enc = _te_blocks(job, S, Sdec, 6.0, fold=job.rule == "nvfp4")
-    V, clipped = _scale_elements(job, enc)
-    return _fp4_result(job, dsq, V, clipped, Sdec)
+    return _fp4_result(job, dsq, enc, _clipped(job, enc), Sdec)
 
 
 def _torchao_nvfp4(job):
@@ -346,22 +374,19 @@ def _torchao_nvfp4(job):
         sb = xp.clip(sb, xp.f32(2.0**-6), xp.f32(job.scale_fmt.max))
         dsq = job.ops.cast(sb, job.scale_fmt)
         rs = xp.const(inv_t, dsq) / dsq
-    V, clipped = _scale_elements(job, rs)
     bad = xp.isinf(rs)
-    if xp.any(bad):
+    if xp.any(bad) and xp.any(job.ex(bad) & (job.Bk == 0)):
         # torchao's element multiplier 1/t / scale overflowed (a tensor amax
         # below about 2.3e-35): its zero elements are 0 * inf, NaN in torchao,
-        # whose bits it then writes as a code. fpemu keeps them 0, and says so
-        zero = job.ex(bad) & (job.Bk == 0)
-        if xp.any(zero):
-            warnings.warn(
-                f"quantize_blocks(): the tensor amax {float(job.tensor_amax):.3g} is so small "
-                "that torchao's element multiplier 1/t overflows to inf; torchao turns the "
-                "zero elements of those blocks into NaN and writes its bits as a code (11, "
-                "-1.5, on x86 CPUs); fpemu gives them 0. Rescale the tensor, or use the "
-                "'nvfp4' rule", RuntimeWarning, stacklevel=5)
-            V = xp.where(zero, xp.f32(0.0), V)
-    return _fp4_result(job, dsq, V, clipped, t)
+        # whose bits it then writes as a code. fpemu keeps them zeros
+        # (scale_elements), and says so
+        warnings.warn(
+            f"quantize_blocks(): the tensor amax {float(job.tensor_amax):.3g} is so small "
+            "that torchao's element multiplier 1/t overflows to inf; torchao turns the "
+            "zero elements of those blocks into NaN and writes its bits as a code (11, "
+            "-1.5, on x86 CPUs); fpemu keeps them zeros, with their signs. Rescale the "
+            "tensor, or use the 'nvfp4' rule", RuntimeWarning, stacklevel=5)
+    return _fp4_result(job, dsq, rs, _clipped(job, rs), t)
 
 
 def _four_over_six_rule(job):
@@ -374,8 +399,8 @@ def _four_over_six_rule(job):
     found = []
     for map_to in (6.0, 4.0):
         dsq, enc = _te_blocks(job, S, Sdec, map_to, fold=False)
-        V, clipped = _scale_elements(job, enc)
-        codes = job.ops.round_elements(V, job)
+        clipped = _clipped(job, enc)
+        codes = job.ops.round_elements(scale_elements(job, enc), job)
         q = xp.to_f64(job.ops.decode(codes, job.elem))
         with xp.errstate():
             d = xp.to_f64(job.Bk) - q * job.ex(xp.to_f64(dsq)) * float(Sdec)
@@ -394,11 +419,9 @@ def _cudnn_rule(job):
         d = xp.minimum(job.amax_b / xp.const(job.elem.max, job.amax_b),
                        xp.f32(job.scale_fmt.max))
         dsq = job.ops.cast(d, job.scale_fmt, rounding="rup")
-        V = job.Bk / job.ex(dsq)
-        V = xp.zero_where(V, job.ex(dsq == 0), job.Bk)
-        top = job.amax_b / dsq
-    m = xp.f32(job.elem.max)
-    return _fp4_result(job, dsq, xp.clip_(V, -m, m), top > clip_threshold(job.elem))
+    # the elements divided by the scale; an all-zero block (scale 0) keeps
+    # its zeros, with their signs (scale_elements)
+    return _fp4_result(job, dsq, dsq, _clipped(job, dsq, divide=True), divide=True)
 
 
 #: Every block scale rule by name (the text of :mod:`fpemu.block`):

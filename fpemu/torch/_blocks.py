@@ -35,10 +35,13 @@ package's quantizers as the rounding backend:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..block import checks as _checks
 from ..block import driver as _driver
+from ..block import fused as _fused
 from ..block import host as _host
 from ..block.rules import array_namespace
 from ..block.spec import BlockQuantized
@@ -177,6 +180,32 @@ class _DeviceOps(_driver.Ops):
         return _within(v, fmt)
 
     @staticmethod
+    def block_amax(Bk, dims, xp):
+        """The block amaxes: one fused kernel on CPU tensors (Numba, on their
+        memory) and CUDA tensors (Triton), torch's ``amax`` elsewhere."""
+        if _q._on_cpu(Bk):
+            return torch.from_numpy(_fused.block_amax(_host_view(Bk), dims))
+        kernels = _triton_blocks_for(Bk)
+        if kernels is not None:
+            return kernels.block_amax(Bk, dims)
+        return xp.block_amax(Bk, dims)
+
+    @staticmethod
+    def scale_round(job, factor, divide, block_nan, has_nan):
+        """The element step: one fused kernel on CPU tensors (Numba) and CUDA
+        tensors (Triton) where :func:`fpemu.block.fused.fuses`, the driver's
+        torch code elsewhere."""
+        if _fused.fuses(job.elem, job.rounding):
+            if _q._on_cpu(job.Bk):
+                host = dataclasses.replace(job, Bk=_host_view(job.Bk))
+                return torch.from_numpy(_fused.scale_round(
+                    host, _host_view(factor), divide, _host_view(block_nan), has_nan))
+            kernels = _triton_blocks_for(job.Bk)
+            if kernels is not None:
+                return kernels.scale_round(job, factor, divide, block_nan, has_nan)
+        return _driver.scale_round(job, factor, divide, block_nan, has_nan)
+
+    @staticmethod
     def srn_draws(n, seed, like, rng):
         """:func:`fpemu.block.host.srn_draws` on ``like``'s device in its
         shape: Philox drawn there (the top ``n`` bits of each element's 63-bit
@@ -196,6 +225,22 @@ class _DeviceOps(_driver.Ops):
         d = _host.srn_draws(n, seed, like.numel(), rng)
         d = d.astype(np.uint8 if n <= 8 else np.int32 if n <= 31 else np.int64)   # (fewer bytes)
         return torch.from_numpy(d).to(like.device).view(like.shape)
+
+
+def _host_view(t):
+    """NumPy's view of a CPU tensor's memory (any strides), by DLPack:
+    ``Tensor.numpy()`` would mark the storage as not resizable, and the
+    tensor may be a parameter whose storage FSDP frees and regrows."""
+    return np.from_dlpack(t.detach())
+
+
+def _triton_blocks_for(t):
+    """The fused Triton block kernels for a tensor they run on (CUDA, or any
+    device under ``TRITON_INTERPRET=1`` in fpemu's tests), else None."""
+    if _q._triton_for(t) is None:
+        return None
+    from . import _triton_blocks        # (imports triton: only for the tensors it runs on)
+    return _triton_blocks
 
 
 _OPS = _DeviceOps()

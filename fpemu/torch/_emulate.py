@@ -287,12 +287,28 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
             s = qa.cache["tensor_sinv"] * qb.cache["tensor_sinv"]
         return out.mul_(float(s))
     sa, sb = _q.decode_trusted(qa.scales, _fp32), _q.decode_trusted(qb.scales, _fp32)
-    K, bk = A.shape[1], qa.block
-    out = _fp8.k_block_epilogue(((j, A[:, s:s + bk] @ B[:, s:s + bk].t())
-                                 for j, s in enumerate(range(0, K, bk))), sa, sb)
+    out = _fp8.k_block_epilogue(_k_block_parts(A, B, qa.block), sa, sb)
     if out is None:
         return torch.zeros(A.shape[0], B.shape[0], device=A.device)
     return out
+
+
+def _k_block_parts(A, B, bk):
+    """``(j, A_j @ B_j^T)`` of each K block j of ``bk`` columns, in K order:
+    the products of all blocks in one batched matmul (the blocks made
+    contiguous once, not a strided slice per block), the last partial
+    block on its own."""
+    (M, K), N = A.shape, B.shape[0]
+    nk = K // bk
+    if nk > 1:
+        A3 = A[:, :nk * bk].reshape(M, nk, bk).transpose(0, 1)
+        B3 = B[:, :nk * bk].reshape(N, nk, bk).permute(1, 2, 0)
+        parts = torch.bmm(A3, B3)
+        yield from enumerate(parts)
+    else:
+        nk = 0
+    for j, s in enumerate(range(nk * bk, K, bk), start=nk):
+        yield j, A[:, s:s + bk] @ B[:, s:s + bk].t()
 
 
 def _values(q):

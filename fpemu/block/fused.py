@@ -1,0 +1,114 @@
+"""The block driver's two passes over the elements as fused Numba kernels,
+for NumPy arrays and CPU tensors' memory.
+
+:func:`fpemu.block.driver.run` reads a block quantization's elements twice:
+for each block's amax, and for the element step (each element times its
+block's factor, clamped to the element format's largest value, rounded, a
+NaN block's codes signed zeros; :meth:`fpemu.block.driver.Ops.scale_round`).
+Written with array operations each is several passes and temporaries (the
+absolute values, the products, the clamp, NaN masks, the codes, the
+replacement of NaN blocks); here each is one read of the elements and one
+write (the amaxes, the codes), on every core, for every rule: a rule decides
+per block (the factor, NaN blocks), the kernel runs the step that follows it,
+so no rule is written twice. The scales, clip flags and tensor scale stay the
+rule's array code on the per-block arrays, 1/16 or 1/32 of the data.
+
+The kernels (:mod:`fpemu.block._kernels`) read the block layout of
+:func:`fpemu.block.driver.to_blocks` as a 5-D view (:func:`five_d`) and give
+the bits of the array code for every rounding mode of the element rounding
+(nearest and directed modes, ``"sr"`` by element index of the block layout);
+``"srN"`` (its bits are drawn per element and compared in floating point,
+:func:`fpemu.block.driver.round_srn`) and element formats wider than 16 bits
+run the array code. ``tests/test_fused_blocks.py`` holds the kernels to it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._jit import run_kernel
+from ..checks import seed_key
+from ..quantize import Cast
+from ..rounding import Rounding
+from . import _kernels, checks
+
+__all__ = ["five_d", "block_amax", "scale_round", "fuses"]
+
+#: the fast-path arguments of a kernel without one (the types of a real set)
+_NO_FAST = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0), np.float32(0),
+            np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))
+
+
+def five_d(shape, dims):
+    """The 5-D shape ``(L, NR, TY, NC, TX)`` of a block layout of
+    ``shape`` whose blocks span ``dims`` (:func:`fpemu.block.driver.amax_dims`):
+    ``-1`` (each block along the last axis), an axis ``a`` (blocks read where
+    they lie: axis ``a - 1`` numbers them) or ``(-3, -1)`` (2-D tiles)."""
+    shape = tuple(shape)
+    if dims == -1:
+        return (math.prod(shape[:-2]), 1, 1, shape[-2], shape[-1])
+    if dims == (-3, -1):
+        return (math.prod(shape[:-4]),) + shape[-4:]
+    a = dims
+    return (math.prod(shape[:a - 1]), shape[a - 1], shape[a], math.prod(shape[a + 1:]), 1)
+
+
+def fuses(elem, rounding):
+    """Whether the element step of this element format and rounding runs
+    fused: a rounding mode of the element rounding (not ``"srN"``) and codes
+    of at most 16 bits."""
+    return not checks.srn_bits_name(rounding) and elem.bits <= 16
+
+
+def block_amax(B, dims):
+    """Each block's ``max |x|`` (float32, the per-block shape of the layout;
+    a block holding a NaN: the canonical NaN) of the float32 block layout
+    ``B`` (a NumPy array, any strides)."""
+    L, NR, TY, NC, TX = five_d(B.shape, dims)
+    out = np.empty((L, NR, NC), np.int32)
+    if out.size:
+        run_kernel(_kernels.block_amax5, B.reshape(L, NR, TY, NC, TX), out, inputs=1)
+    return out.view(np.float32).reshape(_block_shape(B.shape, dims))
+
+
+def _block_shape(shape, dims):
+    shape = tuple(shape)
+    if dims == -1:
+        return shape[:-1]
+    if dims == (-3, -1):
+        return shape[:-4] + (shape[-4], shape[-2])
+    return shape[:dims] + shape[dims + 1:]
+
+
+def scale_round(job, factor, divide, block_nan, has_nan):
+    """The element step (:meth:`fpemu.block.driver.Ops.scale_round`) of the
+    NumPy block layout ``job.Bk`` (its blocks span ``job.dims``): codes of
+    ``job.elem`` (its code dtype, ``job.Bk``'s shape)."""
+    B, elem = job.Bk, job.elem
+    L, NR, TY, NC, TX = five_d(B.shape, job.dims)
+    cast = Cast.of(elem, job.rounding, overflow="saturate",
+                   rng=job.rng if job.rounding == "sr" else None)
+    key, offset = 0, 0
+    if cast.rounding is Rounding.SR:
+        key, offset = seed_key((job.seed, job.offset) if job.seed is not None else None,
+                               Rounding.SR)
+    out = np.empty(B.shape, elem.code_dtype)
+    fast, fa = 0, _NO_FAST
+    if cast.fast_encode is not None:
+        # the fast path's arguments, as encode_rne_ieee derives them from its own
+        shift, normal_bits, overflow_bits, magic, *rest = cast.fast_encode
+        fast = 2 if elem.emin == -126 else 1
+        fa = (np.uint32((1 << (shift - 1)) - 1), ~np.uint32((1 << shift) - 1),
+              np.uint32(shift), normal_bits, overflow_bits, magic,
+              np.float32(magic).view(np.uint32), *rest)
+    if out.size:
+        # (writeable, as every call passes them: one compiled signature)
+        f = np.require(factor, np.float32, ["C", "W"]).reshape(L, NR, NC)
+        nan = np.require(block_nan, np.bool_, ["C", "W"]).reshape(L, NR, NC)
+        run_kernel(_kernels.scale_round_kernel(cast.kernel_mode, cast.kernel_flags, fast),
+                   B.reshape(L, NR, TY, NC * TX), TX, f, nan, bool(divide), bool(has_nan),
+                   np.float32(elem.max), elem.bits - 1, cast.params, key, offset, cast.flags,
+                   fa, out.reshape(L, NR, TY, NC * TX), inputs=1)
+    return out
