@@ -131,7 +131,7 @@ def quantize_blocks(x, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
                            inf_block)
     X32 = checks.float32_input(x, "quantize_blocks")
     ax = checks.check_layout(X32.shape, cfg.block, axis, "quantize_blocks")
-    r = driver.run(X32, cfg, ax, _NP, OPS)
+    r = driver.run(X32, cfg, ax, _NP, OPS, allow_in_place=True)
     return BlockQuantized(
         np.ascontiguousarray(r.codes).astype(cfg.elem.code_dtype),
         np.ascontiguousarray(r.scodes).astype(cfg.scale_fmt.code_dtype),
