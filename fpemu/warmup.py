@@ -112,6 +112,16 @@ def _experiment(name):
     mod.run(None, **mod.QUICK)
 
 
+def _blocks(preset):
+    """A preset's block quantization at both sizes, along both axes."""
+    from . import block
+    for n in (SMALL, LARGE):
+        x = _inputs(n)[:n // 64 * 64].reshape(-1, 64)
+        for axis in (-1, 0):
+            block.quantize_blocks(x, preset, axis=axis)
+        block.quantize_blocks(x, preset, rounding="sr", seed=0)
+
+
 def _cuda_reductions(n):
     """The CUDA profile's reductions in ATen's order (sum, the 2-norm,
     softmax and log_softmax, cross_entropy, layer_norm), forward and
@@ -220,6 +230,12 @@ def workload():
                                              fpemu.encode(x, f, subnormals=False))))
     for n in (SMALL, LARGE):
         jobs.append((f"stats e2m1 n={n}", lambda x=_inputs(n): fpemu.stats(x, "e2m1")))
+    # the fused block kernels (fpemu.block.fused) of every preset, blocks along
+    # the last axis and read where they lie (a transposed operand's), nearest
+    # and stochastic
+    from . import block
+    for name in sorted(block.PRESETS):
+        jobs.append((f"quantize_blocks {name}", lambda p=name: _blocks(p)))
     # the CUDA profile's reduction orders (fpemu.autograd._cuda_reduce): sums
     # and norms of float32 and float64 values, softmax forward and backward,
     # nll_loss's 32 threads, layer_norm's Welford rows
