@@ -174,6 +174,28 @@ def test_the_host_runs_the_kernels(monkeypatch):
     assert calls == ["block_amax", "scale_round"]
 
 
+def test_the_k_block_epilogue_in_one_pass():
+    """fp8-block's GEMM epilogue (fpemu.autograd._cpu_fp8) against the array
+    statement of fp8.k_block_epilogue: the same float32 operations in the
+    same order, overflow, underflow to -0 and NaN included, bit for bit."""
+    from fpemu.autograd import fp8
+    from fpemu.autograd.fp8 import k_block_epilogue_stacked
+    rng = np.random.default_rng(9)
+    for nk, M, N in ((1, 3, 5), (4, 17, 33), (7, 40, 24)):
+        P = (rng.standard_normal((nk, M, N)) * 10.0 ** rng.integers(-40, 38, (nk, M, N)))
+        P = P.astype(f32)
+        P[0, 0, :2] = (-1e-45, np.nan)
+        sa = (rng.random((M, nk + 1)) * 2.0 ** rng.integers(-70, 70, (M, nk + 1))).astype(f32)
+        sb = (rng.random((N, nk)) * 2.0 ** rng.integers(-70, 70, (N, nk))).astype(f32)
+        sa[0, 0] = sb[0, 0] = f32(1e-30)
+        want = fp8.k_block_epilogue(((j, P[j].copy()) for j in range(nk)), sa, sb)
+        got = k_block_epilogue_stacked(P, sa, sb)
+        if nk == 1:                                 # the first term is the accumulator
+            assert np.signbit(got[0, 0]) and got[0, 0] == 0
+        ok = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+        assert ok.all(), (nk, M, N, np.flatnonzero(~ok)[:4])
+
+
 torch = pytest.importorskip("torch")
 
 

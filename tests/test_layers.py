@@ -144,6 +144,7 @@ KERNEL_OWNERS = {
     "fpemu._arith_kernels": {"fpemu.arith"},
     "fpemu._accum_kernels": {"fpemu.accumulate"},
     "fpemu._coll_kernels": {"fpemu.collectives"},
+    "fpemu.block._kernels": {"fpemu.block"},
 }
 
 #: Private top-level modules every layer may import: the house's utilities

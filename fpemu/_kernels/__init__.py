@@ -55,8 +55,11 @@ from .._elemround import (FLUSH, FNUZ, NO_ZERO, NORMALIZE, OVF_INF, OVF_NAN,  # 
                           OVF_SATURATE, POLICY_MASK, RDN, RNA, RNE, RTO, RTZ, RUP, SR,
                           SR_PHILOX, UNSIGNED)
 from .draws import random63_kernel  # noqa: E402
-from .fast import _rne_ieee_one, directed_kernel, rne_kernel  # noqa: E402
+from .fast import _encode_rne_ieee_one, _rne_ieee_one, directed_kernel, rne_kernel  # noqa: E402
 from .loops import LANES, decode_kernel, rounding_kernel  # noqa: E402
+# the element rounding of one float32, for the kernels of other modules that
+# inline it (fpemu.block._kernels' fused block step)
+from .round32 import _encode32  # noqa: E402
 # the float64 rounding, on which fpemu._arith_kernels and fpemu._accum_kernels build
 from .round64 import _finish, _mag_value, _quantize_one, _round, _split_f64  # noqa: E402
 from .stats import (S_FLUSHED, S_HIST, S_INF, S_NAN, S_NORMAL, S_OVERFLOW,  # noqa: E402
@@ -69,5 +72,6 @@ __all__ = ["RNE", "RNA", "RTZ", "RUP", "RDN", "RTO", "SR", "SR_PHILOX", "OVF_INF
            "decode_kernel", "rne_kernel", "directed_kernel", "stats_kernel", "stats32_kernel",
            "stats32_fast", "stats32_fast4", "S_NAN", "S_INF", "S_ZERO", "S_FLUSHED",
            "S_SUBNORMAL", "S_NORMAL", "S_OVERFLOW", "S_TO_INF", "S_TO_NAN", "S_SATURATED",
-           "S_ZERO_BIN", "S_HIST", "_rne_ieee_one", "_finish", "_mag_value", "_quantize_one",
+           "S_ZERO_BIN", "S_HIST", "_rne_ieee_one", "_encode_rne_ieee_one", "_encode32",
+           "_finish", "_mag_value", "_quantize_one",
            "_round", "_split_f64"]

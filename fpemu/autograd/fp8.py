@@ -63,6 +63,7 @@ from ..block.rules import array_namespace, mx_exponent, te_scale
 from ..formats import e2m1, e4m3fn, e5m2, e8m0, fp32
 from ..quantize import decode, encode
 from ._autocast import cast_inputs
+from ._cpu_fp8 import k_block_epilogue_stacked
 from ._core import _result, _store, result_type
 from ._state import State
 
@@ -728,4 +729,4 @@ __all__ = ["Fp8Format", "Format", "DelayedScaling", "Float8CurrentScaling", "Flo
            "MXFP8BlockScaling", "NVFP4BlockScaling", "fp8_autocast", "scale_from_amax",
            "mx_scale_exponent", "quantize_operand", "scaled_gemm", "DelayedState",
            "NVFP4_ALPHA_DIVISOR", "Recipe", "OperandPlan", "RECIPE_CLASSES", "run_plan",
-           "k_block_epilogue"]
+           "k_block_epilogue", "k_block_epilogue_stacked"]

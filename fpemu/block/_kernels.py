@@ -29,13 +29,11 @@ import numpy as np
 from numba import prange
 
 from .._jit import cache_unit, f32_bits, jit, pjit
-from .._kernels import SOURCES
+from .._kernels import SOURCES, _encode32, _encode_rne_ieee_one
 
+# the kernels below inline the unit's functions: their cache is valid only
+# while its files are as they are
 cache_unit(__name__, SOURCES)
-
-# (after cache_unit: the kernels below inline the unit's functions)
-from .._kernels.fast import _encode_rne_ieee_one  # noqa: E402
-from .._kernels.round32 import _encode32  # noqa: E402
 
 #: float32 bits: the magnitude mask, +inf, the canonical NaN
 _MAG, _INF, _QNAN = 0x7FFFFFFF, 0x7F800000, 0x7FC00000

@@ -287,6 +287,10 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
             s = qa.cache["tensor_sinv"] * qb.cache["tensor_sinv"]
         return out.mul_(float(s))
     sa, sb = _q.decode_trusted(qa.scales, _fp32), _q.decode_trusted(qb.scales, _fp32)
+    if _q._on_cpu(A) and A.shape[1]:
+        # the partial products stacked, then the epilogue in one Numba pass
+        P = torch.stack([p for _, p in _k_block_parts(A, B, qa.block)])
+        return torch.from_numpy(_fp8.k_block_epilogue_stacked(P.numpy(), sa.numpy(), sb.numpy()))
     out = _fp8.k_block_epilogue(_k_block_parts(A, B, qa.block), sa, sb)
     if out is None:
         return torch.zeros(A.shape[0], B.shape[0], device=A.device)
