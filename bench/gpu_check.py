@@ -121,10 +121,10 @@ STEPS = ("env", "traces", "gemm", "attention", "sgemm", "gemm16", "reductions", 
          "libm", "triton", "casts", "cuda_checks", "torch_checks")
 # rough cost of each step on an H100 (seconds): a step starts only if it fits
 COST = {"env": 1, "traces": 150, "gemm": 60, "attention": 20, "sgemm": 10, "gemm16": 10,
-        "reductions": 40, "e2e_ops": 30, "libm": 10, "triton": 10, "casts": 120, "cuda_checks": 30,
+        "reductions": 40, "e2e_ops": 30, "libm": 10, "triton": 120, "casts": 120, "cuda_checks": 30,
         "torch_checks": 120}
 HOST_COST = {"env": 1, "traces": 20, "gemm": 20, "attention": 10, "sgemm": 10, "gemm16": 10,
-             "reductions": 20, "e2e_ops": 10, "libm": 10, "triton": 1, "casts": 30,
+             "reductions": 20, "e2e_ops": 10, "libm": 10, "triton": 60, "casts": 30,
              "cuda_checks": 60, "torch_checks": 1}
 KS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 KS_SMALL = (16, 128, 1024)
