@@ -91,7 +91,7 @@ def _signed_zero(v, sign_shift):
     return ((f32_bits(v) >> 31) & 1) << sign_shift
 
 
-def _scale_round(mode, flags, fast):
+def _scale_round(mode, flags, fast, values):
     @jit
     def one(v, f, divide, has_nan, maxv, p, fl, key, index, fa):
         """The code of element v of a block with factor f."""
@@ -110,7 +110,7 @@ def _scale_round(mode, flags, fast):
 
     @pjit
     def scale_round5(B, TX, factor, block_nan, divide, has_nan, maxv, sign_shift, p, key, offset,
-                     flags_arg, fa, out):
+                     flags_arg, fa, table, dq, out, vals):
         fl = flags_arg if flags < 0 else flags
         L, NR, TY, W = B.shape
         NC = W // TX
@@ -141,16 +141,28 @@ def _scale_round(mode, flags, fast):
                         if nrow[c]:
                             for x in range(c * TX, c * TX + TX):
                                 dst[x] = _signed_zero(src[x], sign_shift)
+                if values:                      # each code's value times its block's scale
+                    drow = dq[lead, r]
+                    v = vals[lead, r, y]
+                    if TX == 1:
+                        for c in range(NC):
+                            v[c] = table[dst[c]] * drow[c]
+                    else:
+                        for c in range(NC):
+                            sc = drow[c]
+                            for x in range(c * TX, c * TX + TX):
+                                v[x] = table[dst[x]] * sc
 
     return scale_round5
 
 
 @functools.lru_cache(maxsize=None)
-def scale_round_kernel(mode, flags, fast=0):
+def scale_round_kernel(mode, flags, fast=0, values=False):
     """The element step for one rounding mode (the kernels' number) and
     flags (>= 0: compiled for them alone; -1: read at run time), called as
     ``kernel(B, TX, factor, block_nan, divide, has_nan, maxv, sign_shift,
-    params, key, offset, flags, fast_args, out)`` with ``B`` the 5-D layout
+    params, key, offset, flags, fast_args, table, dq, out, vals)`` with ``B``
+    the 5-D layout
     (module text) with its last two axes merged, ``(L, NR, TY, NC TX)`` (a
     row of it is contiguous wherever the layout is), ``factor`` and
     ``block_nan`` per block ``(L, NR, NC)`` and ``out`` the codes in
@@ -159,5 +171,9 @@ def scale_round_kernel(mode, flags, fast=0):
     order, which is the driver's block layout. ``fast`` (1: a narrow
     format, 2: a wide one) rounds to nearest even by the fast path of
     IEEE-style formats (:mod:`fpemu._kernels.fast`, the same bits),
-    ``fast_args`` its unpacked arguments (else a tuple of 12 zeros)."""
-    return _scale_round(int(mode), int(flags), int(fast))
+    ``fast_args`` its unpacked arguments (else a tuple of 12 zeros).
+    ``values``: also ``vals`` (float32, ``out``'s shape), each code's value
+    (``table[code]``) times its block's ``dq`` (float32, per block), one
+    float32 product as :func:`scaled_values`' (else ``table``, ``dq`` and
+    ``vals`` are not read)."""
+    return _scale_round(int(mode), int(flags), int(fast), bool(values))

@@ -57,7 +57,7 @@ from . import checks
 from .rules import SCALE_RULES, TENSOR_SCALE_RULES, Job, Scaled, scale_elements
 
 __all__ = ["Ops", "Config", "configure", "run", "to_blocks", "amax_dims", "scale_round",
-           "round_elements", "round_srn"]
+           "block_values", "round_elements", "round_srn"]
 
 
 class Ops:
@@ -83,11 +83,15 @@ class Ops:
         return xp.block_amax(Bk, dims)
 
     @staticmethod
-    def scale_round(job, factor, divide, block_nan, has_nan):
+    def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
         """The element step (module text, step 5): the codes (block layout)
         of ``job.Bk`` times (or over) each block's ``factor``, the blocks
-        marked in ``block_nan`` (``has_nan``: some are) given signed zeros."""
-        return scale_round(job, factor, divide, block_nan, has_nan)
+        marked in ``block_nan`` (``has_nan``: some are) given signed zeros;
+        with ``dq`` (each block's scale value, float32) ``(codes, values)``,
+        the values each code's times its block's, in float32
+        (:func:`block_values`)."""
+        codes = scale_round(job, factor, divide, block_nan, has_nan)
+        return codes if dq is None else (codes, block_values(job, codes, dq))
 
 
 class Config(NamedTuple):
@@ -120,13 +124,16 @@ def configure(elem, scale_fmt, block, scale_rule, rounding, seed, rng, tensor_am
 class Result(NamedTuple):
     """What :func:`run` gives its caller, in the input's layout: element
     codes (integers, any width), scale codes, clip flags per block, the fp32
-    decode tensor scale (two-level rules) and the tensor amax they used."""
+    decode tensor scale (two-level rules), the tensor amax they used and,
+    when asked for, each element's value times its block scale (float32,
+    without the tensor scale)."""
 
     codes: Any
     scodes: Any
     clipped: Any
     tensor_scale: Optional[np.float32]
     tensor_amax: Optional[np.float32]
+    values: Any = None
 
 
 # ------------------------------------------------------------------ layout
@@ -205,6 +212,12 @@ def scale_round(job, factor, divide, block_nan, has_nan):
     return nan_blocks(job, codes, block_nan) if has_nan else codes
 
 
+def block_values(job, codes, dq):
+    """Each code's float32 value times its block's scale value ``dq``
+    (float32), one float32 product (block layout)."""
+    return job.ops.decode(codes, job.elem) * job.ex(dq)
+
+
 def nan_blocks(job, codes, block_nan):
     """``codes`` with those of the blocks in ``block_nan`` replaced by a
     zero of each input's sign."""
@@ -278,11 +291,15 @@ def _run_chunked(rule, job):
                   parts[0].divide)
 
 
-def run(X, cfg, axis, xp, ops, allow_in_place=False):
+def run(X, cfg, axis, xp, ops, allow_in_place=False, values=False):
     """Quantize the float32 array X (its blocked axis ``axis``, checked) as
     ``cfg`` says, with the namespace ``xp`` and the backend ``ops``: a
     :class:`Result` (module text). ``allow_in_place``: the blocks may be a
-    view of X in its own layout where the rule and rounding allow it."""
+    view of X in its own layout where the rule and rounding allow it.
+    ``values``: also each element's value times its block's scale value,
+    in float32 (exact where every such product is a float32 number: every
+    MX and NVFP4 pairing), written by the element step where the backend
+    fuses it."""
     block, rule = cfg.block, cfg.rule
     stochastic = cfg.rounding == "sr" or cfg.n_sr is not None
     in_place = allow_in_place and rule != "4over6" and not stochastic and (
@@ -301,10 +318,17 @@ def run(X, cfg, axis, xp, ops, allow_in_place=False):
     r = SCALE_RULES[rule]
     res = _run_chunked(r, job) if r.chunked and xp.chunk_elements else r(job)
     has_nan = xp.any(res.block_nan)
+    dq = ops.decode(res.scodes, cfg.scale_fmt) if values else None
+    vals = None
     if res.codes is None:
-        codes = ops.scale_round(job, res.factor, res.divide, res.block_nan, has_nan)
+        codes = ops.scale_round(job, res.factor, res.divide, res.block_nan, has_nan, dq)
+        if values:
+            codes, vals = codes
     else:
         codes = nan_blocks(job, res.codes, res.block_nan) if has_nan else res.codes
+        if values:
+            vals = block_values(job, codes, dq)
     return Result(back(codes), sback(xp.reshape(res.scodes, sshape)),
                   sback(xp.reshape(res.clipped, sshape)), res.tensor_scale,
-                  tensor_amax if rule in TENSOR_SCALE_RULES else None)
+                  tensor_amax if rule in TENSOR_SCALE_RULES else None,
+                  None if vals is None else back(vals))

@@ -30,11 +30,16 @@ import numpy as np
 
 from .._jit import run_kernel
 from ..checks import seed_key
-from ..quantize import Cast
+from ..quantize import Cast, decode
 from ..rounding import Rounding
 from . import _kernels, checks
 
 __all__ = ["five_d", "block_amax", "scale_round", "fuses"]
+
+#: what a kernel that writes no values gets for the table, scales and values
+_NO_TABLE = np.zeros(1, np.float32)
+_NO_DQ = np.zeros((1, 1, 1), np.float32)
+_NO_VALS = np.zeros((1, 1, 1, 1), np.float32)
 
 #: the fast-path arguments of a kernel without one (the types of a real set)
 _NO_FAST = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0), np.float32(0),
@@ -82,10 +87,12 @@ def _block_shape(shape, dims):
     return shape[:dims] + shape[dims + 1:]
 
 
-def scale_round(job, factor, divide, block_nan, has_nan):
+def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
     """The element step (:meth:`fpemu.block.driver.Ops.scale_round`) of the
     NumPy block layout ``job.Bk`` (its blocks span ``job.dims``): codes of
-    ``job.elem`` (its code dtype, ``job.Bk``'s shape)."""
+    ``job.elem`` (its code dtype, ``job.Bk``'s shape); with ``dq`` (each
+    block's scale value, float32) also each code's value times it (float32,
+    the same shape), written in the same pass: ``(codes, values)``."""
     B, elem = job.Bk, job.elem
     L, NR, TY, NC, TX = five_d(B.shape, job.dims)
     cast = Cast.of(elem, job.rounding, overflow="saturate",
@@ -95,6 +102,8 @@ def scale_round(job, factor, divide, block_nan, has_nan):
         key, offset = seed_key((job.seed, job.offset) if job.seed is not None else None,
                                Rounding.SR)
     out = np.empty(B.shape, elem.code_dtype)
+    vals = np.empty(B.shape if dq is not None else (0,), np.float32)
+    table = value_table(elem) if dq is not None else _NO_TABLE
     fast, fa = 0, _NO_FAST
     if cast.fast_encode is not None:
         # the fast path's arguments, as encode_rne_ieee derives them from its own
@@ -107,8 +116,23 @@ def scale_round(job, factor, divide, block_nan, has_nan):
         # (writeable, as every call passes them: one compiled signature)
         f = np.require(factor, np.float32, ["C", "W"]).reshape(L, NR, NC)
         nan = np.require(block_nan, np.bool_, ["C", "W"]).reshape(L, NR, NC)
-        run_kernel(_kernels.scale_round_kernel(cast.kernel_mode, cast.kernel_flags, fast),
+        d = _NO_DQ if dq is None else np.require(dq, np.float32, ["C", "W"]).reshape(L, NR, NC)
+        run_kernel(_kernels.scale_round_kernel(cast.kernel_mode, cast.kernel_flags, fast,
+                                               dq is not None),
                    B.reshape(L, NR, TY, NC * TX), TX, f, nan, bool(divide), bool(has_nan),
                    np.float32(elem.max), elem.bits - 1, cast.params, key, offset, cast.flags,
-                   fa, out.reshape(L, NR, TY, NC * TX), inputs=1)
-    return out
+                   fa, table, d, out.reshape(L, NR, TY, NC * TX),
+                   vals.reshape(L, NR, TY, NC * TX) if dq is not None else _NO_VALS, inputs=1)
+    return out if dq is None else (out, vals)
+
+
+def value_table(elem):
+    """The float32 value of every code of ``elem`` (at most 16 bits), by code."""
+    t = _TABLES.get(elem)
+    if t is None:
+        t = _TABLES[elem] = decode(np.arange(1 << elem.bits).astype(elem.code_dtype),
+                                   elem).astype(np.float32)
+    return t
+
+
+_TABLES = {}

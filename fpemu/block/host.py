@@ -54,10 +54,10 @@ class _HostOps(driver.Ops):
         return fused.block_amax(Bk, dims)
 
     @staticmethod
-    def scale_round(job, factor, divide, block_nan, has_nan):
+    def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
         if fused.fuses(job.elem, job.rounding):
-            return fused.scale_round(job, factor, divide, block_nan, has_nan)
-        return driver.scale_round(job, factor, divide, block_nan, has_nan)
+            return fused.scale_round(job, factor, divide, block_nan, has_nan, dq)
+        return driver.Ops.scale_round(job, factor, divide, block_nan, has_nan, dq)
 
     @staticmethod
     def within(v, fmt):
@@ -151,24 +151,13 @@ def scaled_values(codes, scale_values, elem, block, axis):
     GEMM operands of ``fpemu.torch.emulate`` on the CPU."""
     rows, cols = codes.shape
     by, bx = block if isinstance(block, tuple) else ((block, 1) if axis == 0 else (1, block))
-    table = _value_table(elem)
+    table = fused.value_table(elem)
     out = np.empty((rows, cols), np.float32)
     if out.size:
         run_kernel(_kernels.scaled_values, codes.reshape(-1), table,
                    np.ascontiguousarray(scale_values, np.float32).reshape(-1), rows, cols, by,
                    bx, out.reshape(-1), inputs=3)
     return out
-
-
-_TABLES = {}
-
-
-def _value_table(elem):
-    """The float32 value of every code of ``elem`` (up to 16 bits)."""
-    table = _TABLES.get(elem)
-    if table is None:
-        table = _TABLES[elem] = decode(np.arange(1 << elem.bits).astype(elem.code_dtype), elem)
-    return table
 
 
 def dequantize_blocks(q, scales=None, *, elem=None, scale_fmt=None, block=None, axis=-1,

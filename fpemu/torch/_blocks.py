@@ -191,19 +191,25 @@ class _DeviceOps(_driver.Ops):
         return xp.block_amax(Bk, dims)
 
     @staticmethod
-    def scale_round(job, factor, divide, block_nan, has_nan):
-        """The element step: one fused kernel on CPU tensors (Numba) and CUDA
-        tensors (Triton) where :func:`fpemu.block.fused.fuses`, the driver's
-        torch code elsewhere."""
+    def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
+        """The element step: one fused kernel on CPU tensors (Numba; with
+        ``dq``, the values in the same pass) and CUDA tensors (Triton; the
+        values then by :func:`fpemu.block.driver.block_values`) where
+        :func:`fpemu.block.fused.fuses`, the driver's torch code elsewhere."""
         if _fused.fuses(job.elem, job.rounding):
             if _q._on_cpu(job.Bk):
                 host = dataclasses.replace(job, Bk=_host_view(job.Bk))
-                return torch.from_numpy(_fused.scale_round(
-                    host, _host_view(factor), divide, _host_view(block_nan), has_nan))
+                out = _fused.scale_round(host, _host_view(factor), divide,
+                                         _host_view(block_nan), has_nan,
+                                         None if dq is None else _host_view(dq))
+                if dq is None:
+                    return torch.from_numpy(out)
+                return torch.from_numpy(out[0]), torch.from_numpy(out[1])
             kernels = _triton_blocks_for(job.Bk)
             if kernels is not None:
-                return kernels.scale_round(job, factor, divide, block_nan, has_nan)
-        return _driver.scale_round(job, factor, divide, block_nan, has_nan)
+                codes = kernels.scale_round(job, factor, divide, block_nan, has_nan)
+                return codes if dq is None else (codes, _driver.block_values(job, codes, dq))
+        return _driver.Ops.scale_round(job, factor, divide, block_nan, has_nan, dq)
 
     @staticmethod
     def srn_draws(n, seed, like, rng):
@@ -268,19 +274,40 @@ def quantize_blocks(t, elem="mxfp8", scale_fmt=None, block=None, axis=-1, scale_
     >>> q.scales.tolist(), q.values.tolist()
     ([[127]], [[0.0, -3.0, 6.0, 0.0]])
     """
+    return _quantize_blocks(t, elem, scale_fmt, block, axis, scale_rule, rounding, seed,
+                            tensor_amax, inf_block, rng)
+
+
+@torch.compiler.disable
+def quantize_blocks_scaled(t, elem, scale_fmt, block, axis, scale_rule, rounding, seed):
+    """:func:`quantize_blocks` whose result also holds each element's value
+    times its block scale in float32 (``cache["scaled32"]``, the operand
+    values of ``fpemu.torch.emulate``'s GEMMs), written by the element step
+    in the same pass as the codes on the CPU, where float32 holds every such
+    product (:func:`float32_exact`)."""
+    return _quantize_blocks(t, elem, scale_fmt, block, axis, scale_rule, rounding, seed, None,
+                            "saturate", None, scaled=True)
+
+
+def _quantize_blocks(t, elem, scale_fmt, block, axis, scale_rule, rounding, seed, tensor_amax,
+                     inf_block, rng, scaled=False):
     cfg = _driver.configure(elem, scale_fmt, block, scale_rule, rounding, seed, rng,
                             tensor_amax, inf_block)
     X = _q._float32_bits(t, "quantize_blocks").view(torch.float32)
     ax = _checks.check_layout(tuple(X.shape), cfg.block, axis, "fpemu.torch.quantize_blocks",
                               noun="a tensor", fix0d="t.reshape(1)")
-    r = _driver.run(X, cfg, ax, _XP, _OPS, allow_in_place=True)
+    scaled = scaled and cfg.elem.bits <= 16 and float32_exact(cfg.elem, cfg.scale_fmt)
+    r = _driver.run(X, cfg, ax, _XP, _OPS, allow_in_place=True, values=scaled)
     ctype = _q._CODE_DTYPES[cfg.elem.code_dtype.itemsize]
     stype = _q._CODE_DTYPES[cfg.scale_fmt.code_dtype.itemsize]
-    return TensorBlocks(
+    q = TensorBlocks(
         _as_codes(r.codes, ctype), _as_codes(r.scodes, stype), clipped=r.clipped.contiguous(),
         elem=cfg.elem, scale_fmt=cfg.scale_fmt, block=cfg.block, axis=ax, scale_rule=cfg.rule,
         tensor_scale=r.tensor_scale, tensor_amax=r.tensor_amax, rounding=rounding,
         shape=tuple(X.shape))
+    if scaled:
+        q.cache["scaled32"] = r.values
+    return q
 
 
 def _as_codes(c, dtype):

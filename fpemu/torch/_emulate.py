@@ -182,9 +182,9 @@ class _DevicePlanOps(_fp8.PlanOps):
 
     @staticmethod
     def quantize_blocks(X, plan, axis):
-        return _blocks.quantize_blocks(X, plan.elem, plan.scale_fmt, plan.block, axis=axis,
-                                       scale_rule=plan.scale_rule, rounding=plan.rounding,
-                                       seed=plan.seed)
+        # with the GEMM's operand values (elements times block scales) from the same pass
+        return _blocks.quantize_blocks_scaled(X, plan.elem, plan.scale_fmt, plan.block, axis,
+                                              plan.scale_rule, plan.rounding, plan.seed)
 
     @staticmethod
     def decode(codes, fmt):
