@@ -145,3 +145,29 @@ def test_empty_and_wrong_shapes():
     with pytest.raises(FpemuValueError, match="2-D"):
         _triton_dequant.scaled_values(torch.zeros(40, dtype=torch.uint8), torch.zeros(2), e, 32,
                                       1)
+
+
+def test_emulate_takes_a_triton_devices_operand_values_from_the_kernel(monkeypatch):
+    """fpemu.torch.emulate's GEMM operands on a Triton device (CPU tensors
+    routed as CUDA tensors are): the values come from this kernel, and equal
+    the CPU's, in every layout the recipes use."""
+    from fpemu.torch import _emulate, _quantize
+    monkeypatch.setattr(_quantize, "CPU_KERNELS", False)
+    monkeypatch.setattr(_quantize, "TRITON_DEVICES", ("cuda", "cpu"))
+    calls = []
+    real = _triton_dequant.scaled_values
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(_triton_dequant, "scaled_values", spy)
+    x = spread((40, 96), 3)
+    for name, axis in (("mxfp8", 1), ("mxfp8", 0), ("nvfp4", 1), ("nvfp4-2d", 1)):
+        q = fpemu.torch.quantize_blocks(torch.from_numpy(x), name, axis=axis)
+        got = _emulate._block_scaled(q).numpy()
+        h = q.numpy()
+        want = host.scaled_values(np.ascontiguousarray(h.codes), fpemu.decode(h.scales,
+                                  h.scale_fmt), h.elem, h.block, h.axis)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, axis)
+    assert len(calls) == 4

@@ -283,8 +283,9 @@ def quantize_blocks_scaled(t, elem, scale_fmt, block, axis, scale_rule, rounding
     """:func:`quantize_blocks` whose result also holds each element's value
     times its block scale in float32 (``cache["scaled32"]``, the operand
     values of ``fpemu.torch.emulate``'s GEMMs), written by the element step
-    in the same pass as the codes on the CPU, where float32 holds every such
-    product (:func:`float32_exact`)."""
+    in the same pass as the codes, on the CPU where float32 holds every such
+    product (:func:`float32_exact`). Other devices compute them from the
+    codes when the GEMM asks (on CUDA one Triton kernel)."""
     return _quantize_blocks(t, elem, scale_fmt, block, axis, scale_rule, rounding, seed, None,
                             "saturate", None, scaled=True)
 
@@ -296,7 +297,8 @@ def _quantize_blocks(t, elem, scale_fmt, block, axis, scale_rule, rounding, seed
     X = _q._float32_bits(t, "quantize_blocks").view(torch.float32)
     ax = _checks.check_layout(tuple(X.shape), cfg.block, axis, "fpemu.torch.quantize_blocks",
                               noun="a tensor", fix0d="t.reshape(1)")
-    scaled = scaled and cfg.elem.bits <= 16 and float32_exact(cfg.elem, cfg.scale_fmt)
+    scaled = scaled and _q._on_cpu(X) and cfg.elem.bits <= 16 and \
+        float32_exact(cfg.elem, cfg.scale_fmt)
     r = _driver.run(X, cfg, ax, _XP, _OPS, allow_in_place=True, values=scaled)
     ctype = _q._CODE_DTYPES[cfg.elem.code_dtype.itemsize]
     stype = _q._CODE_DTYPES[cfg.scale_fmt.code_dtype.itemsize]

@@ -238,6 +238,13 @@ def _block_scaled(q):
         svals = _q.decode_trusted(q.scales, q.scale_fmt).numpy()
         q.cache["scaled32"] = torch.from_numpy(
             _b.host.scaled_values(codes, svals, q.elem, q.block, q.axis))
+    if "scaled32" not in q.cache and _q._triton_for(q.codes) is not None and \
+            q.codes.dim() == 2 and q.elem.bits <= 16 and \
+            _blocks.float32_exact(q.elem, q.scale_fmt):
+        # on CUDA one fused Triton kernel: each code's value times its block's scale
+        from . import _triton_dequant      # (imports triton: only for the tensors it runs on)
+        q.cache["scaled32"] = _triton_dequant.scaled_values(
+            q.codes, _q.decode_trusted(q.scales, q.scale_fmt), q.elem, q.block, q.axis)
     if "scaled32" not in q.cache:
         exact32 = _blocks.float32_exact(q.elem, q.scale_fmt)
         v = _blocks._dequantize(q.codes, q.scales, q.elem, q.scale_fmt, q.block, q.axis, None,
