@@ -219,24 +219,35 @@ def test_cpu_tensors_run_the_kernels_on_their_memory(monkeypatch):
             assert np.array_equal(q.scales.numpy(), h.scales)
 
 
-@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["numba", "torch"])
-def test_scaled_values_from_the_same_pass(cpu_kernels, monkeypatch):
+@pytest.mark.parametrize("path", ["fused", "array"])
+def test_scaled_values_from_the_same_pass(path):
     """emulate's operand values (each element times its block scale, float32)
-    written by the element step equal the codes decoded and multiplied by
-    the decoded scales afterwards (fpemu.block.host.scaled_values), in every
-    layout, NaN blocks included; torch's array path gives the same."""
-    from fpemu.torch import _blocks, _quantize
-    monkeypatch.setattr(_quantize, "CPU_KERNELS", cpu_kernels)
+    written by the element step (fused: fpemu.torch on a CPU tensor; array:
+    the driver's block_values on NumPy) equal the codes decoded and
+    multiplied by the decoded scales afterwards
+    (fpemu.block.host.scaled_values), in every layout, NaN blocks included."""
+    from fpemu.torch import _blocks
     x = _hard((40, 96), 10)
     for name, block_, axis in (("mxfp8", 32, 1), ("mxfp8", 32, 0), ("nvfp4", 16, 1),
                                ("nvfp4", (16, 16), 1), ("mxfp4", 32, 0)):
         spec = block.PRESETS[name]
-        q = _blocks.quantize_blocks_scaled(torch.from_numpy(x), spec.elem, spec.scale_fmt,
-                                           block_, axis, spec.scale_rule, "rne", None)
-        codes = q.codes.numpy().astype(q.elem.code_dtype)
-        svals = fpemu.decode(q.scales.numpy().astype(q.scale_fmt.code_dtype), q.scale_fmt)
-        want = host.scaled_values(np.ascontiguousarray(codes), svals, q.elem, block_, axis)
-        got = q.cache["scaled32"].numpy()
+        args = (spec.elem, spec.scale_fmt, block_, spec.scale_rule)
+        if path == "fused":
+            q = _blocks.quantize_blocks_scaled(torch.from_numpy(x), *args[:3], axis,
+                                               args[3], "rne", None)
+            got = q.cache["scaled32"].numpy()
+            codes = q.codes.numpy().astype(q.elem.code_dtype)
+            scodes = q.scales.numpy().astype(q.scale_fmt.code_dtype)
+            elem, sfmt = q.elem, q.scale_fmt
+        else:
+            cfg = driver.configure(*args, "rne", None, None, None, "saturate")
+            r = driver.run(x, cfg, axis, NP, ARRAY_OPS, allow_in_place=True, values=True)
+            got, codes, scodes = r.values, r.codes, r.scodes
+            elem, sfmt = cfg.elem, cfg.scale_fmt
+            codes = codes.astype(elem.code_dtype)
+            scodes = scodes.astype(sfmt.code_dtype)
+        want = host.scaled_values(np.ascontiguousarray(codes), fpemu.decode(scodes, sfmt),
+                                  elem, block_, axis)
         assert np.isnan(want).any()
         ok = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
         assert ok.all(), (name, block_, axis, np.flatnonzero(~ok)[:4])

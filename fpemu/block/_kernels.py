@@ -115,7 +115,8 @@ def _scale_round(mode, flags, fast, values):
         L, NR, TY, W = B.shape
         NC = W // TX
         per = TY * W
-        for lr in prange(L * NR):
+        for i in prange(L * NR):
+            lr = L * NR - 1 - i             # descending: fresh outputs (fpemu._kernels.loops)
             lead = lr // NR
             r = lr - lead * NR
             frow = factor[lead, r]
@@ -150,8 +151,10 @@ def _scale_round(mode, flags, fast, values):
                     else:
                         for c in range(NC):
                             sc = drow[c]
-                            for x in range(c * TX, c * TX + TX):
-                                v[x] = table[dst[x]] * sc
+                            dd = dst[c * TX:c * TX + TX]
+                            vv = v[c * TX:c * TX + TX]
+                            for x in range(TX):
+                                vv[x] = table[dd[x]] * sc
 
     return scale_round5
 

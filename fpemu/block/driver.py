@@ -214,8 +214,10 @@ def scale_round(job, factor, divide, block_nan, has_nan):
 
 def block_values(job, codes, dq):
     """Each code's float32 value times its block's scale value ``dq``
-    (float32), one float32 product (block layout)."""
-    return job.ops.decode(codes, job.elem) * job.ex(dq)
+    (float32), one float32 product (block layout; one that overflows is
+    inf)."""
+    with job.xp.errstate():
+        return job.ops.decode(codes, job.elem) * job.ex(dq)
 
 
 def nan_blocks(job, codes, block_nan):
