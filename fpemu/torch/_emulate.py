@@ -296,12 +296,26 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
     sa, sb = _q.decode_trusted(qa.scales, _fp32), _q.decode_trusted(qb.scales, _fp32)
     if _q._on_cpu(A) and A.shape[1]:
         # the partial products stacked, then the epilogue in one Numba pass
-        P = torch.stack([p for _, p in _k_block_parts(A, B, qa.block)])
+        P = _k_block_stack(A, B, qa.block)
         return torch.from_numpy(_fp8.k_block_epilogue_stacked(P.numpy(), sa.numpy(), sb.numpy()))
     out = _fp8.k_block_epilogue(_k_block_parts(A, B, qa.block), sa, sb)
     if out is None:
         return torch.zeros(A.shape[0], B.shape[0], device=A.device)
     return out
+
+
+def _k_block_stack(A, B, bk):
+    """The products ``A_j @ B_j^T`` of every K block j, stacked in K order
+    (nk, M, N): one batched matmul, the last partial block into its slot."""
+    (M, K), N = A.shape, B.shape[0]
+    nk, full = -(-K // bk), K // bk
+    P = torch.empty((nk, M, N), dtype=torch.float32, device=A.device)
+    if full:
+        torch.bmm(A[:, :full * bk].reshape(M, full, bk).transpose(0, 1),
+                  B[:, :full * bk].reshape(N, full, bk).permute(1, 2, 0), out=P[:full])
+    if full < nk:
+        torch.matmul(A[:, full * bk:], B[:, full * bk:].t(), out=P[full])
+    return P
 
 
 def _k_block_parts(A, B, bk):
