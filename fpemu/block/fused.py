@@ -19,7 +19,10 @@ the bits of the array code for every rounding mode of the element rounding
 (nearest and directed modes, ``"sr"`` by element index of the block layout);
 ``"srN"`` (its bits are drawn per element and compared in floating point,
 :func:`fpemu.block.driver.round_srn`) and element formats wider than 16 bits
-run the array code. ``tests/test_fused_blocks.py`` holds the kernels to it.
+run the array code. Asked for (``fpemu.torch.emulate``'s GEMM operands), the
+element step also writes each code's value times its block's scale value in
+the same pass. ``tests/test_fused_blocks.py`` holds the kernels to the array
+code.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ..quantize import Cast, decode
 from ..rounding import Rounding
 from . import _kernels, checks
 
-__all__ = ["five_d", "block_amax", "scale_round", "fuses"]
+__all__ = ["five_d", "block_amax", "scale_round", "fuses", "value_table"]
 
 #: what a kernel that writes no values gets for the table, scales and values
 _NO_TABLE = np.zeros(1, np.float32)
@@ -102,8 +105,8 @@ def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
         key, offset = seed_key((job.seed, job.offset) if job.seed is not None else None,
                                Rounding.SR)
     out = np.empty(B.shape, elem.code_dtype)
-    vals = np.empty(B.shape if dq is not None else (0,), np.float32)
-    table = value_table(elem) if dq is not None else _NO_TABLE
+    vals = None if dq is None else np.empty(B.shape, np.float32)
+    table = _NO_TABLE if dq is None else value_table(elem)
     fast, fa = 0, _NO_FAST
     if cast.fast_encode is not None:
         # the fast path's arguments, as encode_rne_ieee derives them from its own
@@ -122,7 +125,7 @@ def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
                    B.reshape(L, NR, TY, NC * TX), TX, f, nan, bool(divide), bool(has_nan),
                    np.float32(elem.max), elem.bits - 1, cast.params, key, offset, cast.flags,
                    fa, table, d, out.reshape(L, NR, TY, NC * TX),
-                   vals.reshape(L, NR, TY, NC * TX) if dq is not None else _NO_VALS, inputs=1)
+                   _NO_VALS if dq is None else vals.reshape(L, NR, TY, NC * TX), inputs=1)
     return out if dq is None else (out, vals)
 
 
