@@ -37,7 +37,7 @@ from ..quantize import Cast, decode
 from ..rounding import Rounding
 from . import _kernels, checks
 
-__all__ = ["five_d", "block_amax", "scale_round", "fuses", "value_table"]
+__all__ = ["five_d", "block_shape", "block_amax", "scale_round", "fuses", "value_table"]
 
 #: what a kernel that writes no values gets for the table, scales and values
 _NO_TABLE = np.zeros(1, np.float32)
@@ -78,16 +78,15 @@ def block_amax(B, dims):
     out = np.empty((L, NR, NC), np.int32)
     if out.size:
         run_kernel(_kernels.block_amax5, B.reshape(L, NR, TY, NC, TX), out, inputs=1)
-    return out.view(np.float32).reshape(_block_shape(B.shape, dims))
+    return out.view(np.float32).reshape(block_shape(B.shape, dims))
 
 
-def _block_shape(shape, dims):
-    shape = tuple(shape)
-    if dims == -1:
-        return shape[:-1]
-    if dims == (-3, -1):
-        return shape[:-4] + (shape[-4], shape[-2])
-    return shape[:dims] + shape[dims + 1:]
+def block_shape(shape, dims):
+    """The shape of the per-block arrays of a block layout of ``shape``:
+    the layout without the axes a block spans (``dims``)."""
+    n = len(shape)
+    spans = {d % n for d in (dims if isinstance(dims, tuple) else (dims,))}
+    return tuple(s for i, s in enumerate(shape) if i not in spans)
 
 
 def scale_round(job, factor, divide, block_nan, has_nan, dq=None):

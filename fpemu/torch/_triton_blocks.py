@@ -183,14 +183,6 @@ def _launch(kernel, V, *args, **constexprs):
                                     BC=BC, BE=BE, **constexprs)
 
 
-def _block_shape(shape, dims):
-    """The shape of the blocks' array of a block layout of ``shape``: the
-    layout without the axes a block spans."""
-    n = len(shape)
-    spans = {d % n for d in (dims if isinstance(dims, tuple) else (dims,))}
-    return tuple(s for i, s in enumerate(shape) if i not in spans)
-
-
 def block_amax(Bk, dims):
     """Each block's largest magnitude, one kernel.
 
@@ -215,7 +207,7 @@ def block_amax(Bk, dims):
     out = torch.empty(L * NR * NC, dtype=torch.int32, device=Bk.device)
     if V.numel():
         _launch(_amax_kernel, V, out)
-    return out.view(torch.float32).reshape(_block_shape(Bk.shape, dims))
+    return out.view(torch.float32).reshape(_fused.block_shape(Bk.shape, dims))
 
 
 def scale_round(job, factor, divide, block_nan, has_nan):
