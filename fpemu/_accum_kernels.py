@@ -357,6 +357,59 @@ def tc_dot_rows(A, EA, BT, EBT, C, out, L, F, out_f, e_zero):
         out[i, 0] = np.float32(c[0])
 
 
+@jit
+def _tc_exponent(x, emin):
+    """The exponent a tensor-core model aligns ``x`` by: that of its leading
+    bit, at least ``emin`` (the input format's subnormals); ZERO_EXPONENT for
+    a zero (``x`` finite)."""
+    return ZERO_EXPONENT if x == 0.0 else _exponent(x, emin)
+
+
+@pjit
+def tc_bmm(A, B, C, out, L, F, out_f, e_zero, emin_a, emin_b, block):
+    """The tensor-core model for a batch of products ``C[b] + A[b] @ B[b]``:
+    ``A`` (nb, M, K) and ``B`` (nb, K, N) float64 holding finite values of the
+    input formats, ``C`` (nb, M, N) float64, ``out`` (nb, M, N) float32. The
+    exponents are taken here (:func:`_tc_exponent`, once per element), each
+    row runs :func:`_tc_row`. With ``block`` > 0, each block of K runs from a
+    +0 accumulator and its fp32 result joins a binary32 sum that starts at
+    ``C`` (the ``blocked`` promotion)."""
+    nb, M, K = A.shape
+    N = B.shape[2]
+    EB = np.empty((nb, K, N), np.int64)
+    for r in prange(nb * K):
+        b, k = r // K, r % K
+        for j in range(N):
+            EB[b, k, j] = _tc_exponent(B[b, k, j], emin_b)
+    for r in prange(nb * M):
+        b, i = r // M, r % M
+        a = A[b, i]
+        ea = np.empty(K, np.int64)
+        for k in range(K):
+            ea[k] = _tc_exponent(a[k], emin_a)
+        c = np.empty(N, np.float64)
+        if block == 0:
+            for j in range(N):
+                c[j] = C[b, i, j]
+            _tc_row(a, ea, B[b], EB[b], c, L, F, out_f, e_zero)
+            for j in range(N):
+                out[b, i, j] = np.float32(c[j])
+        else:
+            total = np.empty(N, np.float32)
+            for j in range(N):
+                total[j] = np.float32(C[b, i, j])
+            for k0 in range(0, K, block):
+                k1 = min(k0 + block, K)
+                for j in range(N):
+                    c[j] = 0.0
+                _tc_row(a[k0:k1], ea[k0:k1], B[b, k0:k1], EB[b, k0:k1], c, L, F, out_f,
+                        e_zero)
+                for j in range(N):
+                    total[j] = total[j] + np.float32(c[j])     # binary32, to nearest even
+            for j in range(N):
+                out[b, i, j] = total[j]
+
+
 @pjit
 def gst_matmul(A, B, SAs, SAe, SBs, SBe, C, out, G, L, F, e_zero, sblock):
     """Blackwell's ``kind::mxf4nvf4`` block-scaled model (MMA-Sim's

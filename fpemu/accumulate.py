@@ -324,6 +324,11 @@ class Plan:
     def acc_fmt(self):
         return self.cast.fmt
 
+    @property
+    def tensor_core(self) -> bool:
+        """Whether the plan runs a tensor-core model (:class:`TensorCore`)."""
+        return self.kind == _ak.TC
+
     @staticmethod
     def of(in_fmt, acc_fmt="fp32", out_fmt=None, *, model="sequential", block=128,
            inner="sequential", rounding="rne", subnormals=True, overflow=None, seed=None,
@@ -350,6 +355,32 @@ class Plan:
         C = np.full((a.shape[0], 1), _identity("rne", a.shape[1]))
         return _run(self, np.ascontiguousarray(a, np.float64),
                     np.ascontiguousarray(b, np.float64), C, True, check=False)[:, 0]
+
+    def bmm(self, a, b):
+        """``out[n] = a[n] @ b[n]`` for (nb, M, K) and (nb, K, N) arrays already
+        holding in_fmt values (not checked again), each product as
+        :meth:`matmul` computes it (float32 results, (nb, M, N)). A
+        tensor-core plan without a split K runs the whole batch in one
+        kernel call (attention's many small heads); other plans, and
+        operands holding inf or NaN, run product by product."""
+        nb, M, K = a.shape
+        N = b.shape[2]
+        A = np.ascontiguousarray(a, np.float64)
+        B = np.ascontiguousarray(b, np.float64)
+        if not (self.tensor_core and self.splitk.splits == 1 and nb * M * N
+                and np.isfinite(A).all() and np.isfinite(B).all()):
+            out = np.empty((nb, M, N), np.float32)
+            for n in range(nb):
+                out[n] = self.matmul(A[n], B[n])
+            return out
+        C = np.broadcast_to(_identity("rne", K), (nb, M, N))
+        out = np.empty((nb, M, N), np.float32)
+        L, F, out_f, e_zero, emin_a, emin_b = self.tc
+        run_kernel(_ak.tc_bmm, A, B, C, out, L, F, out_f, e_zero, emin_a, emin_b,
+                   self.block, inputs=3)
+        if self.out_fmt != self.acc_fmt:
+            out = quantize(out, self.out_fmt)
+        return out
 
 
 def _plan(in_fmt, acc_fmt="fp32", out_fmt=None, model="sequential", block=128,
@@ -487,28 +518,22 @@ def _exponents(X, emin):
 
 def _tc_matmul(A, BT, C, tc, block, paired=False):
     """The tensor-core model over whole matrices (``paired``: row-wise dot
-    products), one row routine for both; with block > 0, per block of K
-    and promoted into fp32 in between."""
+    products), one row routine for both; with block > 0, per block of K and
+    promoted into fp32 in between."""
     L, F, out_f, e_zero, emin_a, emin_b = tc
-    EA = _exponents(A, emin_a)
-    if paired:
-        B, EB, kernel = BT, _exponents(BT, emin_b), _ak.tc_dot_rows
-
-        def cols(X, k0, k1):
-            return np.ascontiguousarray(X[:, k0:k1])
-    else:
-        B = np.ascontiguousarray(BT.T)
-        EB, kernel = _exponents(B, emin_b), _ak.tc_matmul
-
-        def cols(X, k0, k1):
-            return np.ascontiguousarray(X[k0:k1])
+    if not paired:
+        out = np.empty((1,) + C.shape, np.float32)
+        run_kernel(_ak.tc_bmm, A[None], np.ascontiguousarray(BT.T)[None], C[None], out,
+                   L, F, out_f, e_zero, emin_a, emin_b, block, inputs=3)
+        return out[0]
+    EA, EB = _exponents(A, emin_a), _exponents(BT, emin_b)
     K = A.shape[1]
 
     def run(k0, k1, c):
         out = np.empty(c.shape, np.float32)
-        run_kernel(kernel, np.ascontiguousarray(A[:, k0:k1]),
-                   np.ascontiguousarray(EA[:, k0:k1]), cols(B, k0, k1), cols(EB, k0, k1), c,
-                   out, L, F, out_f, e_zero, inputs=5)
+        run_kernel(_ak.tc_dot_rows, np.ascontiguousarray(A[:, k0:k1]),
+                   np.ascontiguousarray(EA[:, k0:k1]), np.ascontiguousarray(BT[:, k0:k1]),
+                   np.ascontiguousarray(EB[:, k0:k1]), c, out, L, F, out_f, e_zero, inputs=5)
         return out
 
     if block == 0:

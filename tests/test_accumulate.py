@@ -190,6 +190,59 @@ def test_tensor_core_presets_match_mmasim_bit_for_bit(case):
     assert not bad.any(), f"{int(bad.sum())} differ, first {got[bad][:3]} vs {want[bad][:3]}"
 
 
+@pytest.mark.parametrize("case", sorted(MMASIM))
+def test_tensor_core_matmul_matches_mmasim_row_by_row(case):
+    """The same MMA-Sim products through ``matmul`` (the whole-matrix kernel,
+    which takes each element's exponent itself), one (1, 96) @ (96, 1)
+    product per vector with its accumulator ``c``."""
+    d = np.load(DATA / "mmasim_vectors.npz")
+    fmt, model = MMASIM[case]
+    a, b, c, want = (d[f"{case}/{k}"] for k in "abcd")
+    got = np.array([ac.matmul(a[i:i + 1], b[i][:, None], fmt, model=model,
+                              c=np.reshape(c[i], (1, 1)))[0, 0] for i in range(len(a))],
+                   np.float32)
+    bad = got.view(np.uint32) != want.view(np.uint32)
+    assert not bad.any(), f"{int(bad.sum())} differ, first {got[bad][:3]} vs {want[bad][:3]}"
+
+
+@pytest.mark.parametrize("model,fmt,block", [("h100", "bf16", 0), ("h100", "fp16", 0),
+                                             ("h100-fp8", "e4m3fn", 0), ("v100", "fp16", 5),
+                                             ("h100", "bf16", 32)])
+def test_tensor_core_bmm_is_each_product_bit_for_bit(model, fmt, block):
+    """``Plan.bmm`` (a batch in one kernel call) against each product as
+    row-by-row dot products (``Plan.dot_rows``, the path ``dot`` takes, which
+    MMA-Sim's vectors check above): values over 40 binades with zeros of
+    both signs and the format's subnormals, odd shapes, blocked promotion,
+    an empty K, and inf / NaN operands (run product by product)."""
+    kw = dict(model="blocked", inner=model, block=block) if block else dict(model=model)
+    plan = ac.Plan.of(fmt, "fp32", "fp32", **kw)
+    f = fpemu.formats.format(fmt)
+    rng = np.random.default_rng(7)
+    for nb, M, K, N in [(5, 7, 33, 9), (3, 1, 1, 1), (2, 4, 0, 3), (6, 16, 70, 16)]:
+        def draw(shape):
+            v = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 10, shape))
+            v[rng.random(shape) < 0.1] = 0.0
+            v[rng.random(shape) < 0.05] = -0.0
+            v[rng.random(shape) < 0.05] = f.min_subnormal * rng.integers(1, 4)
+            return fpemu.quantize(v, fmt, overflow="saturate").astype(np.float32)
+        A, B = draw((nb, M, K)), draw((nb, K, N))
+        specials = (A.copy(), B.copy())
+        if K and nb > 2:
+            specials[0][1, 0, 0], specials[1][2, 0, -1] = np.inf, np.nan
+        for A, B in ((A, B), specials):
+            got = plan.bmm(A, B)
+            assert got.shape == (nb, M, N) and got.dtype == np.float32
+            if K == 0:
+                assert (got.view(np.uint32) == 0).all()        # an empty sum is +0
+                continue
+            for n in range(nb):
+                Ar = np.repeat(A[n].astype(np.float64), N, axis=0)
+                Br = np.tile(B[n].T.astype(np.float64), (M, 1))
+                want = np.asarray(plan.dot_rows(Ar, Br), np.float32).reshape(M, N)
+                assert np.array_equal(got[n].view(np.uint32), want.view(np.uint32)), \
+                    (nb, M, K, N, n, np.isfinite(A).all() and np.isfinite(B).all())
+
+
 # ---------------------------------------------------------- DeepSeek-V3
 def test_deepseek_v3_promotion_every_128_elements():
     """An fp8 GEMM with K = 4096 on Hopper's 13-fraction-bit accumulation

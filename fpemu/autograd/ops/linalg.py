@@ -196,13 +196,17 @@ _PAIRED_CHUNK = 1 << 20
 
 
 def _batched(plan, A3, B3):
-    """A batch of products under one plan. Small matrices (attention's many
-    8x16 heads, where a call per matrix costs more than its arithmetic) go
-    as row-by-column dot products, many matrices a kernel call; larger ones
-    one call each (:meth:`fpemu.accumulate.Plan.matmul`, memory M*K + K*N).
-    Both give the same bits."""
+    """A batch of products under one plan. A tensor-core plan runs the batch
+    in one kernel call (:meth:`fpemu.accumulate.Plan.bmm`). Under other
+    models, small matrices (attention's many 8x16 heads, where a call per
+    matrix costs more than its arithmetic) go as row-by-column dot products,
+    many matrices a kernel call; larger ones one call each
+    (:meth:`fpemu.accumulate.Plan.matmul`, memory M*K + K*N). All give the
+    same bits."""
     nb, M, K = A3.shape
     N = B3.shape[2]
+    if plan.tensor_core:
+        return plan.bmm(A3, B3)
     out = np.empty((nb, M, N), np.float32)
     if M * N * K > _SMALL_PRODUCT:
         for b in range(nb):
