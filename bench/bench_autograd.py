@@ -10,7 +10,12 @@ torch's step takes a few ms, so the emulator's per-op overhead shows. Issue
 written as tutorials write it (module per block, SDPA, gradient clipping,
 AdamW with fused=False), same target.
 
-    python bench/bench_autograd.py [--repeats 20]
+    python bench/bench_autograd.py [--repeats 20] [--matmul-model sequential]
+
+``--matmul-model``: fpemu's matmul model (``auto``, the default: the CUDA
+profile's tensor-core models, the GPU's bits; ``sequential``: float32 products
+added in index order, the speed of the engine before issue 67, not the GPU's
+bits), to tell the engine's own cost from its products'.
 """
 
 from __future__ import annotations
@@ -163,9 +168,12 @@ def make_step(lib, model, x, y, autocast, clip=None):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--matmul-model", default="auto",
+                        help="fpemu's matmul model (set_matmul_model): auto or sequential")
     args = parser.parse_args()
     import torch
     import fpemu.autograd as ft
+    ft.set_matmul_model(args.matmul_model)
     torch.set_num_threads(2)
     rng = np.random.default_rng(0)
     cases = {
