@@ -95,3 +95,23 @@ def test_round_elements_saturates_and_rounds_nan_as_zero():
     assert codes.tolist() == [[0x38, 0x4E, 0xFE, 0x00]]
     assert driver.round_elements(V, job, has_nan=False).tolist() == [[0x38, 0x4E, 0xFE, 0x7F]]
     assert type(host.OPS).round_elements is driver.Ops.round_elements   # the rules' job.ops
+
+
+@pytest.mark.parametrize("preset", ["nvfp4-4over6", "mxfp8", "nvfp4"])
+def test_values_of_every_rule_on_the_host_chunked_or_not(preset):
+    """``run(..., values=True)`` on the host: each element's value times its
+    block's scale value, float32, equal to the codes and scales decoded and
+    multiplied here, for a rule the host runs in chunks of
+    ``chunk_elements`` (4over6: three chunks here) and for rules it runs
+    whole. The chunked run once gave its scale codes in a flat layout, and
+    the values step failed to broadcast them against the blocks."""
+    from fpemu import decode
+    x = _x((3, 512, 400), 3)                          # 614400 elements: 3 chunks of 2**18
+    cfg = driver.configure(preset, None, None, None, "rne", None, None, None, "saturate")
+    r = driver.run(x, cfg, 2, NP, host.OPS, allow_in_place=True, values=True)
+    blen = cfg.block
+    elems = decode(np.asarray(r.codes), cfg.elem).astype(np.float32)
+    scales = decode(np.asarray(r.scodes), cfg.scale_fmt).astype(np.float32)
+    want = elems * np.repeat(scales, blen, axis=-1)[..., :x.shape[-1]]
+    assert r.values.shape == x.shape and r.values.dtype == np.float32
+    assert np.array_equal(r.values.view(np.uint32), want.view(np.uint32))

@@ -26,9 +26,13 @@ from block_data import spread  # noqa: E402
 
 @pytest.fixture(autouse=True, params=["numba", "torch"])
 def cpu_path(request, monkeypatch):
-    """Every test twice: the element rounding of CPU tensors by fpemu's Numba
-    kernels (what the CPU runs) and by the element-wise torch code (what
-    CUDA and other devices run), forced onto the CPU."""
+    """Every test twice: CPU tensors as the CPU runs them (the host's driver
+    on the tensor's memory, fpemu's Numba kernels: there this file checks
+    the wrapping into a TensorBlocks, the codes' dtypes and the tensor
+    scale's type, the numerics being the oracle's own) and through the torch
+    code that CUDA and other devices run (the rules in torch, the
+    element-wise torch rounding), forced onto the CPU: there it checks the
+    device's numerics against the host, sharing none of its array code."""
     from fpemu.torch import _quantize
     monkeypatch.setattr(_quantize, "CPU_KERNELS", request.param == "numba")
     return request.param

@@ -288,7 +288,7 @@ def _run_chunked(rule, job):
     def cat(k, shape):
         return None if parts[0][k] is None else xp.concat([p[k] for p in parts]).reshape(shape)
 
-    return Scaled(cat(0, a.shape), cat(1, job.amax_b.shape), cat(2, job.Bk.shape),
+    return Scaled(cat(0, job.amax_b.shape), cat(1, job.amax_b.shape), cat(2, job.Bk.shape),
                   cat(3, job.amax_b.shape), cat(4, job.amax_b.shape), parts[0].tensor_scale,
                   parts[0].divide)
 
