@@ -89,7 +89,8 @@ def _same(x, args, kw=None, axis=-1):
 
 ROUNDINGS = ({}, {"rounding": "rna"}, {"rounding": "rtz"}, {"rounding": "rup"},
              {"rounding": "rdn"}, {"rounding": "rto"}, {"rounding": "sr", "seed": 7},
-             {"rounding": "sr", "seed": 7, "rng": "philox"})
+             {"rounding": "sr", "seed": 7, "rng": "philox"}, {"rounding": "sr8", "seed": 7},
+             {"rounding": "sr1", "seed": 3}, {"rounding": "sr32", "seed": 5, "rng": "pcg64"})
 
 
 @pytest.mark.parametrize("name", sorted(block.PRESETS))
@@ -117,7 +118,8 @@ def test_every_scale_rule_every_layout(rule):
     elem, scale_fmt, blen = _KIND_FORMATS[block.SCALE_RULES[rule].kind]
     x = _hard((2 * blen + 5, 3 * blen + 1), 3)
     for args in ((elem, scale_fmt, blen, rule), (elem, scale_fmt, (blen, blen), rule)):
-        for kw in ({}, {"rounding": "rtz"}, {"rounding": "sr", "seed": 2}):
+        for kw in ({}, {"rounding": "rtz"}, {"rounding": "sr", "seed": 2},
+                   {"rounding": "sr8", "seed": 2}):
             _same(x, args, kw)
     _same(x, (elem, scale_fmt, blen, rule), axis=0)
     finite = spread((blen + 1, 2 * blen + 3), 4, -12, 12)
@@ -156,7 +158,8 @@ def test_block_amax_against_a_loop_over_blocks():
 
 def test_which_roundings_fuse():
     assert fused.fuses(lookup("e2m1"), "rne") and fused.fuses(lookup("e4m3fn"), "sr")
-    assert not fused.fuses(lookup("e2m1"), "sr8")            # srN: the array code
+    assert not fused.fuses(lookup("e2m1"), "sr8")            # srN: not in Triton's kernel
+    assert fused.fuses(lookup("e2m1"), "sr8", srn=True)      # but in Numba's
     assert not fused.fuses(lookup("fp32"), "rne")            # codes wider than 16 bits
 
 
@@ -172,6 +175,9 @@ def test_the_host_runs_the_kernels(monkeypatch):
             return _r(*a, **k)
         monkeypatch.setattr(fused, name, spy)
     block.quantize_blocks(spread((4, 64), 1), "mxfp8")
+    assert calls == ["block_amax", "scale_round"]
+    calls.clear()
+    block.quantize_blocks(spread((4, 64), 1), "nvfp4", rounding="sr8", seed=1)   # srN too
     assert calls == ["block_amax", "scale_round"]
 
 
@@ -228,19 +234,21 @@ def test_scaled_values_from_the_same_pass(path):
     (fpemu.block.host.scaled_values), in every layout, NaN blocks included."""
     from fpemu.torch import _blocks
     x = _hard((40, 96), 10)
-    for name, block_, axis in (("mxfp8", 32, 1), ("mxfp8", 32, 0), ("nvfp4", 16, 1),
-                               ("nvfp4", (16, 16), 1), ("mxfp4", 32, 0)):
+    for name, block_, axis, rnd, seed in (
+            ("mxfp8", 32, 1, "rne", None), ("mxfp8", 32, 0, "rne", None),
+            ("nvfp4", 16, 1, "rne", None), ("nvfp4", (16, 16), 1, "rne", None),
+            ("mxfp4", 32, 0, "rne", None), ("nvfp4", 16, 1, "sr8", 4)):
         spec = block.PRESETS[name]
         args = (spec.elem, spec.scale_fmt, block_, spec.scale_rule)
         if path == "fused":
             q = _blocks.quantize_blocks_scaled(torch.from_numpy(x), *args[:3], axis,
-                                               args[3], "rne", None)
+                                               args[3], rnd, seed)
             got = q.cache["scaled32"].numpy()
             codes = q.codes.numpy().astype(q.elem.code_dtype)
             scodes = q.scales.numpy().astype(q.scale_fmt.code_dtype)
             elem, sfmt = q.elem, q.scale_fmt
         else:
-            cfg = driver.configure(*args, "rne", None, None, None, "saturate")
+            cfg = driver.configure(*args, rnd, seed, None, None, "saturate")
             r = driver.run(x, cfg, axis, NP, ARRAY_OPS, allow_in_place=True, values=True)
             got, codes, scodes = r.values, r.codes, r.scodes
             elem, sfmt = cfg.elem, cfg.scale_fmt

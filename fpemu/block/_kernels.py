@@ -28,7 +28,9 @@ import functools
 import numpy as np
 from numba import prange
 
-from .._jit import cache_unit, f32_bits, jit, pjit
+import math
+
+from .._jit import cache_unit, f32_bits, f64_bits, f64_from_bits, jit, pjit
 from .._kernels import SOURCES, _encode32, _encode_rne_ieee_one
 
 # the kernels below inline the unit's functions: their cache is valid only
@@ -91,10 +93,38 @@ def _signed_zero(v, sign_shift):
     return ((f32_bits(v) >> 31) & 1) << sign_shift
 
 
-def _scale_round(mode, flags, fast, values):
+@jit
+def _round_srn_one(w, draw, sr):
+    """``"srN"`` rounding of the float32 value ``w`` (at most the element
+    format's largest magnitude, or NaN) as
+    :func:`fpemu.block.driver.round_srn` computes it, in float64, where every
+    step is exact: ``sr`` = (2**N, the format's mantissa bits, its emin,
+    its largest value); ``u`` the spacing of the format's values at
+    ``|w|``, ``t = |w| / u`` and its integer part ``k`` (exact: a power of
+    two divides a float32 number), ``r`` the first N bits of the fraction
+    ``t - k`` (times 2**N: exact), rounded up where ``r + draw`` reaches
+    2**N (both below 2**32: exact), at most the largest value. The result
+    is one of the format's values (NaN stays NaN), which the caller
+    encodes to nearest."""
+    two_n, M, emin, top = sr
+    a = abs(np.float64(w))
+    if a != a:
+        return w
+    e = max(((f64_bits(a) >> 52) & 0x7FF) - 1023, emin)    # floor(log2 a); 0: emin
+    u = f64_from_bits((e - M + 1023) << 52)                 # 2**(e - M)
+    t = a / u
+    k = np.floor(t)
+    r = np.floor((t - k) * two_n)
+    if r + draw >= two_n:
+        k += 1.0
+    return np.float32(math.copysign(min(k * u, top), np.float64(w)))
+
+
+def _scale_round(mode, flags, fast, values, srn):
     @jit
-    def one(v, f, divide, has_nan, maxv, p, fl, key, index, fa):
-        """The code of element v of a block with factor f."""
+    def one(v, f, divide, has_nan, maxv, p, fl, key, index, fa, draw, sr):
+        """The code of element v of a block with factor f (``"srN"``: its
+        draw, ``sr`` the rounding's constants)."""
         zero = np.float32(0)
         w = np.float32(v / f) if divide else np.float32(v * f)
         w = v if v == zero else w                   # a zero keeps its sign
@@ -102,6 +132,8 @@ def _scale_round(mode, flags, fast, values):
         w = -maxv if w < -maxv else w
         if has_nan:
             w = zero if w != w else w
+        if srn:
+            w = _round_srn_one(w, draw, sr)        # a value of the format: encoded exactly
         if fast:
             return np.int32(_encode_rne_ieee_one(w, fast == 2, fa[0], fa[1], fa[2], fa[3], fa[4],
                                                  fa[5], fa[6], fa[7], fa[8], fa[9], fa[10],
@@ -110,7 +142,7 @@ def _scale_round(mode, flags, fast, values):
 
     @pjit
     def scale_round5(B, TX, factor, block_nan, divide, has_nan, maxv, sign_shift, p, key, offset,
-                     flags_arg, fa, table, dq, out, vals):
+                     flags_arg, fa, table, dq, draws, sr, out, vals):
         fl = flags_arg if flags < 0 else flags
         L, NR, TY, W = B.shape
         NC = W // TX
@@ -124,11 +156,12 @@ def _scale_round(mode, flags, fast, values):
             for y in range(TY):
                 src = B[lead, r, y]
                 dst = out[lead, r, y]
+                drw = draws[lead, r, y] if srn else draws[0, 0, 0]
                 i0 = offset + lr * per + y * W
                 if TX == 1:                     # blocks down the columns: a factor each
                     for c in range(NC):
                         dst[c] = one(src[c], frow[c], divide, has_nan, maxv, p, fl, key,
-                                     i0 + c, fa)
+                                     i0 + c, fa, np.float64(drw[c]) if srn else 0.0, sr)
                 else:
                     for c in range(NC):
                         f = frow[c]
@@ -136,7 +169,8 @@ def _scale_round(mode, flags, fast, values):
                         d = dst[c * TX:c * TX + TX]
                         i1 = i0 + c * TX
                         for x in range(TX):
-                            d[x] = one(s[x], f, divide, has_nan, maxv, p, fl, key, i1 + x, fa)
+                            d[x] = one(s[x], f, divide, has_nan, maxv, p, fl, key, i1 + x, fa,
+                                       np.float64(drw[c * TX + x]) if srn else 0.0, sr)
                 if has_nan:                     # NaN blocks: a zero of each input's sign
                     for c in range(NC):
                         if nrow[c]:
@@ -160,7 +194,7 @@ def _scale_round(mode, flags, fast, values):
 
 
 @functools.lru_cache(maxsize=None)
-def scale_round_kernel(mode, flags, fast=0, values=False):
+def scale_round_kernel(mode, flags, fast=0, values=False, srn=False):
     """The element step for one rounding mode (the kernels' number) and
     flags (>= 0: compiled for them alone; -1: read at run time), called as
     ``kernel(B, TX, factor, block_nan, divide, has_nan, maxv, sign_shift,
@@ -178,5 +212,9 @@ def scale_round_kernel(mode, flags, fast=0, values=False):
     ``values``: also ``vals`` (float32, ``out``'s shape), each code's value
     (``table[code]``) times its block's ``dq`` (float32, per block), one
     float32 product as :func:`scaled_values`' (else ``table``, ``dq`` and
-    ``vals`` are not read)."""
-    return _scale_round(int(mode), int(flags), int(fast), bool(values))
+    ``vals`` are not read). ``srn``: ``"srN"`` rounding before the encode
+    (:func:`_round_srn_one`; ``mode`` and ``flags`` then those of round to
+    nearest), each element's draw from ``draws`` (uint64, ``out``'s shape)
+    and ``sr`` = (2**N, mantissa bits, emin, largest value) (else
+    ``draws`` is not read)."""
+    return _scale_round(int(mode), int(flags), int(fast), bool(values), bool(srn))

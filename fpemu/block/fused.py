@@ -16,10 +16,11 @@ rule's array code on the per-block arrays, 1/16 or 1/32 of the data.
 The kernels (:mod:`fpemu.block._kernels`) read the block layout of
 :func:`fpemu.block.driver.to_blocks` as a 5-D view (:func:`five_d`) and give
 the bits of the array code for every rounding mode of the element rounding
-(nearest and directed modes, ``"sr"`` by element index of the block layout);
-``"srN"`` (its bits are drawn per element and compared in floating point,
-:func:`fpemu.block.driver.round_srn`) and element formats wider than 16 bits
-run the array code. Asked for (``fpemu.torch.emulate``'s GEMM operands), the
+(nearest and directed modes, ``"sr"`` by element index of the block layout,
+``"srN"`` with each element's drawn bits, as
+:func:`fpemu.block.driver.round_srn` compares them, in float64, where each
+of its steps is exact); element formats wider than 16 bits run the array
+code. Asked for (``fpemu.torch.emulate``'s GEMM operands), the
 element step also writes each code's value times its block's scale value in
 the same pass. ``tests/test_fused_blocks.py`` holds the kernels to the array
 code.
@@ -43,6 +44,9 @@ __all__ = ["five_d", "block_shape", "block_amax", "scale_round", "fuses", "value
 _NO_TABLE = np.zeros(1, np.float32)
 _NO_DQ = np.zeros((1, 1, 1), np.float32)
 _NO_VALS = np.zeros((1, 1, 1, 1), np.float32)
+#: the draws and constants of a kernel without "srN"
+_NO_DRAWS = np.zeros((1, 1, 1, 1), np.uint64)
+_NO_SR = (np.float64(0), np.int64(0), np.int64(0), np.float64(0))
 
 #: the fast-path arguments of a kernel without one (the types of a real set)
 _NO_FAST = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0), np.float32(0),
@@ -63,11 +67,12 @@ def five_d(shape, dims):
     return (math.prod(shape[:a - 1]), shape[a - 1], shape[a], math.prod(shape[a + 1:]), 1)
 
 
-def fuses(elem, rounding):
+def fuses(elem, rounding, srn=False):
     """Whether the element step of this element format and rounding runs
-    fused: a rounding mode of the element rounding (not ``"srN"``) and codes
-    of at most 16 bits."""
-    return not checks.srn_bits_name(rounding) and elem.bits <= 16
+    fused: codes of at most 16 bits, and a rounding mode of the element
+    rounding, or ``"srN"`` where ``srn`` (the Numba kernel has it; the
+    Triton kernel of :mod:`fpemu.torch` has not)."""
+    return elem.bits <= 16 and (srn or not checks.srn_bits_name(rounding))
 
 
 def block_amax(B, dims):
@@ -97,8 +102,11 @@ def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
     the same shape), written in the same pass: ``(codes, values)``."""
     B, elem = job.Bk, job.elem
     L, NR, TY, NC, TX = five_d(B.shape, job.dims)
-    cast = Cast.of(elem, job.rounding, overflow="saturate",
-                   rng=job.rng if job.rounding == "sr" else None)
+    n = checks.srn_bits(job.rounding, job.seed)
+    # "srN" rounds each value to one of the format's, which is then encoded exactly
+    rounding = "rne" if n is not None else job.rounding
+    cast = Cast.of(elem, rounding, overflow="saturate",
+                   rng=job.rng if rounding == "sr" else None)
     key, offset = 0, 0
     if cast.rounding is Rounding.SR:
         key, offset = seed_key((job.seed, job.offset) if job.seed is not None else None,
@@ -114,16 +122,25 @@ def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
         fa = (np.uint32((1 << (shift - 1)) - 1), ~np.uint32((1 << shift) - 1),
               np.uint32(shift), normal_bits, overflow_bits, magic,
               np.float32(magic).view(np.uint32), *rest)
+    draws, sr = _NO_DRAWS, _NO_SR
+    if n is not None and out.size:
+        draws = job.draws
+        if draws is None:
+            draws = job.ops.srn_draws(n, job.seed, B, checks.block_rng(job.rounding, job.rng))
+        # element i of the block layout takes draw i (module text of fpemu.block.driver)
+        draws = np.require(draws, np.uint64, ["C", "W"]).reshape(L, NR, TY, NC * TX)
+        sr = (np.float64(2.0**n), np.int64(elem.mantissa_bits), np.int64(elem.emin),
+              np.float64(elem.max))
     if out.size:
         # (writeable, as every call passes them: one compiled signature)
         f = np.require(factor, np.float32, ["C", "W"]).reshape(L, NR, NC)
         nan = np.require(block_nan, np.bool_, ["C", "W"]).reshape(L, NR, NC)
         d = _NO_DQ if dq is None else np.require(dq, np.float32, ["C", "W"]).reshape(L, NR, NC)
         run_kernel(_kernels.scale_round_kernel(cast.kernel_mode, cast.kernel_flags, fast,
-                                               dq is not None),
+                                               dq is not None, n is not None),
                    B.reshape(L, NR, TY, NC * TX), TX, f, nan, bool(divide), bool(has_nan),
                    np.float32(elem.max), elem.bits - 1, cast.params, key, offset, cast.flags,
-                   fa, table, d, out.reshape(L, NR, TY, NC * TX),
+                   fa, table, d, draws, sr, out.reshape(L, NR, TY, NC * TX),
                    _NO_VALS if dq is None else vals.reshape(L, NR, TY, NC * TX), inputs=1)
     return out if dq is None else (out, vals)
 

@@ -55,7 +55,7 @@ class _HostOps(driver.Ops):
 
     @staticmethod
     def scale_round(job, factor, divide, block_nan, has_nan, dq=None):
-        if fused.fuses(job.elem, job.rounding):
+        if fused.fuses(job.elem, job.rounding, srn=True):
             return fused.scale_round(job, factor, divide, block_nan, has_nan, dq)
         return driver.Ops.scale_round(job, factor, divide, block_nan, has_nan, dq)
 
