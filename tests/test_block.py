@@ -13,6 +13,7 @@ threshold table for e2m1.
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import numpy as np
@@ -364,6 +365,77 @@ def test_hadamard_matches_a_float64_matmul_and_is_orthogonal():
     np.testing.assert_array_equal(y, want.numpy())
     assert not np.array_equal(block.hadamard(x, signs=3), y)
     np.testing.assert_array_equal(block.hadamard(x, signs=3), block.hadamard(x, signs=3))
+
+
+def _f32_of_fraction(q):
+    """The exact rational q rounded once to float32, to nearest even (an
+    oracle: integer arithmetic on q's numerator and denominator)."""
+    from fractions import Fraction
+    if q == 0:
+        return np.float32(0.0)
+    sign, q = (-1 if q < 0 else 1), abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    while Fraction(2) ** e > q:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= q:
+        e += 1
+    e = max(e, -126)                                   # subnormals share 2**-149's step
+    step = Fraction(2) ** (e - 23)
+    n, rem = divmod(q, step)
+    n = int(n) + (1 if rem > step / 2 or (rem == step / 2 and int(n) % 2) else 0)
+    v = float(n * step) if n * step < Fraction(2) ** 128 else np.inf
+    return np.float32(sign * v)
+
+
+@pytest.mark.parametrize("size,signs", [(4, None), (16, "te"), (16, None), (64, 3)])
+def test_hadamard_is_the_exact_sum_rounded_once(size, signs, monkeypatch):
+    """Every output against exact rational sums rounded once to float32, -0
+    where every product is -0: runs summed in one float64 pass (a narrow
+    spread of magnitudes, the limit itself) and by the exact model (one
+    binade wider, float32 subnormals among normals, inf and NaN)."""
+    from fractions import Fraction
+    rng = np.random.default_rng(size)
+    limit = 29 - (size.bit_length() - 1)
+    X = (rng.standard_normal((24, 2 * size)) * np.exp2(rng.integers(-40, 40, (24, 2 * size)))
+         ).astype(np.float32)
+    X[:4] *= np.float32(2.0**-120)
+    X[4], X[5], X[6, ::2] = 0.0, -0.0, -0.0
+    X[7, 3], X[8, 5], X[9, 7] = np.inf, np.nan, -np.inf
+    X[10] = np.float32(2.0**-149) * np.arange(2 * size)
+    X[11, :size] = [1.0, 2.0**-limit] * (size // 2)
+    X[12, :size] = [1.0, 2.0**-(limit + 1)] * (size // 2)
+    X[13] = np.float32(2.0**127 * 1.75)
+    module = importlib.import_module("fpemu.block.hadamard")   # (the package exports the function)
+    sent = []
+
+    def exact(runs, *a, **k):
+        sent.extend(map(tuple, runs))
+        return real(runs, *a, **k)
+
+    real = module.matmul
+    monkeypatch.setattr(module, "matmul", exact)
+    got = block.hadamard(X, size, signs=signs)
+    # the runs left to the exact model: inf or NaN, or nonzero magnitudes whose
+    # float32 exponent fields (a subnormal's counted as 1) span more than the limit
+    want_sent = []
+    for run in X.reshape(-1, size):
+        fields = [max(int(b) >> 23, 1) for b in run.view(np.uint32) & 0x7FFFFFFF if b]
+        if not np.isfinite(run).all() or (fields and max(fields) - min(fields) > limit):
+            want_sent.append(tuple(run.astype(np.float64)))
+    assert len(sent) == len(want_sent) >= 4
+    assert all(u == v or np.isnan(u).any() for u, v in zip(sent, want_sent))
+    H = block.hadamard_matrix(size, signs)
+    for r, c in np.ndindex(X.shape):
+        run = X[r, c - c % size:c - c % size + size].astype(np.float64)
+        terms = run * H[:, c % size]
+        if not np.isfinite(run).all():
+            want = np.float32(np.sum(terms))           # inf or NaN: only which one matters
+            assert (np.isnan(got[r, c]) and np.isnan(want)) or got[r, c] == want, (r, c)
+            continue
+        want = _f32_of_fraction(sum(Fraction(t) for t in terms))
+        if want == 0 and np.all(np.signbit(terms)):
+            want = np.float32(-0.0)
+        assert got[r, c].tobytes() == want.tobytes(), (r, c, got[r, c], want)
 
 
 # ----------------------------------------------------------------- errors

@@ -3,6 +3,8 @@
 * :func:`scaled_values`: elements times their block scales, one pass over
   the codes (:func:`fpemu.block.host.scaled_values`; ``fpemu.torch``'s
   emulated GEMMs take their operands' values from it on the CPU);
+* :func:`hadamard_runs`: the Hadamard transform of the runs whose sum is
+  exact in float64 (:func:`fpemu.block.hadamard`);
 * :func:`block_amax5` and :func:`scale_round_kernel`: the two passes of a
   block quantization over its elements, each one read of them
   (:mod:`fpemu.block.fused`): the block amaxes, and the element step (each
@@ -59,6 +61,41 @@ def scaled_values(codes, table, scales, rows, cols, by, bx, out):
                 s = scales[srow + cb]
                 for c in range(cb * bx, min(cb * bx + bx, cols)):
                     out[base + c] = table[codes[base + c]] * s
+
+
+@pjit
+def hadamard_runs(runs, H, out, hard, spread):
+    """``out[r] = runs[r] @ H`` (float32 runs of ``size`` values, ``H`` the
+    float64 ``size x size`` matrix of ±2**-k), each sum taken in float64
+    from -0.0 in k order and rounded once to float32, for every run without
+    inf or NaN whose nonzero magnitudes' float32 exponent fields (a
+    subnormal's taken as 1, whose last bit it shares) span at most
+    ``spread``; the other runs are marked in ``hard`` and their ``out`` is
+    not written. With ``spread = 29 - log2(size)`` every product and every
+    partial sum is a float64 number: a product is a multiple of
+    2**(smallest field - 150 - k) below 2**(largest field - 126 - k), a sum
+    of ``size = 4**k`` of them below 2**(largest field - 126 + k), 53 bits
+    in all. So each sum is the exact one, its zero signed as IEEE 754 signs
+    an exact sum (-0 only where every product is -0)."""
+    n, size = runs.shape
+    for r in prange(n):
+        lo, hi, bad = 255, 0, False
+        for k in range(size):
+            b = f32_bits(runs[r, k]) & _MAG
+            f = b >> 23
+            bad = bad or f == 255
+            if b != 0:
+                f = max(f, 1)
+                lo = min(lo, f)
+                hi = max(hi, f)
+        hard[r] = bad or hi - lo > spread
+        if hard[r]:
+            continue
+        for j in range(size):
+            acc = -0.0
+            for k in range(size):
+                acc += np.float64(runs[r, k]) * H[k, j]
+            out[r, j] = np.float32(acc)
 
 
 @pjit

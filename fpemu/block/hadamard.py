@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._jit import run_kernel
 from ..accumulate import matmul
 from ..checks import real_array
 from ..errors import FpemuValueError
+from . import _kernels
 
 __all__ = ["TE_SIGNS", "hadamard_matrix", "hadamard"]
 
@@ -49,7 +51,10 @@ def hadamard(x, size=16, axis=-1, signs="te"):
     """The random Hadamard transform of each run of ``size`` values along
     ``axis``: ``x_run @ hadamard_matrix(size, signs)``, the exact result
     rounded once to float32 (TransformerEngine applies it to the wgrad
-    operands of NVFP4 GEMMs, along the reduced dimension).
+    operands of NVFP4 GEMMs, along the reduced dimension). A run whose
+    magnitudes span few enough binades is summed in float64, exactly
+    (:func:`fpemu.block._kernels.hadamard_runs`); the others, and those
+    holding inf or NaN, by :func:`fpemu.accumulate.matmul`'s exact model.
 
     Examples
     --------
@@ -69,5 +74,13 @@ def hadamard(x, size=16, axis=-1, signs="te"):
         raise FpemuValueError("hadamard(): x must hold float32 values; round first with "
                               "fpemu.quantize(x, 'fp32')")
     runs = X.reshape(-1, size)
-    Y = matmul(runs, H, "fp32", "fp32", model="exact")
-    return np.moveaxis(Y.reshape(X.shape), -1, axis).astype(np.float32)
+    # the runs whose sum float64 holds exactly in one pass; the others (a wide
+    # spread of magnitudes, inf or NaN) by the exact accumulation model
+    Y = np.empty(runs.shape, np.float32)
+    hard = np.empty(runs.shape[0], np.bool_)
+    if runs.size:
+        run_kernel(_kernels.hadamard_runs, runs.astype(np.float32), H, Y, hard,
+                   29 - (size.bit_length() - 1), inputs=2)
+        if hard.any():
+            Y[hard] = matmul(runs[hard], H, "fp32", "fp32", model="exact")
+    return np.moveaxis(Y.reshape(X.shape), -1, axis)
