@@ -338,11 +338,14 @@ class Plan:
         return _plan(in_fmt, acc_fmt, out_fmt, model, block, inner, rounding, subnormals,
                      overflow, seed, fname, splitk)
 
-    def matmul(self, a, b):
+    def matmul(self, a, b, c=None):
         """``a @ b`` (2-D, float32 or float64 arrays already holding in_fmt
         values: not checked again) accumulated under this plan, as
-        :func:`matmul` computes it (float64 results)."""
-        C = _identity("rne", a.shape[1])
+        :func:`matmul` computes it (float64 results); ``c``, the
+        accumulator's start as :func:`matmul` takes it (values of acc_fmt,
+        not checked again, broadcast to (M, N))."""
+        _no_c_when_split(self, c, "Plan.matmul")
+        C = _identity("rne", a.shape[1]) if c is None else np.asarray(c, np.float64)
         C = np.ascontiguousarray(np.broadcast_to(C, (a.shape[0], b.shape[1])))
         return _run(self, np.ascontiguousarray(a, np.float64),
                     np.ascontiguousarray(b.T, np.float64), C, False, check=False)

@@ -243,6 +243,27 @@ def test_tensor_core_bmm_is_each_product_bit_for_bit(model, fmt, block):
                     (nb, M, K, N, n, np.isfinite(A).all() and np.isfinite(B).all())
 
 
+def test_plan_matmul_from_c_is_matmul_from_c():
+    """``Plan.matmul(a, b, c)`` (operands not checked again) gives the bits of
+    :func:`matmul` with the same ``c``, broadcast or whole, zeros of both
+    signs among it; a split K refuses ``c`` as ``matmul`` does."""
+    rng = np.random.default_rng(3)
+    A = fpemu.quantize(rng.standard_normal((5, 40)), "bf16").astype(np.float32)
+    B = fpemu.quantize(rng.standard_normal((40, 6)), "bf16").astype(np.float32)
+    for model in ("h100", "sequential", "pairwise"):
+        plan = ac.Plan.of("bf16", "fp32", "fp32", model=model)
+        for c in (np.float32(-0.0), (rng.standard_normal((5, 6)) * 8).astype(np.float32),
+                  np.array([0.0, -0.0, 1.5, -2.0, 1e-40, 3.0], np.float32)):
+            got = np.asarray(plan.matmul(A, B, c), np.float32)
+            want = np.asarray(ac.matmul(A, B, "bf16", "fp32", "fp32", model=model, c=c),
+                              np.float32)
+            assert got.shape == (5, 6) and np.array_equal(got.view(np.uint32),
+                                                          want.view(np.uint32)), (model, c)
+    split = ac.Plan.of("bf16", "fp32", "fp32", model="sequential", splitk=2)
+    with pytest.raises(ValueError, match=r"Plan.matmul\(\): c with splitk=2"):
+        split.matmul(np.zeros((1, 256)), np.zeros((256, 1)), np.zeros((1, 1)))
+
+
 # ---------------------------------------------------------- DeepSeek-V3
 def test_deepseek_v3_promotion_every_128_elements():
     """An fp8 GEMM with K = 4096 on Hopper's 13-fraction-bit accumulation

@@ -26,6 +26,7 @@ ln 2); ``bench/fit_attention.py --exp-check`` measures what that costs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -79,16 +80,20 @@ def rnd(x, fmt):
     return quantize(np.asarray(x, np.float32), fmt)
 
 
+@functools.lru_cache(maxsize=None)
+def _tc_plan(fmt, tc):
+    return accumulate.Plan.of(fmt, "fp32", "fp32", model=tc, fname="flash attention")
+
+
 def tc_mm(A, B, fmt, tc, c=None, step=16):
     """A @ B under the tensor-core model ``tc`` from the fp32 accumulator
     ``c`` (+0 when None), k in the given order (pad with zeros to keep the
-    kernel's 16-wide steps aligned)."""
-    A = np.asarray(A, np.float64)
-    B = np.asarray(B, np.float64)
+    kernel's 16-wide steps aligned). The operands are values of ``fmt``
+    and ``c`` float32 values by construction (the kernel's roundings), so
+    the plan runs without checking them (:meth:`fpemu.accumulate.Plan.matmul`)."""
     if c is None:
         c = np.zeros((A.shape[0], B.shape[1]), np.float64)
-    return np.asarray(accumulate.matmul(A, B, fmt, "fp32", "fp32", model=tc,
-                                        c=np.asarray(c, np.float64)), np.float32)
+    return np.asarray(_tc_plan(fmt, tc).matmul(A, B, c), np.float32)
 
 
 def _pad_rows(X, n):
