@@ -415,7 +415,7 @@ def tc_bmm(A, B, C, out, L, F, out_f, e_zero, emin_a, emin_b, block):
 @pjit
 def gst_matmul(A, B, SAs, SAe, SBs, SBe, C, out, G, L, F, e_zero, sblock):
     """Blackwell's ``kind::mxf4nvf4`` block-scaled model (MMA-Sim's
-    ``gst_fdpa``), vectorised over nothing: one output at a time.
+    ``gst_fdpa``) for a whole product, a row of the output at a time.
 
     ``A`` (M, K) and ``B`` (K, N) hold fp4 element values (float64; K a
     multiple of L); ``SAs``/``SAe`` (M, K / sblock) and ``SBs``/``SBe``
@@ -427,43 +427,69 @@ def gst_matmul(A, B, SAs, SAe, SBs, SBe, C, out, G, L, F, e_zero, sblock):
     the accumulator ``c`` joins with its own exponent; every term is
     truncated toward zero to ``2**(emax - F)``, summed exactly, and the sum
     normalised and truncated to fp32 (2**128 and above: inf, which later
-    instructions keep).
+    instructions keep; a NaN or infinite accumulator only adds the groups'
+    products).
+
+    Each output element takes exactly these steps in this order; the loops
+    run over the row's columns innermost, without branches, so that each is
+    one step for every column on vectors (the accumulator that is not finite
+    takes its own sum beside the truncated one, and a select keeps it).
     """
     M, K = A.shape
     N = B.shape[1]
     ng = L // G
     for i in prange(M):
-        p = np.empty(ng, np.float64)
-        e = np.empty(ng, np.int64)
+        c = np.empty(N, np.float64)
         for j in range(N):
-            c = C[i, j]
-            for kb in range(0, K, L):
-                emax = e_zero if c == 0.0 else _exponent(c, -126)
-                for g in range(ng):
-                    k0 = kb + g * G
-                    s = 0.0
-                    allzero = True
-                    for k in range(k0, k0 + G):
-                        pr = A[i, k] * B[k, j]
-                        s += pr                      # exact: multiples of 2**-2 below 2**10
-                        allzero = allzero & (pr == 0.0)
-                    blk = k0 // sblock
-                    ss = SAs[i, blk] * SBs[blk, j]
-                    p[g] = s * ss
-                    eg = SAe[i, blk] + SBe[blk, j]
-                    if allzero or ss == 0.0:
-                        eg = e_zero
-                    e[g] = eg
-                    emax = max(emax, eg)
-                if not np.isfinite(c):
-                    for g in range(ng):
-                        c += p[g]                    # inf stays; a NaN scale gives NaN
-                    continue
-                acc = np.trunc(c * _pow2(F - emax))
-                for g in range(ng):
-                    acc += np.trunc(p[g] * _pow2(e[g] - emax + F))
-                c = _rz_fp32(acc * _pow2(emax - F), 23)
-            out[i, j] = np.float32(c)
+            c[j] = C[i, j]
+        p = np.empty((ng, N), np.float64)
+        e = np.empty((ng, N), np.int64)
+        emax = np.empty(N, np.int64)
+        s = np.empty(N, np.float64)
+        nz = np.empty(N, np.bool_)
+        alt = np.empty(N, np.float64)
+        for kb in range(0, K, L):
+            for j in range(N):
+                emax[j] = e_zero if c[j] == 0.0 else _exponent(c[j], -126)
+            for g in range(ng):
+                k0 = kb + g * G
+                for j in range(N):
+                    s[j] = 0.0
+                    nz[j] = False
+                for k in range(k0, k0 + G):
+                    a = A[i, k]
+                    for j in range(N):
+                        pr = a * B[k, j]
+                        s[j] += pr               # exact: multiples of 2**-2 below 2**10
+                        nz[j] = nz[j] | (pr != 0.0)
+                blk = k0 // sblock
+                sa = SAs[i, blk]
+                sae = SAe[i, blk]
+                for j in range(N):
+                    ss = sa * SBs[blk, j]
+                    p[g, j] = s[j] * ss
+                    eg = sae + SBe[blk, j]
+                    eg = eg if nz[j] and ss != 0.0 else e_zero
+                    e[g, j] = eg
+                    emax[j] = max(emax[j], eg)
+            for j in range(N):
+                alt[j] = c[j]
+                s[j] = np.trunc(c[j] * _pow2(F - emax[j]))
+            for g in range(ng):
+                for j in range(N):
+                    alt[j] += p[g, j]            # inf stays; a NaN scale gives NaN
+                    s[j] += np.trunc(p[g, j] * _pow2(e[g, j] - emax[j] + F))
+            for j in range(N):
+                # _rz_fp32(v, 23) without its branches: scaling by powers of two
+                # is exact, so v * 2**(23 - ev) is v / 2**(ev - 23); a zero
+                # gives +0, as _rz_fp32's; NaN stays NaN
+                v = s[j] * _pow2(emax[j] - F)
+                ev = max(((f64_bits(v) >> 52) & 0x7FF) - 1023, -126)
+                t = np.trunc(v * _pow2(23 - ev)) * _pow2(ev - 23)
+                t = np.copysign(np.inf, t) if abs(t) >= 2.0**128 else t
+                c[j] = t + 0.0 if np.isfinite(c[j]) else alt[j]
+        for j in range(N):
+            out[i, j] = np.float32(c[j])
 
 
 # ------------------------------------------------ batched float32 matmul

@@ -346,6 +346,16 @@ def test_block_scaled_presets_match_mmasim_bit_for_bit(case):
                     for i in range(len(a))], np.float32)
     bad = got.view(np.uint32) != want.view(np.uint32)
     assert not bad.any(), f"{int(bad.sum())} differ, first {got[bad][:3]} vs {want[bad][:3]}"
+    # the same vectors as one GEMM: vector i's a as row i, its b as column i and
+    # its c on the diagonal, which holds the answers (the kernels run a row's
+    # columns side by side: overflows, NaN scales and cancellations among them)
+    for lo in range(0, len(a), 500):
+        hi = min(len(a), lo + 500)
+        y = ac.scaled_matmul(a[lo:hi], sa[lo:hi], b[lo:hi].T.copy(), sb[lo:hi].T.copy(), ea,
+                             eb, sf, block=blk, model=model, c=np.diag(c[lo:hi]))
+        diag = np.ascontiguousarray(np.diagonal(y))
+        bad = diag.view(np.uint32) != want[lo:hi].view(np.uint32)
+        assert not bad.any(), (lo, int(bad.sum()))
 
 
 def test_scaled_matmul_gemm_and_exact_model():
