@@ -153,3 +153,39 @@ def test_the_two_backends_differ_where_the_gpu_s_do():
     eff = np.ascontiguousarray(q.grad.float().numpy()).view(np.uint32).reshape(rec.shape)
     assert (eff != rec).mean() > 0.2
     assert (_fpemu(cid)["dq"].reshape(rec.shape) != rec).mean() < 0.01
+
+
+@pytest.mark.parametrize("fmad", [True, False])
+def test_dot_do_o_sums_in_flash_attention_s_order(fmad):
+    """The backward's D = rowsum(dO * Out) (a Numba loop) against the order
+    written out with NumPy float32 scalars, its fused multiply-adds by the
+    float64 TwoSum of the attention model (fpemu.autograd._fused_attention.fma32,
+    which shares no code with the kernel's llvm.fma): 8 threads of E/8
+    columns, then the xor-4, 2, 1 butterfly; inf, NaN, overflow, signed
+    zeros and subnormals among the rows."""
+    from fpemu.autograd import _cuda_reduce, _fused_attention
+    f32 = np.float32
+    rng = np.random.default_rng(4)
+    for E in (64, 8, 72):
+        dO = (rng.standard_normal((40, E)) * np.exp2(rng.integers(-20, 20, (40, E)))).astype(f32)
+        Out = (rng.standard_normal((40, E)) * np.exp2(rng.integers(-20, 20, (40, E)))).astype(f32)
+        dO[0, 3], Out[1, 5], dO[2], Out[3] = np.inf, np.nan, f32(1e-42), -0.0
+        dO[4, 1] = Out[4, 1] = f32(3e38)
+        got = _cuda_reduce.dot_do_o(dO, Out, fmad)
+        per = E // 8
+        for r in range(40):
+            part = []
+            with np.errstate(over="ignore", invalid="ignore"):
+                for t in range(8):
+                    s = f32(dO[r, t * per] * Out[r, t * per])
+                    for j in range(t * per + 1, t * per + per):
+                        s = _fused_attention.fma32(dO[r, j], Out[r, j], s)[()] if fmad else \
+                            f32(s + f32(dO[r, j] * Out[r, j]))
+                    part.append(f32(s))
+                for off in (4, 2, 1):
+                    part = [f32(part[t] + part[t ^ off]) for t in range(8)]
+            want = part[0]
+            assert (np.isnan(got[r]) and np.isnan(want)) or \
+                got[r].tobytes() == want.tobytes(), (E, r, got[r], want)
+    with pytest.raises(ValueError, match=r"head dim >= 8.*got \(2, 4\)"):
+        _cuda_reduce.dot_do_o(np.ones((2, 4), f32), np.ones((2, 4), f32))

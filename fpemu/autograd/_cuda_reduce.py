@@ -45,7 +45,9 @@ and projects ``sqrt``; the 1-norm accumulates ``acc + |x|``. bfloat16 and float1
 inputs accumulate in float32.
 
 The softmax, log_softmax, layer_norm and nll_loss kernels have reductions of their
-own; they are modelled further down in this module.
+own; they are modelled further down in this module, and so is FlashAttention-2's
+``dot_do_o``, the row sums of its backward (:func:`dot_do_o`, for
+``fpemu.autograd._fused_attention``).
 """
 
 from __future__ import annotations
@@ -881,3 +883,44 @@ def cuda_layer_norm(X, gamma, beta, eps):
     run_kernel(_layer_norm_rows, X, g, b, gamma is not None, beta is not None,
                np.float32(eps), out, stats, inputs=3)
     return out, stats[:, 0], stats[:, 1]
+
+
+# ------------------------------------------------- FlashAttention's dot_do_o
+@pjit
+def _dot_do_o(dO, Out, fmad, out):
+    n, E = dO.shape
+    per = E // 8
+    for r in prange(n):
+        part = np.empty(8, np.float32)
+        for t in range(8):
+            j0 = t * per
+            s = dO[r, j0] * Out[r, j0]
+            for j in range(j0 + 1, j0 + per):
+                if fmad:
+                    s = fma32(dO[r, j], Out[r, j], s)
+                else:
+                    s = s + dO[r, j] * Out[r, j]
+            part[t] = s
+        for off in (4, 2, 1):                   # Allreduce<8>: xor 4, then 2, then 1
+            nxt = np.empty(8, np.float32)
+            for t in range(8):
+                nxt[t] = part[t] + part[t ^ off]
+            part = nxt
+        out[r] = part[0]
+
+
+def dot_do_o(dO, Out, fmad=True):
+    """D = rowsum(dO ∘ Out) (float32 (n, E) arrays, E >= 8) as
+    FlashAttention-2's ``dot_do_o`` sums it for head dim 64: 8 threads a
+    row, thread t over the columns ``t E/8 .. (t+1) E/8 - 1`` (the first
+    product rounded to float32, then float32 fused multiply-adds when
+    ``fmad``, else a rounded product and a rounded add each), the 8 partial
+    sums added by a butterfly ``((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7))``."""
+    dO = np.ascontiguousarray(dO, np.float32)
+    Out = np.ascontiguousarray(Out, np.float32)
+    if dO.ndim != 2 or dO.shape != Out.shape or dO.shape[1] < 8:
+        raise FpemuValueError(f"dot_do_o(): dO and Out are (rows, head dim >= 8) arrays of "
+                              f"one shape; got {dO.shape} and {Out.shape}")
+    out = np.empty(dO.shape[0], np.float32)
+    run_kernel(_dot_do_o, dO, Out, bool(fmad), out, inputs=2)
+    return out

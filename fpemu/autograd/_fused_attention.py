@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import accumulate
 from ..quantize import quantize
+from . import _cuda_reduce
 
 _f = np.float32
 LOG2E = _f(np.log2(np.e))            # float(M_LOG2E)
@@ -195,32 +196,6 @@ def flash_forward(Q, K, V, scale, fmt, causal=False, cfg=FlashConfig()):
     return out, lse
 
 
-def dot_do_o(dO, Out, fmad=True):
-    """D = rowsum(dO ∘ Out) as FlashAttention-2's ``dot_do_o`` sums it for
-    head dim 64: 8 threads a row, thread t over the 8 columns 8t..8t+7
-    (the first product rounded, then fused multiply-adds when ``fmad``),
-    the 8 partial sums added by a butterfly ``((s0+s4)+(s2+s6)) +
-    ((s1+s5)+(s3+s7))``."""
-    dO = np.asarray(dO, _f)
-    Out = np.asarray(Out, _f)
-    n, E = dO.shape
-    per = E // 8
-    part = []
-    for t in range(8):
-        cols = range(t * per, (t + 1) * per)
-        it = iter(cols)
-        j0 = next(it)
-        s = (dO[:, j0] * Out[:, j0]).astype(_f)
-        for j in it:
-            s = fma32(dO[:, j], Out[:, j], s) if fmad else \
-                (s + (dO[:, j] * Out[:, j]).astype(_f)).astype(_f)
-        part.append(s)
-    # Allreduce<8>: xor 4, then 2, then 1
-    for off in (4, 2, 1):
-        part = [(part[t] + part[t ^ off]).astype(_f) for t in range(8)]
-    return part[0]
-
-
 def flash_backward(Q, K, V, Out, dO, lse, scale, fmt, causal=False, cfg=FlashConfig()):
     """FlashAttention-2's backward (``flash_bwd_kernel.h``,
     ``compute_dq_dk_dv_1colblock`` in its seqlen-k-parallel launch) on one
@@ -230,7 +205,7 @@ def flash_backward(Q, K, V, Out, dO, lse, scale, fmt, causal=False, cfg=FlashCon
     S = K.shape[0]
     c = _f(np.float64(_f(scale)) * np.log2(np.e))
     bm, bn = cfg.bwd_block_m, cfg.bwd_block_n
-    D = dot_do_o(dO, Out)
+    D = _cuda_reduce.dot_do_o(dO, Out)
     with np.errstate(all="ignore"):
         lse_scaled = np.where(lse == -np.inf, _f(0), (lse * LOG2E).astype(_f)).astype(_f)
     dq_acc = np.zeros((L, E), _f)
