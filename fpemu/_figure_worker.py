@@ -7,6 +7,11 @@ stdout it was started with, a length-prefixed pickle of ``("ok", value)`` or
 ``("error", traceback text)``, one per line read, in order. It ends at the
 end of stdin. Anything the drawing prints goes to stderr, so that it cannot
 mix with the answers.
+
+It runs at the lowest priority (``nice`` 19): it draws on the cores the
+experiments leave idle, and yields them as soon as an experiment's thread
+pools (PyTorch's, Numba's) want them, whose parallel loops wait for their
+slowest thread.
 """
 
 import os
@@ -17,6 +22,10 @@ import traceback
 
 
 def main():
+    try:
+        os.nice(19)
+    except (AttributeError, OSError):   # no nice (Windows), or not allowed: draw as is
+        pass
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                       # a print while drawing goes to stderr
     sys.stdout = sys.stderr

@@ -382,6 +382,29 @@ SERIAL_BELOW = {"tbb": 1 << 14, "omp": 1 << 14}
 SERIAL_BELOW_DEFAULT = 1 << 17          # workqueue, and before the first launch
 _SERIAL = {}
 
+#: :func:`serial_below`'s threshold for kernels that a PyTorch program calls
+#: (fpemu.torch on CPU tensors): torch's own thread pool (OpenMP) runs its
+#: operations between them. There a tbb launch on a few ten thousand elements
+#: cost about a millisecond, not 6 us: the MXFP8 training step of the demo's
+#: emulated_training took 298 ms with 1 << 14 against 95 ms with every kernel
+#: serial (2 cores, Intel Xeon, after another experiment had started tbb)
+TORCH_SERIAL_BELOW = 1 << 17
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def serial_below(n):
+    """Within it, this thread's parallel kernels run their serial twins on
+    arrays smaller than ``n`` elements (at least :data:`SERIAL_BELOW`'s
+    threshold): for callers whose kernels alternate with another library's
+    parallel work (:data:`TORCH_SERIAL_BELOW`)."""
+    prev = getattr(_scope, "below", 0)
+    _scope.below = max(prev, n)
+    try:
+        yield
+    finally:
+        _scope.below = prev
+
 
 def _serial_twin(kernel):
     """The kernel's body compiled without ``parallel`` (prange runs as range),
@@ -439,7 +462,8 @@ def run_kernel(kernel, *args, inputs=0):
         entry = _TWINS[id(kernel)] = (kernel, _serial_twin(kernel) if parallel else None)
     twin = entry[1]
     if twin is not None:
-        if _largest(args) < SERIAL_BELOW.get(_layer, SERIAL_BELOW_DEFAULT):
+        if _largest(args) < max(SERIAL_BELOW.get(_layer, SERIAL_BELOW_DEFAULT),
+                                getattr(_scope, "below", 0)):
             return twin(*args)
     if _threadsafe_layer:
         return kernel(*args)

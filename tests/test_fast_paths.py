@@ -315,6 +315,36 @@ def test_small_arrays_run_the_serial_twin_with_the_same_bits():
     assert not twins[0].targetoptions.get("parallel")
 
 
+def test_serial_below_runs_the_serial_twin_inside_it_only(monkeypatch):
+    """``_jit.serial_below(n)`` (fpemu.torch's CPU paths): arrays below ``n``
+    run the serial twin within it, nested scopes keep the larger threshold,
+    and outside it the layer's own threshold holds again."""
+    x = np.random.default_rng(3).standard_normal(1 << 15).astype(np.float32)
+    want = _bits(fpemu.quantize(x, "e5m2"))
+    kernel = next(k for k, t in _jit._TWINS.values()
+                  if t is not None and k.py_func.__name__ == "quantize_rne_ieee")
+    twin, calls = _jit._TWINS[id(kernel)][1], []
+
+    def spy(*a):
+        calls.append(a[0].size)
+        return twin(*a)
+    monkeypatch.setitem(_jit._TWINS, id(kernel), (kernel, spy))
+    monkeypatch.setattr(_jit, "_layer", "tbb")             # a layer whose threshold is 2**14
+    runs = []
+    for scope in (None, 1 << 17, (1 << 17, 1 << 10), None):
+        if scope is None:
+            got = fpemu.quantize(x, "e5m2")
+        elif isinstance(scope, tuple):
+            with _jit.serial_below(scope[0]), _jit.serial_below(scope[1]):
+                got = fpemu.quantize(x, "e5m2")
+        else:
+            with _jit.serial_below(scope):
+                got = fpemu.quantize(x, "e5m2")
+        np.testing.assert_array_equal(_bits(got), want)
+        runs.append(len(calls))
+    assert runs == [0, 1, 2, 2]
+
+
 def test_cast_names_its_kernel_parameters():
     """Cast.layout reads the kernel parameters by name; each equals what the
     format's definition says (e4m3fn: 3 mantissa bits, bias 7, largest

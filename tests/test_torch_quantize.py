@@ -325,3 +325,25 @@ def test_all_float32_inputs(name):
     for s in range(0, 1 << 32, 1 << 24):
         x = np.arange(s, s + (1 << 24), dtype=np.uint64).astype(np.uint32).view(np.float32)
         _check(fmt, x, **kw)
+
+
+def test_cpu_tensors_run_the_kernels_serial_below_torch_s_threshold(monkeypatch, cpu_path):
+    """fpemu.torch runs the Numba kernels of CPU tensors inside
+    ``_jit.serial_below(TORCH_SERIAL_BELOW)`` (a parallel launch between
+    torch's own parallel operations costs about a millisecond), and only
+    there: the same kernels called from NumPy keep the layer's threshold."""
+    from fpemu import _jit
+    from fpemu.quantize import Cast
+    seen = []
+    real = Cast.round_into
+
+    def spy(self, *a, **k):
+        seen.append(getattr(_jit._scope, "below", 0))
+        return real(self, *a, **k)
+    monkeypatch.setattr(Cast, "round_into", spy)
+    x = torch.randn(64, 64)
+    fpemu.torch.quantize(x, "bf16")
+    fpemu.torch.encode(x, "e4m3fn")
+    # (the element-wise torch code, forced onto the CPU, calls no kernel)
+    assert seen == ([_jit.TORCH_SERIAL_BELOW] * 2 if cpu_path == "numba" else [])
+    assert getattr(_jit._scope, "below", 0) == 0

@@ -313,8 +313,9 @@ def _quantize_blocks(t, elem, scale_fmt, block, axis, scale_rule, rounding, seed
         # a CPU tensor is host memory: the host's driver reads it in place (the
         # rules' per-block arithmetic in NumPy, a few microseconds an operation
         # where torch's CPU operations take several times that on small tensors)
-        r = _driver.run(_host_view(X), cfg, ax, _HOST_XP, _host.OPS, allow_in_place=True,
-                        values=scaled)
+        with _q._host_kernels():
+            r = _driver.run(_host_view(X), cfg, ax, _HOST_XP, _host.OPS, allow_in_place=True,
+                            values=scaled)
         r = r._replace(codes=_from_host(r.codes, cfg.elem.code_dtype),
                        scodes=_from_host(r.scodes, cfg.scale_fmt.code_dtype),
                        clipped=_from_host(r.clipped, np.bool_),

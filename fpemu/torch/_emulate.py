@@ -236,8 +236,9 @@ def _block_scaled(q):
         # on the CPU one Numba pass: each code's value times its block's scale
         codes = q.codes.contiguous().numpy().view(q.elem.code_dtype)
         svals = _q.decode_trusted(q.scales, q.scale_fmt).numpy()
-        q.cache["scaled32"] = torch.from_numpy(
-            _b.host.scaled_values(codes, svals, q.elem, q.block, q.axis))
+        with _q._host_kernels():
+            q.cache["scaled32"] = torch.from_numpy(
+                _b.host.scaled_values(codes, svals, q.elem, q.block, q.axis))
     if "scaled32" not in q.cache and _q._triton_for(q.codes) is not None and \
             q.codes.dim() == 2 and q.elem.bits <= 16 and \
             _blocks.float32_exact(q.elem, q.scale_fmt):
@@ -297,7 +298,9 @@ def gemm(recipe, qa, qb, split=False, accumulation=None):
     if _q._on_cpu(A) and A.shape[1]:
         # the partial products stacked, then the epilogue in one Numba pass
         P = _k_block_stack(A, B, qa.block)
-        return torch.from_numpy(_fp8.k_block_epilogue_stacked(P.numpy(), sa.numpy(), sb.numpy()))
+        with _q._host_kernels():
+            return torch.from_numpy(_fp8.k_block_epilogue_stacked(P.numpy(), sa.numpy(),
+                                                                  sb.numpy()))
     out = _fp8.k_block_epilogue(_k_block_parts(A, B, qa.block), sa, sb)
     if out is None:
         return torch.zeros(A.shape[0], B.shape[0], device=A.device)

@@ -38,7 +38,7 @@ import dataclasses
 
 import numpy as np
 
-from .. import _elemround
+from .. import _elemround, _jit
 from ..checks import seed_key
 from ..errors import FpemuTypeError, FpemuValueError
 from ..formats import Format
@@ -379,6 +379,14 @@ def _triton_for(t):
     return _TRITON or None
 
 
+def _host_kernels():
+    """The context in which fpemu.torch runs fpemu's Numba kernels on CPU
+    tensors: serial on arrays below ``fpemu._jit.TORCH_SERIAL_BELOW``
+    elements, where a parallel launch among torch's own thread pool's work
+    costs more than it saves."""
+    return _jit.serial_below(_jit.TORCH_SERIAL_BELOW)
+
+
 def _host_round(op, u, cast, out=None):
     """``op`` ("quantize" or "encode") of the checked float32 bits ``u`` (a
     contiguous int32 CPU tensor) by the Numba kernels, reading ``u``'s
@@ -392,7 +400,8 @@ def _host_round(op, u, cast, out=None):
     dst = res.detach().numpy()
     if np.may_share_memory(x, dst) and x.ctypes.data != dst.ctypes.data:
         x = x.copy()                    # out overlaps t at an offset: read before written
-    cast.cast.round_into(op, x, dst, cast.key, cast.offset)
+    with _host_kernels():
+        cast.cast.round_into(op, x, dst, cast.key, cast.offset)
     return res
 
 
@@ -412,7 +421,8 @@ def _host_decode(c, cast):
     format's code dtype."""
     c = _as_code_dtype(c, cast)
     res = torch.empty(c.shape, dtype=torch.float32)
-    cast.cast.decode_into(c.numpy(), res.numpy())
+    with _host_kernels():
+        cast.cast.decode_into(c.numpy(), res.numpy())
     return res
 
 

@@ -56,8 +56,9 @@ def stats(t, fmt, *, scale=1.0, overflow=None, log2_range=_host.LOG2_RANGE):
     if _q._on_cpu(x):           # the host's counting kernels on the tensor's own memory
         if x.dtype not in (torch.float32, torch.float64):
             x = x.to(torch.float32)                 # (narrower floats widen exactly)
-        return _host.stats(x.resolve_neg().numpy(), f, scale=scale, overflow=overflow,
-                           log2_range=log2_range)
+        with _q._host_kernels():
+            return _host.stats(x.resolve_neg().numpy(), f, scale=scale, overflow=overflow,
+                               log2_range=log2_range)
     lo, hi = empty.log2_lo, empty.log2_lo + empty.hist.size
     x64 = x.to(torch.float64)
     finite = x64.isfinite()
