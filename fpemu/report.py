@@ -223,13 +223,18 @@ class FigureWriter:
         """Stop the figure process (what it has not drawn yet is not drawn)."""
         if self._proc is not None:
             import shutil
+            import subprocess
             try:
                 self._proc.stdin.close()
             except BrokenPipeError:             # it had ended with a path unread
                 pass
             if self._proc.poll() is None and self._order:
                 self._proc.kill()
-            self._proc.wait()
+            try:
+                self._proc.wait(timeout=60)     # it ends at the end of its stdin
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
             self._proc.stdout.close()
             self._proc = None
             shutil.rmtree(self._tmp, ignore_errors=True)

@@ -14,6 +14,29 @@ from fpemu.experiments import module  # noqa: E402
 NAMES = ("adam_epsilon", "stochastic_rounding")
 
 
+def _finish(w, timeout=300):
+    """``w.finish()`` within ``timeout`` seconds: a figure process that hangs
+    is killed and the test fails, instead of the run hanging."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            box["value"] = w.finish()
+        except BaseException as e:              # re-raised in the test's thread
+            box["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        if w._proc is not None:
+            w._proc.kill()
+        pytest.fail(f"the figure process did not answer within {timeout} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 @pytest.fixture(scope="module")
 def results():
     return [module(n).run(None, **module(n).QUICK) for n in NAMES]
@@ -25,7 +48,7 @@ def test_the_figure_process_draws_the_bytes_this_process_draws(results, tmp_path
         with report.FigureWriter(tmp_path / str(workers), workers=workers) as w:
             for r in results:
                 w.add(r)
-            stems[workers] = w.finish()
+            stems[workers] = _finish(w)
     assert stems[0] == stems[1] and set(stems[0]) == set(NAMES)
     files = sorted(p.name for p in (tmp_path / "0" / "figures").iterdir())
     assert files == sorted(f"{s}.{k}" for v in stems[0].values() for s in v
@@ -40,7 +63,7 @@ def test_a_failure_in_the_figure_process_is_raised_with_its_cause(results, tmp_p
     w.add(results[0])
     with pytest.raises(FpemuRuntimeError, match=r"(?s)drawing adam_epsilon's figures failed "
                        r"in the figure process.*unknown format 'bmp'"):
-        w.finish()
+        _finish(w)
     assert w._proc is None                         # stopped, not left behind
 
 
@@ -51,7 +74,7 @@ def test_a_figure_process_that_dies_is_reported(results, tmp_path):
     with pytest.raises(FpemuRuntimeError, match=r"the figure process ended \(exit code -9\) "
                        r"before drawing adam_epsilon's figures"):
         w.add(results[0])                          # (the write may find the pipe closed)
-        w.finish()
+        _finish(w)
     assert w._proc is None
 
 
