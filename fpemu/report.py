@@ -15,7 +15,13 @@ import dataclasses
 import html
 import json
 import os
+import pickle
 import platform
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
 import time
 
 from . import __version__
@@ -154,9 +160,6 @@ class FigureWriter:
         self._done = {}
         self._proc = self._tmp = None
         if workers:
-            import subprocess
-            import sys
-            import tempfile
             self._tmp = tempfile.mkdtemp(prefix="fpemu-figures-")
             here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -169,7 +172,6 @@ class FigureWriter:
         if self._proc is None:
             self._done[key] = globals()[name](*args)
             return
-        import pickle
         path = os.path.join(self._tmp, f"{len(self._order)}.pickle")
         with open(path, "wb") as fh:
             pickle.dump((name, args), fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -192,8 +194,6 @@ class FigureWriter:
         """Wait for every figure; ``{experiment name (None: the intro): [stems]}``.
         A figure that failed to draw raises its error here."""
         if self._proc is not None:
-            import pickle
-            import struct
             try:
                 self._proc.stdin.close()
             except BrokenPipeError:
@@ -222,8 +222,6 @@ class FigureWriter:
     def close(self):
         """Stop the figure process (what it has not drawn yet is not drawn)."""
         if self._proc is not None:
-            import shutil
-            import subprocess
             try:
                 self._proc.stdin.close()
             except BrokenPipeError:             # it had ended with a path unread
