@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_arith.py
 	$(BIN)/python bench/bench_autograd.py
 	$(BIN)/python bench/profile_step.py
+	$(BIN)/python bench/profile_step.py --matmul-model sequential
 	$(BIN)/python bench/bench_collectives.py
 	$(BIN)/python bench/bench_monitor.py
 	$(BIN)/python bench/bench_torch_quantize.py

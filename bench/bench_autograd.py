@@ -165,18 +165,10 @@ def make_step(lib, model, x, y, autocast, clip=None):
     return step
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--matmul-model", default="auto",
-                        help="fpemu's matmul model (set_matmul_model): auto or sequential")
-    args = parser.parse_args()
-    import torch
-    import fpemu.autograd as ft
-    ft.set_matmul_model(args.matmul_model)
-    torch.set_num_threads(2)
-    rng = np.random.default_rng(0)
-    cases = {
+def cases(rng):
+    """The bench's models: name -> (build(lib), inputs, targets), drawn from
+    ``rng`` in this order (``profile_step.py`` profiles one of them)."""
+    return {
         "MLP 784-512-10, batch 256": (mlp, rng.standard_normal((256, 784)),
                                       rng.integers(0, 10, 256)),
         "transformer block d=64 h=4, 8x32 tokens": (
@@ -191,9 +183,23 @@ def main():
         "GPT-2 tutorial style 2x64, clip 1.0": (
             gpt2_tutorial, rng.integers(0, 96, (8, 32)), rng.integers(0, 96, 256)),
     }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--matmul-model", default="auto",
+                        help="fpemu's matmul model (set_matmul_model): auto or sequential")
+    args = parser.parse_args()
+    import torch
+    import fpemu.autograd as ft
+    ft.set_matmul_model(args.matmul_model)
+    torch.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    models = cases(rng)
     print(f"{'one training step':44s} {'torch fp32 ms':>14s} {'fpemu bf16 ms':>14s} "
           f"{'ratio':>7s}  target <= 2x")
-    for name, (build, xs, ys) in cases.items():
+    for name, (build, xs, ys) in models.items():
         ft.manual_seed(0)
         torch.manual_seed(0)
         xdt = np.int64 if xs.dtype.kind == "i" else np.float32

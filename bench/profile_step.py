@@ -1,7 +1,8 @@
-"""Where a tiny training step's time goes: fpemu.autograd against torch, per op.
+"""Where a training step's time goes: fpemu.autograd against torch, per op.
 
-The tiny nanoGPT of ``bench_autograd.py`` (2 layers of 64, 8 x 32 tokens,
-bf16 autocast, AdamW, GradScaler) runs ``--steps`` steps under cProfile, and
+One model of ``bench_autograd.py`` (``--case``; by default the tiny nanoGPT,
+2 layers of 64, 8 x 32 tokens; bf16 autocast, AdamW, GradScaler) runs
+``--steps`` steps under cProfile, and
 each function's own time (cProfile's tottime) is put in one of four parts:
 the Numba kernels (fpemu's ``_*kernels.py``), NumPy (its C functions and its
 Python wrappers), fpemu's Python (dispatch, autocast, the graph, storage
@@ -11,11 +12,16 @@ the rest. The same step in torch fp32 is timed
 without a profiler, and its ops are counted with ``torch.profiler`` (the
 ``aten::`` calls at the top of the dispatcher). Printed: ms per step of each
 part, the ops per step of each library, and the cost per op (fpemu's Python
-time over its ops; torch's whole step over its ops), the anchor of issue 51.
-cProfile slows Python frames down (about 1.5x here), so the parts are
-shares of a profiled step, scaled to the unprofiled step time.
+time over its ops; torch's whole step over its ops), the anchor of issue 51,
+and the step without fpemu's Python: no capture or replay of the step's
+kernels could run it faster than that (the Python part also holds the
+operator arithmetic that a replay would still do, so the bound is
+optimistic). cProfile slows Python frames down (about 1.5x here), so the
+parts are shares of a profiled step, scaled to the unprofiled step time.
+``--matmul-model`` as in ``bench_autograd.py`` (``sequential``: the float32
+products of the engine before issue 67, to see the engine's own cost).
 
-    python bench/profile_step.py [--steps 20]
+    python bench/profile_step.py [--steps 20] [--case MLP] [--matmul-model sequential]
 """
 
 from __future__ import annotations
@@ -45,19 +51,30 @@ def _part(filename, name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--case", default="tiny nanoGPT",
+                    help="the bench_autograd.py model whose name contains this text")
+    ap.add_argument("--matmul-model", default="auto",
+                    help="fpemu's matmul model (set_matmul_model): auto or sequential")
     args = ap.parse_args()
     import torch
     import fpemu.autograd as ft
+    ft.set_matmul_model(args.matmul_model)
     torch.set_num_threads(2)
-    rng = np.random.default_rng(0)
-    xs, ys = rng.integers(0, 65, (8, 32)), rng.integers(0, 65, 256)
-
-    def build(lib):
-        return B.gpt(lib, n_layer=2, n_embd=64, block_size=32)
+    models = B.cases(np.random.default_rng(0))
+    named = [name for name in models if args.case.lower() in name.lower()]
+    if len(named) != 1:
+        raise SystemExit(f"--case {args.case!r} names {len(named)} of the bench's models; "
+                         f"pass text found in exactly one of: {'; '.join(models)}")
+    case = named[0]
+    build, xs, ys = models[case]
+    xdt = np.int64 if xs.dtype.kind == "i" else np.float32
+    clip = 1.0 if "clip" in case else None
 
     ft.manual_seed(0)
-    ours = B.make_step(ft, build(ft), ft.tensor(xs), ft.tensor(ys), True)
-    theirs = B.make_step(torch, build(torch), torch.tensor(xs), torch.tensor(ys), False)
+    torch.manual_seed(0)
+    ours = B.make_step(ft, build(ft), ft.tensor(xs.astype(xdt)), ft.tensor(ys), True, clip)
+    theirs = B.make_step(torch, build(torch), torch.tensor(xs.astype(xdt)), torch.tensor(ys),
+                         False, clip)
     for _ in range(3):
         ours()
         theirs()
@@ -84,8 +101,9 @@ def main():
             results = row[1]            # fpemu's ops: the tensors its ops return
     ops_ours = results // args.steps
     total = sum(parts.values())
-    print(f"tiny nanoGPT step (2x64, 8x32 tokens): torch fp32 {t_theirs * 1e3:.2f} ms, "
-          f"fpemu bf16 autocast {t_ours * 1e3:.2f} ms ({t_ours / t_theirs:.2f}x)")
+    print(f"{case} step, matmul model {args.matmul_model}: torch fp32 "
+          f"{t_theirs * 1e3:.2f} ms, fpemu bf16 autocast {t_ours * 1e3:.2f} ms "
+          f"({t_ours / t_theirs:.2f}x)")
     print(f"  ops per step: fpemu {ops_ours} (tensors its ops return), torch "
           f"{ops_theirs} (aten calls not inside another)")
     print("  fpemu's step by part (shares of a profiled step, scaled to the step time):")
@@ -95,6 +113,9 @@ def main():
     py = parts.get("fpemu Python", 0.0) / total * t_ours
     print(f"  per op: fpemu's Python {py / ops_ours * 1e6:6.1f} us; torch's whole step "
           f"{t_theirs / max(ops_theirs, 1) * 1e6:6.1f} us")
+    rest = t_ours - py
+    print(f"  without any of fpemu's Python (no capture and replay can beat it): "
+          f"{rest * 1e3:.2f} ms, {rest / t_theirs:.2f}x torch")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,9 @@ newaxis = None
 
 def compile(model=None, *args, **kwargs):  # torch's name
     """``torch.compile``: fpemu runs the model as written (no compiler is
-    needed to get its numbers); returns the model, or a decorator."""
+    needed to get its numbers); returns the model, or a decorator. The steps
+    run eagerly, no faster than without it (``docs/performance.md``, "What a
+    capture of the step could win")."""
     if model is None:
         return lambda m: m
     return model
