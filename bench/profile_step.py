@@ -66,15 +66,7 @@ def main():
         raise SystemExit(f"--case {args.case!r} names {len(named)} of the bench's models; "
                          f"pass text found in exactly one of: {'; '.join(models)}")
     case = named[0]
-    build, xs, ys = models[case]
-    xdt = np.int64 if xs.dtype.kind == "i" else np.float32
-    clip = 1.0 if "clip" in case else None
-
-    ft.manual_seed(0)
-    torch.manual_seed(0)
-    ours = B.make_step(ft, build(ft), ft.tensor(xs.astype(xdt)), ft.tensor(ys), True, clip)
-    theirs = B.make_step(torch, build(torch), torch.tensor(xs.astype(xdt)), torch.tensor(ys),
-                         False, clip)
+    ours, theirs = B.step_pair(ft, torch, case, *models[case])
     for _ in range(3):
         ours()
         theirs()

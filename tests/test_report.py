@@ -2,6 +2,8 @@
 draws in a process of its own are the bytes drawn in this one, and its
 failures reach the caller with their cause."""
 
+import threading
+
 import pytest
 
 pytest.importorskip("matplotlib")
@@ -17,7 +19,6 @@ NAMES = ("adam_epsilon", "stochastic_rounding")
 def _finish(w, timeout=300):
     """``w.finish()`` within ``timeout`` seconds: a figure process that hangs
     is killed and the test fails, instead of the run hanging."""
-    import threading
     box = {}
 
     def run():
